@@ -1,0 +1,1 @@
+"""The services xruntime serves: one package each, exposing a module-level ``service``."""

@@ -1,0 +1,99 @@
+"""One node: the store, notifier, supervisor, operation layer and the HTTP application.
+
+``Node(settings)`` wires the parts together; ``node.wsgi`` is the WSGI application with
+each binding mounted at its address, and ``serve(node)`` runs it under waitress until
+SIGTERM or SIGINT.
+"""
+import logging
+import signal
+import threading
+
+from werkzeug.middleware.dispatcher import DispatcherMiddleware
+from werkzeug.wrappers import Response
+
+from .bindings.json_binding import JsonBinding, fault_response
+from .dispatch import Dispatcher
+from .engine.cleaner import RetentionCleaner
+from .engine.notifier import Notifier
+from .engine.supervisor import Supervisor, default_node_name
+from .jobs import JobManager
+from .protocol.faults import InvalidRequestFault
+from .store import open_store
+
+log = logging.getLogger("xruntime")
+
+
+def not_found(environ, start_response):
+    fault = InvalidRequestFault(f"nothing is served at {environ.get('PATH_INFO', '/')}",
+                                hint="Operations are at /services/rs/<Service>/<operation>.")
+    return fault_response(fault)(environ, start_response)
+
+
+class Node:
+    def __init__(self, settings, node_name=None):
+        self._settings = settings
+        self._settings_lock = threading.Lock()
+        self.name = node_name or default_node_name(settings.port)
+        self.store = open_store(settings.database_url)
+        self.notifier = Notifier()
+        self.cleaner = RetentionCleaner(self.store, self.settings)
+        self.supervisor = Supervisor(self.store, self.notifier, self.settings, self.name, self.cleaner)
+        self.jobs = JobManager(self.store, self.notifier, self.supervisor, self.settings, self.name)
+        self.dispatcher = Dispatcher(self.jobs)
+        self.wsgi = DispatcherMiddleware(not_found, {
+            "/services/rs": JsonBinding(self.dispatcher, self.settings),
+        })
+
+    def settings(self):
+        """The settings in force (a reload swaps them as a whole)."""
+        return self._settings
+
+    def replace_settings(self, settings):
+        with self._settings_lock:
+            self._settings = settings
+
+    def start(self):
+        self.supervisor.start()
+
+    def close(self):
+        self.notifier.close()
+        self.supervisor.shutdown()
+        self.store.close()
+
+
+def serve(node: Node) -> None:
+    """Run the node under waitress until SIGTERM/SIGINT, then shut down cleanly: the
+    running jobs go back to the queue, waiting watches answer, the workers end."""
+    from waitress import create_server
+    settings = node.settings()
+    server = create_server(
+        node.wsgi, host=settings.host, port=settings.port, threads=settings.threads,
+        asyncore_use_poll=True, connection_limit=max(100, settings.threads * 2),
+        max_request_body_size=settings.max_request_bytes + 1024, ident="xruntime",
+        clear_untrusted_proxy_headers=True)
+    node.start()
+
+    def stop(signum, _frame):
+        log.info("signal %s: shutting down", signal.Signals(signum).name)
+        node.supervisor.closing = True
+        node.notifier.close()
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("xruntime node %s serving on http://%s:%s (%d threads, %d workers, database %s)",
+             node.name, settings.host, server.effective_port, settings.threads, settings.workers,
+             _safe_url(settings.database_url))
+    try:
+        server.run()
+    finally:
+        node.close()
+        log.info("xruntime node %s stopped", node.name)
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+    return make_url(url).render_as_string(hide_password=True)
+
+
+__all__ = ["Node", "serve", "Response"]

@@ -1,0 +1,1 @@
+"""Bindings translate between a wire form and typed requests, responses and faults."""

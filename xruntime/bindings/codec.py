@@ -1,0 +1,217 @@
+"""The JSON form of every protocol type, driven by the spyne type metadata.
+
+One codec serves the JSON and JSON-RPC bindings and the job store (requests, results
+and faults are stored in this binding-neutral form, never pickled).  Polymorphic
+values carry ``"$type"``; decoding validates types, required fields and declared
+ranges and answers ``InvalidValueFault``/``MissingParameterFault`` naming the field
+by its path (``timeouts.computationTimeout``, ``orders[3].demand``).
+"""
+import math
+from functools import lru_cache
+
+from spyne import ComplexModelBase
+from spyne.model.enum import EnumBase
+from spyne.model.primitive import Boolean, Decimal, Integer, Unicode
+
+from ..protocol.faults import InvalidValueFault, MissingParameterFault, XServerFault, fault_class
+
+TYPE_KEY = "$type"
+
+_INT, _FLOAT, _STR, _BOOL, _ENUM, _OBJ = range(6)
+
+
+def _kind(spyne_type):
+    if issubclass(spyne_type, ComplexModelBase):
+        return _OBJ
+    if issubclass(spyne_type, Boolean):
+        return _BOOL
+    if issubclass(spyne_type, Integer):
+        return _INT
+    if issubclass(spyne_type, Decimal):
+        return _FLOAT
+    if issubclass(spyne_type, EnumBase):
+        return _ENUM
+    if issubclass(spyne_type, Unicode):
+        return _STR
+    raise TypeError(f"the JSON codec does not know the spyne type {spyne_type!r}")
+
+
+class _Field:
+    """What the codec needs to know of one declared field, computed once."""
+
+    __slots__ = ("name", "type", "kind", "many", "required", "attrs")
+
+    def __init__(self, name, spyne_type):
+        self.name = name
+        self.type = spyne_type
+        self.kind = _kind(spyne_type)
+        attrs = spyne_type.Attributes
+        self.many = attrs.max_occurs > 1
+        self.required = attrs.min_occurs >= 1
+        self.attrs = attrs
+
+
+@lru_cache(maxsize=None)
+def _fields(cls):
+    return tuple(_Field(name, t) for name, t in cls.get_flat_type_info(cls).items())
+
+
+def _derived(cls):
+    """Real subclasses: not the copies spyne makes for ``customize(...)``."""
+    return [c for c in cls.__subclasses__() if getattr(c, "__orig__", None) is None]
+
+
+@lru_cache(maxsize=None)
+def subtypes(cls):
+    """``cls`` and all its subclasses, by type name."""
+    found, pending = {}, [cls]
+    while pending:
+        c = pending.pop()
+        found.setdefault(c.get_type_name(), c)
+        pending.extend(_derived(c))
+    return found
+
+
+@lru_cache(maxsize=None)
+def is_polymorphic(cls) -> bool:
+    return bool(_derived(cls))
+
+
+def _base(cls):
+    """The class a customized spyne type (``Foo.customize(...)``) stands for."""
+    return getattr(cls, "__orig__", None) or cls
+
+
+# --------------------------------------------------------------------------- encode
+
+def encode(value, declared=None):
+    """A spyne model instance as plain JSON data (dicts, lists, str, int, ...)."""
+    cls = type(value)
+    out = {}
+    if declared is None or cls is not _base(declared) or is_polymorphic(cls):
+        out[TYPE_KEY] = cls.get_type_name()
+    for f in _fields(cls):
+        v = getattr(value, f.name, None)
+        if v is None or isinstance(v, type):
+            continue
+        if f.many:
+            out[f.name] = [_encode_value(item, f) for item in v]
+        else:
+            out[f.name] = _encode_value(v, f)
+    return out
+
+
+def _encode_value(v, f):
+    if f.kind == _OBJ:
+        return encode(v, f.type)
+    if f.kind == _FLOAT:
+        return float(v)
+    return v
+
+
+def encode_fault(fault: XServerFault) -> dict:
+    """``{"message": ..., "faultInfo": {"$type": ..., "hint": ..., ...}}``."""
+    info = {TYPE_KEY: fault.get_type_name()}
+    for name, v in fault.fields().items():
+        info[name] = v
+    return {"message": fault.faultstring, "faultInfo": info}
+
+
+def decode_fault(data: dict) -> XServerFault:
+    info = dict(data.get("faultInfo") or {})
+    cls = fault_class(info.pop(TYPE_KEY, "InternalErrorFault")) or fault_class("InternalErrorFault")
+    known = set(cls.field_names())
+    return cls(data.get("message", ""), **{k: v for k, v in info.items() if k in known})
+
+
+# --------------------------------------------------------------------------- decode
+
+def decode(data, cls, path: str = ""):
+    """Plain JSON data as an instance of the spyne model ``cls`` (or the subtype
+    named by ``$type``), validated against the declared fields."""
+    if not isinstance(data, dict):
+        raise _invalid(path or cls.get_type_name(), data, "an object is expected")
+    cls = _base(cls)
+    type_name = data.get(TYPE_KEY)
+    if type_name is not None:
+        known = subtypes(cls)
+        if type_name not in known:
+            raise _invalid(_join(path, TYPE_KEY), type_name,
+                           f"expected {cls.get_type_name()} or one of its subtypes")
+        cls = known[type_name]
+    fields = _fields(cls)
+    names = {f.name for f in fields}
+    for key in data:
+        if key != TYPE_KEY and key not in names:
+            raise _invalid(_join(path, key), data[key],
+                           f"{cls.get_type_name()} has no field {key!r}")
+    obj = cls()
+    for f in fields:
+        fpath = _join(path, f.name)
+        raw = data.get(f.name)
+        if raw is None:
+            if f.required:
+                raise MissingParameterFault(f"the parameter {fpath} is missing", parameter=fpath)
+            setattr(obj, f.name, None)
+            continue
+        if f.many:
+            if not isinstance(raw, list):
+                raise _invalid(fpath, raw, "a list is expected")
+            value = [_decode_value(item, f, f"{fpath}[{i}]") for i, item in enumerate(raw)]
+        else:
+            value = _decode_value(raw, f, fpath)
+        setattr(obj, f.name, value)
+    return obj
+
+
+def _decode_value(raw, f, path):
+    kind = f.kind
+    if kind == _OBJ:
+        return decode(raw, f.type, path)
+    if kind == _INT:
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise _invalid(path, raw, "an integer is expected")
+        if isinstance(raw, float):
+            if not raw.is_integer():
+                raise _invalid(path, raw, "an integer is expected")
+            raw = int(raw)
+        _check_range(raw, f.attrs, path)
+        return raw
+    if kind == _FLOAT:
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+            raise _invalid(path, raw, "a number is expected")
+        _check_range(raw, f.attrs, path)
+        return float(raw)
+    if kind == _BOOL:
+        if not isinstance(raw, bool):
+            raise _invalid(path, raw, "true or false is expected")
+        return raw
+    if kind == _ENUM:
+        values = f.type.__values__
+        if raw not in values:
+            raise _invalid(path, raw, "one of " + ", ".join(values) + " is expected")
+        return raw
+    if not isinstance(raw, str):
+        raise _invalid(path, raw, "a string is expected")
+    if f.attrs.max_len is not None and len(raw) > f.attrs.max_len:
+        raise _invalid(path, raw, f"at most {f.attrs.max_len} characters are allowed")
+    return raw
+
+
+def _check_range(v, attrs, path):
+    for bound, ok, words in (("ge", lambda b: v >= b, "at least"), ("gt", lambda b: v > b, "more than"),
+                             ("le", lambda b: v <= b, "at most"), ("lt", lambda b: v < b, "less than")):
+        b = getattr(attrs, bound, None)
+        if b is not None and not (isinstance(b, (int, float)) and math.isinf(b)) and not ok(b):
+            raise _invalid(path, v, f"it must be {words} {b}")
+
+
+def _invalid(path, value, why):
+    shown = value if isinstance(value, str) else repr(value)
+    if len(shown) > 200:
+        shown = shown[:200] + "…"
+    return InvalidValueFault(f"invalid value for {path}: {why}", parameter=path, value=shown)
+
+
+def _join(path, name):
+    return f"{path}.{name}" if path else name

@@ -1,0 +1,93 @@
+"""The JSON binding: ``POST /services/rs/<Service>/<operation>`` (PROTOCOL §7).
+
+Body: the request object; answer: the response object, or on a fault an HTTP status
+by fault type and ``{"message": ..., "faultInfo": {"$type": ..., ...}}``.
+"""
+import json
+import logging
+
+from werkzeug.wrappers import Request, Response
+
+from ..protocol.faults import InternalErrorFault, InvalidRequestFault, XServerFault
+from . import codec
+
+log = logging.getLogger("xruntime.json")
+
+JSON_TYPE = "application/json; charset=utf-8"
+
+
+def dumps(data) -> bytes:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def fault_response(fault: XServerFault) -> Response:
+    return Response(dumps(codec.encode_fault(fault)), status=fault.http_status,
+                    content_type=JSON_TYPE)
+
+
+def internal_error(exc: BaseException, where: str) -> InternalErrorFault:
+    """Log a bug with its traceback; the client gets a plain InternalErrorFault."""
+    log.error("internal error in %s", where, exc_info=exc)
+    return InternalErrorFault(f"internal error while serving {where}; see the server log")
+
+
+def read_json_body(request: Request, max_bytes: int):
+    """The body parsed as JSON, refused before it is read when it is too large."""
+    length = request.content_length
+    if length is not None and length > max_bytes:
+        raise InvalidRequestFault(f"the request body has {length} bytes, more than the "
+                                  f"{max_bytes} this server accepts",
+                                  hint="Send a smaller request.")
+    ctype = request.mimetype or ""
+    if ctype and "json" not in ctype and ctype not in ("text/plain", "application/x-www-form-urlencoded"):
+        raise InvalidRequestFault(f"the content type {ctype} is not JSON",
+                                  hint="Send the request as application/json.")
+    raw = request.stream.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise InvalidRequestFault(f"the request body is larger than the {max_bytes} bytes this "
+                                  "server accepts", hint="Send a smaller request.")
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequestFault(f"the request body is not valid JSON: {exc}",
+                                  hint="Send one JSON object, the operation's request.")
+
+
+class JsonBinding:
+    """WSGI application for ``/services/rs``."""
+
+    def __init__(self, dispatcher, settings):
+        self.dispatcher = dispatcher
+        self.settings = settings
+
+    def __call__(self, environ, start_response):
+        request = Request(environ)
+        return self.handle(request)(environ, start_response)
+
+    def handle(self, request: Request) -> Response:
+        parts = [p for p in request.path.split("/") if p]
+        where = "/".join(parts) or "/"
+        try:
+            if len(parts) != 2:
+                raise InvalidRequestFault(f"no operation at {request.path}; use "
+                                          "/services/rs/<Service>/<operation>")
+            service, name = parts
+            op = self.dispatcher.operation(service, name)
+            if op is None:
+                what = (f"the service {service} has no operation {name}"
+                        if self.dispatcher.has_service(service) else f"there is no service {service}")
+                raise InvalidRequestFault(what, hint="Check the operation's name and its service.")
+            if request.method != "POST":
+                raise InvalidRequestFault(f"{request.method} is not allowed; POST the request",
+                                          hint="POST a JSON object.")
+            self.dispatcher.check_enabled(service)
+            data = read_json_body(request, self.settings().max_request_bytes)
+            typed = codec.decode(data, op.request)
+            result = self.dispatcher.invoke(op, typed)
+            return Response(dumps(codec.encode(result, op.response)), content_type=JSON_TYPE)
+        except XServerFault as fault:
+            return fault_response(fault)
+        except Exception as exc:
+            return fault_response(internal_error(exc, where))

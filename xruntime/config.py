@@ -1,0 +1,302 @@
+"""The administrator's file (``config/xserver.toml``): keys, defaults and validation.
+
+Every error names its line (``line 12: [jobs] fetched_retention: ...``); a file with
+errors is never half applied.  Durations are strings with a unit (``500ms``, ``30s``,
+``15m``, ``48h``, ``7d``) or plain numbers of seconds; ``0`` means "none".  Relative
+paths are relative to the file's own folder (without a file: to ``config/`` under the
+working directory, so the database lands in ``data/`` either way).
+"""
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from sqlalchemy.engine import make_url
+
+DEFAULT_PATH = os.path.join("config", "xserver.toml")
+
+
+class ConfigError(Exception):
+    """The file is invalid; ``errors`` lists one message per problem, each with its line."""
+
+    def __init__(self, path, errors):
+        self.path = path
+        self.errors = errors
+        super().__init__(f"{path}: " + "; ".join(errors))
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    unfetched_retention_ms: int = 48 * 3600_000
+    fetched_retention_ms: int = 15 * 60_000
+    queueing_timeout_ms: int = 0
+    computation_timeout_ms: int = 0
+    max_queued: int = 10000
+    max_attempts: int = 3
+    cleanup_interval_ms: int = 60_000
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The timeouts in force for one job: configured ones, shortened by the request's."""
+    queueing_timeout_ms: int
+    computation_timeout_ms: int
+
+
+def _shorter(configured: int, asked: Optional[int]) -> int:
+    """A request may shorten a timeout, never lengthen it (0 = none)."""
+    if not asked or asked <= 0:
+        return configured
+    return asked if not configured else min(configured, asked)
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    enabled: bool = True
+    jobs: Optional[JobSettings] = None     # None: the [jobs] table
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 50000
+    public_url: str = ""
+    threads: int = 200
+    max_request_bytes: int = 10 * 1024 * 1024
+    database_url: str = ""
+    workers: int = 2
+    jobs: JobSettings = field(default_factory=JobSettings)
+    services: dict = field(default_factory=dict)
+    path: Optional[str] = None
+
+    def service(self, name: str) -> ServiceSettings:
+        return self.services.get(name) or ServiceSettings()
+
+    def jobs_for(self, service: str) -> JobSettings:
+        return self.service(service).jobs or self.jobs
+
+    def service_enabled(self, name: str) -> bool:
+        return self.service(name).enabled
+
+    def enabled_services(self):
+        """Names switched off are left out; None means every service is served."""
+        off = [n for n, s in self.services.items() if not s.enabled]
+        if not off:
+            return None
+        from .registry import discover
+        return [n for n in discover() if n not in off]
+
+    def limits_for(self, service: str, queueing_ms=None, computation_ms=None) -> Limits:
+        jobs = self.jobs_for(service)
+        return Limits(_shorter(jobs.queueing_timeout_ms, queueing_ms),
+                      _shorter(jobs.computation_timeout_ms, computation_ms))
+
+
+# ------------------------------------------------------------------------ parsing values
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3600_000, "d": 86400_000, None: 1000}
+
+
+def parse_duration(value) -> int:
+    """A duration as milliseconds; raises ValueError with a reason."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as \"30s\", \"15m\" or \"48h\"")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return int(round(value * 1000))
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if m:
+            return int(round(float(m.group(1)) * _UNIT_MS[m.group(2)]))
+        if value.strip().startswith("-"):
+            raise ValueError("a duration cannot be negative")
+    raise ValueError(f"{value!r} is not a duration; use e.g. \"500ms\", \"30s\", \"15m\", \"48h\", \"7d\"")
+
+
+def _integer(low, high=None):
+    def check(value):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected an integer, got {value!r}")
+        if value < low or (high is not None and value > high):
+            raise ValueError(f"must be between {low} and {high}" if high is not None
+                             else f"must be at least {low}")
+        return value
+    return check
+
+
+def _string(value):
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _boolean(value):
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _positive_duration(value):
+    ms = parse_duration(value)
+    if ms <= 0:
+        raise ValueError("must be longer than 0")
+    return ms
+
+
+def _public_url(value):
+    value = _string(value)
+    if value and not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError("must be empty or an http(s) URL such as \"https://host/xr\"")
+    return value.rstrip("/")
+
+
+_JOB_KEYS = {
+    "unfetched_retention": ("unfetched_retention_ms", parse_duration),
+    "fetched_retention": ("fetched_retention_ms", parse_duration),
+    "queueing_timeout": ("queueing_timeout_ms", parse_duration),
+    "computation_timeout": ("computation_timeout_ms", parse_duration),
+    "max_queued": ("max_queued", _integer(0)),
+    "max_attempts": ("max_attempts", _integer(1)),
+    "cleanup_interval": ("cleanup_interval_ms", _positive_duration),
+}
+
+_TABLES = {
+    "server": {
+        "host": ("host", _string),
+        "port": ("port", _integer(1, 65535)),
+        "public_url": ("public_url", _public_url),
+        "threads": ("threads", _integer(1, 10000)),
+        "max_request_bytes": ("max_request_bytes", _integer(1024)),
+    },
+    "database": {"url": ("database_url", _string)},
+    "workers": {"count": ("workers", _integer(1, 256))},
+}
+
+#: Keys a running server cannot change; an edit of them waits for the next restart.
+RESTART_KEYS = ("host", "port", "database_url", "workers", "threads")
+
+
+# ------------------------------------------------------------------------ line numbers
+
+def _key_lines(text: str) -> dict:
+    """(table, key) → line number, from a plain scan of the file."""
+    lines, table = {}, ""
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        header = re.match(r"^\[\s*([^\[\]]+?)\s*\]", stripped)
+        if header:
+            table = ".".join(part.strip().strip('"') for part in header.group(1).split("."))
+            lines.setdefault((table, None), number)
+            continue
+        key = re.match(r'^("?)([A-Za-z0-9_\-]+)\1\s*=', stripped)
+        if key:
+            lines.setdefault((table, key.group(2)), number)
+    return lines
+
+
+# ------------------------------------------------------------------------ loading
+
+def load(path: Optional[str] = None, known_services=None) -> Settings:
+    """The settings of ``path`` (or of ``config/xserver.toml`` when present, else the
+    defaults).  Raises ConfigError listing every problem with its line."""
+    if path is None and os.path.exists(DEFAULT_PATH):
+        path = DEFAULT_PATH
+    if path is None:
+        return _finish(Settings(), os.path.abspath("config"))
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise ConfigError(path, [f"cannot read the file: {exc.strerror}"])
+    return parse(raw.decode("utf-8", errors="replace"), path, known_services)
+
+
+def parse(text: str, path: str = "<config>", known_services=None) -> Settings:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        where = f"line {m.group(1)}" if m else "line ?"
+        raise ConfigError(path, [f"{where}: not valid TOML: {re.sub(r' [(]at line.*', '', str(exc))}"])
+    lines = _key_lines(text)
+    errors = []
+
+    def line_of(table, key=None):
+        return lines.get((table, key)) or lines.get((table, None)) or 1
+
+    def error(table, key, message):
+        name = f"[{table}] {key}" if key else f"[{table}]"
+        errors.append(f"line {line_of(table, key)}: {name}: {message}")
+
+    values = {}
+    for table, content in data.items():
+        if table in _TABLES or table == "jobs":
+            if not isinstance(content, dict):
+                errors.append(f"line {line_of('', table)}: {table} must be a table [{table}]")
+                continue
+            keys = _TABLES.get(table) or _JOB_KEYS
+            target = values if table != "jobs" else values.setdefault("jobs", {})
+            for key, value in content.items():
+                if key not in keys:
+                    error(table, key, f"unknown key (known: {', '.join(keys)})")
+                    continue
+                attr, check = keys[key]
+                try:
+                    target[attr] = check(value)
+                except ValueError as exc:
+                    error(table, key, str(exc))
+        elif table == "services":
+            if not isinstance(content, dict):
+                errors.append(f"line {line_of('', table)}: services must hold [services.NAME] tables")
+                continue
+            services = values.setdefault("services", {})
+            for name, table_values in content.items():
+                tname = f"services.{name}"
+                if known_services is not None and name not in known_services:
+                    error(tname, None, f"no service named {name!r} (known: {', '.join(known_services)})")
+                    continue
+                if not isinstance(table_values, dict):
+                    error(tname, None, "must be a table")
+                    continue
+                enabled, jobs = True, {}
+                for key, value in table_values.items():
+                    try:
+                        if key == "enabled":
+                            enabled = _boolean(value)
+                        elif key in _JOB_KEYS:
+                            attr, check = _JOB_KEYS[key]
+                            jobs[attr] = check(value)
+                        else:
+                            error(tname, key, "unknown key (known: enabled, " + ", ".join(_JOB_KEYS) + ")")
+                    except ValueError as exc:
+                        error(tname, key, str(exc))
+                services[name] = (enabled, jobs)
+        else:
+            errors.append(f"line {line_of(table) if (table, None) in lines else line_of('', table)}: "
+                          f"unknown table or key {table!r} (known: server, database, workers, jobs, services)")
+    if errors:
+        raise ConfigError(path, errors)
+    jobs = JobSettings(**values.pop("jobs", {}))
+    services = {name: ServiceSettings(enabled, replace(jobs, **overrides) if overrides else None)
+                for name, (enabled, overrides) in values.pop("services", {}).items()}
+    settings = Settings(jobs=jobs, services=services, path=os.path.abspath(path), **values)
+    return _finish(settings, os.path.dirname(os.path.abspath(path)))
+
+
+def _finish(settings: Settings, base_dir: str) -> Settings:
+    """Resolve the database URL against the file's folder."""
+    url = settings.database_url or "sqlite:///../data/xruntime.db"
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:" \
+            and not os.path.isabs(parsed.database):
+        url = str(parsed.set(database=os.path.normpath(os.path.join(base_dir, parsed.database))))
+    return replace(settings, database_url=url)
+
+
+def with_overrides(settings: Settings, host=None, port=None) -> Settings:
+    """Command-line flags override the file."""
+    changes = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    return replace(settings, **changes) if changes else settings

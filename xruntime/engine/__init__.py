@@ -1,0 +1,1 @@
+"""The engine: supervisor and worker processes, notifier, retention cleaner."""

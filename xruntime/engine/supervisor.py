@@ -1,0 +1,389 @@
+"""The supervisor: one per node; claims queued jobs and runs them in worker processes.
+
+Each worker process has a *slot*, a thread in the server that claims a job, sends it
+down the pipe, relays progress and the outcome to the store, and enforces the stop,
+delete and timeout rules:
+
+* stop: the worker's stop event is set; the function winds down and returns;
+* computation timeout: the same, with reason "timed out", and if the function does not
+  return within ``STOP_GRACE`` its process is killed and the job fails;
+* delete: the stop event is set and the process is killed if the function has not
+  returned within ``DELETE_GRACE``; then the record is erased;
+* a worker process that dies fails its job with ``InternalErrorFault`` and is replaced;
+* shutdown: running jobs are handed back to the queue untouched.
+
+Processes are started with ``spawn``: the server has threads, and fork would copy them.
+"""
+import json
+import logging
+import multiprocessing
+import socket
+import threading
+import time
+from multiprocessing.connection import wait as wait_for_ready
+
+from ..bindings.codec import encode_fault
+from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
+from ..store import now_ms
+from .worker import ABORTED, STOPPED, TIMED_OUT, worker_main
+
+log = logging.getLogger("xruntime.supervisor")
+
+DELETE_GRACE = 3.0        # s a deleted job's function gets before its process is killed
+STOP_GRACE = 5.0          # s a timed-out job's function gets to return its result
+LEASE_MS = 30_000         # a running job's lease; another node may recover it after that
+HOUSEKEEPING_PERIOD = 1.0
+LEASE_RENEW_PERIOD = 5.0
+IDLE_CLAIM_PERIOD = 0.5   # an idle slot also looks for work this often (other nodes' jobs)
+WORKER_START_TIMEOUT = 120.0
+
+
+def fault_json(fault) -> str:
+    return json.dumps(encode_fault(fault), separators=(",", ":"))
+
+
+def default_node_name(port: int) -> str:
+    """A node's name: stable across restarts of the same server, unique per host+port."""
+    return f"{socket.gethostname()}:{port}"
+
+
+class WorkerSlot(threading.Thread):
+    """One worker process and the thread in the server that drives it."""
+
+    def __init__(self, supervisor, index: int):
+        super().__init__(name=f"worker-slot-{index}", daemon=True)
+        self.sup = supervisor
+        self.index = index
+        self.process = None
+        self.conn = None
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
+        self.current = None          # id of the job being run
+        self.discard = False         # the job was deleted: erase instead of finishing
+        self.kill_at = None          # time.time() past which the process is killed
+        self.kill_reason = None
+
+    # ---------------------------------------------------------------- process
+
+    def spawn(self):
+        ctx = self.sup.mp
+        parent, child = ctx.Pipe()
+        self.stop_event = ctx.Event()
+        self.stop_reason = ctx.Value("i", 0, lock=False)
+        self.process = ctx.Process(target=worker_main, args=(child, self.stop_event, self.stop_reason),
+                                   name=f"xruntime-worker-{self.index}", daemon=True)
+        self.process.start()
+        child.close()
+        self.conn = parent
+        if not parent.poll(WORKER_START_TIMEOUT) or parent.recv() != ("ready",):
+            raise RuntimeError("worker process did not start")
+        log.info("worker %d started (pid %d)", self.index, self.process.pid)
+
+    def kill(self):
+        if self.process is not None and self.process.is_alive():
+            self.process.kill()
+        if self.process is not None:
+            self.process.join(5)
+        if self.conn is not None:
+            self.conn.close()
+        self.process = self.conn = None
+
+    def end(self):
+        """Ask an idle worker process to exit, killing it if it does not."""
+        if self.process is None:
+            return
+        try:
+            self.conn.send(("exit",))
+            self.process.join(2)
+        except OSError:
+            pass
+        self.kill()
+
+    # ---------------------------------------------------------------- signals from outside
+
+    def poke(self):
+        self._wake_w.send_bytes(b"!")
+
+    def signal(self, job_id: str, reason: int) -> bool:
+        """Stop (or, with ABORTED, delete) the job if this slot runs it."""
+        with self._lock:
+            if self.current != job_id:
+                return False
+            if reason == ABORTED:
+                self.discard = True
+                self._arm_kill(DELETE_GRACE, "deleted")
+            if self.stop_reason.value == 0 or reason == ABORTED:
+                self.stop_reason.value = reason
+            self.stop_event.set()
+        self.poke()
+        return True
+
+    def _arm_kill(self, grace, why):
+        at = time.time() + grace
+        if self.kill_at is None or at < self.kill_at:
+            self.kill_at, self.kill_reason = at, why
+
+    # ---------------------------------------------------------------- the loop
+
+    def run(self):
+        sup = self.sup
+        while not sup.closing:
+            try:
+                if self.process is None or not self.process.is_alive():
+                    self.kill()
+                    self.spawn()
+                sup.work.clear()
+                job = sup.store.claim(sup.node, now_ms(), LEASE_MS, sup.served_services())
+                if job is None:
+                    sup.work.wait(IDLE_CLAIM_PERIOD)
+                    continue
+                self.execute(job)
+            except Exception:
+                log.exception("worker slot %d failed; restarting its process", self.index)
+                self.kill()
+                time.sleep(0.5)
+        self.end()
+
+    def execute(self, job):
+        sup = self.sup
+        limits = sup.limits_for(job)
+        queued_for = job.started_at - job.queued_at
+        if limits.queueing_timeout_ms and queued_for > limits.queueing_timeout_ms:
+            fault = RequestTimedOutFault(
+                f"the job waited {queued_for} ms in the queue, longer than its queueing timeout "
+                f"of {limits.queueing_timeout_ms} ms")
+            sup.finished(job, sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
+                         "FAILED (queueing timeout)")
+            return
+        with self._lock:
+            self.current = job.id
+            self.discard = False
+            self.kill_at = self.kill_reason = None
+            self.stop_event.clear()
+            self.stop_reason.value = 0
+        sup.notifier.notify(job.id)
+        log.info("job %s %s.%s RUNNING on worker %d (attempt %d)",
+                 job.id, job.service, job.operation, self.index, job.attempts)
+        try:
+            self.conn.send(("run", job.id, job.service, job.operation, job.request))
+            self._drive(job, limits)
+        finally:
+            with self._lock:
+                self.current = None
+
+    def _drive(self, job, limits):
+        sup = self.sup
+        deadline = None
+        if limits.computation_timeout_ms:
+            deadline = job.started_at / 1000 + limits.computation_timeout_ms / 1000
+        # a stop or delete that came between the claim and now
+        current = sup.store.get(job.id)
+        if current is None or current.status == "DELETED":
+            self.signal(job.id, ABORTED)
+        elif current.status == "STOPPING":
+            self.signal(job.id, STOPPED)
+        while True:
+            now = time.time()
+            due = [t for t in (deadline, self.kill_at) if t is not None]
+            timeout = max(0.0, min(due) - now) if due else None
+            ready = wait_for_ready([self.conn, self.process.sentinel, self._wake_r], timeout)
+            if self._wake_r in ready:
+                while self._wake_r.poll():
+                    self._wake_r.recv_bytes()
+            if self.conn in ready:
+                try:
+                    message = self.conn.recv()
+                except (EOFError, OSError):
+                    message = None
+                if message is None:
+                    self._died(job)
+                    return
+                if message[0] == "progress":
+                    if sup.store.set_progress(job.id, message[2]):
+                        sup.notifier.notify(job.id)
+                    continue
+                if message[0] == "done":
+                    self._done(job, message[2], message[3])
+                    return
+            elif self.process.sentinel in ready:
+                self._died(job)
+                return
+            if sup.closing:
+                self.kill()
+                sup.store.hand_back(job.id, sup.node)
+                sup.notifier.notify(job.id)
+                log.info("job %s handed back to the queue (node shutting down)", job.id)
+                return
+            now = time.time()
+            if self.kill_at is not None and now >= self.kill_at:
+                self._killed(job)
+                return
+            if deadline is not None and now >= deadline:
+                deadline = None
+                if sup.store.request_stop(job.id):
+                    sup.notifier.notify(job.id)
+                    log.info("job %s STOPPING (computation timeout of %d ms)",
+                             job.id, limits.computation_timeout_ms)
+                self.signal(job.id, TIMED_OUT)
+                with self._lock:
+                    self._arm_kill(STOP_GRACE, "timed out")
+
+    def _done(self, job, kind, payload):
+        sup = self.sup
+        if self.discard:
+            sup.erase_deleted(job.id)
+            return
+        status = "SUCCEEDED" if kind == "result" else "FAILED"
+        won = sup.store.finish(job.id, status, now_ms(),
+                               result=payload if kind == "result" else None,
+                               fault=payload if kind == "fault" else None)
+        if not won:                      # deleted while it finished
+            sup.erase_deleted(job.id)
+            return
+        sup.finished(job, True, status)
+
+    def _died(self, job):
+        sup = self.sup
+        code = self.process.exitcode if self.process else None
+        self.kill()
+        log.error("worker %d died (exit code %s) while running job %s", self.index, code, job.id)
+        if self.discard:
+            sup.erase_deleted(job.id)
+            return
+        fault = InternalErrorFault(f"the worker process running this job died (exit code {code}); "
+                                   "the job is not run again")
+        sup.finished(job, sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
+                     "FAILED (worker died)")
+
+    def _killed(self, job):
+        sup = self.sup
+        why = self.kill_reason
+        self.kill()
+        log.warning("job %s: worker %d killed, the operation did not return after it was %s",
+                    job.id, self.index, why)
+        if self.discard:
+            sup.erase_deleted(job.id)
+            return
+        fault = RequestTimedOutFault("the computation timeout stopped the job and it did not "
+                                     f"return within {STOP_GRACE:g} s; it was aborted")
+        sup.finished(job, sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
+                     "FAILED (aborted after timeout)")
+
+
+class Supervisor:
+    """Runs the node's worker slots and its housekeeping."""
+
+    def __init__(self, store, notifier, settings, node: str, cleaner=None):
+        self.store = store
+        self.notifier = notifier
+        self.settings = settings          # a callable answering the settings in force
+        self.node = node
+        self.cleaner = cleaner
+        self.mp = multiprocessing.get_context("spawn")
+        self.work = threading.Event()
+        self.closing = False
+        self.slots = []
+        self._housekeeper = None
+
+    # ---------------------------------------------------------------- settings
+
+    def limits_for(self, job):
+        return self.settings().limits_for(job.service, job.queueing_timeout, job.computation_timeout)
+
+    def served_services(self):
+        return self.settings().enabled_services()
+
+    # ---------------------------------------------------------------- life
+
+    def start(self):
+        cfg = self.settings()
+        for r in self.store.recover(self.node, now_ms(), cfg.jobs.max_attempts, self._attempts_fault):
+            self._log_recovered(r)
+        self.slots = [WorkerSlot(self, i) for i in range(cfg.workers)]
+        for slot in self.slots:
+            slot.start()
+        self._housekeeper = threading.Thread(target=self._housekeeping, name="housekeeping", daemon=True)
+        self._housekeeper.start()
+
+    def shutdown(self, timeout: float = 10.0):
+        """Stop taking jobs, hand running jobs back to the queue, end the workers."""
+        self.closing = True
+        self.work.set()
+        for slot in self.slots:
+            slot.poke()
+        deadline = time.time() + timeout
+        for slot in self.slots:
+            slot.join(max(0.1, deadline - time.time()))
+
+    # ---------------------------------------------------------------- from the operation layer
+
+    def wake(self):
+        """A job was queued: idle slots claim it now."""
+        self.work.set()
+
+    def stop(self, job_id: str) -> bool:
+        return any(slot.signal(job_id, STOPPED) for slot in self.slots)
+
+    def abort(self, job_id: str) -> bool:
+        return any(slot.signal(job_id, ABORTED) for slot in self.slots)
+
+    # ---------------------------------------------------------------- for the slots
+
+    def finished(self, job, won: bool, status: str):
+        if won:
+            log.info("job %s %s.%s %s", job.id, job.service, job.operation, status)
+        self.notifier.notify(job.id)
+
+    def erase_deleted(self, job_id: str):
+        self.store.erase(job_id, ("DELETED",))
+        self.notifier.notify(job_id)
+        log.info("job %s erased (deleted, worker let go)", job_id)
+
+    def _attempts_fault(self, attempts: int) -> str:
+        return fault_json(InternalErrorFault(
+            f"the job was running when its node or worker died, {attempts} times "
+            f"(max_attempts = {self.settings().jobs.max_attempts}); it is not run again"))
+
+    def _log_recovered(self, r):
+        if r.requeued:
+            log.warning("job %s was running on a node that died; queued again (attempt %d done)",
+                        r.id, r.attempts)
+        else:
+            log.error("job %s FAILED: its node died during %d attempts", r.id, r.attempts)
+        self.notifier.notify(r.id)
+        self.work.set()
+
+    # ---------------------------------------------------------------- housekeeping
+
+    def _housekeeping(self):
+        last_lease = 0.0
+        while not self.closing:
+            time.sleep(HOUSEKEEPING_PERIOD)
+            try:
+                now = time.time()
+                cfg = self.settings()
+                for job_id in self.store.fail_timed_out_queued(
+                        now_ms(), cfg.jobs.queueing_timeout_ms,
+                        fault_json(RequestTimedOutFault("the job waited in the queue longer than "
+                                                        "its queueing timeout"))):
+                    log.info("job %s FAILED (queueing timeout)", job_id)
+                    self.notifier.notify(job_id)
+                if now - last_lease >= LEASE_RENEW_PERIOD:
+                    last_lease = now
+                    self._renew_leases()
+                    for r in self.store.recover(None, now_ms(), cfg.jobs.max_attempts,
+                                                self._attempts_fault):
+                        self._log_recovered(r)
+                if self.cleaner is not None:
+                    self.cleaner.tick(now)
+            except Exception:
+                log.exception("housekeeping failed; trying again")
+
+    def _renew_leases(self):
+        """Keep this node's leases alive, and act on stops and deletes asked for on
+        other nodes (or between a claim and the start of the run)."""
+        for job_id, status in self.store.renew_leases(self.node, now_ms() + LEASE_MS):
+            if status == "STOPPING":
+                self.stop(job_id)
+            elif status == "DELETED" and not self.abort(job_id):
+                self.erase_deleted(job_id)

@@ -1,0 +1,191 @@
+"""The operation layer: where the job protocol lives (PROTOCOL §3–5).
+
+Plain Python, no HTTP: start, fetch, run, watch, stop, delete and the runtime
+information, following the state table in ``protocol.states``.  Every change goes
+through one guarded store call; when a guard loses a race (the job moved on
+meanwhile), the decision is taken again on the job's new state.
+"""
+import json
+import logging
+import time
+import uuid
+
+from . import __version__
+from .bindings import codec
+from .protocol import states
+from .protocol.faults import (InvalidFetchTypeFault, JobStateFault, QueueOverflowFault,
+                              UnknownJobFault)
+from .protocol.types import Job, JobCount, JobProgress, RuntimeInformation, ServiceInformation
+from .protocol.watch import watch_periods
+from .store import JobRecord, now_ms
+
+log = logging.getLogger("xruntime.jobs")
+
+RACE_RETRIES = 10
+
+
+def dumps(data) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+class JobManager:
+    def __init__(self, store, notifier, supervisor, settings, node: str = ""):
+        self.store = store
+        self.notifier = notifier
+        self.supervisor = supervisor      # None in unit tests without worker processes
+        self.settings = settings          # a callable answering the settings in force
+        self.node = node
+        self.started_at = time.time()
+
+    # ------------------------------------------------------------------ views
+
+    def job_view(self, rec, now=None) -> Job:
+        """The ``Job`` answer for a stored record (or UNKNOWN for None)."""
+        if rec is None:
+            raise AssertionError("use unknown_job()")
+        now = now_ms() if now is None else now
+        job = Job(id=rec.id, status=rec.status, elapsedTime=rec.elapsed_ms(now))
+        if rec.progress and states.SHOWS_PROGRESS[rec.status]:
+            job.progress = codec.decode(json.loads(rec.progress), JobProgress)
+        return job
+
+    @staticmethod
+    def unknown_job(job_id: str) -> Job:
+        return Job(id=job_id, status=states.UNKNOWN, elapsedTime=0)
+
+    def _deleted_view(self, rec) -> Job:
+        return Job(id=rec.id, status=states.DELETED, elapsedTime=rec.elapsed_ms(now_ms()))
+
+    # ------------------------------------------------------------------ long operations
+
+    def start(self, op, request) -> Job:
+        """Queue a job for ``op`` (a LongOperation) and answer QUEUING at once."""
+        if op.validate is not None:
+            op.validate(request)
+        timeouts = getattr(request, "timeouts", None)
+        rec = JobRecord(
+            id=str(uuid.uuid4()), service=op.service, operation=op.name,
+            fetch_type=op.fetch_type, status=states.QUEUING,
+            request=dumps(codec.encode(request, op.request)), queued_at=now_ms(),
+            queueing_timeout=getattr(timeouts, "queueingTimeout", None) if timeouts else None,
+            computation_timeout=getattr(timeouts, "computationTimeout", None) if timeouts else None)
+        max_queued = self.settings().jobs_for(op.service).max_queued
+        if not self.store.create(rec, max_queued):
+            raise QueueOverflowFault(f"{max_queued} jobs are queued already; this one was refused",
+                                     hint="Try again later, when fewer jobs are waiting.")
+        log.info("job %s %s.%s QUEUING", rec.id, op.service, op.name)
+        if self.supervisor is not None:
+            self.supervisor.wake()
+        return Job(id=rec.id, status=states.QUEUING, elapsedTime=0)
+
+    def fetch(self, op, job_id: str):
+        """The response of a finished job (or its own fault), by the fetch rules."""
+        rec = self.store.get(job_id)
+        if rec is None:
+            raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
+        if rec.fetch_type != op.fetch_type or rec.service != op.service:
+            raise InvalidFetchTypeFault(
+                f"job {job_id} is a {rec.service}.{rec.operation} job; fetch it with "
+                f"fetch{rec.fetch_type} of {rec.service}", jobId=job_id)
+        decision = states.FETCH[rec.status]
+        if decision == states.REFUSE:
+            raise JobStateFault(f"job {job_id} is {rec.status}; only a SUCCEEDED or FAILED "
+                                "job can be fetched", jobId=job_id, status=rec.status)
+        self.store.mark_fetched(job_id, now_ms())
+        if decision == states.RAISE_STORED_FAULT:
+            raise codec.decode_fault(json.loads(rec.fault))
+        return codec.decode(json.loads(rec.result), op.response)
+
+    def run(self, op, request):
+        """The synchronous form: the same job, waited for, fetched and erased."""
+        job_id = self.start(op, request).id
+        with self.notifier.subscribe(job_id) as sub:
+            while True:
+                rec = self.store.peek(job_id)
+                if rec is None or rec.status in states.TERMINAL or sub.closing:
+                    break
+                sub.wait(5.0)
+        try:
+            return self.fetch(op, job_id)
+        finally:
+            self.store.erase(job_id, states.FINISHED)
+
+    # ------------------------------------------------------------------ XRuntime
+
+    def watch(self, job_id: str, progress_update_period=None, maximum_polling_period=None) -> Job:
+        """Answer at once on a terminal or unknown job; else at the first change once
+        ``progressUpdatePeriod`` has passed (a change seen earlier is answered the
+        moment the period is over), at the latest after ``maximumPollingPeriod``."""
+        update_ms, maximum_ms = watch_periods(progress_update_period, maximum_polling_period)
+        arrived = time.monotonic()
+        earliest = arrived + update_ms / 1000
+        latest = arrived + maximum_ms / 1000
+        with self.notifier.subscribe(job_id) as sub:
+            rec = self.store.peek(job_id)
+            if rec is None:
+                return self.unknown_job(job_id)
+            seen = (rec.status, rec.progress)
+            changed = False
+            while rec.status not in states.TERMINAL:
+                now = time.monotonic()
+                if (changed and now >= earliest) or now >= latest or sub.closing:
+                    break
+                if sub.wait((earliest if changed else latest) - now):
+                    rec = self.store.peek(job_id)
+                    if rec is None:
+                        return self.unknown_job(job_id)
+                    changed = changed or (rec.status, rec.progress) != seen
+            return self.job_view(rec)
+
+    def stop(self, job_id: str) -> Job:
+        for _ in range(RACE_RETRIES):
+            rec = self.store.peek(job_id)
+            status = rec.status if rec else states.UNKNOWN
+            decision = states.STOP[status]
+            if decision == states.UNKNOWN_JOB:
+                raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
+            if decision == states.REFUSE:
+                hint = ("A queued job cannot be stopped; delete it instead." if status == states.QUEUING
+                        else None)
+                raise JobStateFault(f"job {job_id} is {status} and cannot be stopped",
+                                    jobId=job_id, status=status, **({"hint": hint} if hint else {}))
+            if decision == states.UNCHANGED:
+                return self.job_view(rec)
+            if self.store.request_stop(job_id):
+                if self.supervisor is not None:
+                    self.supervisor.stop(job_id)
+                self.notifier.notify(job_id)
+                log.info("job %s STOPPING (stopJob)", job_id)
+                rec.status = states.STOPPING
+                return self.job_view(rec)
+        raise AssertionError("stopJob lost too many races")
+
+    def delete(self, job_id: str) -> Job:
+        for _ in range(RACE_RETRIES):
+            rec = self.store.peek(job_id)
+            status = rec.status if rec else states.UNKNOWN
+            decision = states.DELETE[status]
+            if decision == states.UNCHANGED:
+                return self.unknown_job(job_id) if rec is None else self._deleted_view(rec)
+            if decision == states.ERASE_NOW:
+                if self.store.erase(job_id, (status,)):
+                    self.notifier.notify(job_id)
+                    log.info("job %s DELETED and erased (was %s)", job_id, status)
+                    return self._deleted_view(rec)
+            elif self.store.mark_deleted(job_id):
+                if self.supervisor is not None:
+                    self.supervisor.abort(job_id)
+                self.notifier.notify(job_id)
+                log.info("job %s DELETED (was %s); its computation is aborted", job_id, status)
+                return self._deleted_view(rec)
+        raise AssertionError("deleteJob lost too many races")
+
+    def runtime_information(self, services) -> RuntimeInformation:
+        counts = self.store.counts_by_status()
+        return RuntimeInformation(
+            version=__version__,
+            uptime=int((time.time() - self.started_at) * 1000),
+            node=self.node,
+            services=[ServiceInformation(name=s.name, operations=sorted(s.operations()))
+                      for s in services],
+            jobs=[JobCount(status=s, count=counts.get(s, 0)) for s in states.STORED_STATES])

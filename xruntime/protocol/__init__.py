@@ -1,0 +1,1 @@
+"""The protocol itself: types, faults, the state table and the watch rules (no I/O)."""

@@ -1,0 +1,141 @@
+"""The fault hierarchy of PROTOCOL §6, one definition for every binding.
+
+Each fault is at once a Python exception (raise it anywhere in the operation layer or
+in service code) and a spyne model (its fields are declared, so the WSDL describes it
+and the JSON codec writes it as ``faultInfo``).  ``message`` travels as the SOAP
+``faultstring`` and the JSON ``message``; every other field is part of the fault info.
+"""
+from spyne import Fault, Unicode
+
+from .types import NAMESPACE, JobStatus
+
+
+class XServerFault(Fault):
+    """Root of all xruntime faults: a message for people and a hint on what to do."""
+
+    __namespace__ = NAMESPACE
+    hint = Unicode
+
+    #: SOAP faultcode family: ``Client`` for the caller's mistakes, ``Server`` otherwise.
+    soap_faultcode = "Server"
+    #: HTTP status of the JSON binding.
+    http_status = 500
+    default_hint = ""
+
+    def __init__(self, message: str = "", **fields):
+        Fault.__init__(self, faultcode=self.soap_faultcode,
+                       faultstring=message or self.get_type_name())
+        for name in self.field_names():
+            setattr(self, name, None)
+        self.hint = self.default_hint or None
+        for name, value in fields.items():
+            if name not in self.field_names():
+                raise TypeError(f"{type(self).__name__} has no field {name!r}")
+            setattr(self, name, value)
+
+    @classmethod
+    def field_names(cls):
+        return list(cls.get_flat_type_info(cls).keys())
+
+    @property
+    def message(self) -> str:
+        return self.faultstring
+
+    def fields(self) -> dict:
+        """The fault info fields that are set, in declaration order."""
+        return {name: getattr(self, name) for name in self.field_names()
+                if getattr(self, name) is not None}
+
+    def __str__(self):
+        return f"{type(self).__name__}: {self.faultstring}"
+
+    __repr__ = __str__
+
+
+class InvalidRequestFault(XServerFault):
+    soap_faultcode = "Client"
+    http_status = 400
+    default_hint = "Correct the request and send it again."
+
+
+class InvalidValueFault(InvalidRequestFault):
+    parameter = Unicode
+    value = Unicode
+
+
+class MissingParameterFault(InvalidRequestFault):
+    parameter = Unicode
+
+
+class InvalidFetchTypeFault(InvalidRequestFault):
+    jobId = Unicode
+    default_hint = "Fetch the job with the fetch operation of the service that started it."
+
+
+class UnknownJobFault(InvalidRequestFault):
+    jobId = Unicode
+    http_status = 404
+    default_hint = ("The job never existed, was deleted or has expired; "
+                    "start it again if you still need its result.")
+
+
+class JobStateFault(InvalidRequestFault):
+    jobId = Unicode
+    status = JobStatus
+    http_status = 409
+    default_hint = "Watch the job until it reaches a state that allows this operation."
+
+
+class RejectedRequestFault(XServerFault):
+    soap_faultcode = "Client"
+    http_status = 500
+
+
+class AccessDeniedFault(RejectedRequestFault):
+    http_status = 403
+
+
+class QueueOverflowFault(RejectedRequestFault):
+    http_status = 503
+    default_hint = "Too many jobs are waiting; try again later."
+
+
+class RequestTimedOutFault(RejectedRequestFault):
+    http_status = 504
+    default_hint = "Allow more time, or make the request smaller."
+
+
+class RequestStoppedFault(RejectedRequestFault):
+    default_hint = "The job was stopped before it had any result to return."
+
+
+class ServiceNotConfiguredFault(RejectedRequestFault):
+    service = Unicode
+    http_status = 503
+    default_hint = "The administrator has switched this service off."
+
+
+class ProcessingFault(XServerFault):
+    """The operation failed on valid input; services add subtypes."""
+
+
+class InternalErrorFault(XServerFault):
+    default_hint = "This is a fault of the server; the administrator finds the details in its log."
+
+
+def all_fault_classes():
+    """Every fault class known so far (services' subtypes included), root first."""
+    found, pending = [], [XServerFault]
+    while pending:
+        cls = pending.pop(0)
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+def fault_class(type_name: str):
+    """The fault class of a ``$type`` name, or None."""
+    for cls in all_fault_classes():
+        if cls.get_type_name() == type_name:
+            return cls
+    return None

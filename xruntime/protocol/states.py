@@ -1,0 +1,48 @@
+"""The state table of PROTOCOL §3 as data: what each operation does in each state.
+
+The operation layer looks its decisions up here, and the unit tests check every cell,
+so the table in the protocol and the code cannot drift apart silently.
+"""
+QUEUING, RUNNING, STOPPING = "QUEUING", "RUNNING", "STOPPING"
+SUCCEEDED, FAILED, DELETED, UNKNOWN = "SUCCEEDED", "FAILED", "DELETED", "UNKNOWN"
+
+#: States a job is stored in (UNKNOWN is only ever an answer).
+STORED_STATES = (QUEUING, RUNNING, STOPPING, SUCCEEDED, FAILED, DELETED)
+ACTIVE = frozenset({QUEUING, RUNNING, STOPPING})
+FINISHED = frozenset({SUCCEEDED, FAILED})
+#: A watch answers at once in these states.
+TERMINAL = frozenset({SUCCEEDED, FAILED, DELETED, UNKNOWN})
+
+# Decisions.
+REFUSE = "refuse with JobStateFault"
+UNKNOWN_JOB = "refuse with UnknownJobFault"
+ANSWER_RESULT = "answer the stored response"
+RAISE_STORED_FAULT = "raise the job's own fault"
+TO_STOPPING = "move to STOPPING and signal the operation"
+UNCHANGED = "answer the job unchanged"
+ERASE_NOW = "erase the record at once and answer DELETED"
+TO_DELETED = "move to DELETED and abort the computation"
+
+FETCH = {
+    QUEUING: REFUSE, RUNNING: REFUSE, STOPPING: REFUSE,
+    SUCCEEDED: ANSWER_RESULT, FAILED: RAISE_STORED_FAULT,
+    DELETED: REFUSE, UNKNOWN: UNKNOWN_JOB,
+}
+
+STOP = {
+    QUEUING: REFUSE, RUNNING: TO_STOPPING, STOPPING: UNCHANGED,
+    SUCCEEDED: UNCHANGED, FAILED: UNCHANGED,
+    DELETED: REFUSE, UNKNOWN: UNKNOWN_JOB,
+}
+
+DELETE = {
+    QUEUING: ERASE_NOW, RUNNING: TO_DELETED, STOPPING: TO_DELETED,
+    SUCCEEDED: ERASE_NOW, FAILED: ERASE_NOW,
+    DELETED: UNCHANGED, UNKNOWN: UNCHANGED,
+}
+
+#: Whether a job in this state shows its progress.
+SHOWS_PROGRESS = {
+    QUEUING: False, RUNNING: True, STOPPING: True,
+    SUCCEEDED: True, FAILED: True, DELETED: False, UNKNOWN: False,
+}

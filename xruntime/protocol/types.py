@@ -1,0 +1,124 @@
+"""The protocol's data types, defined once as spyne models.
+
+Every binding (SOAP, JSON, JSON-RPC) and the WSDL are derived from these classes, so
+a field added here appears everywhere.  Services subclass ``RequestBase``,
+``ResponseBase`` and ``JobProgress`` for their own types.
+"""
+from spyne import ComplexModel, Enum, Integer, Long, Unicode
+
+NAMESPACE = "http://xruntime.org/xserver/types"
+
+
+class XModel(ComplexModel):
+    """Base of every protocol type: one namespace, fields in declaration order."""
+
+    __namespace__ = NAMESPACE
+
+
+def required(spyne_type, **attributes):
+    """A field the caller must send (``MissingParameterFault`` otherwise)."""
+    return spyne_type(min_occurs=1, nillable=False, **attributes)
+
+
+def repeated(spyne_type):
+    """A list field: repeated elements in SOAP, an array in JSON."""
+    return spyne_type.customize(max_occurs="unbounded")
+
+
+JobStatus = Enum(
+    "QUEUING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "DELETED", "UNKNOWN",
+    type_name="JobStatus",
+)
+JobStatus.__namespace__ = NAMESPACE
+
+ResultLimitationReason = Enum(
+    "REQUEST_STOPPED", "REQUEST_TIMED_OUT", type_name="IntermediateResponseReason",
+)
+ResultLimitationReason.__namespace__ = NAMESPACE
+
+
+class JobProgress(XModel):
+    """Abstract: services define subtypes; they travel with their type name."""
+
+
+class BulkProgress(JobProgress):
+    remaining = Long
+    successful = Long
+    failed = Long
+
+
+class Job(XModel):
+    id = required(Unicode)
+    status = required(JobStatus)
+    elapsedTime = required(Long)
+    progress = JobProgress
+
+
+class Timeouts(XModel):
+    """A request's own timeouts in ms; they can only shorten the configured ones."""
+
+    queueingTimeout = Long
+    computationTimeout = Long
+
+
+class RequestBase(XModel):
+    """Base of every long operation's request."""
+
+    timeouts = Timeouts
+
+
+class ResultLimitation(XModel):
+    """Something the caller should know about a result: it is partial, etc."""
+
+    message = Unicode
+
+
+class IntermediateResponseLimitation(ResultLimitation):
+    reason = ResultLimitationReason
+
+
+class ResponseBase(XModel):
+    """Base of every long operation's response."""
+
+    resultLimitations = repeated(ResultLimitation)
+
+
+class JobRequest(XModel):
+    id = required(Unicode)
+
+
+class WatchRequest(XModel):
+    id = required(Unicode)
+    progressUpdatePeriod = Long
+    maximumPollingPeriod = Long
+
+
+class RuntimeInformationRequest(XModel):
+    """Empty: getRuntimeInformation takes no parameters."""
+
+
+class ServiceInformation(XModel):
+    name = Unicode
+    operations = repeated(Unicode)
+
+
+class JobCount(XModel):
+    status = JobStatus
+    count = Long
+
+
+class RuntimeInformation(XModel):
+    version = Unicode
+    uptime = Long
+    node = Unicode
+    services = repeated(ServiceInformation)
+    jobs = repeated(JobCount)
+
+
+__all__ = [
+    "NAMESPACE", "XModel", "required", "repeated", "JobStatus", "ResultLimitationReason",
+    "JobProgress", "BulkProgress", "Job", "Timeouts", "RequestBase", "ResultLimitation",
+    "IntermediateResponseLimitation", "ResponseBase", "JobRequest", "WatchRequest",
+    "RuntimeInformationRequest", "ServiceInformation", "JobCount", "RuntimeInformation",
+    "Integer",
+]

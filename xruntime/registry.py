@@ -1,0 +1,25 @@
+"""Finds the services: XRuntime plus every package under ``services/`` that defines
+a module-level ``service``.  Adding a folder there adds a service; nothing else is
+listed anywhere."""
+import importlib
+import pkgutil
+from functools import lru_cache
+
+
+@lru_cache(maxsize=None)
+def discover() -> dict:
+    """Every service by name, XRuntime first (imported once per process)."""
+    from .runtime_service import xruntime
+    found = {xruntime.name: xruntime}
+    import services
+    for info in sorted(pkgutil.iter_modules(services.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"services.{info.name}")
+        service = getattr(module, "service", None)
+        if service is not None:
+            found[service.name] = service
+    return found
+
+
+def long_operation(service: str, name: str):
+    """The LongOperation a worker process is asked to run."""
+    return discover()[service].long_operations[name]

@@ -1,0 +1,32 @@
+"""XRuntime: the job operations every client uses (PROTOCOL §4)."""
+from .protocol.faults import (InvalidRequestFault, JobStateFault, MissingParameterFault,
+                              UnknownJobFault, InvalidValueFault)
+from .protocol.types import Job, JobRequest, RuntimeInformation, RuntimeInformationRequest, WatchRequest
+from .service import Service
+
+xruntime = Service("XRuntime", "Watch, stop and delete jobs; information about this server.")
+
+_REQUEST_FAULTS = (InvalidRequestFault, InvalidValueFault, MissingParameterFault)
+
+
+@xruntime.call(request=WatchRequest, response=Job, faults=_REQUEST_FAULTS)
+def watchJob(jobs, request):
+    return jobs.watch(request.id, request.progressUpdatePeriod, request.maximumPollingPeriod)
+
+
+@xruntime.call(request=JobRequest, response=Job,
+               faults=_REQUEST_FAULTS + (UnknownJobFault, JobStateFault))
+def stopJob(jobs, request):
+    return jobs.stop(request.id)
+
+
+@xruntime.call(request=JobRequest, response=Job, faults=_REQUEST_FAULTS)
+def deleteJob(jobs, request):
+    return jobs.delete(request.id)
+
+
+@xruntime.call(request=RuntimeInformationRequest, response=RuntimeInformation, faults=_REQUEST_FAULTS)
+def getRuntimeInformation(jobs, request):
+    from .registry import discover
+    enabled = jobs.settings()
+    return jobs.runtime_information([s for s in discover().values() if enabled.service_enabled(s.name)])

@@ -1,0 +1,130 @@
+"""The service author's API: typed request and response classes and one function.
+
+::
+
+    xdemo = Service("XDemo")
+
+    @xdemo.long_operation(request=SimulateRequest, response=SimulateResponse)
+    def simulate(request, job):
+        job.report_progress(BulkProgress(...))
+        if job.stop_requested: ...
+        return SimulateResponse(...)
+
+From that one declaration the framework derives ``startSimulate``,
+``fetchSimulateResponse`` (named after the response type) and the synchronous
+``simulate``, in every binding and in the WSDL.  The function runs in a worker process
+and knows nothing of HTTP, SQL or processes; ``job`` is a ``JobContext``.
+"""
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol
+
+from .protocol.faults import XServerFault
+from .protocol.types import Job, JobProgress, JobRequest
+
+
+class JobContext(Protocol):
+    """What a long operation's function sees of its job."""
+
+    def report_progress(self, progress: JobProgress) -> None:
+        """Publish progress; watchers are woken by it."""
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once the job was stopped, timed out or deleted: wind down now."""
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, waking at once on a stop; True if stopped."""
+
+    def stop_fault(self) -> XServerFault:
+        """The fault to raise when stopped with nothing to return yet
+        (``RequestStoppedFault`` or ``RequestTimedOutFault``)."""
+
+
+def _cap(name: str) -> str:
+    return name[:1].upper() + name[1:]
+
+
+@dataclass(frozen=True)
+class LongOperation:
+    """A long operation as its author declared it."""
+    service: str
+    name: str
+    request: type
+    response: type
+    function: Callable
+    faults: tuple = ()
+    validate: Optional[Callable] = None
+
+    @property
+    def start_name(self) -> str:
+        return "start" + _cap(self.name)
+
+    @property
+    def fetch_name(self) -> str:
+        return "fetch" + self.response.get_type_name()
+
+    @property
+    def fetch_type(self) -> str:
+        return self.response.get_type_name()
+
+
+# The kinds of operation a binding serves.
+START, FETCH, RUN, CALL = "start", "fetch", "run", "call"
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation as the bindings see it: a name, typed in and out, and its faults.
+
+    ``target`` is the LongOperation (for start, fetch, run) or, for CALL, a function
+    ``(jobs, request) -> response`` run in the request thread.
+    """
+    service: str
+    name: str
+    kind: str
+    request: type
+    response: type
+    target: object
+    faults: tuple = ()
+
+
+@dataclass
+class Service:
+    name: str
+    description: str = ""
+    long_operations: dict = field(default_factory=dict)
+    calls: dict = field(default_factory=dict)
+
+    def long_operation(self, request, response, faults=(), validate=None):
+        """Declare ``function(request, job) -> response`` as a long operation.
+
+        ``validate(request)``, if given, runs when the job is started and may raise
+        ``InvalidValueFault`` so that a bad request is refused at once, not as a
+        FAILED job.
+        """
+        def register(function):
+            op = LongOperation(self.name, function.__name__, request, response,
+                               function, tuple(faults), validate)
+            self.long_operations[op.name] = op
+            return function
+        return register
+
+    def call(self, request, response, faults=()):
+        """Declare a short operation answered in the request thread (XRuntime's)."""
+        def register(function):
+            self.calls[function.__name__] = (request, response, function, tuple(faults))
+            return function
+        return register
+
+    def operations(self) -> dict:
+        """Every operation this service offers, by name."""
+        ops = {}
+        for name, (request, response, function, faults) in self.calls.items():
+            ops[name] = Operation(self.name, name, CALL, request, response, function, faults)
+        for op in self.long_operations.values():
+            ops[op.start_name] = Operation(self.name, op.start_name, START, op.request, Job,
+                                           op, op.faults)
+            ops[op.name] = Operation(self.name, op.name, RUN, op.request, op.response, op, op.faults)
+            ops.setdefault(op.fetch_name, Operation(self.name, op.fetch_name, FETCH, JobRequest,
+                                                    op.response, op, op.faults))
+        return ops

@@ -1,0 +1,11 @@
+"""The job store: the only place that speaks SQL."""
+from .base import JobRecord, JobStore, Recovered, now_ms
+from .sql import SqlJobStore
+
+
+def open_store(url: str) -> SqlJobStore:
+    """The store for a database URL (SQLite or PostgreSQL)."""
+    return SqlJobStore(url)
+
+
+__all__ = ["JobRecord", "JobStore", "Recovered", "now_ms", "SqlJobStore", "open_store"]

@@ -1,0 +1,100 @@
+"""What the rest of xruntime knows of the job store: a record and an interface.
+
+Every method that changes a job is one short transaction guarded on the job's current
+state, and answers whether it won; callers never read-modify-write a job themselves.
+Time stamps are integer milliseconds since the epoch.
+"""
+import time
+from dataclasses import dataclass
+from typing import Iterable, Optional, Protocol
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class JobRecord:
+    id: str
+    service: str
+    operation: str
+    fetch_type: str
+    status: str
+    request: str = ""                    # JSON text (codec form)
+    result: Optional[str] = None         # JSON text of the response
+    fault: Optional[str] = None          # JSON text of the fault
+    progress: Optional[str] = None       # JSON text of the JobProgress
+    queued_at: int = 0
+    started_at: Optional[int] = None
+    finished_at: Optional[int] = None
+    first_fetched_at: Optional[int] = None
+    attempts: int = 0
+    node: Optional[str] = None
+    lease_until: Optional[int] = None
+    queueing_timeout: Optional[int] = None      # ms asked by the request, if any
+    computation_timeout: Optional[int] = None   # ms asked by the request, if any
+
+    def elapsed_ms(self, now: int) -> int:
+        end = self.finished_at if self.finished_at is not None else now
+        return max(0, end - self.queued_at)
+
+
+@dataclass
+class Recovered:
+    """A job found running on a dead node: re-queued, or failed past max_attempts."""
+    id: str
+    requeued: bool
+    attempts: int
+
+
+class JobStore(Protocol):
+    def create(self, job: JobRecord, max_queued: int) -> bool:
+        """Insert a QUEUING job; False when ``max_queued`` jobs are queued already."""
+
+    def get(self, job_id: str) -> Optional[JobRecord]: ...
+
+    def peek(self, job_id: str) -> Optional[JobRecord]:
+        """Like get, without request, result and fault."""
+
+    def claim(self, node: str, now: int, lease_ms: int,
+              services: Optional[Iterable[str]] = None) -> Optional[JobRecord]:
+        """Move the oldest QUEUING job to RUNNING on ``node``; None when none waits."""
+
+    def set_progress(self, job_id: str, progress: str) -> bool: ...
+
+    def request_stop(self, job_id: str) -> bool:
+        """RUNNING → STOPPING."""
+
+    def finish(self, job_id: str, status: str, now: int, *, result: Optional[str] = None,
+               fault: Optional[str] = None, from_states=("RUNNING", "STOPPING")) -> bool:
+        """An active job → SUCCEEDED (with result) or FAILED (with fault)."""
+
+    def mark_deleted(self, job_id: str) -> bool:
+        """RUNNING/STOPPING → DELETED (the worker still has to let go)."""
+
+    def erase(self, job_id: str, statuses: Iterable[str]) -> bool:
+        """Remove the record if it is in one of ``statuses``."""
+
+    def mark_fetched(self, job_id: str, now: int) -> None:
+        """Stamp the first fetch (later fetches keep the first stamp)."""
+
+    def hand_back(self, job_id: str, node: str) -> bool:
+        """A running job back to QUEUING, untouched, its attempt not counted."""
+
+    def renew_leases(self, node: str, until: int) -> list:
+        """Extend the leases of the node's jobs; answers [(id, status)] of them."""
+
+    def recover(self, node: Optional[str], now: int, max_attempts: int,
+                fault_for) -> list:
+        """Re-queue (or fail past ``max_attempts``) jobs left running by a dead node:
+        those of ``node``, or with ``node=None`` those whose lease ran out."""
+
+    def fail_timed_out_queued(self, now: int, default_timeout_ms: int, fault: str) -> list: ...
+
+    def counts_by_status(self) -> dict: ...
+
+    def erase_expired(self, now: int, unfetched_ms: int, fetched_ms: int, limit: int,
+                      services: Optional[Iterable[str]] = None,
+                      exclude: Optional[Iterable[str]] = None) -> int: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,35 @@
+"""The one table of the job store.
+
+``seq`` orders the queue (first in, first out); ``id`` is the public UUID4.  Payloads
+(request, result, fault, progress) are the codec's JSON, zlib-compressed when large.
+"""
+from sqlalchemy import (BigInteger, Column, Index, Integer, LargeBinary, MetaData, String,
+                        Table)
+
+metadata = MetaData()
+
+jobs = Table(
+    "jobs", metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(36), nullable=False, unique=True),
+    Column("service", String(100), nullable=False),
+    Column("operation", String(100), nullable=False),
+    Column("fetch_type", String(100), nullable=False),
+    Column("status", String(10), nullable=False),
+    Column("request", LargeBinary, nullable=False),
+    Column("result", LargeBinary),
+    Column("fault", LargeBinary),
+    Column("progress", LargeBinary),
+    Column("queued_at", BigInteger, nullable=False),
+    Column("started_at", BigInteger),
+    Column("finished_at", BigInteger),
+    Column("first_fetched_at", BigInteger),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("node", String(200)),
+    Column("lease_until", BigInteger),
+    Column("queueing_timeout", BigInteger),
+    Column("computation_timeout", BigInteger),
+    Index("ix_jobs_status_seq", "status", "seq"),
+    Index("ix_jobs_node", "node"),
+    Index("ix_jobs_finished_at", "finished_at"),
+)

@@ -1,0 +1,254 @@
+"""The job store on SQLAlchemy Core, for SQLite (embedded default) and PostgreSQL.
+
+This is the only module that speaks SQL.  Every change is one short transaction with a
+guard on the job's current state (``UPDATE … WHERE id = :id AND status IN (…)``), so
+of two actors racing on a job exactly one wins.  SQLite runs in WAL mode; its writers
+are serialised in-process (only the server process opens the file), PostgreSQL's are
+kept apart by row locks and ``FOR UPDATE SKIP LOCKED`` claims.
+"""
+import os
+import threading
+import zlib
+from contextlib import contextmanager, nullcontext
+from typing import Iterable, Optional
+
+from sqlalchemy import create_engine, delete, event, func, insert, select, update
+from sqlalchemy.engine import make_url
+
+from .base import JobRecord, Recovered
+from .schema import jobs, metadata
+
+COMPRESS_ABOVE = 4096
+ACTIVE_RUNNING = ("RUNNING", "STOPPING")
+
+
+def pack(text: Optional[str]) -> Optional[bytes]:
+    """JSON text as stored: plain UTF-8, or zlib when large (JSON never starts with 'x')."""
+    if text is None:
+        return None
+    data = text.encode("utf-8")
+    return zlib.compress(data, 1) if len(data) > COMPRESS_ABOVE else data
+
+
+def unpack(blob) -> Optional[str]:
+    if blob is None:
+        return None
+    blob = bytes(blob)
+    if blob[:1] == b"x":
+        blob = zlib.decompress(blob)
+    return blob.decode("utf-8")
+
+
+_PAYLOADS = ("request", "result", "fault", "progress")
+_LIGHT = [c for c in jobs.c if c.name not in ("seq", "request", "result", "fault")]
+
+
+def _record(row) -> JobRecord:
+    data = dict(row._mapping)
+    data.pop("seq", None)
+    for name in _PAYLOADS:
+        data[name] = unpack(data[name])
+    return JobRecord(**data)
+
+
+class SqlJobStore:
+    """JobStore on a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://…``)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        parsed = make_url(url)
+        self.dialect = parsed.get_backend_name()
+        if self.dialect == "sqlite":
+            if parsed.database and parsed.database != ":memory:":
+                os.makedirs(os.path.dirname(os.path.abspath(parsed.database)), exist_ok=True)
+            self.engine = create_engine(url, pool_size=20, max_overflow=200,
+                                        connect_args={"check_same_thread": False})
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+            self._write_lock = threading.Lock()
+        else:
+            self.engine = create_engine(url, pool_size=20, max_overflow=100, pool_pre_ping=True)
+            self._write_lock = nullcontext()
+        metadata.create_all(self.engine)
+
+    # ----------------------------------------------------------------- helpers
+
+    @contextmanager
+    def _write(self):
+        with self._write_lock, self.engine.begin() as conn:
+            yield conn
+
+    def _guarded_update(self, job_id, states, **values) -> bool:
+        with self._write() as conn:
+            res = conn.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status.in_(states))
+                               .values(**values))
+            return res.rowcount == 1
+
+    # ----------------------------------------------------------------- the interface
+
+    def create(self, job: JobRecord, max_queued: int) -> bool:
+        values = {k: getattr(job, k) for k in (
+            "id", "service", "operation", "fetch_type", "status", "queued_at", "attempts",
+            "queueing_timeout", "computation_timeout")}
+        values["request"] = pack(job.request)
+        with self._write() as conn:
+            if max_queued:
+                queued = conn.execute(select(func.count()).select_from(jobs)
+                                      .where(jobs.c.status == "QUEUING")).scalar_one()
+                if queued >= max_queued:
+                    return False
+            conn.execute(insert(jobs).values(**values))
+        return True
+
+    def get(self, job_id: str) -> Optional[JobRecord]:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+        return _record(row) if row is not None else None
+
+    def peek(self, job_id: str) -> Optional[JobRecord]:
+        """The job without its request, result and fault: what watch, stop and delete
+        need, without reading a large result."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(*_LIGHT).where(jobs.c.id == job_id)).first()
+        if row is None:
+            return None
+        data = dict(row._mapping)
+        data["progress"] = unpack(data["progress"])
+        return JobRecord(**data)
+
+    def claim(self, node: str, now: int, lease_ms: int,
+              services: Optional[Iterable[str]] = None) -> Optional[JobRecord]:
+        oldest = select(jobs.c.seq).where(jobs.c.status == "QUEUING")
+        if services is not None:
+            oldest = oldest.where(jobs.c.service.in_(list(services)))
+        oldest = oldest.order_by(jobs.c.seq).limit(1)
+        if self.dialect == "postgresql":
+            oldest = oldest.with_for_update(skip_locked=True)
+        stmt = (update(jobs)
+                .where(jobs.c.seq == oldest.scalar_subquery(), jobs.c.status == "QUEUING")
+                .values(status="RUNNING", node=node, started_at=now,
+                        attempts=jobs.c.attempts + 1, lease_until=now + lease_ms)
+                .returning(*jobs.c))
+        with self._write() as conn:
+            row = conn.execute(stmt).first()
+        return _record(row) if row is not None else None
+
+    def set_progress(self, job_id: str, progress: str) -> bool:
+        return self._guarded_update(job_id, ACTIVE_RUNNING, progress=pack(progress))
+
+    def request_stop(self, job_id: str) -> bool:
+        return self._guarded_update(job_id, ("RUNNING",), status="STOPPING")
+
+    def finish(self, job_id: str, status: str, now: int, *, result: Optional[str] = None,
+               fault: Optional[str] = None, from_states=ACTIVE_RUNNING) -> bool:
+        return self._guarded_update(job_id, from_states, status=status, finished_at=now,
+                                    result=pack(result), fault=pack(fault), lease_until=None)
+
+    def mark_deleted(self, job_id: str) -> bool:
+        return self._guarded_update(job_id, ACTIVE_RUNNING, status="DELETED")
+
+    def erase(self, job_id: str, statuses: Iterable[str]) -> bool:
+        with self._write() as conn:
+            res = conn.execute(delete(jobs).where(jobs.c.id == job_id,
+                                                  jobs.c.status.in_(list(statuses))))
+            return res.rowcount == 1
+
+    def mark_fetched(self, job_id: str, now: int) -> None:
+        with self._write() as conn:
+            conn.execute(update(jobs).where(jobs.c.id == job_id,
+                                            jobs.c.first_fetched_at.is_(None))
+                         .values(first_fetched_at=now))
+
+    def hand_back(self, job_id: str, node: str) -> bool:
+        with self._write() as conn:
+            res = conn.execute(
+                update(jobs).where(jobs.c.id == job_id, jobs.c.node == node,
+                                   jobs.c.status.in_(ACTIVE_RUNNING))
+                .values(status="QUEUING", node=None, started_at=None, progress=None,
+                        lease_until=None, attempts=jobs.c.attempts - 1))
+            if res.rowcount == 0:
+                conn.execute(delete(jobs).where(jobs.c.id == job_id, jobs.c.node == node,
+                                                jobs.c.status == "DELETED"))
+            return res.rowcount == 1
+
+    def renew_leases(self, node: str, until: int) -> list:
+        with self._write() as conn:
+            conn.execute(update(jobs).where(jobs.c.node == node,
+                                            jobs.c.status.in_(ACTIVE_RUNNING + ("DELETED",)))
+                         .values(lease_until=until))
+            rows = conn.execute(select(jobs.c.id, jobs.c.status).where(
+                jobs.c.node == node, jobs.c.status.in_(ACTIVE_RUNNING + ("DELETED",)))).all()
+        return [tuple(r) for r in rows]
+
+    def recover(self, node: Optional[str], now: int, max_attempts: int, fault_for) -> list:
+        held = jobs.c.status.in_(ACTIVE_RUNNING + ("DELETED",))
+        lost = (jobs.c.node == node) if node is not None else (jobs.c.lease_until < now)
+        found = []
+        with self._write() as conn:
+            query = select(jobs.c.id, jobs.c.status, jobs.c.attempts).where(held, lost)
+            if self.dialect == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            for job_id, status, attempts in conn.execute(query).all():
+                if status == "DELETED":
+                    conn.execute(delete(jobs).where(jobs.c.id == job_id))
+                elif attempts >= max_attempts:
+                    conn.execute(update(jobs).where(jobs.c.id == job_id).values(
+                        status="FAILED", finished_at=now, lease_until=None,
+                        fault=pack(fault_for(attempts))))
+                    found.append(Recovered(job_id, False, attempts))
+                else:
+                    conn.execute(update(jobs).where(jobs.c.id == job_id).values(
+                        status="QUEUING", node=None, started_at=None, progress=None,
+                        lease_until=None))
+                    found.append(Recovered(job_id, True, attempts))
+        return found
+
+    def fail_timed_out_queued(self, now: int, default_timeout_ms: int, fault: str) -> list:
+        """Fail QUEUING jobs waiting longer than their queueing timeout (the request's
+        own, else ``default_timeout_ms``; 0 means none)."""
+        timeout = func.coalesce(jobs.c.queueing_timeout, default_timeout_ms)
+        cond = (jobs.c.status == "QUEUING") & (timeout > 0) & (jobs.c.queued_at + timeout <= now)
+        with self._write() as conn:
+            ids = [r[0] for r in conn.execute(select(jobs.c.id).where(cond).limit(1000)).all()]
+            if ids:
+                conn.execute(update(jobs).where(jobs.c.id.in_(ids), jobs.c.status == "QUEUING")
+                             .values(status="FAILED", finished_at=now, fault=pack(fault)))
+        return ids
+
+    def counts_by_status(self) -> dict:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status)).all()
+        return {status: count for status, count in rows}
+
+    def erase_expired(self, now: int, unfetched_ms: int, fetched_ms: int, limit: int,
+                      services: Optional[Iterable[str]] = None,
+                      exclude: Optional[Iterable[str]] = None) -> int:
+        """Erase up to ``limit`` finished jobs past their retention (0 ms: kept for ever)."""
+        conds = []
+        if unfetched_ms:
+            conds.append(jobs.c.first_fetched_at.is_(None) & (jobs.c.finished_at <= now - unfetched_ms))
+        if fetched_ms:
+            conds.append(jobs.c.first_fetched_at.is_not(None)
+                         & (jobs.c.first_fetched_at <= now - fetched_ms))
+        if not conds:
+            return 0
+        expired = conds[0] if len(conds) == 1 else (conds[0] | conds[1])
+        query = select(jobs.c.seq).where(jobs.c.status.in_(("SUCCEEDED", "FAILED")), expired)
+        if services is not None:
+            query = query.where(jobs.c.service.in_(list(services)))
+        if exclude:
+            query = query.where(jobs.c.service.not_in(list(exclude)))
+        query = query.limit(limit)
+        with self._write() as conn:
+            res = conn.execute(delete(jobs).where(jobs.c.seq.in_(query.scalar_subquery())))
+            return res.rowcount
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_connection, _record):
+    cur = dbapi_connection.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()
