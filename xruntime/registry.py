@@ -1,7 +1,9 @@
 """Finds the services: XRuntime plus every package under ``services/`` that defines
 a module-level ``service``.  Adding a folder there adds a service; nothing else is
-listed anywhere."""
+listed anywhere.  Modules named in ``XRUNTIME_SERVICE_MODULES`` (comma-separated, e.g.
+``mycompany.xroute``) are loaded too, for services kept outside this repository."""
 import importlib
+import os
 import pkgutil
 from functools import lru_cache
 
@@ -17,6 +19,9 @@ def discover() -> dict:
         service = getattr(module, "service", None)
         if service is not None:
             found[service.name] = service
+    for name in filter(None, (n.strip() for n in os.environ.get("XRUNTIME_SERVICE_MODULES", "").split(","))):
+        service = importlib.import_module(name).service
+        found[service.name] = service
     return found
 
 

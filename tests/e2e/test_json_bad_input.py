@@ -1,0 +1,73 @@
+"""Bad input gets a clear JSON fault, changes nothing stored, and the server stays up."""
+import pytest
+
+
+def jobs_stored(server):
+    info = server.call("XRuntime", "getRuntimeInformation", {})
+    return {c["status"]: c["count"] for c in info["jobs"]}
+
+
+@pytest.mark.parametrize("body, status, fault, parameter", [
+    (b"{not json", 400, "InvalidRequestFault", None),
+    (b"[1, 2]", 400, "InvalidValueFault", None),
+    (b'{"steps": "many"}', 400, "InvalidValueFault", "steps"),
+    (b'{"steps": 0}', 400, "InvalidValueFault", "steps"),
+    (b'{"durationMs": -5}', 400, "InvalidValueFault", "durationMs"),
+    (b'{"failAtStep": 0}', 400, "InvalidValueFault", "failAtStep"),
+    (b'{"busy": "yes"}', 400, "InvalidValueFault", "busy"),
+    (b'{"steps": 2.5}', 400, "InvalidValueFault", "steps"),
+    (b'{"stepz": 2}', 400, "InvalidValueFault", "stepz"),
+    (b'{"timeouts": {"computationTimeout": "soon"}}', 400, "InvalidValueFault",
+     "timeouts.computationTimeout"),
+])
+def test_bad_start_requests(server, body, status, fault, parameter):
+    before = jobs_stored(server)
+    r = server.session.post(server.url("XDemo", "startSimulate"), data=body,
+                            headers={"Content-Type": "application/json"})
+    assert r.status_code == status, r.text
+    info = r.json()["faultInfo"]
+    assert info["$type"] == fault and r.json()["message"]
+    if parameter:
+        assert info["parameter"] == parameter
+    assert "Traceback" not in r.text
+    assert jobs_stored(server) == before
+
+
+@pytest.mark.parametrize("body, fault, parameter", [
+    ({}, "MissingParameterFault", "id"),
+    ({"id": "x", "progressUpdatePeriod": 2.5}, "InvalidValueFault", "progressUpdatePeriod"),
+    ({"id": "x", "maximumPollingPeriod": "long"}, "InvalidValueFault", "maximumPollingPeriod"),
+    ({"id": 17}, "InvalidValueFault", "id"),
+])
+def test_bad_watch_requests(server, body, fault, parameter):
+    r = server.post("XRuntime", "watchJob", body)
+    assert r.status_code == 400
+    assert r.json()["faultInfo"]["$type"] == fault
+    assert r.json()["faultInfo"]["parameter"] == parameter
+
+
+def test_negative_periods_are_clamped_not_refused(server):
+    assert server.watch("nope", progressUpdatePeriod=-5, maximumPollingPeriod=-9)["status"] == "UNKNOWN"
+
+
+def test_unknown_service_or_operation(server):
+    for service, op in (("XNothing", "watchJob"), ("XRuntime", "fly")):
+        r = server.post(service, op, {})
+        assert r.status_code == 400 and r.json()["faultInfo"]["$type"] == "InvalidRequestFault"
+    r = server.session.get(server.url("XRuntime", "watchJob"))
+    assert r.status_code == 400 and "POST" in r.json()["message"]
+    r = server.session.post(server.base + "/elsewhere", json={})
+    assert r.status_code == 400 and r.json()["faultInfo"]["$type"] == "InvalidRequestFault"
+
+
+def test_body_over_the_limit_is_refused(server):
+    r = server.session.post(server.url("XDemo", "startSimulate"), data=b" " * (11 * 1024 * 1024),
+                            headers={"Content-Type": "application/json"})
+    assert r.status_code in (400, 413)
+    assert server.call("XRuntime", "getRuntimeInformation", {})["version"]
+
+
+def test_wrong_content_type(server):
+    r = server.session.post(server.url("XDemo", "startSimulate"), data=b"<a/>",
+                            headers={"Content-Type": "text/xml"})
+    assert r.status_code == 400 and "content type" in r.json()["message"]

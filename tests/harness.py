@@ -1,0 +1,166 @@
+"""Runs a real xruntime node in a subprocess on a free port, and talks JSON to it.
+
+Used by the end-to-end tests and the benchmarks: every call goes through real HTTP
+to a real ``python -m xruntime serve`` with real worker processes.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import requests
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(folder, port, database_url=None, extra="", workers=2, threads=64):
+    """A config file in ``folder`` (data beside it), as an administrator would write it."""
+    os.makedirs(folder, exist_ok=True)
+    url = database_url or "sqlite:///data/xruntime.db"
+    path = os.path.join(folder, "xserver.toml")
+    with open(path, "w") as f:
+        f.write(textwrap.dedent(f"""\
+            [server]
+            host = "127.0.0.1"
+            port = {port}
+            threads = {threads}
+
+            [database]
+            url = "{url}"
+
+            [workers]
+            count = {workers}
+            """) + textwrap.dedent(extra))
+    return path
+
+
+class Server:
+    """One node; ``start()`` waits until it answers, ``stop()`` sends SIGTERM."""
+
+    def __init__(self, folder, port=None, database_url=None, extra="", workers=2, threads=64,
+                 env=None):
+        self.folder = folder
+        self.port = port or free_port()
+        self.config = write_config(folder, self.port, database_url, extra, workers, threads)
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = os.path.join(folder, "server.log")
+        self.env = dict(os.environ, PYTHONPATH=ROOT, XRUNTIME_SERVICE_MODULES="tests.fixtures.crashy",
+                        **(env or {}))
+        self.proc = None
+        self.workers = workers
+        self.session = requests.Session()
+
+    def start(self, timeout=60):
+        self._log = open(self.log_path, "ab")
+        self._log_offset = self._log.tell()
+        self.proc = subprocess.Popen([sys.executable, "-m", "xruntime", "serve", "--config", self.config],
+                                     cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if self.session.post(self.url("XRuntime", "getRuntimeInformation"), json={},
+                                     timeout=2).status_code == 200 and self._workers_ready():
+                    return self
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"server did not start:\n{self.log()}")
+
+    def _workers_ready(self):
+        return self.log()[self._log_offset:].count("started (pid") >= self.workers
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        code, self.proc = self.proc.returncode, None
+        return code
+
+    def kill(self):
+        """SIGKILL the server process and its workers, as a power loss would."""
+        pids = [self.proc.pid] + _children(self.proc.pid)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        self._log.close()
+        self.proc = None
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    # ------------------------------------------------------------------ JSON calls
+
+    def url(self, service, operation):
+        return f"{self.base}/services/rs/{service}/{operation}"
+
+    def post(self, service, operation, body=None, **kwargs):
+        """The raw response of one JSON call."""
+        return self.session.post(self.url(service, operation), json=body if body is not None else {},
+                                 timeout=kwargs.pop("timeout", 70), **kwargs)
+
+    def call(self, service, operation, body=None, expect=200):
+        r = self.post(service, operation, body)
+        assert r.status_code == expect, (r.status_code, r.text)
+        return r.json()
+
+    def start_job(self, **request):
+        return self.call("XDemo", "startSimulate", request)
+
+    def watch(self, job_id, **periods):
+        return self.call("XRuntime", "watchJob", dict(id=job_id, **periods))
+
+    def wait_done(self, job_id, timeout=60):
+        """Watch until the job is terminal; answers the last Job."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            job = self.watch(job_id, progressUpdatePeriod=250, maximumPollingPeriod=5000)
+            if job["status"] in ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN"):
+                return job
+        raise AssertionError(f"job {job_id} did not finish")
+
+    def wait_status(self, job_id, status, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            job = self.watch(job_id, progressUpdatePeriod=250, maximumPollingPeriod=1000)
+            if job["status"] == status:
+                return job
+        raise AssertionError(f"job {job_id} never reached {status}")
+
+
+def _children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found

@@ -1,0 +1,84 @@
+"""Shared fixtures of the unit tests: a real job store, a real JobManager, XDemo.
+
+No HTTP, no subprocesses: the operation layer (``JobManager``) runs on a real
+``SqlJobStore`` (an SQLite file under ``tmp_path``; PostgreSQL too for the tests that
+ask for ``any_store`` when ``XRUNTIME_TEST_DATABASE_URL`` is set) and a real in-process
+``Notifier``.  Jobs are moved between states with the store's own guarded methods,
+the way the supervisor does.
+"""
+import os
+
+import pytest
+
+from xruntime.config import Settings
+from xruntime.engine.notifier import Notifier
+from xruntime.jobs import JobManager
+from xruntime.store import SqlJobStore
+
+PG_ENV = "XRUNTIME_TEST_DATABASE_URL"
+
+
+def sqlite_url(tmp_path) -> str:
+    return "sqlite:///" + str(tmp_path / "db")
+
+
+def fresh_postgres_store(url: str) -> SqlJobStore:
+    """A store on an empty ``jobs`` table of the PostgreSQL database at ``url``."""
+    from sqlalchemy import create_engine
+
+    from xruntime.store.schema import metadata
+    engine = create_engine(url)
+    try:
+        metadata.drop_all(engine)
+        metadata.create_all(engine)
+    finally:
+        engine.dispose()
+    return SqlJobStore(url)
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A real SqlJobStore on an SQLite file of this test alone."""
+    s = SqlJobStore(sqlite_url(tmp_path))
+    yield s
+    s.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request, tmp_path):
+    """The store on SQLite, and on PostgreSQL when XRUNTIME_TEST_DATABASE_URL is set."""
+    if request.param == "sqlite":
+        s = SqlJobStore(sqlite_url(tmp_path))
+    else:
+        url = os.environ.get(PG_ENV)
+        if not url:
+            pytest.skip(f"{PG_ENV} is not set: no PostgreSQL to test against")
+        s = fresh_postgres_store(url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def notifier():
+    n = Notifier()
+    yield n
+    n.close()
+
+
+@pytest.fixture
+def settings():
+    """The settings in force (defaults); tests may replace ``holder[0]``."""
+    return [Settings()]
+
+
+@pytest.fixture
+def jobs(store, notifier, settings):
+    """The operation layer on the real store and notifier, without worker processes."""
+    return JobManager(store, notifier, supervisor=None, settings=lambda: settings[0])
+
+
+@pytest.fixture(scope="session")
+def simulate_op():
+    """XDemo's long operation ``simulate``, as the registry finds it."""
+    from xruntime.registry import discover
+    return discover()["XDemo"].long_operations["simulate"]
