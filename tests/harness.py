@@ -149,6 +149,8 @@ class Server:
             job = self.watch(job_id, progressUpdatePeriod=250, maximumPollingPeriod=1000)
             if job["status"] == status:
                 return job
+            assert job["status"] not in ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN"), \
+                f"job {job_id} is {job['status']}, waiting for {status}"
         raise AssertionError(f"job {job_id} never reached {status}")
 
 
