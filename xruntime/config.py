@@ -87,6 +87,13 @@ class Settings:
         from .registry import discover
         return [n for n in discover() if n not in off]
 
+    def job_setting_groups(self):
+        """[(JobSettings, services or None, excluded services or None)]: the [jobs]
+        table for every service without overrides, then each overriding service."""
+        overridden = [name for name, s in self.services.items() if s.jobs is not None]
+        return ([(self.jobs, None, overridden or None)]
+                + [(self.services[name].jobs, [name], None) for name in overridden])
+
     def limits_for(self, service: str, queueing_ms=None, computation_ms=None) -> Limits:
         jobs = self.jobs_for(service)
         return Limits(_shorter(jobs.queueing_timeout_ms, queueing_ms),
@@ -104,13 +111,20 @@ def parse_duration(value) -> int:
     if isinstance(value, bool):
         raise ValueError("expected a duration such as \"30s\", \"15m\" or \"48h\"")
     if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{value!r} is not a duration; use e.g. \"30s\", \"15m\", \"48h\"")
         if value < 0:
             raise ValueError("a duration cannot be negative")
+        if value > 100 * 365 * 86400:
+            raise ValueError("a duration longer than 100 years is not possible")
         return int(round(value * 1000))
     if isinstance(value, str):
         m = _DURATION.match(value)
         if m:
-            return int(round(float(m.group(1)) * _UNIT_MS[m.group(2)]))
+            ms = int(round(float(m.group(1)) * _UNIT_MS[m.group(2)]))
+            if ms > 100 * 365 * 86400_000:
+                raise ValueError("a duration longer than 100 years is not possible")
+            return ms
         if value.strip().startswith("-"):
             raise ValueError("a duration cannot be negative")
     raise ValueError(f"{value!r} is not a duration; use e.g. \"500ms\", \"30s\", \"15m\", \"48h\", \"7d\"")
@@ -181,19 +195,42 @@ RESTART_KEYS = ("host", "port", "database_url", "workers", "threads")
 
 # ------------------------------------------------------------------------ line numbers
 
+def _dotted(name: str) -> list:
+    return [part.strip().strip('"').strip("'") for part in name.split(".")]
+
+
 def _key_lines(text: str) -> dict:
-    """(table, key) → line number, from a plain scan of the file."""
-    lines, table = {}, ""
+    """(table, key) → line number, from a plain scan of the file.  Knows table headers,
+    dotted keys (``jobs.max_queued = 1``) and one-line inline tables
+    (``XDemo = { max_queued = 1 }``); lines inside multi-line strings are skipped."""
+    lines, table, in_string = {}, "", None
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
+        if in_string:
+            if in_string in stripped:
+                in_string = None
+            continue
         header = re.match(r"^\[\s*([^\[\]]+?)\s*\]", stripped)
         if header:
-            table = ".".join(part.strip().strip('"') for part in header.group(1).split("."))
+            table = ".".join(_dotted(header.group(1)))
             lines.setdefault((table, None), number)
             continue
-        key = re.match(r'^("?)([A-Za-z0-9_\-]+)\1\s*=', stripped)
-        if key:
-            lines.setdefault((table, key.group(2)), number)
+        key = re.match(r'^((?:"[^"]*"|[A-Za-z0-9_\-]+)(?:\s*\.\s*(?:"[^"]*"|[A-Za-z0-9_\-]+))*)\s*=\s*(.*)$',
+                       stripped)
+        if not key:
+            continue
+        parts = _dotted(key.group(1))
+        scope = ".".join(filter(None, [table] + parts[:-1]))
+        lines.setdefault((scope, parts[-1]), number)
+        lines.setdefault((".".join(filter(None, [table] + parts)), None), number)
+        value = key.group(2)
+        for quote in ('"""', "'''"):
+            if value.startswith(quote) and value.count(quote) == 1:
+                in_string = quote
+        if value.startswith("{"):
+            inner = ".".join(filter(None, [table] + parts))
+            for name in re.findall(r'(?:^|[{,])\s*("?[A-Za-z0-9_\-]+"?)\s*=', value):
+                lines.setdefault((inner, name.strip('"')), number)
     return lines
 
 

@@ -13,9 +13,10 @@ from spyne import Unicode
 from services.xdemo.types import SimulateRequest
 from xruntime.bindings import codec
 from xruntime.protocol import states
+from xruntime.config import JobSettings, ServiceSettings, Settings
 from xruntime.protocol.faults import (InternalErrorFault, InvalidFetchTypeFault, JobStateFault,
-                                      ProcessingFault, RequestStoppedFault, RequestTimedOutFault,
-                                      UnknownJobFault)
+                                      ProcessingFault, QueueOverflowFault, RequestStoppedFault,
+                                      RequestTimedOutFault, UnknownJobFault)
 from xruntime.protocol.types import BulkProgress, ResponseBase
 from xruntime.service import Service
 from xruntime.store import now_ms
@@ -353,6 +354,27 @@ def test_start_records_the_requests_own_timeouts(jobs, simulate_op):
     assert rec.computation_timeout == 2500
 
 
+def test_start_past_max_queued_is_queue_overflow(jobs, simulate_op, settings):
+    settings[0] = Settings(jobs=JobSettings(max_queued=2))
+    first = jobs.start(simulate_op, SimulateRequest())
+    jobs.start(simulate_op, SimulateRequest())
+    with pytest.raises(QueueOverflowFault) as excinfo:
+        jobs.start(simulate_op, SimulateRequest())
+    assert type(excinfo.value) is QueueOverflowFault
+    assert jobs.store.counts_by_status() == {"QUEUING": 2}
+    # only QUEUING jobs count: once one runs there is room again
+    claim_exactly(jobs.store, first.id)
+    assert jobs.start(simulate_op, SimulateRequest()).status == "QUEUING"
+
+
+def test_start_uses_the_services_own_max_queued(jobs, simulate_op, settings):
+    settings[0] = Settings(jobs=JobSettings(max_queued=100), services={
+        "XDemo": ServiceSettings(jobs=JobSettings(max_queued=1))})
+    jobs.start(simulate_op, SimulateRequest())
+    with pytest.raises(QueueOverflowFault):
+        jobs.start(simulate_op, SimulateRequest())
+
+
 @pytest.mark.parametrize("state", ["SUCCEEDED", "FAILED"])
 def test_elapsed_time_is_frozen_after_finish(jobs, simulate_op, store, state):
     job_id = put_in_state(jobs, simulate_op, "RUNNING")
@@ -383,7 +405,7 @@ def test_progress_shown_by_state(jobs, simulate_op, state):
     reported = progress_json(remaining=1, successful=2)
     job_id = put_in_state(jobs, simulate_op, state,
                           progress=None if state in ("QUEUING", "UNKNOWN") else reported)
-    job = jobs.watch(job_id)
+    job = jobs.watch(job_id, 250, 250)     # active jobs answer after 250 ms unchanged
     assert job.status == state
     if PROTOCOL_PROGRESS[state]:
         assert isinstance(job.progress, BulkProgress)

@@ -16,6 +16,7 @@ from spyne.model.primitive import Boolean, Decimal, Integer, Unicode
 from ..protocol.faults import InvalidValueFault, MissingParameterFault, XServerFault, fault_class
 
 TYPE_KEY = "$type"
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
 
 _INT, _FLOAT, _STR, _BOOL, _ENUM, _OBJ = range(6)
 
@@ -172,9 +173,11 @@ def _decode_value(raw, f, path):
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise _invalid(path, raw, "an integer is expected")
         if isinstance(raw, float):
-            if not raw.is_integer():
+            if not math.isfinite(raw) or not raw.is_integer():
                 raise _invalid(path, raw, "an integer is expected")
             raw = int(raw)
+        if not INT64_MIN <= raw <= INT64_MAX:
+            raise _invalid(path, raw, "the integer is out of the 64-bit range")
         _check_range(raw, f.attrs, path)
         return raw
     if kind == _FLOAT:

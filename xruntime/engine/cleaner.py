@@ -31,12 +31,8 @@ class RetentionCleaner:
 
     def clean(self) -> int:
         """Erase every expired finished job now; answers how many."""
-        cfg = self.settings()
-        overridden = [name for name, s in cfg.services.items() if s.jobs is not None]
-        plans = [(cfg.jobs, None, overridden)]
-        plans += [(cfg.services[name].jobs, [name], None) for name in overridden]
         erased = 0
-        for jobs, only, exclude in plans:
+        for jobs, only, exclude in self.settings().job_setting_groups():
             while True:
                 n = self.store.erase_expired(now_ms(), jobs.unfetched_retention_ms,
                                              jobs.fetched_retention_ms, self.batch, only, exclude)

@@ -362,12 +362,7 @@ class Supervisor:
             try:
                 now = time.time()
                 cfg = self.settings()
-                for job_id in self.store.fail_timed_out_queued(
-                        now_ms(), cfg.jobs.queueing_timeout_ms,
-                        fault_json(RequestTimedOutFault("the job waited in the queue longer than "
-                                                        "its queueing timeout"))):
-                    log.info("job %s FAILED (queueing timeout)", job_id)
-                    self.notifier.notify(job_id)
+                self._fail_timed_out_queued(cfg)
                 if now - last_lease >= LEASE_RENEW_PERIOD:
                     last_lease = now
                     self._renew_leases()
@@ -378,6 +373,15 @@ class Supervisor:
                     self.cleaner.tick(now)
             except Exception:
                 log.exception("housekeeping failed; trying again")
+
+    def _fail_timed_out_queued(self, cfg):
+        fault = fault_json(RequestTimedOutFault("the job waited in the queue longer than its "
+                                                "queueing timeout"))
+        for jobs, only, exclude in cfg.job_setting_groups():
+            for job_id in self.store.fail_timed_out_queued(now_ms(), jobs.queueing_timeout_ms,
+                                                           fault, only, exclude):
+                log.info("job %s FAILED (queueing timeout)", job_id)
+                self.notifier.notify(job_id)
 
     def _renew_leases(self):
         """Keep this node's leases alive, and act on stops and deletes asked for on

@@ -12,7 +12,7 @@ import zlib
 from contextlib import contextmanager, nullcontext
 from typing import Iterable, Optional
 
-from sqlalchemy import create_engine, delete, event, func, insert, select, update
+from sqlalchemy import case, create_engine, delete, event, func, insert, select, text, update
 from sqlalchemy.engine import make_url
 
 from .base import JobRecord, Recovered
@@ -20,6 +20,7 @@ from .schema import jobs, metadata
 
 COMPRESS_ABOVE = 4096
 ACTIVE_RUNNING = ("RUNNING", "STOPPING")
+QUEUE_LOCK_KEY = 0x78727431        # advisory lock serialising max_queued checks on PostgreSQL
 
 
 def pack(text: Optional[str]) -> Optional[bytes]:
@@ -92,6 +93,8 @@ class SqlJobStore:
         values["request"] = pack(job.request)
         with self._write() as conn:
             if max_queued:
+                if self.dialect == "postgresql":   # count-then-insert must not interleave
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": QUEUE_LOCK_KEY})
                 queued = conn.execute(select(func.count()).select_from(jobs)
                                       .where(jobs.c.status == "QUEUING")).scalar_one()
                 if queued >= max_queued:
@@ -202,13 +205,26 @@ class SqlJobStore:
                     found.append(Recovered(job_id, True, attempts))
         return found
 
-    def fail_timed_out_queued(self, now: int, default_timeout_ms: int, fault: str) -> list:
-        """Fail QUEUING jobs waiting longer than their queueing timeout (the request's
-        own, else ``default_timeout_ms``; 0 means none)."""
-        timeout = func.coalesce(jobs.c.queueing_timeout, default_timeout_ms)
+    def fail_timed_out_queued(self, now: int, default_timeout_ms: int, fault: str,
+                              services: Optional[Iterable[str]] = None,
+                              exclude: Optional[Iterable[str]] = None) -> list:
+        """Fail QUEUING jobs waiting longer than their queueing timeout: the configured
+        ``default_timeout_ms`` (0: none), shortened by the request's own when it asked
+        for less; a request never lengthens it."""
+        own = jobs.c.queueing_timeout
+        asked = (own.is_not(None)) & (own > 0)
+        if default_timeout_ms:
+            timeout = case((asked & (own < default_timeout_ms), own), else_=default_timeout_ms)
+        else:
+            timeout = case((asked, own), else_=0)
         cond = (jobs.c.status == "QUEUING") & (timeout > 0) & (jobs.c.queued_at + timeout <= now)
+        query = select(jobs.c.id).where(cond)
+        if services is not None:
+            query = query.where(jobs.c.service.in_(list(services)))
+        if exclude:
+            query = query.where(jobs.c.service.not_in(list(exclude)))
         with self._write() as conn:
-            ids = [r[0] for r in conn.execute(select(jobs.c.id).where(cond).limit(1000)).all()]
+            ids = [r[0] for r in conn.execute(query.limit(1000)).all()]
             if ids:
                 conn.execute(update(jobs).where(jobs.c.id.in_(ids), jobs.c.status == "QUEUING")
                              .values(status="FAILED", finished_at=now, fault=pack(fault)))

@@ -1,0 +1,301 @@
+"""The JSON codec (PROTOCOL §2, §6, §7): ``$type`` on polymorphic values, round trips,
+and the faults a wrong request gets, each naming the field by its path."""
+import json
+
+import pytest
+from spyne import Unicode
+
+from services.xdemo.types import SimulateRequest, SimulateResponse
+from xruntime.bindings import codec
+from xruntime.protocol.faults import (AccessDeniedFault, InternalErrorFault,
+                                      InvalidFetchTypeFault, InvalidRequestFault,
+                                      InvalidValueFault, JobStateFault, MissingParameterFault,
+                                      ProcessingFault, QueueOverflowFault, RequestStoppedFault,
+                                      RequestTimedOutFault, ServiceNotConfiguredFault,
+                                      UnknownJobFault, XServerFault)
+from xruntime.protocol.types import (BulkProgress, IntermediateResponseLimitation, Job,
+                                     JobProgress, JobRequest, ResultLimitation, Timeouts,
+                                     WatchRequest)
+
+
+class CodecTestFault(ProcessingFault):
+    """A service's own fault subtype with a field of its own."""
+    detail = Unicode
+
+
+def roundtrip(value, cls):
+    """Encode, go through JSON text (as the bindings and the store do), decode."""
+    return codec.decode(json.loads(json.dumps(codec.encode(value, cls))), cls)
+
+
+# --------------------------------------------------------------------------- encode / $type
+
+def test_job_progress_carries_its_type():
+    job = Job(id="j1", status="RUNNING", elapsedTime=1200,
+              progress=BulkProgress(remaining=3, successful=2, failed=1))
+    data = codec.encode(job, Job)
+    assert data["id"] == "j1" and data["status"] == "RUNNING" and data["elapsedTime"] == 1200
+    assert data["progress"] == {"$type": "BulkProgress", "remaining": 3, "successful": 2, "failed": 1}
+
+
+def test_job_without_progress_has_no_progress_member():
+    data = codec.encode(Job(id="j1", status="QUEUING", elapsedTime=0), Job)
+    assert "progress" not in data
+    assert data == {"id": "j1", "status": "QUEUING", "elapsedTime": 0}
+
+
+def test_result_limitations_carry_their_type():
+    response = SimulateResponse(stepsDone=2, payload="ab", resultLimitations=[
+        IntermediateResponseLimitation(message="stopped after 2 steps", reason="REQUEST_STOPPED")])
+    data = codec.encode(response, SimulateResponse)
+    assert data["resultLimitations"] == [{"$type": "IntermediateResponseLimitation",
+                                          "message": "stopped after 2 steps",
+                                          "reason": "REQUEST_STOPPED"}]
+    assert data["stepsDone"] == 2 and data["payload"] == "ab"
+
+
+def test_declared_monomorphic_values_need_no_type():
+    request = SimulateRequest(steps=3, timeouts=Timeouts(computationTimeout=500))
+    data = codec.encode(request, SimulateRequest)
+    assert data == {"timeouts": {"computationTimeout": 500}, "steps": 3}
+
+
+def test_job_round_trip_keeps_the_progress_subtype():
+    job = Job(id="j1", status="STOPPING", elapsedTime=5,
+              progress=BulkProgress(remaining=0, successful=7, failed=2))
+    back = roundtrip(job, Job)
+    assert isinstance(back.progress, BulkProgress)
+    assert (back.progress.remaining, back.progress.successful, back.progress.failed) == (0, 7, 2)
+    assert (back.id, back.status, back.elapsedTime) == ("j1", "STOPPING", 5)
+
+
+def test_response_round_trip():
+    response = SimulateResponse(stepsDone=4, payload="xyz", resultLimitations=[
+        IntermediateResponseLimitation(message="m", reason="REQUEST_TIMED_OUT"),
+        ResultLimitation(message="plain")])
+    back = roundtrip(response, SimulateResponse)
+    assert back.stepsDone == 4 and back.payload == "xyz"
+    first, second = back.resultLimitations
+    assert type(first) is IntermediateResponseLimitation and first.reason == "REQUEST_TIMED_OUT"
+    assert type(second) is ResultLimitation and second.message == "plain"
+    assert codec.encode(back, SimulateResponse) == codec.encode(response, SimulateResponse)
+
+
+def test_request_round_trip():
+    data = {"timeouts": {"queueingTimeout": 1000, "computationTimeout": 2000},
+            "durationMs": 1500, "steps": 3, "failAtStep": 2, "resultSize": 10, "busy": True}
+    request = codec.decode(data, SimulateRequest)
+    assert request.timeouts.queueingTimeout == 1000
+    assert request.timeouts.computationTimeout == 2000
+    assert (request.durationMs, request.steps, request.failAtStep, request.resultSize,
+            request.busy) == (1500, 3, 2, 10, True)
+    assert codec.encode(request, SimulateRequest) == data
+
+
+def test_decode_with_explicit_type_of_the_declared_class():
+    request = codec.decode({"$type": "SimulateRequest", "steps": 2}, SimulateRequest)
+    assert type(request) is SimulateRequest and request.steps == 2
+
+
+def test_decode_picks_the_subtype_named_by_type():
+    progress = codec.decode({"$type": "BulkProgress", "remaining": 1}, JobProgress)
+    assert type(progress) is BulkProgress and progress.remaining == 1
+
+
+def test_missing_optional_fields_are_none():
+    request = codec.decode({}, SimulateRequest)
+    assert request.steps is None and request.timeouts is None and request.busy is None
+
+
+def test_integral_float_is_an_integer():
+    assert codec.decode({"steps": 3.0}, SimulateRequest).steps == 3
+
+
+# --------------------------------------------------------------------------- decode errors
+
+def invalid(data, cls):
+    with pytest.raises(InvalidValueFault) as excinfo:
+        codec.decode(data, cls)
+    fault = excinfo.value
+    assert type(fault) is InvalidValueFault
+    assert isinstance(fault, InvalidRequestFault)
+    return fault
+
+
+@pytest.mark.parametrize("data, parameter", [
+    ({"timeouts": {"computationTimeout": "soon"}}, "timeouts.computationTimeout"),
+    ({"timeouts": {"queueingTimeout": 1.5}}, "timeouts.queueingTimeout"),
+    ({"timeouts": {"computationTimeout": [1]}}, "timeouts.computationTimeout"),
+    ({"timeouts": 5}, "timeouts"),
+    ({"steps": "3"}, "steps"),
+    ({"steps": 2.5}, "steps"),
+    ({"durationMs": {"ms": 1}}, "durationMs"),
+    ({"busy": 1}, "busy"),
+    ({"busy": "true"}, "busy"),
+])
+def test_wrong_type_names_the_field_by_its_path(data, parameter):
+    fault = invalid(data, SimulateRequest)
+    assert fault.parameter == parameter
+    assert fault.message
+
+
+@pytest.mark.parametrize("field", ["steps", "durationMs", "failAtStep", "resultSize"])
+@pytest.mark.parametrize("value", [True, False])
+def test_booleans_are_not_integers(field, value):
+    assert invalid({field: value}, SimulateRequest).parameter == field
+
+
+def test_booleans_are_not_integers_in_nested_values():
+    assert invalid({"timeouts": {"computationTimeout": True}},
+                   SimulateRequest).parameter == "timeouts.computationTimeout"
+
+
+@pytest.mark.parametrize("data, parameter", [
+    ({"steps": 0}, "steps"),
+    ({"steps": -3}, "steps"),
+    ({"durationMs": -1}, "durationMs"),
+    ({"failAtStep": 0}, "failAtStep"),
+    ({"resultSize": -1}, "resultSize"),
+    ({"resultSize": 100 * 1024 * 1024 + 1}, "resultSize"),
+])
+def test_out_of_range_values_are_invalid(data, parameter):
+    fault = invalid(data, SimulateRequest)
+    assert fault.parameter == parameter
+    assert fault.value == str(data[parameter])
+
+
+@pytest.mark.parametrize("data, parameter", [
+    ({"durationMs": 2 ** 63}, "durationMs"),
+    ({"timeouts": {"computationTimeout": 2 ** 70}}, "timeouts.computationTimeout"),
+    ({"timeouts": {"queueingTimeout": -(2 ** 63) - 1}}, "timeouts.queueingTimeout"),
+    ({"durationMs": 1e300}, "durationMs"),
+])
+def test_integers_beyond_64_bits_are_invalid(data, parameter):
+    """Long is xs:long (64 bits): a larger number must be refused as the request's
+    mistake, not reach the store and fail there as an internal error."""
+    assert invalid(data, SimulateRequest).parameter == parameter
+
+
+def test_within_range_values_are_accepted():
+    request = codec.decode({"steps": 1, "durationMs": 0, "failAtStep": 1,
+                            "resultSize": 100 * 1024 * 1024,
+                            "timeouts": {"computationTimeout": 2 ** 63 - 1}}, SimulateRequest)
+    assert request.resultSize == 100 * 1024 * 1024
+
+
+@pytest.mark.parametrize("data, parameter", [
+    ({"stepz": 3}, "stepz"),
+    ({"timeouts": {"computationTimeOut": 5}}, "timeouts.computationTimeOut"),
+])
+def test_unknown_field_is_invalid(data, parameter):
+    assert invalid(data, SimulateRequest).parameter == parameter
+
+
+def test_unknown_field_inside_a_polymorphic_value():
+    fault = invalid({"id": "j", "status": "RUNNING", "elapsedTime": 1,
+                     "progress": {"$type": "BulkProgress", "percent": 5}}, Job)
+    assert fault.parameter == "progress.percent"
+
+
+@pytest.mark.parametrize("data, parameter", [
+    ({"id": "j", "status": "RUNNING", "elapsedTime": 1, "progress": {"$type": "NoSuchProgress"}},
+     "progress.$type"),
+    ({"id": "j", "status": "RUNNING", "elapsedTime": 1, "progress": {"$type": "Timeouts"}},
+     "progress.$type"),        # a known type, but not a JobProgress
+])
+def test_unknown_type_is_invalid(data, parameter):
+    fault = invalid(data, Job)
+    assert fault.parameter == parameter
+    assert fault.value == data["progress"]["$type"]
+
+
+def test_unknown_type_in_a_list_names_the_index():
+    fault = invalid({"resultLimitations": [{"message": "ok"}, {"$type": "Nope"}]}, SimulateResponse)
+    assert fault.parameter == "resultLimitations[1].$type"
+
+
+def test_wrong_enum_value_names_the_field():
+    fault = invalid({"resultLimitations": [{"$type": "IntermediateResponseLimitation",
+                                            "reason": "BORED"}]}, SimulateResponse)
+    assert fault.parameter == "resultLimitations[0].reason"
+    assert invalid({"id": "j", "status": "DONE", "elapsedTime": 1}, Job).parameter == "status"
+
+
+def test_list_expected():
+    assert invalid({"resultLimitations": {"message": "x"}},
+                   SimulateResponse).parameter == "resultLimitations"
+
+
+def test_request_that_is_not_an_object_is_invalid():
+    for data in ([], "x", 3, None):
+        with pytest.raises(InvalidValueFault):
+            codec.decode(data, SimulateRequest)
+
+
+@pytest.mark.parametrize("cls, data, parameter", [
+    (JobRequest, {}, "id"),
+    (JobRequest, {"id": None}, "id"),
+    (WatchRequest, {"progressUpdatePeriod": 1000}, "id"),
+    (Job, {"id": "j", "elapsedTime": 0}, "status"),
+    (Job, {"id": "j", "status": "RUNNING"}, "elapsedTime"),
+])
+def test_missing_required_is_missing_parameter(cls, data, parameter):
+    with pytest.raises(MissingParameterFault) as excinfo:
+        codec.decode(data, cls)
+    assert type(excinfo.value) is MissingParameterFault
+    assert excinfo.value.parameter == parameter
+
+
+def test_long_values_are_shortened_in_the_fault():
+    fault = invalid({"steps": "9" * 1000}, SimulateRequest)
+    assert len(fault.value) < 300
+
+
+# --------------------------------------------------------------------------- faults
+
+FAULTS = [
+    InvalidValueFault("bad steps", parameter="steps", value="0"),
+    MissingParameterFault("no id", parameter="id"),
+    InvalidFetchTypeFault("wrong fetch", jobId="j-1"),
+    UnknownJobFault("unknown", jobId="j-2"),
+    JobStateFault("not yet", jobId="j-3", status="RUNNING"),
+    AccessDeniedFault("no"),
+    QueueOverflowFault("full"),
+    RequestTimedOutFault("too slow"),
+    RequestStoppedFault("stopped"),
+    ServiceNotConfiguredFault("off", service="XDemo"),
+    ProcessingFault("failed at step 2", hint="send it without failAtStep"),
+    CodecTestFault("own fault", detail="d"),
+    InternalErrorFault("a bug"),
+]
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: type(f).__name__)
+def test_fault_round_trip_keeps_type_and_fields(fault):
+    data = json.loads(json.dumps(codec.encode_fault(fault)))
+    back = codec.decode_fault(data)
+    assert type(back) is type(fault)
+    assert back.message == fault.message
+    assert back.fields() == fault.fields()
+    assert back.hint == fault.hint
+
+
+def test_fault_json_form():
+    fault = InvalidValueFault("invalid value for steps", parameter="steps", value="0")
+    assert codec.encode_fault(fault) == {
+        "message": "invalid value for steps",
+        "faultInfo": {"$type": "InvalidValueFault", "hint": fault.hint,
+                      "parameter": "steps", "value": "0"}}
+    assert fault.hint, "every fault type of the protocol tells the caller what to do"
+
+
+def test_job_state_fault_json_form():
+    data = codec.encode_fault(JobStateFault("m", jobId="j", status="QUEUING"))
+    assert data["faultInfo"]["$type"] == "JobStateFault"
+    assert data["faultInfo"]["jobId"] == "j"
+    assert data["faultInfo"]["status"] == "QUEUING"
+
+
+def test_faults_are_xserver_faults():
+    for fault in FAULTS:
+        assert isinstance(fault, XServerFault)
