@@ -155,12 +155,16 @@ class WorkerSlot(threading.Thread):
             sup.finished(job, sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
                          "FAILED (queueing timeout)")
             return
-        with self._lock:
-            self.current = job.id
-            self.discard = False
-            self.kill_at = self.kill_reason = None
-            self.stop_event.clear()
-            self.stop_reason.value = 0
+        with sup.signal_lock:
+            with self._lock:
+                self.current = job.id
+                self.discard = False
+                self.kill_at = self.kill_reason = None
+                self.stop_event.clear()
+                self.stop_reason.value = 0
+            early = sup.pending_signals.pop(job.id, None)
+        if early is not None:            # a stop or delete came between the claim and now
+            self.signal(job.id, early[0])
         sup.notifier.notify(job.id)
         log.info("job %s %s.%s RUNNING on worker %d (attempt %d)",
                  job.id, job.service, job.operation, self.index, job.attempts)
@@ -176,13 +180,12 @@ class WorkerSlot(threading.Thread):
         deadline = None
         if limits.computation_timeout_ms:
             deadline = job.started_at / 1000 + limits.computation_timeout_ms / 1000
-        # a stop or delete that came between the claim and now
-        current = sup.store.get(job.id)
-        if current is None or current.status == "DELETED":
-            self.signal(job.id, ABORTED)
-        elif current.status == "STOPPING":
-            self.signal(job.id, STOPPED)
+        progress = None                  # progress not yet written (the outcome may follow)
         while True:
+            if progress is not None and not self.conn.poll(0):
+                if sup.store.set_progress(job.id, progress):
+                    sup.notifier.notify(job.id)
+                progress = None
             now = time.time()
             due = [t for t in (deadline, self.kill_at) if t is not None]
             timeout = max(0.0, min(due) - now) if due else None
@@ -199,11 +202,10 @@ class WorkerSlot(threading.Thread):
                     self._died(job)
                     return
                 if message[0] == "progress":
-                    if sup.store.set_progress(job.id, message[2]):
-                        sup.notifier.notify(job.id)
+                    progress = message[2]
                     continue
                 if message[0] == "done":
-                    self._done(job, message[2], message[3])
+                    self._done(job, message[2], message[3], progress)
                     return
             elif self.process.sentinel in ready:
                 self._died(job)
@@ -228,7 +230,7 @@ class WorkerSlot(threading.Thread):
                 with self._lock:
                     self._arm_kill(STOP_GRACE, "timed out")
 
-    def _done(self, job, kind, payload):
+    def _done(self, job, kind, payload, progress=None):
         sup = self.sup
         if self.discard:
             sup.erase_deleted(job.id)
@@ -236,7 +238,7 @@ class WorkerSlot(threading.Thread):
         status = "SUCCEEDED" if kind == "result" else "FAILED"
         won = sup.store.finish(job.id, status, now_ms(),
                                result=payload if kind == "result" else None,
-                               fault=payload if kind == "fault" else None)
+                               fault=payload if kind == "fault" else None, progress=progress)
         if not won:                      # deleted while it finished
             sup.erase_deleted(job.id)
             return
@@ -282,6 +284,8 @@ class Supervisor:
         self.mp = multiprocessing.get_context("spawn")
         self.work = threading.Event()
         self.closing = False
+        self.signal_lock = threading.Lock()
+        self.pending_signals = {}         # job id → (reason, time): signals no slot took yet
         self.slots = []
         self._housekeeper = None
 
@@ -322,10 +326,25 @@ class Supervisor:
         self.work.set()
 
     def stop(self, job_id: str) -> bool:
-        return any(slot.signal(job_id, STOPPED) for slot in self.slots)
+        return self._signal(job_id, STOPPED)
 
     def abort(self, job_id: str) -> bool:
-        return any(slot.signal(job_id, ABORTED) for slot in self.slots)
+        return self._signal(job_id, ABORTED)
+
+    def _signal(self, job_id: str, reason: int) -> bool:
+        """Tell the slot running the job; if none does yet (it may be between its claim
+        and the start of the run), the slot finds the signal when it starts."""
+        with self.signal_lock:
+            if any(slot.signal(job_id, reason) for slot in self.slots):
+                return True
+            self.pending_signals[job_id] = (reason, time.time())
+            return False
+
+    def _forget_old_signals(self, older_than: float = 60.0):
+        with self.signal_lock:
+            limit = time.time() - older_than
+            for job_id in [j for j, (_, t) in self.pending_signals.items() if t < limit]:
+                del self.pending_signals[job_id]
 
     # ---------------------------------------------------------------- for the slots
 
@@ -366,6 +385,7 @@ class Supervisor:
                 if now - last_lease >= LEASE_RENEW_PERIOD:
                     last_lease = now
                     self._renew_leases()
+                    self._forget_old_signals()
                     for r in self.store.recover(None, now_ms(), cfg.jobs.max_attempts,
                                                 self._attempts_fault):
                         self._log_recovered(r)

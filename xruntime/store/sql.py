@@ -12,7 +12,8 @@ import zlib
 from contextlib import contextmanager, nullcontext
 from typing import Iterable, Optional
 
-from sqlalchemy import case, create_engine, delete, event, func, insert, select, text, update
+from sqlalchemy import (LargeBinary, bindparam, case, create_engine, delete, event, func, insert,
+                        literal_column, select, text, update)
 from sqlalchemy.engine import make_url
 
 from .base import JobRecord, Recovered
@@ -43,12 +44,89 @@ def unpack(blob) -> Optional[str]:
 _PAYLOADS = ("request", "result", "fault", "progress")
 _LIGHT = [c for c in jobs.c if c.name not in ("seq", "request", "result", "fault")]
 
+# The hot path: SQLAlchemy Core statements compiled once for the dialect and run on a
+# pooled DBAPI connection.  SQLAlchemy's per-execution work costs ten times what
+# SQLite needs to run these statements, and every job cycle runs a dozen of them.
 
-def _record(row) -> JobRecord:
-    data = dict(row._mapping)
+def _states(states):
+    """A fixed state list, rendered into the SQL (our own constants, never input)."""
+    return jobs.c.status.in_([literal_column(repr(str(s))) for s in states])
+
+
+_ID = bindparam("job_id")
+_ALL = [c.name for c in jobs.c if c.name != "seq"]
+_LIGHT_NAMES = [c.name for c in _LIGHT]
+
+
+class Prepared:
+    """A statement compiled once; ``args(params)`` in the driver's parameter style."""
+
+    def __init__(self, statement, dialect, columns=None, column_keys=None):
+        compiled = statement.compile(dialect=dialect, column_keys=column_keys)
+        self.sql = compiled.string
+        self.names = list(compiled.positiontup) if dialect.positional else None
+        self.defaults = {k: (v if isinstance(v, (int, str)) else None)
+                         for k, v in compiled.params.items()}
+        self.columns = columns
+
+    def args(self, params):
+        values = dict(self.defaults, **params)
+        return [values[n] for n in self.names] if self.names is not None else values
+
+
+def _statements():
+    """key → (statement builder, result columns, insert column keys)."""
+    return {
+        "get": (lambda: select(*[jobs.c[n] for n in _ALL]).where(jobs.c.id == _ID), _ALL, None),
+        "peek": (lambda: select(*_LIGHT).where(jobs.c.id == _ID), _LIGHT_NAMES, None),
+        "count_queued": (lambda: select(func.count()).select_from(jobs)
+                         .where(jobs.c.status == "QUEUING"), None, None),
+        "insert": (lambda: insert(jobs), None, _INSERT_KEYS),
+        "mark_fetched": (lambda: update(jobs).where(jobs.c.id == _ID, jobs.c.first_fetched_at.is_(None))
+                         .values(first_fetched_at=bindparam("now")), None, None),
+    }
+
+
+def _guarded_statements(states):
+    """Statements guarded on the job being in one of ``states``."""
+    guard = (jobs.c.id == _ID, _states(states))
+    return {
+        "set_progress": update(jobs).where(*guard).values(progress=bindparam("progress_blob")),
+        "set_status": update(jobs).where(*guard).values(status=bindparam("new_status")),
+        "finish": update(jobs).where(*guard).values(
+            status=bindparam("new_status"), finished_at=bindparam("now"),
+            result=bindparam("result_blob"), fault=bindparam("fault_blob"),
+            progress=func.coalesce(bindparam("progress_blob", type_=LargeBinary), jobs.c.progress),
+            lease_until=None),
+        "erase": delete(jobs).where(*guard),
+    }
+
+
+_INSERT_KEYS = ["id", "service", "operation", "fetch_type", "status", "queued_at", "attempts",
+                "queueing_timeout", "computation_timeout", "request"]
+
+
+def _claim_statement(dialect, services=None):
+    oldest = select(jobs.c.seq).where(jobs.c.status == "QUEUING")
+    if services is not None:
+        oldest = oldest.where(jobs.c.service.in_(list(services)))
+    oldest = oldest.order_by(jobs.c.seq).limit(1)
+    if dialect == "postgresql":
+        oldest = oldest.with_for_update(skip_locked=True)
+    return (update(jobs)
+            .where(jobs.c.seq == oldest.scalar_subquery(), jobs.c.status == "QUEUING")
+            .values(status="RUNNING", node=bindparam("node"), started_at=bindparam("now_ms"),
+                    attempts=jobs.c.attempts + 1, lease_until=bindparam("lease_until"))
+            .returning(*jobs.c))
+
+
+def _record(data: Optional[dict]) -> Optional[JobRecord]:
+    if data is None:
+        return None
     data.pop("seq", None)
     for name in _PAYLOADS:
-        data[name] = unpack(data[name])
+        if name in data:
+            data[name] = unpack(data[name])
     return JobRecord(**data)
 
 
@@ -62,7 +140,7 @@ class SqlJobStore:
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 os.makedirs(os.path.dirname(os.path.abspath(parsed.database)), exist_ok=True)
-            self.engine = create_engine(url, pool_size=20, max_overflow=200,
+            self.engine = create_engine(url, pool_size=20, max_overflow=200, pool_reset_on_return=None,
                                         connect_args={"check_same_thread": False})
             event.listen(self.engine, "connect", _sqlite_pragmas)
             self._write_lock = threading.Lock()
@@ -70,6 +148,11 @@ class SqlJobStore:
             self.engine = create_engine(url, pool_size=20, max_overflow=100, pool_pre_ping=True)
             self._write_lock = nullcontext()
         metadata.create_all(self.engine)
+        dialect = self.engine.dialect
+        self._prepared = {key: Prepared(build(), dialect, columns, keys)
+                          for key, (build, columns, keys) in _statements().items()}
+        self._prepared["claim"] = Prepared(_claim_statement(self.dialect), dialect, [c.name for c in jobs.c])
+        self._guarded_cache = {}
 
     # ----------------------------------------------------------------- helpers
 
@@ -78,88 +161,94 @@ class SqlJobStore:
         with self._write_lock, self.engine.begin() as conn:
             yield conn
 
-    def _guarded_update(self, job_id, states, **values) -> bool:
-        with self._write() as conn:
-            res = conn.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status.in_(states))
-                               .values(**values))
-            return res.rowcount == 1
+    @contextmanager
+    def _cursor(self, write: bool):
+        """A DBAPI cursor on a pooled connection, committed at the end."""
+        with (self._write_lock if write else nullcontext()):
+            conn = self.engine.raw_connection()
+            try:
+                cur = conn.cursor()
+                yield cur
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                conn.close()
+
+    def _run(self, key, write: bool, **params):
+        """Run a prepared statement; answers (rowcount, first row as a dict or None)."""
+        p = self._prepared[key]
+        with self._cursor(write) as cur:
+            cur.execute(p.sql, p.args(params))
+            row = cur.fetchone() if p.columns else None
+            return cur.rowcount, (dict(zip(p.columns, row)) if row is not None else None)
+
+    def _guarded(self, key, job_id, states, **values) -> bool:
+        """Run a guarded statement; True if the job was in one of ``states``."""
+        states = tuple(states)
+        p = self._guarded_cache.get((key, states))
+        if p is None:
+            p = Prepared(_guarded_statements(states)[key], self.engine.dialect)
+            self._guarded_cache[(key, states)] = p
+        with self._cursor(True) as cur:
+            cur.execute(p.sql, p.args(dict(values, job_id=job_id)))
+            return cur.rowcount == 1
 
     # ----------------------------------------------------------------- the interface
 
     def create(self, job: JobRecord, max_queued: int) -> bool:
-        values = {k: getattr(job, k) for k in (
-            "id", "service", "operation", "fetch_type", "status", "queued_at", "attempts",
-            "queueing_timeout", "computation_timeout")}
+        values = {k: getattr(job, k) for k in _INSERT_KEYS}
         values["request"] = pack(job.request)
-        with self._write() as conn:
+        count, insert_ = self._prepared["count_queued"], self._prepared["insert"]
+        with self._cursor(True) as cur:
             if max_queued:
                 if self.dialect == "postgresql":   # count-then-insert must not interleave
-                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": QUEUE_LOCK_KEY})
-                queued = conn.execute(select(func.count()).select_from(jobs)
-                                      .where(jobs.c.status == "QUEUING")).scalar_one()
-                if queued >= max_queued:
+                    cur.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": QUEUE_LOCK_KEY})
+                cur.execute(count.sql, count.args({}))
+                if cur.fetchone()[0] >= max_queued:
                     return False
-            conn.execute(insert(jobs).values(**values))
+            cur.execute(insert_.sql, insert_.args(values))
         return True
 
     def get(self, job_id: str) -> Optional[JobRecord]:
-        with self.engine.connect() as conn:
-            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
-        return _record(row) if row is not None else None
+        return _record(self._run("get", False, job_id=job_id)[1])
 
     def peek(self, job_id: str) -> Optional[JobRecord]:
         """The job without its request, result and fault: what watch, stop and delete
         need, without reading a large result."""
-        with self.engine.connect() as conn:
-            row = conn.execute(select(*_LIGHT).where(jobs.c.id == job_id)).first()
-        if row is None:
-            return None
-        data = dict(row._mapping)
-        data["progress"] = unpack(data["progress"])
-        return JobRecord(**data)
+        return _record(self._run("peek", False, job_id=job_id)[1])
 
     def claim(self, node: str, now: int, lease_ms: int,
               services: Optional[Iterable[str]] = None) -> Optional[JobRecord]:
-        oldest = select(jobs.c.seq).where(jobs.c.status == "QUEUING")
-        if services is not None:
-            oldest = oldest.where(jobs.c.service.in_(list(services)))
-        oldest = oldest.order_by(jobs.c.seq).limit(1)
-        if self.dialect == "postgresql":
-            oldest = oldest.with_for_update(skip_locked=True)
-        stmt = (update(jobs)
-                .where(jobs.c.seq == oldest.scalar_subquery(), jobs.c.status == "QUEUING")
-                .values(status="RUNNING", node=node, started_at=now,
-                        attempts=jobs.c.attempts + 1, lease_until=now + lease_ms)
-                .returning(*jobs.c))
+        params = {"node": node, "now_ms": now, "lease_until": now + lease_ms}
+        if services is None:
+            return _record(self._run("claim", True, **params)[1])
         with self._write() as conn:
-            row = conn.execute(stmt).first()
-        return _record(row) if row is not None else None
+            row = conn.execute(_claim_statement(self.dialect, services), params).first()
+        return _record(dict(row._mapping)) if row is not None else None
 
     def set_progress(self, job_id: str, progress: str) -> bool:
-        return self._guarded_update(job_id, ACTIVE_RUNNING, progress=pack(progress))
+        return self._guarded("set_progress", job_id, ACTIVE_RUNNING, progress_blob=pack(progress))
 
     def request_stop(self, job_id: str) -> bool:
-        return self._guarded_update(job_id, ("RUNNING",), status="STOPPING")
+        return self._guarded("set_status", job_id, ("RUNNING",), new_status="STOPPING")
 
     def finish(self, job_id: str, status: str, now: int, *, result: Optional[str] = None,
-               fault: Optional[str] = None, from_states=ACTIVE_RUNNING) -> bool:
-        return self._guarded_update(job_id, from_states, status=status, finished_at=now,
-                                    result=pack(result), fault=pack(fault), lease_until=None)
+               fault: Optional[str] = None, progress: Optional[str] = None,
+               from_states=ACTIVE_RUNNING) -> bool:
+        return self._guarded("finish", job_id, from_states, new_status=status, now=now,
+                             result_blob=pack(result), fault_blob=pack(fault),
+                             progress_blob=pack(progress))
 
     def mark_deleted(self, job_id: str) -> bool:
-        return self._guarded_update(job_id, ACTIVE_RUNNING, status="DELETED")
+        return self._guarded("set_status", job_id, ACTIVE_RUNNING, new_status="DELETED")
 
     def erase(self, job_id: str, statuses: Iterable[str]) -> bool:
-        with self._write() as conn:
-            res = conn.execute(delete(jobs).where(jobs.c.id == job_id,
-                                                  jobs.c.status.in_(list(statuses))))
-            return res.rowcount == 1
+        return self._guarded("erase", job_id, statuses)
 
     def mark_fetched(self, job_id: str, now: int) -> None:
-        with self._write() as conn:
-            conn.execute(update(jobs).where(jobs.c.id == job_id,
-                                            jobs.c.first_fetched_at.is_(None))
-                         .values(first_fetched_at=now))
+        self._run("mark_fetched", True, job_id=job_id, now=now)
 
     def hand_back(self, job_id: str, node: str) -> bool:
         with self._write() as conn:
