@@ -12,6 +12,8 @@ from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.wrappers import Response
 
 from .bindings.json_binding import JsonBinding, fault_response
+from .bindings.jsonrpc import JsonRpcBinding
+from .bindings.soap import SoapBinding
 from .dispatch import Dispatcher
 from .engine.cleaner import RetentionCleaner
 from .engine.notifier import Notifier
@@ -42,6 +44,8 @@ class Node:
         self.dispatcher = Dispatcher(self.jobs)
         self.wsgi = DispatcherMiddleware(not_found, {
             "/services/rs": JsonBinding(self.dispatcher, self.settings),
+            "/services/ws": SoapBinding(self.dispatcher, self.settings),
+            "/services/rpc": JsonRpcBinding(self.dispatcher, self.settings),
         })
 
     def settings(self):

@@ -39,6 +39,21 @@ def cmd_check_config(args) -> int:
     return 0
 
 
+def cmd_wsdl(args) -> int:
+    """Write every service's WSDL (the files kept in wsdl/)."""
+    import os
+    from .bindings.soap import wsdl_for
+    from .registry import discover
+    os.makedirs(args.out, exist_ok=True)
+    base = args.base_url.rstrip("/")
+    for name, service in discover().items():
+        path = os.path.join(args.out, f"{name}.wsdl")
+        with open(path, "wb") as f:
+            f.write(wsdl_for(service, f"{base}/services/ws/{name}"))
+        print(path)
+    return 0
+
+
 def _service_names():
     from .registry import discover
     return list(discover())
@@ -56,6 +71,11 @@ def main(argv=None) -> int:
     p = sub.add_parser("check-config", help="validate a configuration file")
     p.add_argument("path")
     p.set_defaults(func=cmd_check_config)
+    p = sub.add_parser("wsdl", help="write every service's WSDL into a folder")
+    p.add_argument("--out", required=True, help="folder to write <Service>.wsdl into")
+    p.add_argument("--base-url", default="http://localhost:50000",
+                   help="base URL for soap:address (default http://localhost:50000)")
+    p.set_defaults(func=cmd_wsdl)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -4,9 +4,24 @@ A binding finds the operation here, decodes the request into ``operation.request
 calls ``invoke`` and encodes what comes back (or the fault raised).  Nothing about
 jobs is decided in a binding.
 """
-from .protocol.faults import ServiceNotConfiguredFault
+import logging
+
+from .bindings import codec
+from .protocol.faults import (InternalErrorFault, InvalidRequestFault, ServiceNotConfiguredFault,
+                              XServerFault)
 from .registry import discover
 from .service import CALL, FETCH, RUN, START
+
+log = logging.getLogger("xruntime.dispatch")
+
+
+def as_fault(exc: BaseException, where: str) -> XServerFault:
+    """A fault for the client: ours as it is; anything else is a bug, logged here with its
+    traceback and answered as a plain InternalErrorFault (no traceback leaves the server)."""
+    if isinstance(exc, XServerFault):
+        return exc
+    log.error("internal error while serving %s", where, exc_info=exc)
+    return InternalErrorFault(f"internal error while serving {where}; see the server log")
 
 
 class Dispatcher:
@@ -26,6 +41,22 @@ class Dispatcher:
         if not self.jobs.settings().service_enabled(service):
             raise ServiceNotConfiguredFault(f"the service {service} is not configured on this server",
                                             service=service)
+
+    def find(self, service: str, name: str):
+        """The Operation, or InvalidRequestFault naming what does not exist."""
+        op = self.operation(service, name)
+        if op is None:
+            what = (f"the service {service} has no operation {name}" if self.has_service(service)
+                    else f"there is no service {service}")
+            raise InvalidRequestFault(what, hint="Check the operation's name and its service.")
+        return op
+
+    def call(self, op, data):
+        """Plain request data of any binding → plain response data (the codec's form).
+        Validation is the codec's, so every binding refuses the same input the same way."""
+        self.check_enabled(op.service)
+        result = self.invoke(op, codec.decode(data, op.request))
+        return codec.encode(result, op.response)
 
     def invoke(self, op, request):
         self.check_enabled(op.service)

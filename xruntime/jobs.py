@@ -180,12 +180,13 @@ class JobManager:
                 return self._deleted_view(rec)
         raise AssertionError("deleteJob lost too many races")
 
-    def runtime_information(self, services) -> RuntimeInformation:
-        counts = self.store.counts_by_status()
+    def runtime_information(self, services, with_job_counts: bool = True) -> RuntimeInformation:
+        counts = self.store.counts_by_status() if with_job_counts else None
         return RuntimeInformation(
             version=__version__,
             uptime=int((time.time() - self.started_at) * 1000),
             node=self.node,
             services=[ServiceInformation(name=s.name, operations=sorted(s.operations()))
                       for s in services],
-            jobs=[JobCount(status=s, count=counts.get(s, 0)) for s in states.STORED_STATES])
+            jobs=None if counts is None else [JobCount(status=s, count=counts.get(s, 0))
+                                              for s in states.STORED_STATES])

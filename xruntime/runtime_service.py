@@ -29,4 +29,5 @@ def deleteJob(jobs, request):
 def getRuntimeInformation(jobs, request):
     from .registry import discover
     enabled = jobs.settings()
-    return jobs.runtime_information([s for s in discover().values() if enabled.service_enabled(s.name)])
+    return jobs.runtime_information([s for s in discover().values() if enabled.service_enabled(s.name)],
+                                    with_job_counts=request.withJobCounts is not False)

@@ -88,12 +88,47 @@ class Operation:
     faults: tuple = ()
 
 
-@dataclass
+SERVICE_NAMESPACE = "http://xruntime.org/xserver/{name}"
+
+
+def pin_namespace(cls, namespace: str) -> None:
+    """Give a service's own types (and the complex types of their fields) the service's
+    namespace unless they declare one, so the WSDL is the same whatever loads first."""
+    from spyne import ComplexModelBase
+    seen, pending = set(), [cls]
+    while pending:
+        c = pending.pop()
+        c = getattr(c, "__orig__", None) or c
+        if c in seen or not isinstance(c, type) or not issubclass(c, ComplexModelBase):
+            continue
+        seen.add(c)
+        if c.__module__.startswith("xruntime."):
+            continue                          # the protocol's own types are pinned already
+        if c.__dict__.get("__namespace__") is None:
+            c.__namespace__ = namespace
+        pending.extend(c.get_flat_type_info(c).values())
+
+
+@dataclass(eq=False)
 class Service:
     name: str
     description: str = ""
+    namespace: str = ""
     long_operations: dict = field(default_factory=dict)
     calls: dict = field(default_factory=dict)
+    #: Further types to declare in the WSDL (subtypes of JobProgress, ResultLimitation
+    #: or ProcessingFault that no operation names directly).
+    extra_types: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.namespace = self.namespace or SERVICE_NAMESPACE.format(name=self.name.lower())
+
+    def declare(self, *types):
+        """Declare subtypes the WSDL must know (e.g. a JobProgress subtype)."""
+        for t in types:
+            pin_namespace(t, self.namespace)
+            self.extra_types.append(t)
+        return types[0] if len(types) == 1 else types
 
     def long_operation(self, request, response, faults=(), validate=None):
         """Declare ``function(request, job) -> response`` as a long operation.
@@ -103,6 +138,8 @@ class Service:
         FAILED job.
         """
         def register(function):
+            for t in (request, response) + tuple(faults):
+                pin_namespace(t, self.namespace)
             op = LongOperation(self.name, function.__name__, request, response,
                                function, tuple(faults), validate)
             self.long_operations[op.name] = op

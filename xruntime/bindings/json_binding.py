@@ -4,14 +4,12 @@ Body: the request object; answer: the response object, or on a fault an HTTP sta
 by fault type and ``{"message": ..., "faultInfo": {"$type": ..., ...}}``.
 """
 import json
-import logging
 
 from werkzeug.wrappers import Request, Response
 
-from ..protocol.faults import InternalErrorFault, InvalidRequestFault, XServerFault
+from ..dispatch import as_fault
+from ..protocol.faults import InvalidRequestFault, XServerFault
 from . import codec
-
-log = logging.getLogger("xruntime.json")
 
 JSON_TYPE = "application/json; charset=utf-8"
 
@@ -23,12 +21,6 @@ def dumps(data) -> bytes:
 def fault_response(fault: XServerFault) -> Response:
     return Response(dumps(codec.encode_fault(fault)), status=fault.http_status,
                     content_type=JSON_TYPE)
-
-
-def internal_error(exc: BaseException, where: str) -> InternalErrorFault:
-    """Log a bug with its traceback; the client gets a plain InternalErrorFault."""
-    log.error("internal error in %s", where, exc_info=exc)
-    return InternalErrorFault(f"internal error while serving {where}; see the server log")
 
 
 def read_json_body(request: Request, max_bytes: int):
@@ -73,21 +65,12 @@ class JsonBinding:
             if len(parts) != 2:
                 raise InvalidRequestFault(f"no operation at {request.path}; use "
                                           "/services/rs/<Service>/<operation>")
-            service, name = parts
-            op = self.dispatcher.operation(service, name)
-            if op is None:
-                what = (f"the service {service} has no operation {name}"
-                        if self.dispatcher.has_service(service) else f"there is no service {service}")
-                raise InvalidRequestFault(what, hint="Check the operation's name and its service.")
+            op = self.dispatcher.find(*parts)
             if request.method != "POST":
                 raise InvalidRequestFault(f"{request.method} is not allowed; POST the request",
                                           hint="POST a JSON object.")
-            self.dispatcher.check_enabled(service)
+            self.dispatcher.check_enabled(op.service)
             data = read_json_body(request, self.settings().max_request_bytes)
-            typed = codec.decode(data, op.request)
-            result = self.dispatcher.invoke(op, typed)
-            return Response(dumps(codec.encode(result, op.response)), content_type=JSON_TYPE)
-        except XServerFault as fault:
-            return fault_response(fault)
+            return Response(dumps(self.dispatcher.call(op, data)), content_type=JSON_TYPE)
         except Exception as exc:
-            return fault_response(internal_error(exc, where))
+            return fault_response(as_fault(exc, where))

@@ -139,3 +139,8 @@ def fault_class(type_name: str):
         if cls.get_type_name() == type_name:
             return cls
     return None
+
+
+for _cls in all_fault_classes():
+    if _cls.__dict__.get("__namespace__") is None:
+        _cls.__namespace__ = NAMESPACE

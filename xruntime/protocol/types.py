@@ -4,7 +4,7 @@ Every binding (SOAP, JSON, JSON-RPC) and the WSDL are derived from these classes
 a field added here appears everywhere.  Services subclass ``RequestBase``,
 ``ResponseBase`` and ``JobProgress`` for their own types.
 """
-from spyne import ComplexModel, Enum, Integer, Long, Unicode
+from spyne import Boolean, ComplexModel, Enum, Integer, Long, Unicode
 
 NAMESPACE = "http://xruntime.org/xserver/types"
 
@@ -94,7 +94,9 @@ class WatchRequest(XModel):
 
 
 class RuntimeInformationRequest(XModel):
-    """Empty: getRuntimeInformation takes no parameters."""
+    """All optional: an empty request asks for everything."""
+
+    withJobCounts = Boolean     # false: leave out the job counts (they cost a query)
 
 
 class ServiceInformation(XModel):
@@ -122,3 +124,18 @@ __all__ = [
     "RuntimeInformationRequest", "ServiceInformation", "JobCount", "RuntimeInformation",
     "Integer",
 ]
+
+
+def _pin_namespaces():
+    """spyne gives a class without its own ``__namespace__`` the namespace of whichever
+    application first sees it; pin every protocol type to ours, once."""
+    pending = [XModel]
+    while pending:
+        cls = pending.pop()
+        if getattr(cls, "__orig__", None) is None and "__namespace__" not in cls.__dict__ \
+                or cls.__dict__.get("__namespace__") is None:
+            cls.__namespace__ = NAMESPACE
+        pending.extend(cls.__subclasses__())
+
+
+_pin_namespaces()

@@ -1,0 +1,103 @@
+"""The JSON-RPC 2.0 binding: ``POST /services/rpc/<Service>`` (PROTOCOL §7).
+
+``params`` is the operation's request object (by name); ``result`` is the response in
+the same JSON form as ``/services/rs``.  Errors carry the specification's codes and
+``data`` = the ``faultInfo`` object.  Batches answer in an array (in any order, matched
+by id); notifications run and get no answer; a batch of notifications only answers
+HTTP 204.
+"""
+from werkzeug.wrappers import Request, Response
+
+from ..dispatch import as_fault
+from ..protocol.faults import (InvalidRequestFault, ProcessingFault, RejectedRequestFault,
+                               XServerFault)
+from . import codec
+from .json_binding import JSON_TYPE, dumps, read_json_body
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
+REJECTED, PROCESSING, INTERNAL = -32001, -32002, -32000
+
+_MISSING = object()
+
+
+def error_code(fault: XServerFault) -> int:
+    if isinstance(fault, InvalidRequestFault):
+        return INVALID_PARAMS
+    if isinstance(fault, RejectedRequestFault):
+        return REJECTED
+    if isinstance(fault, ProcessingFault):
+        return PROCESSING
+    return INTERNAL
+
+
+def error(request_id, code: int, fault: XServerFault) -> dict:
+    encoded = codec.encode_fault(fault)
+    return {"jsonrpc": "2.0", "id": request_id,
+            "error": {"code": code, "message": encoded["message"], "data": encoded["faultInfo"]}}
+
+
+class JsonRpcBinding:
+    """WSGI application for ``/services/rpc``."""
+
+    def __init__(self, dispatcher, settings):
+        self.dispatcher = dispatcher
+        self.settings = settings
+
+    def __call__(self, environ, start_response):
+        return self.handle(Request(environ))(environ, start_response)
+
+    def handle(self, request: Request) -> Response:
+        service = request.path.strip("/")
+        try:
+            if not self.dispatcher.has_service(service):
+                raise InvalidRequestFault(f"there is no service {service!r}; JSON-RPC is at "
+                                          "/services/rpc/<Service>")
+            if request.method != "POST":
+                raise InvalidRequestFault(f"{request.method} is not allowed; POST a JSON-RPC request")
+            body = read_json_body(request, self.settings().max_request_bytes)
+        except XServerFault as fault:
+            code = PARSE_ERROR if "not valid JSON" in fault.faultstring else INVALID_REQUEST
+            return self._answer(error(None, code, fault))
+        if isinstance(body, list):
+            if not body:
+                return self._answer(error(None, INVALID_REQUEST,
+                                          InvalidRequestFault("an empty batch is not a request")))
+            answers = [a for a in (self._one(service, item) for item in body) if a is not None]
+            return self._answer(answers) if answers else Response(status=204)
+        answer = self._one(service, body)
+        return self._answer(answer) if answer is not None else Response(status=204)
+
+    def _one(self, service, item):
+        """One request object → its answer, or None for a notification."""
+        if not isinstance(item, dict) or item.get("jsonrpc") != "2.0" \
+                or not isinstance(item.get("method"), str) or not _is_id(item.get("id")):
+            request_id = item.get("id") if isinstance(item, dict) and _is_id(item.get("id")) else None
+            return error(request_id, INVALID_REQUEST, InvalidRequestFault(
+                "not a JSON-RPC 2.0 request: it needs \"jsonrpc\": \"2.0\", a \"method\" string "
+                "and an optional \"id\" (string or number)"))
+        request_id = item.get("id", _MISSING)
+        notification = request_id is _MISSING
+        op = self.dispatcher.operation(service, item["method"])
+        if op is None:
+            answer = error(None if notification else request_id, METHOD_NOT_FOUND, InvalidRequestFault(
+                f"the service {service} has no method {item['method']}"))
+            return None if notification else answer
+        params = item.get("params", {})
+        try:
+            if not isinstance(params, dict):
+                raise InvalidRequestFault("params must be the request object (by name)",
+                                          hint="Send \"params\": {...} with the request's fields.")
+            result = self.dispatcher.call(op, params)
+        except Exception as exc:
+            fault = as_fault(exc, f"JSON-RPC {service}.{item['method']}")
+            return None if notification else error(request_id, error_code(fault), fault)
+        return None if notification else {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+    @staticmethod
+    def _answer(data) -> Response:
+        return Response(dumps(data), content_type=JSON_TYPE)
+
+
+
+def _is_id(value) -> bool:
+    return value is None or (isinstance(value, (str, int, float)) and not isinstance(value, bool))

@@ -1,0 +1,156 @@
+"""The SOAP 1.1 binding: ``POST /services/ws/<Service>``, WSDL at ``?wsdl`` (PROTOCOL §7).
+
+Document/literal, bare: the body's one element names the operation and holds the
+request.  The envelope is parsed with entities, DTDs and network access switched off,
+and a message carrying a DTD is refused before parsing (SOAP 1.1 forbids DTDs), so an
+entity-expansion body costs nothing.  Faults travel with HTTP 500 as ``soap:Fault``
+(``Client`` for InvalidRequestFault and RejectedRequestFault, ``Server`` otherwise)
+with the typed fault element, declared in the WSDL, inside ``<detail>``.
+"""
+import re
+from functools import lru_cache
+from xml.sax.saxutils import escape
+
+from lxml import etree
+from werkzeug.wrappers import Request, Response
+
+from ..dispatch import as_fault
+from ..protocol.faults import InvalidRequestFault, XServerFault
+from ..protocol.types import NAMESPACE as TYPES_NS
+from . import codec, xml_codec
+from .wsdl import build_wsdl, declared_faults
+
+SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
+XML_TYPE = "text/xml; charset=utf-8"
+ACCEPTED_TYPES = ("text/xml", "application/xml", "application/soap+xml")
+_DTD = re.compile(rb"<!(?!\[CDATA\[)")
+_ADDRESS_PLACEHOLDER = "http://xruntime.invalid/soap-address"
+
+_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
+                          dtd_validation=False, huge_tree=False, remove_comments=True,
+                          remove_pis=True)
+
+
+@lru_cache(maxsize=None)
+def wsdl_template(service) -> str:
+    """The service's WSDL with a placeholder address, built once.  (spyne moves every
+    fault it declares into the service's namespace; that is undone afterwards so that
+    one service's WSDL never changes another's.)"""
+    originals = {cls: cls.__dict__.get("__namespace__") for cls in declared_faults(service)}
+    try:
+        return build_wsdl(service, _ADDRESS_PLACEHOLDER).decode("utf-8")
+    finally:
+        for cls, namespace in originals.items():
+            cls.__namespace__ = namespace
+
+
+def wsdl_for(service, address: str) -> bytes:
+    return wsdl_template(service).replace(_ADDRESS_PLACEHOLDER, escape(address, {'"': "&quot;"})).encode()
+
+
+class SoapService:
+    """What the binding needs of one service: its operations by element, its prefixes."""
+
+    def __init__(self, service, dispatcher):
+        self.service = service
+        self.operations = {op.name: op for op in dispatcher._operations[service.name].values()}
+        self.prefixes = {SOAP_ENV: "soap", xml_codec.XSI: "xsi", TYPES_NS: "t", service.namespace: "s"}
+        self.nsmap = {prefix: ns for ns, prefix in self.prefixes.items()}
+
+
+class SoapBinding:
+    """WSGI application for ``/services/ws``."""
+
+    def __init__(self, dispatcher, settings):
+        self.dispatcher = dispatcher
+        self.settings = settings
+        self.services = {name: SoapService(svc, dispatcher) for name, svc in dispatcher.services.items()}
+        for svc in dispatcher.services.values():
+            wsdl_template(svc)                     # built once, at start-up
+
+    def __call__(self, environ, start_response):
+        return self.handle(Request(environ))(environ, start_response)
+
+    def handle(self, request: Request) -> Response:
+        name = request.path.strip("/")
+        soap = self.services.get(name)
+        if request.method == "GET" and ("wsdl" in request.args or "WSDL" in request.args):
+            if soap is None or not self.settings().service_enabled(name):
+                return Response(f"no WSDL here: the service {name} is not served\n", status=404,
+                                content_type="text/plain; charset=utf-8")
+            return Response(wsdl_for(soap.service, self._address(request, name)), content_type=XML_TYPE)
+        try:
+            if soap is None:
+                raise InvalidRequestFault(f"there is no service {name!r}; services are at "
+                                          "/services/ws/<Service>")
+            if request.method != "POST":
+                raise InvalidRequestFault(f"{request.method} is not allowed; POST a SOAP envelope, "
+                                          f"or GET {request.base_url}?wsdl")
+            self.dispatcher.check_enabled(name)
+            op, data = self._read(request, soap)
+            answer = self.dispatcher.call(op, data)
+            return self._envelope(soap, lambda body: xml_codec.write(
+                body, f"{{{soap.service.namespace}}}{op.name}Response", answer, op.response, soap.prefixes))
+        except Exception as exc:
+            return self._fault(soap, as_fault(exc, f"SOAP {name}"))
+
+    def _address(self, request, name):
+        public = self.settings().public_url
+        return f"{public}/services/ws/{name}" if public else request.base_url
+
+    # ------------------------------------------------------------------ reading
+
+    def _read(self, request, soap):
+        limit = self.settings().max_request_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise InvalidRequestFault(f"the request body has {request.content_length} bytes, more "
+                                      f"than the {limit} this server accepts")
+        if request.mimetype not in ACCEPTED_TYPES:
+            raise InvalidRequestFault(f"the content type {request.mimetype or 'none'} is not XML; "
+                                      "SOAP 1.1 messages are text/xml")
+        body = request.stream.read(limit + 1)
+        if len(body) > limit:
+            raise InvalidRequestFault(f"the request body is larger than the {limit} bytes this "
+                                      "server accepts")
+        if _DTD.search(body):
+            raise InvalidRequestFault("the message contains a DTD or entity declaration, which "
+                                      "SOAP 1.1 forbids", hint="Send the envelope without <!DOCTYPE>.")
+        try:
+            root = etree.fromstring(body, _PARSER)
+        except etree.XMLSyntaxError as exc:
+            raise InvalidRequestFault(f"the request is not well-formed XML: {exc}")
+        if root.tag != f"{{{SOAP_ENV}}}Envelope":
+            raise InvalidRequestFault("the request is not a SOAP 1.1 envelope")
+        body_elem = root.find(f"{{{SOAP_ENV}}}Body")
+        payload = [c for c in body_elem if isinstance(c.tag, str)] if body_elem is not None else []
+        if len(payload) != 1:
+            raise InvalidRequestFault("the SOAP body must hold exactly one operation element")
+        qname = etree.QName(payload[0])
+        op = soap.operations.get(qname.localname)
+        if op is None or qname.namespace != soap.service.namespace:
+            raise InvalidRequestFault(f"the service {soap.service.name} has no operation "
+                                      f"{{{qname.namespace}}}{qname.localname}")
+        return op, xml_codec.read(payload[0], op.request)
+
+    # ------------------------------------------------------------------ writing
+
+    def _envelope(self, soap, fill, status=200) -> Response:
+        nsmap = soap.nsmap if soap else {"soap": SOAP_ENV}
+        envelope = etree.Element(f"{{{SOAP_ENV}}}Envelope", nsmap=nsmap)
+        fill(etree.SubElement(envelope, f"{{{SOAP_ENV}}}Body"))
+        return Response(etree.tostring(envelope, xml_declaration=True, encoding="utf-8"),
+                        status=status, content_type=XML_TYPE)
+
+    def _fault(self, soap, fault: XServerFault) -> Response:
+        def fill(body):
+            elem = etree.SubElement(body, f"{{{SOAP_ENV}}}Fault")
+            etree.SubElement(elem, "faultcode").text = f"soap:{fault.soap_faultcode}"
+            etree.SubElement(elem, "faultstring").text = fault.faultstring
+            if soap is not None:
+                detail = etree.SubElement(elem, "detail")
+                data = codec.encode_fault(fault)["faultInfo"]
+                data.pop(codec.TYPE_KEY)
+                ns = soap.service.namespace
+                xml_codec.write(detail, f"{{{ns}}}{fault.get_type_name()}", data, type(fault),
+                                soap.prefixes, ns_override=ns)
+        return self._envelope(soap, fill, status=500)
