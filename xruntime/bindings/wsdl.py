@@ -13,6 +13,7 @@ with the same type metadata.
 import logging
 from functools import lru_cache
 
+from lxml import etree
 from spyne import Application, ServiceBase, rpc
 from spyne.interface.wsdl import Wsdl11
 from spyne.protocol.soap import Soap11
@@ -23,6 +24,8 @@ from ..protocol.types import JobProgress, ResultLimitation
 logging.getLogger("spyne").setLevel(logging.WARNING)
 
 POLYMORPHIC_BASES = (JobProgress, ResultLimitation, XServerFault)
+WSDL_NS = "http://schemas.xmlsoap.org/wsdl/"
+XSD_NS = "http://www.w3.org/2001/XMLSchema"
 
 
 def _subclasses(cls):
@@ -75,5 +78,29 @@ def build_wsdl(service, address: str) -> bytes:
     """The WSDL of ``service`` with ``address`` as its ``soap:address``."""
     wsdl = Wsdl11(_application(service).interface)
     wsdl.build_interface_document(address)
-    return wsdl.get_interface_document()
+    return canonical(wsdl.get_interface_document())
+
+
+def canonical(document: bytes) -> bytes:
+    """The same WSDL with its top-level declarations in a fixed order (spyne's follows
+    set iteration, which changes from one process to the next), so that the files kept
+    in wsdl/ can be compared."""
+    root = etree.fromstring(document)
+    parents = [root] + root.findall(f"{{{WSDL_NS}}}types/{{{XSD_NS}}}schema")
+    for parent in parents:
+        children = list(parent)
+        for child in children:
+            parent.remove(child)
+        for child in sorted(children, key=_declaration_key):
+            parent.append(child)
+    return etree.tostring(root, xml_declaration=True, encoding="UTF-8")
+
+
+_ORDER = ["import", "types", "simpleType", "complexType", "element", "message", "portType",
+          "binding", "service"]
+
+
+def _declaration_key(elem):
+    local = etree.QName(elem).localname
+    return (_ORDER.index(local) if local in _ORDER else len(_ORDER), local, elem.get("name") or "")
 
