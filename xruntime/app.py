@@ -20,6 +20,7 @@ from .engine.notifier import Notifier
 from .engine.supervisor import Supervisor, default_node_name
 from .jobs import JobManager
 from .protocol.faults import InvalidRequestFault
+from .reload import ConfigReloader
 from .store import open_store
 
 log = logging.getLogger("xruntime")
@@ -42,11 +43,12 @@ class Node:
         self.supervisor = Supervisor(self.store, self.notifier, self.settings, self.name, self.cleaner)
         self.jobs = JobManager(self.store, self.notifier, self.supervisor, self.settings, self.name)
         self.dispatcher = Dispatcher(self.jobs)
-        self.wsgi = DispatcherMiddleware(not_found, {
+        self.bindings = {
             "/services/rs": JsonBinding(self.dispatcher, self.settings),
             "/services/ws": SoapBinding(self.dispatcher, self.settings),
             "/services/rpc": JsonRpcBinding(self.dispatcher, self.settings),
-        })
+        }
+        self.wsgi = DispatcherMiddleware(not_found, self.bindings)
 
     def settings(self):
         """The settings in force (a reload swaps them as a whole)."""
@@ -65,17 +67,40 @@ class Node:
         self.store.close()
 
 
-def serve(node: Node) -> None:
+    def refusal(self, path: str, fault):
+        """A fault for a request refused before it reached a binding (e.g. by waitress,
+        for a body over the limit), in the form of the binding its path names."""
+        for prefix, binding in self.bindings.items():
+            if path.startswith(prefix):
+                return binding.refusal(path[len(prefix):], fault)
+        return fault_response(fault)
+
+
+def serve(node: Node, reload_path=None, known_services=None) -> None:
     """Run the node under waitress until SIGTERM/SIGINT, then shut down cleanly: the
-    running jobs go back to the queue, waiting watches answer, the workers end."""
+    running jobs go back to the queue, waiting watches answer, the workers end.
+    With ``reload_path``, edits of that file are applied live (xruntime.reload)."""
     from waitress import create_server
     settings = node.settings()
-    server = create_server(
+    server = create_server(  # raises OSError when the address is taken: the CLI reports it
         node.wsgi, host=settings.host, port=settings.port, threads=settings.threads,
         asyncore_use_poll=True, connection_limit=max(100, settings.threads * 2),
-        max_request_body_size=settings.max_request_bytes + 1024, ident="xruntime",
+        max_request_body_size=settings.max_request_bytes, ident="xruntime",
         clear_untrusted_proxy_headers=True)
+    server.channel_class = refusing_channel(node)
+    # helper processes (workers, multiprocessing's resource tracker) ignore SIGHUP, which
+    # means "re-read the configuration" to the server alone
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    from multiprocessing import resource_tracker
+    resource_tracker.ensure_running()
     node.start()
+    reloader = None
+    if reload_path:
+        def follow(new):          # waitress refuses oversized bodies itself, before reading them
+            server.adj.max_request_body_size = new.max_request_bytes
+        reloader = ConfigReloader(node, reload_path, known_services, [follow])
+        reloader.start()
+        signal.signal(signal.SIGHUP, lambda *_: reloader.wake.set())
 
     def stop(signum, _frame):
         log.info("signal %s: shutting down", signal.Signals(signum).name)
@@ -91,8 +116,36 @@ def serve(node: Node) -> None:
     try:
         server.run()
     finally:
+        if reloader is not None:
+            reloader.stopped = True
         node.close()
         log.info("xruntime node %s stopped", node.name)
+
+
+def refusing_channel(node):
+    """A waitress channel whose refusals (body too large, bad framing) are faults in the
+    form of the binding the request was for, not waitress's plain-text pages."""
+    from waitress.channel import HTTPChannel
+    from waitress.task import ErrorTask
+
+    class FaultErrorTask(ErrorTask):
+        def execute(self):
+            error = self.request.error
+            fault = InvalidRequestFault(f"the request was refused: {error.reason}: {error.body}",
+                                        hint="Send a well-formed request within the size limit.")
+            response = node.refusal(self.request.path or "/", fault)
+            body = response.get_data()
+            self.status = response.status
+            self.response_headers.extend(
+                (k, v) for k, v in response.headers.items() if k.lower() != "content-length")
+            self.set_close_on_finish()
+            self.content_length = len(body)
+            self.write(body)
+
+    class FaultChannel(HTTPChannel):
+        error_task_class = FaultErrorTask
+
+    return FaultChannel
 
 
 def _safe_url(url: str) -> str:

@@ -23,7 +23,11 @@ def cmd_serve(args) -> int:
         return 2
     settings = config.with_overrides(settings, host=args.host, port=args.port)
     from .app import Node, serve
-    serve(Node(settings))
+    try:
+        serve(Node(settings), reload_path=settings.path, known_services=_service_names())
+    except OSError as exc:
+        logging.error("cannot serve on %s:%s: %s", settings.host, settings.port, exc.strerror or exc)
+        return 1
     return 0
 
 

@@ -58,6 +58,9 @@ class JsonBinding:
         request = Request(environ)
         return self.handle(request)(environ, start_response)
 
+    def refusal(self, path: str, fault: XServerFault) -> Response:
+        return fault_response(fault)
+
     def handle(self, request: Request) -> Response:
         parts = [p for p in request.path.split("/") if p]
         where = "/".join(parts) or "/"

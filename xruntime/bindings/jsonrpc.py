@@ -67,6 +67,9 @@ class JsonRpcBinding:
         answer = self._one(service, body)
         return self._answer(answer) if answer is not None else Response(status=204)
 
+    def refusal(self, path: str, fault: XServerFault) -> Response:
+        return self._answer(error(None, INVALID_REQUEST, fault))
+
     def _one(self, service, item):
         """One request object → its answer, or None for a notification."""
         if not isinstance(item, dict) or item.get("jsonrpc") != "2.0" \

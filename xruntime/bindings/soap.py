@@ -94,6 +94,9 @@ class SoapBinding:
         except Exception as exc:
             return self._fault(soap, as_fault(exc, f"SOAP {name}"))
 
+    def refusal(self, path: str, fault: XServerFault) -> Response:
+        return self._fault(self.services.get(path.strip("/")), fault)
+
     def _address(self, request, name):
         public = self.settings().public_url
         return f"{public}/services/ws/{name}" if public else request.base_url

@@ -105,6 +105,7 @@ def run_one(conn, stop_event, stop_reason, job_id, service, operation, request_j
 def worker_main(conn, stop_event, stop_reason):
     """Entry point of a worker process (started with ``spawn``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the server decides when workers end
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     from ..registry import discover

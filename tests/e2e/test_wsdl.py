@@ -1,0 +1,248 @@
+"""The WSDL of each service (PROTOCOL §7): a real SOAP client (zeep) accepts it, its
+``soap:address`` names the address the client used (or the configured public URL), it
+declares the polymorphic types and every fault on every operation, and the files kept
+in ``wsdl/`` are what ``xruntime wsdl`` writes today."""
+import os
+import subprocess
+import sys
+
+import pytest
+import requests
+import zeep
+from lxml import etree
+
+from tests.harness import ROOT, Server
+
+SERVICES = ("XRuntime", "XDemo")
+WSDL_NS = "http://schemas.xmlsoap.org/wsdl/"
+SOAP_BIND_NS = "http://schemas.xmlsoap.org/wsdl/soap/"
+XSD_NS = "http://www.w3.org/2001/XMLSchema"
+TYPES_NS = "http://xruntime.org/xserver/types"
+NS = {"wsdl": WSDL_NS, "soap": SOAP_BIND_NS, "xs": XSD_NS}
+SERVICE_NS = {"XRuntime": "http://xruntime.org/xserver/xruntime",
+              "XDemo": "http://xruntime.org/xserver/xdemo"}
+PUBLIC_URL = "https://example.org/xr"
+CHECKED_IN = os.path.join(ROOT, "wsdl")
+DEFAULT_BASE = "http://localhost:50000"
+
+FAULTS = {
+    "XServerFault": (), "InvalidRequestFault": (), "InvalidValueFault": ("parameter", "value"),
+    "MissingParameterFault": ("parameter",), "InvalidFetchTypeFault": ("jobId",),
+    "UnknownJobFault": ("jobId",), "JobStateFault": ("jobId", "status"),
+    "RejectedRequestFault": (), "AccessDeniedFault": (), "QueueOverflowFault": (),
+    "RequestTimedOutFault": (), "RequestStoppedFault": (), "ServiceNotConfiguredFault": ("service",),
+    "ProcessingFault": (), "InternalErrorFault": (),
+}
+
+
+def with_server_keys(srv: Server, **keys) -> Server:
+    """Put keys into the [server] table the harness writes (a second [server] table in
+    ``extra`` would make the file invalid TOML)."""
+    lines = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in keys.items())
+    with open(srv.config) as f:
+        text = f.read()
+    assert text.startswith("[server]\n")
+    with open(srv.config, "w") as f:
+        f.write(text.replace("[server]\n", "[server]\n" + lines, 1))
+    return srv
+
+
+@pytest.fixture(scope="module")
+def public_node(tmp_path_factory):
+    """A node whose administrator set a public URL (behind a reverse proxy, say)."""
+    srv = with_server_keys(Server(str(tmp_path_factory.mktemp("public")), workers=1),
+                           public_url=PUBLIC_URL)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def fetch_wsdl(base, service, query="wsdl", **kwargs):
+    r = requests.get(f"{base}/services/ws/{service}?{query}", timeout=10, **kwargs)
+    assert r.status_code == 200, (r.status_code, r.text[:300])
+    assert r.headers["Content-Type"].startswith("text/xml")
+    return r.content
+
+
+def soap_address(document: bytes) -> str:
+    root = etree.fromstring(document)
+    addresses = root.findall("wsdl:service/wsdl:port/soap:address", NS)
+    assert len(addresses) == 1, document[:300]
+    return addresses[0].get("location")
+
+
+# --------------------------------------------------------------------------- zeep
+
+@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("query", ["wsdl", "WSDL"])
+def test_zeep_accepts_the_served_wsdl(server, service, query):
+    client = zeep.Client(f"{server.base}/services/ws/{service}?{query}")
+    operations = set(client.service._operations)
+    expected = {"XRuntime": {"watchJob", "stopJob", "deleteJob", "getRuntimeInformation"},
+                "XDemo": {"startSimulate", "fetchSimulateResponse", "simulate"}}[service]
+    assert operations == expected
+    assert client.service._binding_options["address"] == f"{server.base}/services/ws/{service}"
+    for name in ("BulkProgress", "IntermediateResponseLimitation"):
+        assert client.get_type(f"{{{TYPES_NS}}}{name}") is not None
+    for name in FAULTS:          # the typed faults a generated client raises
+        assert client.get_element(f"{{{SERVICE_NS[service]}}}{name}") is not None
+
+
+def test_zeep_calls_through_the_address_it_was_given(server):
+    """Built from the WSDL fetched via localhost, the client reaches the server at the
+    address that WSDL names."""
+    port = server.port
+    client = zeep.Client(f"http://localhost:{port}/services/ws/XRuntime?wsdl")
+    assert client.service._binding_options["address"] == f"http://localhost:{port}/services/ws/XRuntime"
+    info = client.service.getRuntimeInformation()
+    assert info.version and "XDemo" in [s.name for s in info.services]
+
+
+# --------------------------------------------------------------------------- soap:address
+
+@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_address_is_the_one_the_client_used(server, service, host):
+    base = f"http://{host}:{server.port}"
+    assert soap_address(fetch_wsdl(base, service)) == f"{base}/services/ws/{service}"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_address_follows_the_host_header(server, service):
+    """A client that reached the server under another name (a DNS alias) gets that name."""
+    document = fetch_wsdl(server.base, service, headers={"Host": f"xr-alias.test:{server.port}"})
+    assert soap_address(document) == f"http://xr-alias.test:{server.port}/services/ws/{service}"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_untrusted_proxy_headers_do_not_move_the_address(server, service):
+    """No proxy is configured as trusted: X-Forwarded-* from a client changes nothing."""
+    document = fetch_wsdl(server.base, service, headers={
+        "X-Forwarded-Host": "evil.example", "X-Forwarded-Proto": "https",
+        "X-Forwarded-Port": "1", "Forwarded": "host=evil.example;proto=https"})
+    assert soap_address(document) == f"{server.base}/services/ws/{service}"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_public_url_wins(public_node, service, host):
+    base = f"http://{host}:{public_node.port}"
+    assert soap_address(fetch_wsdl(base, service)) == f"{PUBLIC_URL}/services/ws/{service}"
+    client = zeep.Client(f"{base}/services/ws/{service}?wsdl")
+    assert client.service._binding_options["address"] == f"{PUBLIC_URL}/services/ws/{service}"
+
+
+# --------------------------------------------------------------------------- content
+
+def declarations(root):
+    """{(namespace, kind, name): element} of every schema's top-level declarations."""
+    found = {}
+    for schema in root.iter(f"{{{XSD_NS}}}schema"):
+        for child in schema:
+            if isinstance(child.tag, str) and child.get("name"):
+                found[(schema.get("targetNamespace"), etree.QName(child).localname, child.get("name"))] = child
+    return found
+
+
+def resolve(elem, qname_text):
+    prefix, _, local = qname_text.rpartition(":")
+    return elem.nsmap.get(prefix or None), local
+
+
+def fields_of(decls, namespace, type_name):
+    """Field names of a complexType, its bases' included."""
+    ctype = decls[(namespace, "complexType", type_name)]
+    names = [e.get("name") for e in ctype.iter(f"{{{XSD_NS}}}element")]
+    extension = ctype.find(".//xs:extension", NS)
+    if extension is not None:
+        base_ns, base = resolve(extension, extension.get("base"))
+        if base_ns != XSD_NS:
+            names += fields_of(decls, base_ns, base)
+    return names
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_polymorphic_types_are_declared(server, service):
+    root = etree.fromstring(fetch_wsdl(server.base, service))
+    decls = declarations(root)
+    for name, base, fields in (("BulkProgress", "JobProgress", {"remaining", "successful", "failed"}),
+                               ("IntermediateResponseLimitation", "ResultLimitation", {"reason", "message"})):
+        ctype = decls.get((TYPES_NS, "complexType", name))
+        assert ctype is not None, f"{name} is not declared"
+        extension = ctype.find(".//xs:extension", NS)
+        assert extension is not None and resolve(extension, extension.get("base")) == (TYPES_NS, base)
+        assert set(fields_of(decls, TYPES_NS, name)) >= fields
+    reason = decls[(TYPES_NS, "simpleType", "IntermediateResponseReason")]
+    assert {e.get("value") for e in reason.iter(f"{{{XSD_NS}}}enumeration")} == \
+        {"REQUEST_STOPPED", "REQUEST_TIMED_OUT"}
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_every_operation_declares_every_fault(server, service):
+    root = etree.fromstring(fetch_wsdl(server.base, service))
+    tns = root.get("targetNamespace")
+    decls = declarations(root)
+    messages = {m.get("name"): m for m in root.findall("wsdl:message", NS)}
+    [port_type] = root.findall("wsdl:portType", NS)
+    operations = port_type.findall("wsdl:operation", NS)
+    assert operations
+    for op in operations:
+        faults = {f.get("name"): f for f in op.findall("wsdl:fault", NS)}
+        missing = set(FAULTS) - set(faults)
+        assert not missing, f"{service}.{op.get('name')} does not declare {sorted(missing)}"
+        for name in FAULTS:
+            message_ns, message_name = resolve(faults[name], faults[name].get("message"))
+            assert message_ns == tns and message_name in messages, (op.get("name"), name)
+            [part] = messages[message_name].findall("wsdl:part", NS)
+            element_ns, element = resolve(part, part.get("element"))
+            declared = decls.get((element_ns, "element", element))
+            assert declared is not None, f"fault element {element} is not declared"
+            type_ns, type_name = resolve(declared, declared.get("type"))
+            assert {"hint", *FAULTS[name]} <= set(fields_of(decls, type_ns, type_name)), name
+    [binding] = root.findall("wsdl:binding", NS)
+    for op in binding.findall("wsdl:operation", NS):
+        soap_faults = {f.get("name") for f in op.findall("wsdl:fault/soap:fault", NS)}
+        assert set(FAULTS) <= soap_faults, f"binding of {op.get('name')} lacks {set(FAULTS) - soap_faults}"
+        for f in op.findall("wsdl:fault/soap:fault", NS):
+            assert f.get("use") == "literal"
+
+
+# --------------------------------------------------------------------------- wsdl/ is current
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """``xruntime wsdl --out DIR`` as a developer runs it in the repository."""
+    out = tmp_path_factory.mktemp("wsdl")
+    env = {k: v for k, v in os.environ.items() if k != "XRUNTIME_SERVICE_MODULES"}
+    env["PYTHONPATH"] = ROOT
+    done = subprocess.run([sys.executable, "-m", "xruntime", "wsdl", "--out", str(out)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_the_files_are_one_per_service(generated):
+    assert sorted(os.listdir(generated)) == sorted(f"{s}.wsdl" for s in SERVICES)
+    assert sorted(f for f in os.listdir(CHECKED_IN)) == sorted(f"{s}.wsdl" for s in SERVICES)
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_checked_in_wsdl_is_current(generated, service):
+    with open(os.path.join(generated, f"{service}.wsdl"), "rb") as f:
+        fresh = f.read()
+    with open(os.path.join(CHECKED_IN, f"{service}.wsdl"), "rb") as f:
+        kept = f.read()
+    assert soap_address(kept) == f"{DEFAULT_BASE}/services/ws/{service}"
+    assert fresh == kept, (f"wsdl/{service}.wsdl is out of date; regenerate it with "
+                           "`python -m xruntime wsdl --out wsdl`")
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_served_wsdl_is_the_checked_in_one(server, service):
+    """Apart from its address, what a node serves is the kept file — also on this node,
+    which loads one more service (XCrashy) than the repository has."""
+    served = fetch_wsdl(server.base, service)
+    with open(os.path.join(CHECKED_IN, f"{service}.wsdl"), "rb") as f:
+        kept = f.read()
+    here = f"{server.base}/services/ws/{service}".encode()
+    assert served.replace(here, b"@") == kept.replace(f"{DEFAULT_BASE}/services/ws/{service}".encode(), b"@")
