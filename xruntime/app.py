@@ -85,7 +85,7 @@ def serve(node: Node, reload_path=None, known_services=None) -> None:
     server = create_server(  # raises OSError when the address is taken: the CLI reports it
         node.wsgi, host=settings.host, port=settings.port, threads=settings.threads,
         asyncore_use_poll=True, connection_limit=max(100, settings.threads * 2),
-        max_request_body_size=settings.max_request_bytes, ident="xruntime",
+        max_request_body_size=settings.max_request_bytes + 1, ident="xruntime",  # it refuses >= max
         clear_untrusted_proxy_headers=True)
     server.channel_class = refusing_channel(node)
     # helper processes (workers, multiprocessing's resource tracker) ignore SIGHUP, which
@@ -97,7 +97,7 @@ def serve(node: Node, reload_path=None, known_services=None) -> None:
     reloader = None
     if reload_path:
         def follow(new):          # waitress refuses oversized bodies itself, before reading them
-            server.adj.max_request_body_size = new.max_request_bytes
+            server.adj.max_request_body_size = new.max_request_bytes + 1
         reloader = ConfigReloader(node, reload_path, known_services, [follow])
         reloader.start()
         signal.signal(signal.SIGHUP, lambda *_: reloader.wake.set())

@@ -91,7 +91,8 @@ class JobManager:
         if decision == states.REFUSE:
             raise JobStateFault(f"job {job_id} is {rec.status}; only a SUCCEEDED or FAILED "
                                 "job can be fetched", jobId=job_id, status=rec.status)
-        self.store.mark_fetched(job_id, now_ms())
+        if rec.first_fetched_at is None:          # the fetched retention counts from here
+            self.store.mark_fetched(job_id, now_ms())
         if decision == states.RAISE_STORED_FAULT:
             raise codec.decode_fault(json.loads(rec.fault))
         return codec.decode(json.loads(rec.result), op.response)

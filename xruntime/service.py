@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
 
 from .protocol.faults import XServerFault
-from .protocol.types import Job, JobProgress, JobRequest
+from .protocol.types import Job, JobProgress, JobRequest, link_base
 
 
 class JobContext(Protocol):
@@ -106,6 +106,7 @@ def pin_namespace(cls, namespace: str) -> None:
             continue                          # the protocol's own types are pinned already
         if c.__dict__.get("__namespace__") is None:
             c.__namespace__ = namespace
+        link_base(c)
         pending.extend(c.get_flat_type_info(c).values())
 
 

@@ -37,19 +37,16 @@ def client(request, node):
     return make_client(request.param, node.base)
 
 
-def crashy_soap_client(base):
-    """A SOAP client for XCrashy.  The node does not serve its WSDL (the service is off),
-    so the client is built from the WSDL this repository generates for it, pointed at the
-    node — as a client generated before the administrator switched the service off."""
+@pytest.fixture(scope="module")
+def crashy_wsdl(node, tmp_path_factory):
+    """XCrashy's WSDL, pointed at the node.  The node does not serve it (the service is
+    off), so it is generated here, as for a client built before the administrator
+    switched the service off."""
     from tests.fixtures.crashy import service
     from xruntime.bindings.soap import wsdl_for
-    import tempfile
-    import os
-    folder = tempfile.mkdtemp()
-    path = os.path.join(folder, "XCrashy.wsdl")
-    with open(path, "wb") as f:
-        f.write(wsdl_for(service, f"{base}/services/ws/XCrashy"))
-    return zeep.Client(path)
+    path = tmp_path_factory.mktemp("wsdl") / "XCrashy.wsdl"
+    path.write_bytes(wsdl_for(service, f"{node.base}/services/ws/XCrashy"))
+    return str(path)
 
 
 def fault_of(call, *args):
@@ -152,9 +149,9 @@ def test_queue_overflow(node, client, blocker):
     ("crash", {"mode": "sleep", "seconds": 0}),
     ("fetchCrashResponse", {"id": "no-such-job"}),
 ])
-def test_service_not_configured(node, client, operation, request_data):
+def test_service_not_configured(node, client, crashy_wsdl, operation, request_data):
     if client.name == "soap":
-        client.clients["XCrashy"] = crashy_soap_client(node.base)
+        client.clients["XCrashy"] = zeep.Client(crashy_wsdl)
     before = jobs_stored(node)
     fault = fault_of(client.call, "XCrashy", operation, request_data)
     check_fault(client, fault, "ServiceNotConfiguredFault")

@@ -331,21 +331,20 @@ def test_job_state_and_processing_faults(node):
 
 def test_unknown_service(unchanged):
     answer = answer_of(post(unchanged, request("watchJob", {"id": "x"}, id=1), "XNothing"))
-    data = check_error(answer, (INVALID_REQUEST, METHOD_NOT_FOUND), fault="InvalidRequestFault")
+    check_error(answer, (INVALID_REQUEST, METHOD_NOT_FOUND), fault="InvalidRequestFault")
     assert "XNothing" in answer["error"]["message"]
     assert answer.get("id") in (None, 1)
     answer = answer_of(requests.post(f"{unchanged.base}/services/rpc", json=request("watchJob", {"id": "x"}),
                                      timeout=10))
     check_error(answer, (INVALID_REQUEST, METHOD_NOT_FOUND), fault="InvalidRequestFault")
-    assert data
 
 
 @pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
 def test_other_methods_are_errors(unchanged, method):
     r = requests.request(method, rpc_url(unchanged), timeout=10)
     answer = answer_of(r)
-    data = check_error(answer, INVALID_REQUEST, None, "InvalidRequestFault")
-    assert method in answer["error"]["message"] and data
+    check_error(answer, INVALID_REQUEST, None, "InvalidRequestFault")
+    assert method in answer["error"]["message"]
 
 
 def test_wrong_content_type(unchanged):

@@ -140,7 +140,8 @@ def declarations(root):
     for schema in root.iter(f"{{{XSD_NS}}}schema"):
         for child in schema:
             if isinstance(child.tag, str) and child.get("name"):
-                found[(schema.get("targetNamespace"), etree.QName(child).localname, child.get("name"))] = child
+                kind = etree.QName(child).localname
+                found[(schema.get("targetNamespace"), kind, child.get("name"))] = child
     return found
 
 

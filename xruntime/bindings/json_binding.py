@@ -23,8 +23,9 @@ def fault_response(fault: XServerFault) -> Response:
                     content_type=JSON_TYPE)
 
 
-def read_json_body(request: Request, max_bytes: int):
-    """The body parsed as JSON, refused before it is read when it is too large."""
+def read_json_body(request: Request, max_bytes: int, empty=None):
+    """The body parsed as JSON, refused before it is read when it is too large.
+    An empty body stands for ``empty`` when given (the JSON binding: an empty request)."""
     length = request.content_length
     if length is not None and length > max_bytes:
         raise InvalidRequestFault(f"the request body has {length} bytes, more than the "
@@ -38,8 +39,8 @@ def read_json_body(request: Request, max_bytes: int):
     if len(raw) > max_bytes:
         raise InvalidRequestFault(f"the request body is larger than the {max_bytes} bytes this "
                                   "server accepts", hint="Send a smaller request.")
-    if not raw.strip():
-        return {}
+    if not raw.strip() and empty is not None:
+        return empty
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -73,7 +74,7 @@ class JsonBinding:
                 raise InvalidRequestFault(f"{request.method} is not allowed; POST the request",
                                           hint="POST a JSON object.")
             self.dispatcher.check_enabled(op.service)
-            data = read_json_body(request, self.settings().max_request_bytes)
+            data = read_json_body(request, self.settings().max_request_bytes, empty={})
             return Response(dumps(self.dispatcher.call(op, data)), content_type=JSON_TYPE)
         except Exception as exc:
             return fault_response(as_fault(exc, where))

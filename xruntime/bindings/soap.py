@@ -23,9 +23,10 @@ from .wsdl import build_wsdl, declared_faults
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
 XML_TYPE = "text/xml; charset=utf-8"
 ACCEPTED_TYPES = ("text/xml", "application/xml", "application/soap+xml")
-_DTD = re.compile(rb"<!(?!\[CDATA\[)")
+_DTD = re.compile(rb"<!(?!\[CDATA\[|--)")      # <!DOCTYPE, <!ENTITY; comments and CDATA are fine
 _ADDRESS_PLACEHOLDER = "http://xruntime.invalid/soap-address"
 
+_BARE_PREFIXES = {SOAP_ENV: "soap", TYPES_NS: "t"}
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
                           dtd_validation=False, huge_tree=False, remove_comments=True,
                           remove_pis=True)
@@ -122,6 +123,10 @@ class SoapBinding:
             root = etree.fromstring(body, _PARSER)
         except etree.XMLSyntaxError as exc:
             raise InvalidRequestFault(f"the request is not well-formed XML: {exc}")
+        docinfo = root.getroottree().docinfo
+        if docinfo.doctype or docinfo.internalDTD is not None:     # e.g. in UTF-16
+            raise InvalidRequestFault("the message contains a DTD, which SOAP 1.1 forbids",
+                                      hint="Send the envelope without <!DOCTYPE>.")
         if root.tag != f"{{{SOAP_ENV}}}Envelope":
             raise InvalidRequestFault("the request is not a SOAP 1.1 envelope")
         body_elem = root.find(f"{{{SOAP_ENV}}}Body")
@@ -138,7 +143,7 @@ class SoapBinding:
     # ------------------------------------------------------------------ writing
 
     def _envelope(self, soap, fill, status=200) -> Response:
-        nsmap = soap.nsmap if soap else {"soap": SOAP_ENV}
+        nsmap = soap.nsmap if soap else {p: ns for ns, p in _BARE_PREFIXES.items()}
         envelope = etree.Element(f"{{{SOAP_ENV}}}Envelope", nsmap=nsmap)
         fill(etree.SubElement(envelope, f"{{{SOAP_ENV}}}Body"))
         return Response(etree.tostring(envelope, xml_declaration=True, encoding="utf-8"),
@@ -149,11 +154,12 @@ class SoapBinding:
             elem = etree.SubElement(body, f"{{{SOAP_ENV}}}Fault")
             etree.SubElement(elem, "faultcode").text = f"soap:{fault.soap_faultcode}"
             etree.SubElement(elem, "faultstring").text = fault.faultstring
-            if soap is not None:
-                detail = etree.SubElement(elem, "detail")
-                data = codec.encode_fault(fault)["faultInfo"]
-                data.pop(codec.TYPE_KEY)
-                ns = soap.service.namespace
-                xml_codec.write(detail, f"{{{ns}}}{fault.get_type_name()}", data, type(fault),
-                                soap.prefixes, ns_override=ns)
+            detail = etree.SubElement(elem, "detail")
+            data = codec.encode_fault(fault)["faultInfo"]
+            data.pop(codec.TYPE_KEY)
+            # the service's WSDL declares its faults in its namespace; with no service
+            # (an unknown one), the protocol's namespace
+            ns = soap.service.namespace if soap is not None else TYPES_NS
+            xml_codec.write(detail, f"{{{ns}}}{fault.get_type_name()}", data, type(fault),
+                            soap.prefixes if soap is not None else _BARE_PREFIXES, ns_override=ns)
         return self._envelope(soap, fill, status=500)

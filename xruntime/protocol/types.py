@@ -126,15 +126,26 @@ __all__ = [
 ]
 
 
+def link_base(cls) -> None:
+    """spyne records a base class only when it has fields; a subtype of a field-less
+    base (``BulkProgress`` of ``JobProgress``) would not be declared as its extension
+    in the WSDL, and ``xsi:type`` could not name it.  Record the base explicitly."""
+    if getattr(cls, "__orig__", None) is not None or cls.__dict__.get("__extends__") is not None:
+        return
+    base = cls.__bases__[0]
+    if base not in (XModel, ComplexModel) and issubclass(base, XModel):
+        cls.__extends__ = base
+
+
 def _pin_namespaces():
     """spyne gives a class without its own ``__namespace__`` the namespace of whichever
     application first sees it; pin every protocol type to ours, once."""
     pending = [XModel]
     while pending:
         cls = pending.pop()
-        if getattr(cls, "__orig__", None) is None and "__namespace__" not in cls.__dict__ \
-                or cls.__dict__.get("__namespace__") is None:
+        if cls.__dict__.get("__namespace__") is None:
             cls.__namespace__ = NAMESPACE
+        link_base(cls)
         pending.extend(cls.__subclasses__())
 
 
