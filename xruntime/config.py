@@ -55,6 +55,7 @@ def _shorter(configured: int, asked: Optional[int]) -> int:
 class ServiceSettings:
     enabled: bool = True
     jobs: Optional[JobSettings] = None     # None: the [jobs] table
+    overridden: frozenset = frozenset()    # the [jobs] keys this service sets for itself
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,15 @@ class Settings:
 
     def jobs_for(self, service: str) -> JobSettings:
         return self.service(service).jobs or self.jobs
+
+    def queue_limit(self, service: str):
+        """(max_queued, service or None): a service's own limit counts its own queued
+        jobs; the [jobs] limit counts every queued job."""
+        own = self.service(service)
+        if own.jobs is not None and ("max_queued" in own.overridden
+                                     or own.jobs.max_queued != self.jobs.max_queued):
+            return own.jobs.max_queued, service
+        return self.jobs.max_queued, None
 
     def service_enabled(self, name: str) -> bool:
         return self.service(name).enabled
@@ -317,7 +327,8 @@ def parse(text: str, path: str = "<config>", known_services=None) -> Settings:
     if errors:
         raise ConfigError(path, errors)
     jobs = JobSettings(**values.pop("jobs", {}))
-    services = {name: ServiceSettings(enabled, replace(jobs, **overrides) if overrides else None)
+    services = {name: ServiceSettings(enabled, replace(jobs, **overrides) if overrides else None,
+                                      frozenset(overrides))
                 for name, (enabled, overrides) in values.pop("services", {}).items()}
     settings = Settings(jobs=jobs, services=services, path=os.path.abspath(path), **values)
     return _finish(settings, os.path.dirname(os.path.abspath(path)))

@@ -69,8 +69,8 @@ class JobManager:
             request=dumps(codec.encode(request, op.request)), queued_at=now_ms(),
             queueing_timeout=getattr(timeouts, "queueingTimeout", None) if timeouts else None,
             computation_timeout=getattr(timeouts, "computationTimeout", None) if timeouts else None)
-        max_queued = self.settings().jobs_for(op.service).max_queued
-        if not self.store.create(rec, max_queued):
+        max_queued, scope = self.settings().queue_limit(op.service)
+        if not self.store.create(rec, max_queued, scope):
             raise QueueOverflowFault(f"{max_queued} jobs are queued already; this one was refused",
                                      hint="Try again later, when fewer jobs are waiting.")
         log.info("job %s %s.%s QUEUING", rec.id, op.service, op.name)
@@ -136,6 +136,12 @@ class JobManager:
                     if rec is None:
                         return self.unknown_job(job_id)
                     changed = changed or (rec.status, rec.progress) != seen
+            if not changed and rec.status not in states.TERMINAL:
+                # nothing woke us: answer with the last status all the same (a change on
+                # another node wakes no one here)
+                rec = self.store.peek(job_id)
+                if rec is None:
+                    return self.unknown_job(job_id)
             return self.job_view(rec)
 
     def stop(self, job_id: str) -> Job:

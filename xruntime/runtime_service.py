@@ -4,7 +4,8 @@ from .protocol.faults import (InvalidRequestFault, JobStateFault, MissingParamet
 from .protocol.types import Job, JobRequest, RuntimeInformation, RuntimeInformationRequest, WatchRequest
 from .service import Service
 
-xruntime = Service("XRuntime", "Watch, stop and delete jobs; information about this server.")
+xruntime = Service("XRuntime", "Watch, stop and delete jobs; information about this server.",
+                   shows_all_progress=True)
 
 _REQUEST_FAULTS = (InvalidRequestFault, InvalidValueFault, MissingParameterFault)
 

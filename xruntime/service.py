@@ -120,6 +120,9 @@ class Service:
     #: Further types to declare in the WSDL (subtypes of JobProgress, ResultLimitation
     #: or ProcessingFault that no operation names directly).
     extra_types: list = field(default_factory=list)
+    #: True for a service whose answers carry any service's job progress (XRuntime):
+    #: its WSDL declares every service's progress types.
+    shows_all_progress: bool = False
 
     def __post_init__(self):
         self.namespace = self.namespace or SERVICE_NAMESPACE.format(name=self.name.lower())

@@ -137,6 +137,21 @@ def test_request_shortens_the_queueing_timeout_never_lengthens_it(queue_server):
         release(srv, blocker)
 
 
+def test_job_past_its_queueing_timeout_is_not_run_when_a_worker_frees(queue_server):
+    """The worker frees 1.4 s after the job was queued, with a 700 ms timeout: whether
+    the housekeeping or the claim finds it first, it fails and never runs."""
+    srv = queue_server
+    for _ in range(3):                      # the housekeeping's phase differs each time
+        blocker = srv.start_job(durationMs=1400)      # queued first: it runs first
+        job = srv.start_job(durationMs=0, resultSize=1, timeouts={"queueingTimeout": 700})
+        done = srv.wait_done(job["id"])
+        assert done["status"] == "FAILED", done
+        assert "progress" not in done
+        assert f"job {job['id']} XDemo.simulate RUNNING" not in srv.log()
+        assert_timed_out_fault(srv, job["id"])
+        assert srv.wait_done(blocker["id"])["status"] == "SUCCEEDED"
+
+
 # ---------------------------------------------------------------------------- computation
 
 def fetch_simulate(srv, job_id):

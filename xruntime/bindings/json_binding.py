@@ -43,6 +43,9 @@ def read_json_body(request: Request, max_bytes: int, empty=None):
         return empty
     try:
         return json.loads(raw)
+    except RecursionError:
+        raise InvalidRequestFault("the request body nests too deeply",
+                                  hint="Send one JSON object, the operation's request.")
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequestFault(f"the request body is not valid JSON: {exc}",
                                   hint="Send one JSON object, the operation's request.")

@@ -18,7 +18,7 @@ from ..dispatch import as_fault
 from ..protocol.faults import InvalidRequestFault, XServerFault
 from ..protocol.types import NAMESPACE as TYPES_NS
 from . import codec, xml_codec
-from .wsdl import build_wsdl, declared_faults
+from .wsdl import build_wsdl, declared_faults, polymorphic_types
 
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
 XML_TYPE = "text/xml; charset=utf-8"
@@ -56,6 +56,8 @@ class SoapService:
         self.service = service
         self.operations = {op.name: op for op in dispatcher._operations[service.name].values()}
         self.prefixes = {SOAP_ENV: "soap", xml_codec.XSI: "xsi", TYPES_NS: "t", service.namespace: "s"}
+        for cls in polymorphic_types(service):       # e.g. other services' progress types
+            self.prefixes.setdefault(cls.get_namespace(), f"n{len(self.prefixes)}")
         self.nsmap = {prefix: ns for ns, prefix in self.prefixes.items()}
 
 

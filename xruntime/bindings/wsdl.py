@@ -43,9 +43,20 @@ def declared_faults(service):
     return [c for c in _subclasses(XServerFault) if _visible(c, service)]
 
 
+def polymorphic_types(service):
+    """The subtypes a service's messages may carry with ``xsi:type``."""
+    return [cls for base in POLYMORPHIC_BASES for cls in _subclasses(base) if _visible(cls, service)]
+
+
 def _visible(cls, service) -> bool:
-    """Protocol types, and the types that belong to this service."""
-    return cls.__module__.startswith("xruntime.") or cls.__dict__.get("__namespace__") == service.namespace
+    """Protocol types, the types that belong to this service, and for XRuntime every
+    service's progress types (its watchJob answers any job)."""
+    if cls.__module__.startswith("xruntime.") or cls.__dict__.get("__namespace__") == service.namespace:
+        return True
+    if not (service.shows_all_progress and issubclass(cls, JobProgress)):
+        return False
+    from ..registry import discover
+    return cls.__dict__.get("__namespace__") in {s.namespace for s in discover().values()}
 
 
 def _method(name, op, faults):
@@ -65,10 +76,8 @@ def _application(service):
     app = Application([service_class], tns=service.namespace, name=service.name,
                       in_protocol=Soap11(), out_protocol=Soap11())
     app.transport = "http://schemas.xmlsoap.org/soap/http"
-    for base in POLYMORPHIC_BASES:
-        for cls in _subclasses(base):
-            if _visible(cls, service):
-                app.interface.add_class(cls)
+    for cls in polymorphic_types(service):
+        app.interface.add_class(cls)
     for cls in service.extra_types:
         app.interface.add_class(cls)
     return app

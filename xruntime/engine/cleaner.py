@@ -22,9 +22,13 @@ class RetentionCleaner:
         self.batch = batch
         self._last = 0.0
 
+    def interval_s(self) -> float:
+        """The shortest cleanup interval in force ([jobs] or a service's own)."""
+        return min(jobs.cleanup_interval_ms for jobs, _, _ in self.settings().job_setting_groups()) / 1000
+
     def tick(self, now: float) -> int:
-        """Run a cleanup when ``cleanup_interval`` has passed since the last one."""
-        if (now - self._last) * 1000 < self.settings().jobs.cleanup_interval_ms:
+        """Run a cleanup when the cleanup interval has passed since the last one."""
+        if now - self._last < self.interval_s():
             return 0
         self._last = now
         return self.clean()

@@ -246,6 +246,8 @@ class WorkerSlot(threading.Thread):
 
     def _died(self, job):
         sup = self.sup
+        if self.process is not None:
+            self.process.join(1)          # reap it, so that its exit code is known
         code = self.process.exitcode if self.process else None
         self.kill()
         log.error("worker %d died (exit code %s) while running job %s", self.index, code, job.id)
@@ -377,7 +379,8 @@ class Supervisor:
     def _housekeeping(self):
         last_lease = 0.0
         while not self.closing:
-            time.sleep(HOUSEKEEPING_PERIOD)
+            # a cleanup interval under a second sets the pace (it is honoured, not rounded up)
+            time.sleep(min(HOUSEKEEPING_PERIOD, self.cleaner.interval_s() if self.cleaner else 1.0))
             try:
                 now = time.time()
                 cfg = self.settings()

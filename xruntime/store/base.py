@@ -48,8 +48,9 @@ class Recovered:
 
 
 class JobStore(Protocol):
-    def create(self, job: JobRecord, max_queued: int) -> bool:
-        """Insert a QUEUING job; False when ``max_queued`` jobs are queued already."""
+    def create(self, job: JobRecord, max_queued: int, scope: Optional[str] = None) -> bool:
+        """Insert a QUEUING job; False when ``max_queued`` jobs are queued already
+        (of service ``scope`` only, when given)."""
 
     def get(self, job_id: str) -> Optional[JobRecord]: ...
 

@@ -21,6 +21,7 @@ from .schema import jobs, metadata
 
 COMPRESS_ABOVE = 4096
 ACTIVE_RUNNING = ("RUNNING", "STOPPING")
+SCHEMA_LOCK_KEY = 0x78727430      # advisory lock serialising the schema's creation
 QUEUE_LOCK_KEY = 0x78727431        # advisory lock serialising max_queued checks on PostgreSQL
 
 
@@ -81,6 +82,9 @@ def _statements():
         "peek": (lambda: select(*_LIGHT).where(jobs.c.id == _ID), _LIGHT_NAMES, None),
         "count_queued": (lambda: select(func.count()).select_from(jobs)
                          .where(jobs.c.status == "QUEUING"), None, None),
+        "count_queued_of": (lambda: select(func.count()).select_from(jobs)
+                            .where(jobs.c.status == "QUEUING", jobs.c.service == bindparam("service")),
+                            None, None),
         "insert": (lambda: insert(jobs), None, _INSERT_KEYS),
         "mark_fetched": (lambda: update(jobs).where(jobs.c.id == _ID, jobs.c.first_fetched_at.is_(None))
                          .values(first_fetched_at=bindparam("now")), None, None),
@@ -147,7 +151,10 @@ class SqlJobStore:
         else:
             self.engine = create_engine(url, pool_size=20, max_overflow=100, pool_pre_ping=True)
             self._write_lock = nullcontext()
-        metadata.create_all(self.engine)
+        with self.engine.begin() as conn:
+            if self.dialect == "postgresql":      # nodes starting together create it once
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            metadata.create_all(conn)
         dialect = self.engine.dialect
         self._prepared = {key: Prepared(build(), dialect, columns, keys)
                           for key, (build, columns, keys) in _statements().items()}
@@ -197,15 +204,18 @@ class SqlJobStore:
 
     # ----------------------------------------------------------------- the interface
 
-    def create(self, job: JobRecord, max_queued: int) -> bool:
+    def create(self, job: JobRecord, max_queued: int, scope: Optional[str] = None) -> bool:
+        """Insert a QUEUING job; False when ``max_queued`` jobs are queued already (jobs
+        of service ``scope`` only, when given)."""
         values = {k: getattr(job, k) for k in _INSERT_KEYS}
         values["request"] = pack(job.request)
-        count, insert_ = self._prepared["count_queued"], self._prepared["insert"]
+        count = self._prepared["count_queued" if scope is None else "count_queued_of"]
+        insert_ = self._prepared["insert"]
         with self._cursor(True) as cur:
             if max_queued:
                 if self.dialect == "postgresql":   # count-then-insert must not interleave
                     cur.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": QUEUE_LOCK_KEY})
-                cur.execute(count.sql, count.args({}))
+                cur.execute(count.sql, count.args({} if scope is None else {"service": scope}))
                 if cur.fetchone()[0] >= max_queued:
                     return False
             cur.execute(insert_.sql, insert_.args(values))
