@@ -15,6 +15,7 @@ from .bindings.json_binding import JsonBinding, fault_response
 from .bindings.jsonrpc import JsonRpcBinding
 from .bindings.soap import SoapBinding
 from .dispatch import Dispatcher
+from .engine.channel import PostgresChannel
 from .engine.cleaner import RetentionCleaner
 from .engine.notifier import Notifier
 from .engine.supervisor import Supervisor, default_node_name
@@ -42,6 +43,11 @@ class Node:
         self.cleaner = RetentionCleaner(self.store, self.settings)
         self.supervisor = Supervisor(self.store, self.notifier, self.settings, self.name, self.cleaner)
         self.jobs = JobManager(self.store, self.notifier, self.supervisor, self.settings, self.name)
+        self.channel = None
+        if self.store.dialect == "postgresql":        # several nodes may share the database
+            self.channel = PostgresChannel(settings.database_url, self.name,
+                                           on_job=self._changed_elsewhere, on_queue=self.supervisor.work.set)
+            self.notifier.bridge = self.channel
         self.dispatcher = Dispatcher(self.jobs)
         self.bindings = {
             "/services/rs": JsonBinding(self.dispatcher, self.settings),
@@ -58,12 +64,20 @@ class Node:
         with self._settings_lock:
             self._settings = settings
 
+    def _changed_elsewhere(self, job_id: str):
+        self.notifier.notify_local(job_id)
+        self.supervisor.changed_elsewhere(job_id)
+
     def start(self):
+        if self.channel is not None:
+            self.channel.start()
         self.supervisor.start()
 
     def close(self):
         self.notifier.close()
         self.supervisor.shutdown()
+        if self.channel is not None:
+            self.channel.close()
         self.store.close()
 
 

@@ -54,7 +54,16 @@ class Notifier:
                     if not subs:
                         del self._subscribers[job_id]
 
+    #: Set for several nodes: something with ``publish(job_id)`` (engine.channel).
+    bridge = None
+
     def notify(self, job_id: str) -> None:
+        """The job changed here: wake this node's waiters, and tell the other nodes."""
+        self.notify_local(job_id)
+        if self.bridge is not None:
+            self.bridge.publish(job_id)
+
+    def notify_local(self, job_id: str) -> None:
         with self._lock:
             subs = list(self._subscribers.get(job_id, ()))
         for sub in subs:

@@ -25,6 +25,7 @@ from multiprocessing.connection import wait as wait_for_ready
 from ..bindings.codec import encode_fault
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
 from ..store import now_ms
+from .channel import QUEUE
 from .worker import ABORTED, STOPPED, TIMED_OUT, worker_main
 
 log = logging.getLogger("xruntime.supervisor")
@@ -324,8 +325,21 @@ class Supervisor:
     # ---------------------------------------------------------------- from the operation layer
 
     def wake(self):
-        """A job was queued: idle slots claim it now."""
+        """A job was queued: idle slots claim it now (on every node)."""
         self.work.set()
+        if self.notifier.bridge is not None:
+            self.notifier.bridge.publish(QUEUE)
+
+    def changed_elsewhere(self, job_id: str):
+        """Another node changed a job: if it runs here and was stopped or deleted there,
+        act on it now."""
+        if not any(slot.current == job_id for slot in self.slots):
+            return
+        rec = self.store.peek(job_id)
+        if rec is None or rec.status == "DELETED":
+            self.abort(job_id)
+        elif rec.status == "STOPPING":
+            self.stop(job_id)
 
     def stop(self, job_id: str) -> bool:
         return self._signal(job_id, STOPPED)
