@@ -10,6 +10,7 @@ type name, message and fields, whichever binding carried it:
 * JSON-RPC: ``POST /services/rpc/<Service>``.
 """
 import itertools
+import time
 
 import requests
 import zeep
@@ -118,3 +119,37 @@ def to_data(value):
 
 def make_client(binding, base):
     return {"json": JsonClient, "soap": SoapClient, "jsonrpc": JsonRpcClient}[binding](base)
+
+
+# ------------------------------------------------------------------ XDemo through any client
+
+TERMINAL = ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN")
+
+
+def start(client, **request):
+    return client.call("XDemo", "startSimulate", request)
+
+
+def watch(client, job_id, **periods):
+    return client.call("XRuntime", "watchJob", dict(id=job_id, **periods))
+
+
+def wait_status(client, job_id, wanted, timeout=30):
+    """Watch until the job is ``wanted``; fails at once if it ends otherwise."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        job = watch(client, job_id, progressUpdatePeriod=250, maximumPollingPeriod=500)
+        if job["status"] == wanted:
+            return job
+        assert job["status"] not in TERMINAL, f"{job['status']} while waiting for {wanted}"
+    raise AssertionError(f"never {wanted}")
+
+
+def wait_done(client, job_id, timeout=60):
+    """Watch until the job is terminal; answers the last Job."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        job = watch(client, job_id, progressUpdatePeriod=250, maximumPollingPeriod=5000)
+        if job["status"] in TERMINAL:
+            return job
+    raise AssertionError("not done")

@@ -3,6 +3,7 @@
 Used by the end-to-end tests and the benchmarks: every call goes through real HTTP
 to a real ``python -m xruntime serve`` with real worker processes.
 """
+import json
 import os
 import signal
 import socket
@@ -22,24 +23,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_config(folder, port, database_url=None, extra="", workers=2, threads=64):
-    """A config file in ``folder`` (data beside it), as an administrator would write it."""
+def write_config(folder, port, database_url=None, extra="", workers=2, threads=64, server_keys=None):
+    """A config file in ``folder`` (data beside it), as an administrator would write it.
+    ``server_keys`` go into its [server] table, ``extra`` (TOML) after the tables."""
     os.makedirs(folder, exist_ok=True)
-    url = database_url or "sqlite:///data/xruntime.db"
+    server = {"host": "127.0.0.1", "port": port, "threads": threads, **(server_keys or {})}
+    text = "[server]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in server.items())
+    text += f'\n[database]\nurl = "{database_url or "sqlite:///data/xruntime.db"}"\n'
+    text += f"\n[workers]\ncount = {workers}\n"
     path = os.path.join(folder, "xserver.toml")
     with open(path, "w") as f:
-        f.write(textwrap.dedent(f"""\
-            [server]
-            host = "127.0.0.1"
-            port = {port}
-            threads = {threads}
-
-            [database]
-            url = "{url}"
-
-            [workers]
-            count = {workers}
-            """) + textwrap.dedent(extra))
+        f.write(text + textwrap.dedent(extra))
     return path
 
 
@@ -47,10 +41,10 @@ class Server:
     """One node; ``start()`` waits until it answers, ``stop()`` sends SIGTERM."""
 
     def __init__(self, folder, port=None, database_url=None, extra="", workers=2, threads=64,
-                 env=None):
+                 env=None, server_keys=None):
         self.folder = folder
         self.port = port or free_port()
-        self.config = write_config(folder, self.port, database_url, extra, workers, threads)
+        self.config = write_config(folder, self.port, database_url, extra, workers, threads, server_keys)
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = os.path.join(folder, "server.log")
         self.env = dict(os.environ, PYTHONPATH=ROOT, XRUNTIME_SERVICE_MODULES="tests.fixtures.crashy",

@@ -80,6 +80,14 @@ class JobManager:
 
     def fetch(self, op, job_id: str):
         """The response of a finished job (or its own fault), by the fetch rules."""
+        return codec.decode(json.loads(self.fetch_json(op, job_id)), op.response)
+
+    def fetch_json(self, op, job_id: str) -> str:
+        """Like ``fetch``, but the response as the JSON text the worker stored: the
+        codec's form of ``op.response``, exactly what ``codec.encode`` of the fetched
+        response would give (the worker encoded it with the same declared type).  The
+        JSON bindings write it as it is, so a large result is never built as spyne
+        objects nor parsed and encoded again on the server's threads."""
         rec = self.store.get(job_id)
         if rec is None:
             raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
@@ -95,10 +103,11 @@ class JobManager:
             self.store.mark_fetched(job_id, now_ms())
         if decision == states.RAISE_STORED_FAULT:
             raise codec.decode_fault(json.loads(rec.fault))
-        return codec.decode(json.loads(rec.result), op.response)
+        return rec.result
 
-    def run(self, op, request):
-        """The synchronous form: the same job, waited for, fetched and erased."""
+    def run(self, op, request, as_json: bool = False):
+        """The synchronous form: the same job, waited for, fetched and erased
+        (``as_json``: the response as stored JSON text, as ``fetch_json`` answers it)."""
         job_id = self.start(op, request).id
         with self.notifier.subscribe(job_id) as sub:
             while True:
@@ -107,7 +116,7 @@ class JobManager:
                     break
                 sub.wait(5.0)
         try:
-            return self.fetch(op, job_id)
+            return (self.fetch_json if as_json else self.fetch)(op, job_id)
         finally:
             self.store.erase(job_id, states.FINISHED)
 

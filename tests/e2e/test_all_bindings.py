@@ -7,41 +7,12 @@ import uuid
 import pytest
 import zeep
 
-from tests.clients import BINDINGS, RemoteFault, make_client
-
-TERMINAL = ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN")
-
+from tests.clients import (BINDINGS, TERMINAL, RemoteFault, make_client, start, wait_done,
+                           wait_status, watch)
 
 @pytest.fixture(params=BINDINGS)
 def client(request, server):
     return make_client(request.param, server.base)
-
-
-def start(client, **request):
-    return client.call("XDemo", "startSimulate", request)
-
-
-def watch(client, job_id, **periods):
-    return client.call("XRuntime", "watchJob", dict(id=job_id, **periods))
-
-
-def wait_status(client, job_id, wanted, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        job = watch(client, job_id, progressUpdatePeriod=250, maximumPollingPeriod=1000)
-        if job["status"] == wanted:
-            return job
-        assert job["status"] not in TERMINAL, f"{job['status']} while waiting for {wanted}"
-    raise AssertionError(f"never {wanted}")
-
-
-def wait_done(client, job_id, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        job = watch(client, job_id, progressUpdatePeriod=250, maximumPollingPeriod=5000)
-        if job["status"] in TERMINAL:
-            return job
-    raise AssertionError("not done")
 
 
 CRASHY_JOBS = set()     # jobs of the XCrashy test service, fetched with its own fetch

@@ -11,10 +11,10 @@ import pytest
 import requests
 import zeep
 
-from tests.clients import BINDINGS, RemoteFault, make_client
+from tests.clients import (BINDINGS, TERMINAL, RemoteFault, make_client, start, wait_done,
+                           wait_status, watch)
 from tests.harness import Server
 
-TERMINAL = ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN")
 CONFIG = """\
 [jobs]
 max_queued = 1
@@ -66,33 +66,6 @@ def check_fault(client, fault, type_name):
         assert fault.code.endswith("Client"), fault.code      # a RejectedRequestFault
     else:
         assert -32099 <= fault.code <= -32000, fault.code
-
-
-def start(client, **request):
-    return client.call("XDemo", "startSimulate", request)
-
-
-def watch(client, job_id, **periods):
-    return client.call("XRuntime", "watchJob", dict(id=job_id, **periods))
-
-
-def wait_status(client, job_id, wanted, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        job = watch(client, job_id, progressUpdatePeriod=250, maximumPollingPeriod=250)
-        if job["status"] == wanted:
-            return job
-        assert job["status"] not in TERMINAL, f"{job['status']} while waiting for {wanted}"
-    raise AssertionError(f"never {wanted}")
-
-
-def wait_done(client, job_id, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        job = watch(client, job_id, progressUpdatePeriod=250, maximumPollingPeriod=5000)
-        if job["status"] in TERMINAL:
-            return job
-    raise AssertionError("not done")
 
 
 def fetch(client, job_id):

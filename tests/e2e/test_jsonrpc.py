@@ -20,21 +20,9 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600,
 SERVER_ERRORS = range(-32099, -32000 + 1)
 
 
-def with_server_keys(srv: Server, **keys) -> Server:
-    """Put keys into the [server] table the harness writes (a second [server] table in
-    ``extra`` would make the file invalid TOML)."""
-    lines = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in keys.items())
-    with open(srv.config) as f:
-        text = f.read()
-    assert text.startswith("[server]\n")
-    with open(srv.config, "w") as f:
-        f.write(text.replace("[server]\n", "[server]\n" + lines, 1))
-    return srv
-
-
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    srv = with_server_keys(Server(str(tmp_path_factory.mktemp("node"))), max_request_bytes=LIMIT)
+    srv = Server(str(tmp_path_factory.mktemp("node")), server_keys={"max_request_bytes": LIMIT})
     srv.start()
     yield srv
     srv.stop()

@@ -12,8 +12,10 @@ import zeep
 from lxml import etree
 
 from tests.harness import ROOT, Server
+from xruntime.registry import discover
 
-SERVICES = ("XRuntime", "XDemo")
+# every service of the repository (services/ and XRuntime), as `xruntime wsdl` sees them
+SERVICES = tuple(discover())
 WSDL_NS = "http://schemas.xmlsoap.org/wsdl/"
 SOAP_BIND_NS = "http://schemas.xmlsoap.org/wsdl/soap/"
 XSD_NS = "http://www.w3.org/2001/XMLSchema"
@@ -35,23 +37,11 @@ FAULTS = {
 }
 
 
-def with_server_keys(srv: Server, **keys) -> Server:
-    """Put keys into the [server] table the harness writes (a second [server] table in
-    ``extra`` would make the file invalid TOML)."""
-    lines = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in keys.items())
-    with open(srv.config) as f:
-        text = f.read()
-    assert text.startswith("[server]\n")
-    with open(srv.config, "w") as f:
-        f.write(text.replace("[server]\n", "[server]\n" + lines, 1))
-    return srv
-
-
 @pytest.fixture(scope="module")
 def public_node(tmp_path_factory):
     """A node whose administrator set a public URL (behind a reverse proxy, say)."""
-    srv = with_server_keys(Server(str(tmp_path_factory.mktemp("public")), workers=1),
-                           public_url=PUBLIC_URL)
+    srv = Server(str(tmp_path_factory.mktemp("public")), workers=1,
+                 server_keys={"public_url": PUBLIC_URL})
     srv.start()
     yield srv
     srv.stop()

@@ -8,7 +8,6 @@ kept apart by row locks and ``FOR UPDATE SKIP LOCKED`` claims.
 """
 import os
 import threading
-import zlib
 from contextlib import contextmanager, nullcontext
 from typing import Iterable, Optional
 
@@ -17,29 +16,12 @@ from sqlalchemy import (LargeBinary, bindparam, case, create_engine, delete, eve
 from sqlalchemy.engine import make_url
 
 from .base import JobRecord, Recovered
+from .payload import COMPRESS_ABOVE, pack, unpack  # noqa: F401  (the stored forms)
 from .schema import jobs, metadata
 
-COMPRESS_ABOVE = 4096
 ACTIVE_RUNNING = ("RUNNING", "STOPPING")
 SCHEMA_LOCK_KEY = 0x78727430      # advisory lock serialising the schema's creation
 QUEUE_LOCK_KEY = 0x78727431        # advisory lock serialising max_queued checks on PostgreSQL
-
-
-def pack(text: Optional[str]) -> Optional[bytes]:
-    """JSON text as stored: plain UTF-8, or zlib when large (JSON never starts with 'x')."""
-    if text is None:
-        return None
-    data = text.encode("utf-8")
-    return zlib.compress(data, 1) if len(data) > COMPRESS_ABOVE else data
-
-
-def unpack(blob) -> Optional[str]:
-    if blob is None:
-        return None
-    blob = bytes(blob)
-    if blob[:1] == b"x":
-        blob = zlib.decompress(blob)
-    return blob.decode("utf-8")
 
 
 _PAYLOADS = ("request", "result", "fault", "progress")

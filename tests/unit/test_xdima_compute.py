@@ -1,0 +1,178 @@
+"""XDima's arithmetic and its function, without a server; and the compact stored form
+its large results rely on (xruntime/store/payload.py)."""
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+
+from services import xdima
+from services.xdima import compute
+from services.xdima.types import CreateDistanceMatrixRequest, Location
+from xruntime.bindings import codec
+from xruntime.protocol.faults import (InvalidValueFault, MissingParameterFault,
+                                      RequestStoppedFault)
+from xruntime.store.payload import MAGIC, pack, unpack
+
+QUARTER = 10_007_543          # a quarter of a great circle of R = 6 371 km, in metres
+ONE_DEGREE = 111_195          # one degree of it
+
+
+def haversine(lon1, lat1, lon2, lat2):
+    """The textbook formula, one pair at a time, for comparison."""
+    p1, p2 = math.radians(lat1), math.radians(lat2)
+    dp, dl = p2 - p1, math.radians(lon2 - lon1)
+    h = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
+    return 2 * 6_371_000 * math.asin(math.sqrt(h))
+
+
+def test_hand_computed_great_circles():
+    points = [(0, 0), (1, 0), (0, 1), (90, 0), (0, 90), (180, 0)]
+    lon, lat = compute.to_radians(points)
+    d = compute.great_circle(lon, lat, lon, lat)
+    assert d.shape == (6, 6)
+    assert np.allclose(np.diag(d), 0)
+    assert round(d[0, 1]) == ONE_DEGREE and round(d[0, 2]) == ONE_DEGREE
+    assert round(d[0, 3]) == QUARTER and round(d[0, 4]) == QUARTER
+    assert round(d[0, 5]) == 20_015_087                            # π R
+    assert np.allclose(d, d.T)
+
+
+def test_block_applies_detour_speed_and_rounding():
+    lon, lat = compute.to_radians([(0, 0), (1, 0)])
+    metres, seconds = compute.block((lon, lat), (lon, lat), 1.5, 36.0)
+    assert metres.dtype == np.int64
+    assert metres[0, 1] == round(ONE_DEGREE * 1.5 - 0.07)       # 111194.93 × 1.5 = 166792.4
+    assert seconds[0, 1] == round(111194.93 * 1.5 / 10)          # 36 km/h = 10 m/s
+    assert metres[0, 0] == 0 and seconds[1, 1] == 0
+
+
+def test_random_points_match_the_textbook_formula():
+    rng = random.Random(5)
+    pts = [(rng.uniform(-180, 180), rng.uniform(-90, 90)) for _ in range(40)]
+    lon, lat = compute.to_radians(pts)
+    d = compute.great_circle(lon, lat, lon, lat)
+    for i in range(40):
+        for j in range(40):
+            assert d[i, j] == pytest.approx(haversine(*pts[i], *pts[j]), abs=1e-3)
+
+
+def test_block_rows_stay_within_bounds():
+    assert compute.block_rows(2000) == 125
+    assert compute.block_rows(1) == 250
+    assert compute.block_rows(10_000_000) == 1
+
+
+class FakeJob:
+    def __init__(self, stop_after_reports=None):
+        self.progress = []
+        self.stop_after = stop_after_reports
+
+    def report_progress(self, progress):
+        self.progress.append(codec.encode(progress))
+
+    @property
+    def stop_requested(self):
+        return self.stop_after is not None and len(self.progress) >= self.stop_after
+
+    def wait(self, seconds):
+        return self.stop_requested
+
+    def stop_fault(self):
+        return RequestStoppedFault("stopped")
+
+
+def request(starts, destinations=None, **more):
+    data = {"startLocations": [{"longitude": x, "latitude": y} for x, y in starts]}
+    if destinations is not None:
+        data["destinationLocations"] = [{"longitude": x, "latitude": y} for x, y in destinations]
+    data.update(more)
+    return codec.decode(data, CreateDistanceMatrixRequest)
+
+
+def test_function_answers_rows_summary_and_progress():
+    job = FakeJob()
+    req = request([(0, 0), (1, 0)], [(0, 0), (0, 1), (90, 0)],
+                  profile={"averageSpeedKmh": 36.0, "detourFactor": 1.0})
+    result = xdima.createDistanceMatrix(req, job)
+    assert [r.distances for r in result.rows] == [[0, ONE_DEGREE, QUARTER],
+                                                  [ONE_DEGREE, 157_249, 9_896_348]]
+    assert result.rows[0].travelTimes == [0, 11_119, 1_000_754]
+    s = result.summary
+    assert (s.numberOfStartLocations, s.numberOfDestinationLocations, s.numberOfRowsComputed) == (2, 3, 2)
+    assert (s.minimumDistance, s.maximumDistance, s.maximumTravelTime) == (0, QUARTER, 1_000_754)
+    assert [p["status"] for p in job.progress] == ["PREPROCESSING", "CALCULATING_MATRIX", "DONE"]
+    assert job.progress[-1]["calculationProgress"] == 100
+    assert job.progress[0]["$type"] == "DistanceMatrixProgress"
+
+
+def test_defaults_destinations_and_profile():
+    result = xdima.createDistanceMatrix(request([(0, 0), (1, 0)]), FakeJob())
+    assert result.rows[0].distances == [0, round(111194.93 * 1.3)]
+    assert (result.summary.averageSpeedKmh, result.summary.detourFactor) == (50.0, 1.3)
+
+
+def test_stop_between_blocks_answers_the_rows_so_far():
+    starts = [(i / 100, 0) for i in range(600)]                 # 3 blocks of 250 rows... (600 → 250, 250, 100)
+    job = FakeJob(stop_after_reports=2)                         # PREPROCESSING + first block
+    result = xdima.createDistanceMatrix(request(starts, [(0, 0)] * 2), job)
+    assert len(result.rows) == 250 and result.summary.numberOfRowsComputed == 250
+    assert [p["status"] for p in job.progress] == ["PREPROCESSING", "CALCULATING_MATRIX"]
+    assert job.progress[-1]["calculationProgress"] == 41
+
+
+def test_stop_before_the_first_block_raises_the_stop_fault():
+    with pytest.raises(RequestStoppedFault):
+        xdima.createDistanceMatrix(request([(0, 0)]), FakeJob(stop_after_reports=1))
+
+
+def test_check_refuses_empty_and_too_large(monkeypatch):
+    with pytest.raises(MissingParameterFault):
+        xdima.check(request([]))
+    monkeypatch.setenv("XDIMA_MAX_CELLS", "6")
+    xdima.check(request([(0, 0), (1, 1)], [(0, 0)] * 3))
+    with pytest.raises(InvalidValueFault) as fault:
+        xdima.check(request([(0, 0), (1, 1)], [(0, 0)] * 4))
+    assert fault.value.parameter == "destinationLocations" and fault.value.value == "8"
+    monkeypatch.delenv("XDIMA_MAX_CELLS")
+    assert xdima.max_cells() == 4_000_000
+
+
+def test_out_of_range_coordinates_are_refused_with_their_path():
+    with pytest.raises(InvalidValueFault) as fault:
+        request([(0, 0), (200, 0)])
+    assert fault.value.parameter == "startLocations[1].longitude"
+
+
+# ----------------------------------------------------------------- the compact stored form
+
+def test_a_matrix_result_is_stored_compactly_and_round_trips_exactly():
+    job = FakeJob()
+    rng = random.Random(1)
+    pts = [(rng.uniform(5, 15), rng.uniform(45, 55)) for _ in range(300)]
+    result = xdima.createDistanceMatrix(request(pts), job)
+    text = json.dumps(codec.encode(result, xdima.DistanceMatrixResponse),
+                      separators=(",", ":"), ensure_ascii=False)
+    blob = pack(text)
+    assert blob.startswith(MAGIC)
+    assert len(blob) < len(text) / 2               # 4-byte ints, compressed: no decimal text
+    assert unpack(blob) == text
+
+
+@pytest.mark.parametrize("text", [
+    '{"a":[' + ",".join(str(i * 7919 - 10**6) for i in range(500)) + "]}",
+    '{"big":[' + ",".join([str(2**63 + 1)] * 100) + '],"wide":[' + ",".join([str(2**40)] * 100) + "]}",
+    '{"f":[' + ",".join(repr(i / 7) for i in range(500)) + '],"mixed":[' + ",".join(["1", "2.5"] * 50) + "]}",
+    '{"s":"[' + ",".join(["1"] * 2000) + ']","neg0":[' + ",".join(["-0"] * 100) + "]}",
+    '{"spaced": [' + ", ".join(["1"] * 2000) + '], "é\\"[1]": "x"}',
+])
+def test_round_trip_is_exact_whatever_the_arrays(text):
+    assert unpack(pack(text)) == text
+
+
+def test_small_and_plain_payloads_keep_their_old_forms():
+    assert pack("{}") == b"{}"
+    big = json.dumps({"payload": "x" * 100_000})
+    assert pack(big)[:1] == b"x" and unpack(pack(big)) == big
+    assert pack(None) is None and unpack(None) is None
