@@ -9,7 +9,6 @@ import signal
 import threading
 
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
-from werkzeug.wrappers import Response
 
 from .bindings.json_binding import JsonBinding, fault_response
 from .bindings.jsonrpc import JsonRpcBinding
@@ -166,5 +165,3 @@ def _safe_url(url: str) -> str:
     from sqlalchemy.engine import make_url
     return make_url(url).render_as_string(hide_password=True)
 
-
-__all__ = ["Node", "serve", "Response"]

@@ -105,7 +105,7 @@ def until(predicate, timeout):
 def line_of(text, start):
     """The 1-based number of the (only) line of ``text`` that starts with ``start``."""
     found = [n for n, line in enumerate(text.splitlines(), 1) if line.strip().startswith(start)]
-    assert len(found) == 1, (needle, found)
+    assert len(found) == 1, (start, found)
     return found[0]
 
 

@@ -11,7 +11,7 @@ import pytest
 import requests
 import zeep
 
-from tests.clients import (BINDINGS, TERMINAL, RemoteFault, make_client, start, wait_done,
+from tests.clients import (BINDINGS, RemoteFault, make_client, start, wait_done,
                            wait_status, watch)
 from tests.harness import Server
 

@@ -1,6 +1,5 @@
 """deleteJob in every state, and what happens when service code misbehaves."""
 import time
-import uuid
 
 
 def crash(server, mode, seconds=None):

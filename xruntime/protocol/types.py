@@ -4,7 +4,7 @@ Every binding (SOAP, JSON, JSON-RPC) and the WSDL are derived from these classes
 a field added here appears everywhere.  Services subclass ``RequestBase``,
 ``ResponseBase`` and ``JobProgress`` for their own types.
 """
-from spyne import Boolean, ComplexModel, Enum, Integer, Long, Unicode
+from spyne import Boolean, ComplexModel, Enum, Long, Unicode
 
 NAMESPACE = "http://xruntime.org/xserver/types"
 
@@ -122,7 +122,7 @@ __all__ = [
     "JobProgress", "BulkProgress", "Job", "Timeouts", "RequestBase", "ResultLimitation",
     "IntermediateResponseLimitation", "ResponseBase", "JobRequest", "WatchRequest",
     "RuntimeInformationRequest", "ServiceInformation", "JobCount", "RuntimeInformation",
-    "Integer",
+    "link_base",
 ]
 
 
