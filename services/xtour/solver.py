@@ -5,7 +5,6 @@ Imported only where a job runs (a worker process), so that the HTTP server does 
 load numpy and PyVRP.  PyVRP works on integers: distances are whole metres,
 durations and times whole seconds.
 """
-import math
 import time
 
 import numpy as np

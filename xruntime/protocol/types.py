@@ -16,8 +16,9 @@ class XModel(ComplexModel):
 
 
 def required(spyne_type, **attributes):
-    """A field the caller must send (``MissingParameterFault`` otherwise)."""
-    return spyne_type(min_occurs=1, nillable=False, **attributes)
+    """A field the caller must send (``MissingParameterFault`` otherwise).  (Calling a
+    complex type would make an instance, not a customised type: hence ``customize``.)"""
+    return spyne_type.customize(min_occurs=1, nillable=False, **attributes)
 
 
 def repeated(spyne_type):
