@@ -51,12 +51,18 @@ class Dispatcher:
             raise InvalidRequestFault(what, hint="Check the operation's name and its service.")
         return op
 
-    def call(self, op, data):
-        """Plain request data of any binding → plain response data (the codec's form).
-        Validation is the codec's, so every binding refuses the same input the same way."""
+    def call_json(self, op, data) -> str:
+        """Plain request data of any binding → the response as JSON text (the codec's
+        form).  Validation is the codec's, so every binding refuses the same input the
+        same way.  A fetch and the synchronous form answer the text the worker stored as
+        it is: a large result is never built as spyne objects on the server's threads."""
         self.check_enabled(op.service)
-        result = self.invoke(op, codec.decode(data, op.request))
-        return codec.encode(result, op.response)
+        request = codec.decode(data, op.request)
+        if op.kind == FETCH:
+            return self.jobs.fetch_json(op.target, request.id)
+        if op.kind == RUN:
+            return self.jobs.run(op.target, request, as_json=True)
+        return codec.dumps(codec.encode(self.invoke(op, request), op.response))
 
     def invoke(self, op, request):
         self.check_enabled(op.service)

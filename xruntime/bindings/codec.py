@@ -6,6 +6,7 @@ values carry ``"$type"``; decoding validates types, required fields and declared
 ranges and answers ``InvalidValueFault``/``MissingParameterFault`` naming the field
 by its path (``timeouts.computationTimeout``, ``orders[3].demand``).
 """
+import json
 import math
 from functools import lru_cache
 
@@ -84,6 +85,11 @@ def _base(cls):
 
 
 # --------------------------------------------------------------------------- encode
+
+def dumps(data) -> str:
+    """The codec's data as compact JSON text."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
 
 def encode(value, declared=None):
     """A spyne model instance as plain JSON data (dicts, lists, str, int, ...)."""

@@ -3,10 +3,8 @@
 Body: the request object; answer: the response object, or on a fault an HTTP status
 by fault type and ``{"message": ..., "faultInfo": {"$type": ..., ...}}``.
 
-Fetch operations and the synchronous form take a fast path: the response is written
-from the JSON text the worker stored (``JobManager.fetch_json``), which is already the
-codec's form of the response, instead of being decoded into spyne objects and encoded
-again.  A large result (a distance matrix) then costs its text and the body's bytes.
+A fetch and the synchronous form write the JSON text the worker stored as it is
+(``Dispatcher.call_json``): a large result (a distance matrix) costs its text only.
 """
 import json
 
@@ -14,7 +12,6 @@ from werkzeug.wrappers import Request, Response
 
 from ..dispatch import as_fault
 from ..protocol.faults import InvalidRequestFault, XServerFault
-from ..service import FETCH, RUN
 from . import codec
 
 JSON_TYPE = "application/json; charset=utf-8"
@@ -84,19 +81,6 @@ class JsonBinding:
                                           hint="POST a JSON object.")
             self.dispatcher.check_enabled(op.service)
             data = read_json_body(request, self.settings().max_request_bytes, empty={})
-            if op.kind in (FETCH, RUN):
-                return Response(self._stored_json(op, data), content_type=JSON_TYPE)
-            return Response(dumps(self.dispatcher.call(op, data)), content_type=JSON_TYPE)
+            return Response(self.dispatcher.call_json(op, data).encode("utf-8"), content_type=JSON_TYPE)
         except Exception as exc:
             return fault_response(as_fault(exc, where))
-
-    def _stored_json(self, op, data) -> bytes:
-        """The body of a fetch or synchronous call, from the stored JSON text (the
-        request is decoded and validated as on every other path)."""
-        request = codec.decode(data, op.request)
-        jobs = self.dispatcher.jobs
-        if op.kind == FETCH:
-            text = jobs.fetch_json(op.target, request.id)
-        else:
-            text = jobs.run(op.target, request, as_json=True)
-        return text.encode("utf-8")

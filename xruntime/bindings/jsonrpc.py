@@ -63,42 +63,50 @@ class JsonRpcBinding:
                 return self._answer(error(None, INVALID_REQUEST,
                                           InvalidRequestFault("an empty batch is not a request")))
             answers = [a for a in (self._one(service, item) for item in body) if a is not None]
-            return self._answer(answers) if answers else Response(status=204)
+            return self._text("[" + ",".join(answers) + "]") if answers else Response(status=204)
         answer = self._one(service, body)
-        return self._answer(answer) if answer is not None else Response(status=204)
+        return self._text(answer) if answer is not None else Response(status=204)
 
     def refusal(self, path: str, fault: XServerFault) -> Response:
         return self._answer(error(None, INVALID_REQUEST, fault))
 
     def _one(self, service, item):
-        """One request object → its answer, or None for a notification."""
+        """One request object → its answer as JSON text, or None for a notification.
+        A result is spliced in as the text the dispatcher answers (for a fetch, the
+        stored text), not parsed and encoded again."""
         if not isinstance(item, dict) or item.get("jsonrpc") != "2.0" \
                 or not isinstance(item.get("method"), str) or not _is_id(item.get("id")):
             request_id = item.get("id") if isinstance(item, dict) and _is_id(item.get("id")) else None
-            return error(request_id, INVALID_REQUEST, InvalidRequestFault(
+            return codec.dumps(error(request_id, INVALID_REQUEST, InvalidRequestFault(
                 "not a JSON-RPC 2.0 request: it needs \"jsonrpc\": \"2.0\", a \"method\" string "
-                "and an optional \"id\" (string or number)"))
+                "and an optional \"id\" (string or number)")))
         request_id = item.get("id", _MISSING)
         notification = request_id is _MISSING
         op = self.dispatcher.operation(service, item["method"])
         if op is None:
             answer = error(None if notification else request_id, METHOD_NOT_FOUND, InvalidRequestFault(
                 f"the service {service} has no method {item['method']}"))
-            return None if notification else answer
+            return None if notification else codec.dumps(answer)
         params = item.get("params", {})
         try:
             if not isinstance(params, dict):
                 raise InvalidRequestFault("params must be the request object (by name)",
                                           hint="Send \"params\": {...} with the request's fields.")
-            result = self.dispatcher.call(op, params)
+            result = self.dispatcher.call_json(op, params)
         except Exception as exc:
             fault = as_fault(exc, f"JSON-RPC {service}.{item['method']}")
-            return None if notification else error(request_id, error_code(fault), fault)
-        return None if notification else {"jsonrpc": "2.0", "id": request_id, "result": result}
+            return None if notification else codec.dumps(error(request_id, error_code(fault), fault))
+        if notification:
+            return None
+        return f'{{"jsonrpc":"2.0","id":{codec.dumps(request_id)},"result":{result}}}'
 
     @staticmethod
     def _answer(data) -> Response:
         return Response(dumps(data), content_type=JSON_TYPE)
+
+    @staticmethod
+    def _text(text: str) -> Response:
+        return Response(text.encode("utf-8"), content_type=JSON_TYPE)
 
 
 

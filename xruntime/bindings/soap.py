@@ -7,6 +7,7 @@ entity-expansion body costs nothing.  Faults travel with HTTP 500 as ``soap:Faul
 (``Client`` for InvalidRequestFault and RejectedRequestFault, ``Server`` otherwise)
 with the typed fault element, declared in the WSDL, inside ``<detail>``.
 """
+import json
 import re
 from functools import lru_cache
 from xml.sax.saxutils import escape
@@ -58,7 +59,28 @@ class SoapService:
         self.prefixes = {SOAP_ENV: "soap", xml_codec.XSI: "xsi", TYPES_NS: "t", service.namespace: "s"}
         for cls in polymorphic_types(service):       # e.g. other services' progress types
             self.prefixes.setdefault(cls.get_namespace(), f"n{len(self.prefixes)}")
+        for op in self.operations.values():          # namespaces of the responses' fields
+            for cls in _complex_types(op.response):
+                self.prefixes.setdefault(cls.get_namespace(), f"n{len(self.prefixes)}")
         self.nsmap = {prefix: ns for ns, prefix in self.prefixes.items()}
+        self.declarations = "".join(f' xmlns:{prefix}="{ns}"' for ns, prefix in self.prefixes.items())
+
+
+def _complex_types(cls):
+    """``cls`` and the complex types of its fields, and theirs, and so on."""
+    found, seen, pending = [], set(), [cls]
+    while pending:
+        c = pending.pop()
+        c = getattr(c, "__orig__", None) or c
+        if c in seen or not hasattr(c, "_type_info"):
+            continue
+        seen.add(c)
+        found.append(c)
+        chain = getattr(c, "__extends__", None)
+        if chain is not None:
+            pending.append(chain)
+        pending.extend(c._type_info.values())
+    return found
 
 
 class SoapBinding:
@@ -91,11 +113,18 @@ class SoapBinding:
                                           f"or GET {request.base_url}?wsdl")
             self.dispatcher.check_enabled(name)
             op, data = self._read(request, soap)
-            answer = self.dispatcher.call(op, data)
-            return self._envelope(soap, lambda body: xml_codec.write(
-                body, f"{{{soap.service.namespace}}}{op.name}Response", answer, op.response, soap.prefixes))
+            answer = json.loads(self.dispatcher.call_json(op, data))
         except Exception as exc:
             return self._fault(soap, as_fault(exc, f"SOAP {name}"))
+        return Response(self._streamed(soap, op, answer), content_type=XML_TYPE)
+
+    def _streamed(self, soap, op, answer):
+        """The answer's envelope as text, in chunks: a large result is never a tree."""
+        yield (f"<?xml version='1.0' encoding='utf-8'?>\n<soap:Envelope{soap.declarations}>"
+               "<soap:Body>").encode("utf-8")
+        for chunk in xml_codec.iter_text(f"s:{op.name}Response", answer, op.response, soap.prefixes):
+            yield chunk.encode("utf-8")
+        yield b"</soap:Body></soap:Envelope>"
 
     def refusal(self, path: str, fault: XServerFault) -> Response:
         return self._fault(self.services.get(path.strip("/")), fault)
