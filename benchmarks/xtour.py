@@ -19,34 +19,13 @@ Target on the 2-core machine: a feasible plan for 200 orders within 10 s.
 """
 import argparse
 import os
-import random
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.fixtures.instances import random_instance  # noqa: E402
 from tests.harness import Server, _children  # noqa: E402
-
-
-def random_instance(n=200, seed=7, **options):
-    """The same generator as tests/e2e/test_xtour.py."""
-    rnd = random.Random(seed)
-    orders = []
-    for i in range(n):
-        order = {"id": f"order-{i}",
-                 "location": {"lon": round(8.40 + rnd.uniform(-0.15, 0.15), 6),
-                              "lat": round(49.01 + rnd.uniform(-0.10, 0.10), 6)},
-                 "demand": [rnd.randint(1, 10), rnd.randint(0, 3)],
-                 "serviceTime": 300}
-        if i % 4 == 0:
-            start = rnd.randrange(0, 6 * 3600, 900)
-            order["timeWindow"] = {"start": start, "end": start + 2 * 3600}
-        orders.append(order)
-    return {"depot": {"id": "depot", "location": {"lon": 8.40, "lat": 49.01}},
-            "orders": orders,
-            "fleet": {"count": 25, "capacities": [100, 30], "shift": {"start": 0, "end": 8 * 3600}},
-            "profile": {"averageSpeedKmh": 30, "detourFactor": 1.3},
-            "options": options}
 
 
 def peak_kib(pid):

@@ -2,14 +2,13 @@
 tests also over JSON-RPC.  Small instances whose optimum is known by hand, progress
 while a 200-order instance runs, stop and timeout with the best plan so far, invalid
 input, unplannable orders, and fetching across services."""
-import random
 import time
 
 import pytest
 
-from tests.clients import BINDINGS, RemoteFault, make_client
+from tests.clients import BINDINGS, TERMINAL, RemoteFault, make_client, wait_done, watch
+from tests.fixtures.instances import random_instance
 
-TERMINAL = ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN")
 
 
 @pytest.fixture(params=BINDINGS)
@@ -32,19 +31,6 @@ def plain(value):
     if isinstance(value, list):
         return [plain(v) for v in value]
     return value
-
-
-def watch(client, job_id, **periods):
-    return client.call("XRuntime", "watchJob", dict(id=job_id, **periods))
-
-
-def wait_done(client, job_id, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        job = watch(client, job_id, progressUpdatePeriod=250, maximumPollingPeriod=5000)
-        if job["status"] in TERMINAL:
-            return job
-    raise AssertionError("not done")
 
 
 def wait_progress(client, job_id, iterations=1, timeout=30):
@@ -98,28 +84,6 @@ def line_with_capacity():
             "orders": [{"id": f"o{x}", "location": origin(), "demand": [1]} for x in xs[1:]],
             "fleet": {"count": 4, "capacities": [2]},
             "matrix": matrix([[abs(a - b) for b in xs] for a in xs])}
-
-
-def random_instance(n=200, seed=7, **options):
-    """n orders scattered around Karlsruhe, two quantities, 8 h shifts; the same
-    generator as benchmarks/xtour.py."""
-    rnd = random.Random(seed)
-    orders = []
-    for i in range(n):
-        order = {"id": f"order-{i}",
-                 "location": {"lon": round(8.40 + rnd.uniform(-0.15, 0.15), 6),
-                              "lat": round(49.01 + rnd.uniform(-0.10, 0.10), 6)},
-                 "demand": [rnd.randint(1, 10), rnd.randint(0, 3)],
-                 "serviceTime": 300}
-        if i % 4 == 0:
-            start = rnd.randrange(0, 6 * 3600, 900)
-            order["timeWindow"] = {"start": start, "end": start + 2 * 3600}
-        orders.append(order)
-    return {"depot": {"id": "depot", "location": {"lon": 8.40, "lat": 49.01}},
-            "orders": orders,
-            "fleet": {"count": 25, "capacities": [100, 30], "shift": {"start": 0, "end": 8 * 3600}},
-            "profile": {"averageSpeedKmh": 30, "detourFactor": 1.3},
-            "options": options}
 
 
 # --------------------------------------------------------------------------- solved exactly
