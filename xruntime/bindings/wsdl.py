@@ -11,6 +11,7 @@ spyne builds the WSDL only; the messages are read and written by ``bindings.soap
 with the same type metadata.
 """
 import logging
+import re
 from functools import lru_cache
 
 from lxml import etree
@@ -95,6 +96,12 @@ def canonical(document: bytes) -> bytes:
     set iteration, which changes from one process to the next), so that the files kept
     in wsdl/ can be compared."""
     root = etree.fromstring(document)
+    types = root.find(f"{{{WSDL_NS}}}types")
+    if types is not None:                        # one schema per namespace, by namespace
+        schemas = sorted(types, key=lambda schema: schema.get("targetNamespace") or "")
+        for schema in schemas:
+            types.remove(schema)
+            types.append(schema)
     parents = [root] + root.findall(f"{{{WSDL_NS}}}types/{{{XSD_NS}}}schema")
     for parent in parents:
         children = list(parent)
@@ -102,7 +109,29 @@ def canonical(document: bytes) -> bytes:
             parent.remove(child)
         for child in sorted(children, key=_declaration_key):
             parent.append(child)
-    return etree.tostring(root, xml_declaration=True, encoding="UTF-8")
+    return _renumber_prefixes(etree.tostring(root, xml_declaration=True, encoding="UTF-8"))
+
+
+_PREFIX_DECLARATION = re.compile(rb'xmlns:s(\d+)="([^"]*)"')
+_PREFIX_USE = re.compile(rb'(xmlns:|")s(\d+)(?=[:=])')
+
+
+def _renumber_prefixes(document: bytes) -> bytes:
+    """spyne numbers the prefixes of imported namespaces (s0, s1, …) in the order it
+    meets them; number them by namespace instead."""
+    declared = {int(n): ns for n, ns in _PREFIX_DECLARATION.findall(document)}
+    order = {old: new for new, (old, _) in enumerate(sorted(declared.items(), key=lambda kv: kv[1]))}
+    document = _PREFIX_USE.sub(
+        lambda m: m.group(1) + b"s%d" % order.get(int(m.group(2)), int(m.group(2))), document)
+    # and declare them in that order
+    declarations = sorted(_PREFIX_DECLARATION.finditer(document), key=lambda m: int(m.group(1)))
+    if declarations:
+        text = b" ".join(m.group(0) for m in declarations)
+        document = _PREFIX_DECLARATION.sub(b"", document)
+        document = re.sub(rb"(<wsdl:definitions\b[^>]*?)\s+(targetNamespace=)",
+                          lambda m: m.group(1) + b" " + text + b" " + m.group(2), document, count=1)
+        document = re.sub(rb"(<wsdl:definitions\b[^>]*?) {2,}", rb"\1 ", document, count=1)
+    return document
 
 
 _ORDER = ["import", "types", "simpleType", "complexType", "element", "message", "portType",
