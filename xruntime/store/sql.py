@@ -16,7 +16,7 @@ from sqlalchemy import (LargeBinary, bindparam, case, create_engine, delete, eve
 from sqlalchemy.engine import make_url
 
 from .base import JobRecord, Recovered
-from .payload import COMPRESS_ABOVE, pack, unpack  # noqa: F401  (the stored forms)
+from .payload import pack, unpack
 from .schema import jobs, metadata
 
 ACTIVE_RUNNING = ("RUNNING", "STOPPING")
