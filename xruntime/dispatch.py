@@ -62,16 +62,10 @@ class Dispatcher:
             return self.jobs.fetch_json(op.target, request.id)
         if op.kind == RUN:
             return self.jobs.run(op.target, request, as_json=True)
-        return codec.dumps(codec.encode(self.invoke(op, request), op.response))
-
-    def invoke(self, op, request):
-        self.check_enabled(op.service)
         if op.kind == START:
-            return self.jobs.start(op.target, request)
-        if op.kind == FETCH:
-            return self.jobs.fetch(op.target, request.id)
-        if op.kind == RUN:
-            return self.jobs.run(op.target, request)
-        if op.kind == CALL:
-            return op.target(self.jobs, request)
-        raise AssertionError(op.kind)
+            answer = self.jobs.start(op.target, request)
+        elif op.kind == CALL:
+            answer = op.target(self.jobs, request)
+        else:
+            raise AssertionError(op.kind)
+        return codec.dumps(codec.encode(answer, op.response))

@@ -24,10 +24,6 @@ log = logging.getLogger("xruntime.jobs")
 RACE_RETRIES = 10
 
 
-def dumps(data) -> str:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-
-
 class JobManager:
     def __init__(self, store, notifier, supervisor, settings, node: str = ""):
         self.store = store
@@ -66,7 +62,7 @@ class JobManager:
         rec = JobRecord(
             id=str(uuid.uuid4()), service=op.service, operation=op.name,
             fetch_type=op.fetch_type, status=states.QUEUING,
-            request=dumps(codec.encode(request, op.request)), queued_at=now_ms(),
+            request=codec.dumps(codec.encode(request, op.request)), queued_at=now_ms(),
             queueing_timeout=getattr(timeouts, "queueingTimeout", None) if timeouts else None,
             computation_timeout=getattr(timeouts, "computationTimeout", None) if timeouts else None)
         max_queued, scope = self.settings().queue_limit(op.service)

@@ -18,7 +18,7 @@ JSON_TYPE = "application/json; charset=utf-8"
 
 
 def dumps(data) -> bytes:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return codec.dumps(data).encode("utf-8")
 
 
 def fault_response(fault: XServerFault) -> Response:

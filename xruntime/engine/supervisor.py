@@ -14,7 +14,6 @@ delete and timeout rules:
 
 Processes are started with ``spawn``: the server has threads, and fork would copy them.
 """
-import json
 import logging
 import multiprocessing
 import socket
@@ -22,7 +21,7 @@ import threading
 import time
 from multiprocessing.connection import wait as wait_for_ready
 
-from ..bindings.codec import encode_fault
+from ..bindings.codec import dumps, encode_fault
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
 from ..store import now_ms
 from .channel import QUEUE
@@ -40,7 +39,7 @@ WORKER_START_TIMEOUT = 120.0
 
 
 def fault_json(fault) -> str:
-    return json.dumps(encode_fault(fault), separators=(",", ":"))
+    return dumps(encode_fault(fault))
 
 
 def default_node_name(port: int) -> str:

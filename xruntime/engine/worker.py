@@ -35,7 +35,7 @@ class WorkerJobContext:
         return self._job_id
 
     def report_progress(self, progress) -> None:
-        self._conn.send(("progress", self._job_id, _dumps(codec.encode(progress))))
+        self._conn.send(("progress", self._job_id, codec.dumps(codec.encode(progress))))
 
     @property
     def stop_requested(self) -> bool:
@@ -64,10 +64,6 @@ class WorkerJobContext:
             message="the job was stopped; this is an intermediate result", reason="REQUEST_STOPPED")
 
 
-def _dumps(data) -> str:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-
-
 def mark_intermediate(response, job: WorkerJobContext):
     """Add the IntermediateResponseLimitation to a result returned after a stop,
     unless the function added one itself."""
@@ -91,14 +87,14 @@ def run_one(conn, stop_event, stop_reason, job_id, service, operation, request_j
                             f"not {op.response.__name__}")
         if job.stop_requested:
             response = mark_intermediate(response, job)
-        outcome = ("result", _dumps(codec.encode(response, op.response)))
+        outcome = ("result", codec.dumps(codec.encode(response, op.response)))
     except XServerFault as fault:
-        outcome = ("fault", _dumps(codec.encode_fault(fault)))
+        outcome = ("fault", codec.dumps(codec.encode_fault(fault)))
     except BaseException as exc:  # a bug in the service: log it here, tell the client plainly
         log.exception("job %s: %s.%s raised", job_id, service, operation)
         fault = InternalErrorFault(f"the operation {service}.{operation} failed with an internal "
                                    f"error ({type(exc).__name__}); see the server log")
-        outcome = ("fault", _dumps(codec.encode_fault(fault)))
+        outcome = ("fault", codec.dumps(codec.encode_fault(fault)))
     conn.send(("done", job_id) + outcome)
 
 
