@@ -11,13 +11,12 @@ Target: the SOAP overhead over JSON stays within 3x.
 import argparse
 import http.client
 import json
-import multiprocessing
 import os
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.parallel import per_second  # noqa: E402
 from tests.harness import Server  # noqa: E402
 
 SOAP_WATCH = """<?xml version="1.0" encoding="utf-8"?>
@@ -40,34 +39,18 @@ def requests_for(job_id):
     }
 
 
-def _client(port, path, body, ctype, marker, seconds, start_at, results):
+def watch_step(port, path, body, ctype, marker):
+    """One prepared watchJob call on this process's own connection."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     body = body.encode()
     headers = {"Content-Type": ctype}
-    while time.time() < start_at:
-        time.sleep(0.001)
-    done, end = 0, start_at + seconds
-    while time.time() < end:
+
+    def step():
         conn.request("POST", path, body, headers)
         answer = conn.getresponse().read()
         if marker not in answer:
             raise RuntimeError(answer[:300])
-        done += 1
-    results.put(done)
-
-
-def calls_per_second(port, request, clients, seconds):
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    start_at = time.time() + 1.5
-    procs = [ctx.Process(target=_client, args=(port, *request, seconds, start_at, results))
-             for _ in range(clients)]
-    for p in procs:
-        p.start()
-    total = sum(results.get(timeout=seconds + 60) for _ in procs)
-    for p in procs:
-        p.join()
-    return total / seconds
+    return step
 
 
 def main():
@@ -83,7 +66,7 @@ def main():
             rates = {}
             for n in args.clients:
                 for binding, request in requests_for(job["id"]).items():
-                    rates[binding, n] = calls_per_second(server.port, request, n, args.seconds)
+                    rates[binding, n] = per_second(watch_step, (server.port, *request), n, args.seconds)
                     print(f"watchJob (finished job) over {binding:8s} with {n} client(s): "
                           f"{rates[binding, n]:.0f} calls/s")
                 print(f"SOAP costs {rates['json', n] / rates['soap', n]:.2f}x JSON with {n} client(s)")

@@ -13,7 +13,6 @@ Targets on the 2-core machine: >= 300 cycles/s with 8 clients, wake-up p99 <= 20
 import argparse
 import http.client
 import json
-import multiprocessing
 import os
 import statistics
 import sys
@@ -21,6 +20,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.parallel import per_second  # noqa: E402
 from tests.harness import Server  # noqa: E402
 
 
@@ -47,29 +47,10 @@ def cycle(client):
     client.call("XDemo", "fetchSimulateResponse", {"id": job["id"]})
 
 
-def _client_process(port, seconds, start_at, results):
+def cycle_step(port):
+    """One cycle on this process's own connection."""
     client = Client(port)
-    while time.time() < start_at:
-        time.sleep(0.001)
-    done, end = 0, start_at + seconds
-    while time.time() < end:
-        cycle(client)
-        done += 1
-    results.put(done)
-
-
-def cycles_per_second(port, clients, seconds):
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    start_at = time.time() + 1.5
-    procs = [ctx.Process(target=_client_process, args=(port, seconds, start_at, results))
-             for _ in range(clients)]
-    for p in procs:
-        p.start()
-    total = sum(results.get(timeout=seconds + 120) for _ in procs)
-    for p in procs:
-        p.join()
-    return total / seconds
+    return lambda: cycle(client)
 
 
 def wakeup_latencies(port, count):
@@ -105,7 +86,7 @@ def main():
             for _ in range(20):                     # warm up connections and workers
                 cycle(Client(server.port))
             for n in args.clients:
-                rate = cycles_per_second(server.port, n, args.seconds)
+                rate = per_second(cycle_step, (server.port,), n, args.seconds)
                 print(f"cycles/s with {n} client(s): {rate:.0f}   (start → watch → fetch, no-op job)")
             lat = wakeup_latencies(server.port, args.wakeups)
             print(f"watch wake-up latency over {len(lat)} jobs: p50 {statistics.median(lat):.1f} ms, "
