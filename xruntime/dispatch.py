@@ -61,7 +61,7 @@ class Dispatcher:
         if op.kind == FETCH:
             return self.jobs.fetch_json(op.target, request.id)
         if op.kind == RUN:
-            return self.jobs.run(op.target, request, as_json=True)
+            return self.jobs.run(op.target, request)
         if op.kind == START:
             answer = self.jobs.start(op.target, request)
         elif op.kind == CALL:

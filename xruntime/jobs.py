@@ -101,9 +101,9 @@ class JobManager:
             raise codec.decode_fault(json.loads(rec.fault))
         return rec.result
 
-    def run(self, op, request, as_json: bool = False):
-        """The synchronous form: the same job, waited for, fetched and erased
-        (``as_json``: the response as stored JSON text, as ``fetch_json`` answers it)."""
+    def run(self, op, request) -> str:
+        """The synchronous form: the same job, waited for, fetched and erased; the
+        response as stored JSON text, as ``fetch_json`` answers it."""
         job_id = self.start(op, request).id
         with self.notifier.subscribe(job_id) as sub:
             while True:
@@ -112,7 +112,7 @@ class JobManager:
                     break
                 sub.wait(5.0)
         try:
-            return (self.fetch_json if as_json else self.fetch)(op, job_id)
+            return self.fetch_json(op, job_id)
         finally:
             self.store.erase(job_id, states.FINISHED)
 
