@@ -14,7 +14,7 @@ from .bindings.json_binding import JsonBinding, fault_response
 from .bindings.jsonrpc import JsonRpcBinding
 from .bindings.soap import SoapBinding
 from .dispatch import Dispatcher
-from .engine.channel import PostgresChannel
+from .store.channel import PostgresChannel
 from .engine.cleaner import RetentionCleaner
 from .engine.notifier import Notifier
 from .engine.supervisor import Supervisor, default_node_name

@@ -4,24 +4,10 @@ A binding finds the operation here, decodes the request into ``operation.request
 calls ``invoke`` and encodes what comes back (or the fault raised).  Nothing about
 jobs is decided in a binding.
 """
-import logging
-
-from .bindings import codec
-from .protocol.faults import (InternalErrorFault, InvalidRequestFault, ServiceNotConfiguredFault,
-                              XServerFault)
+from .protocol import codec
+from .protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
 from .registry import discover
 from .service import CALL, FETCH, RUN, START
-
-log = logging.getLogger("xruntime.dispatch")
-
-
-def as_fault(exc: BaseException, where: str) -> XServerFault:
-    """A fault for the client: ours as it is; anything else is a bug, logged here with its
-    traceback and answered as a plain InternalErrorFault (no traceback leaves the server)."""
-    if isinstance(exc, XServerFault):
-        return exc
-    log.error("internal error while serving %s", where, exc_info=exc)
-    return InternalErrorFault(f"internal error while serving {where}; see the server log")
 
 
 class Dispatcher:

@@ -11,7 +11,7 @@ import time
 import uuid
 
 from . import __version__
-from .bindings import codec
+from .protocol import codec
 from .protocol import states
 from .protocol.faults import (InvalidFetchTypeFault, JobStateFault, QueueOverflowFault,
                               UnknownJobFault)

@@ -2,7 +2,7 @@
 import json
 import uuid
 
-from xruntime.bindings import codec
+from xruntime.protocol import codec
 from xruntime.protocol.faults import ProcessingFault
 from xruntime.protocol.types import BulkProgress, IntermediateResponseLimitation
 from xruntime.store import JobRecord, now_ms

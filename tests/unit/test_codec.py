@@ -6,7 +6,7 @@ import pytest
 from spyne import Unicode
 
 from services.xdemo.types import SimulateRequest, SimulateResponse
-from xruntime.bindings import codec
+from xruntime.protocol import codec
 from xruntime.protocol.faults import (AccessDeniedFault, InternalErrorFault,
                                       InvalidFetchTypeFault, InvalidRequestFault,
                                       InvalidValueFault, JobStateFault, MissingParameterFault,

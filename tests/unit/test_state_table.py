@@ -11,7 +11,7 @@ import pytest
 from spyne import Unicode
 
 from services.xdemo.types import SimulateRequest
-from xruntime.bindings import codec
+from xruntime.protocol import codec
 from xruntime.protocol import states
 from xruntime.config import JobSettings, ServiceSettings, Settings
 from xruntime.protocol.faults import (InternalErrorFault, InvalidFetchTypeFault, JobStateFault,

@@ -11,7 +11,7 @@ import json
 import threading
 from collections import Counter
 
-from xruntime.bindings import codec
+from xruntime.protocol import codec
 from xruntime.config import Settings
 from xruntime.engine.notifier import Notifier
 from xruntime.jobs import JobManager

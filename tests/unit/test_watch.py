@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from xruntime.bindings import codec
+from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault, ProcessingFault
 from xruntime.protocol.types import WatchRequest
 from xruntime.protocol.watch import watch_periods

@@ -10,7 +10,7 @@ import pytest
 from services import xdima
 from services.xdima import compute
 from services.xdima.types import CreateDistanceMatrixRequest
-from xruntime.bindings import codec
+from xruntime.protocol import codec
 from xruntime.protocol.faults import (InvalidValueFault, MissingParameterFault,
                                       RequestStoppedFault)
 from xruntime.store.payload import MAGIC, pack, unpack

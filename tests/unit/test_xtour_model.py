@@ -8,7 +8,7 @@ import pytest
 from services.xtour.model import check
 from services.xtour.solver import great_circle_m, plan, travel_matrices, unplanned_penalty
 from services.xtour.types import PlanToursRequest
-from xruntime.bindings import codec
+from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
 
 

@@ -10,9 +10,9 @@ import json
 
 from werkzeug.wrappers import Request, Response
 
-from ..dispatch import as_fault
-from ..protocol.faults import InvalidRequestFault, XServerFault
-from . import codec
+
+from ..protocol.faults import InvalidRequestFault, XServerFault, as_fault
+from ..protocol import codec
 
 JSON_TYPE = "application/json; charset=utf-8"
 

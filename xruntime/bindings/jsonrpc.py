@@ -8,10 +8,10 @@ HTTP 204.
 """
 from werkzeug.wrappers import Request, Response
 
-from ..dispatch import as_fault
-from ..protocol.faults import (InvalidRequestFault, ProcessingFault, RejectedRequestFault,
+
+from ..protocol.faults import (InvalidRequestFault, ProcessingFault, RejectedRequestFault, as_fault,
                                XServerFault)
-from . import codec
+from ..protocol import codec
 from .json_binding import JSON_TYPE, dumps, read_json_body
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602

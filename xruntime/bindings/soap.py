@@ -15,10 +15,11 @@ from xml.sax.saxutils import escape
 from lxml import etree
 from werkzeug.wrappers import Request, Response
 
-from ..dispatch import as_fault
-from ..protocol.faults import InvalidRequestFault, XServerFault
+
+from ..protocol.faults import InvalidRequestFault, XServerFault, as_fault
 from ..protocol.types import NAMESPACE as TYPES_NS
-from . import codec, xml_codec
+from ..protocol import codec
+from . import xml_codec
 from .wsdl import build_wsdl, declared_faults, polymorphic_types
 
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"

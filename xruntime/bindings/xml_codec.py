@@ -17,7 +17,7 @@ from xml.sax.saxutils import escape
 from lxml import etree
 
 from ..protocol.faults import InvalidRequestFault, InvalidValueFault
-from .codec import _BOOL, _FLOAT, _INT, _OBJ, TYPE_KEY, _Field, _base, subtypes
+from ..protocol.codec import _BOOL, _FLOAT, _INT, _OBJ, TYPE_KEY, _Field, _base, subtypes
 
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
 XSI_TYPE = f"{{{XSI}}}type"

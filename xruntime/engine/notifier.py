@@ -54,7 +54,7 @@ class Notifier:
                     if not subs:
                         del self._subscribers[job_id]
 
-    #: Set for several nodes: something with ``publish(job_id)`` (engine.channel).
+    #: Set for several nodes: something with ``publish(job_id)`` (store.channel).
     bridge = None
 
     def notify(self, job_id: str) -> None:

@@ -21,10 +21,10 @@ import threading
 import time
 from multiprocessing.connection import wait as wait_for_ready
 
-from ..bindings.codec import dumps, encode_fault
+from ..protocol.codec import dumps, encode_fault
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
 from ..store import now_ms
-from .channel import QUEUE
+from ..store.channel import QUEUE
 from .worker import ABORTED, STOPPED, TIMED_OUT, worker_main
 
 log = logging.getLogger("xruntime.supervisor")

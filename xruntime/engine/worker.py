@@ -11,7 +11,7 @@ import json
 import logging
 import signal
 
-from ..bindings import codec
+from ..protocol import codec
 from ..protocol.faults import InternalErrorFault, RequestStoppedFault, RequestTimedOutFault, XServerFault
 from ..protocol.types import IntermediateResponseLimitation
 

@@ -14,7 +14,7 @@ from spyne import ComplexModelBase
 from spyne.model.enum import EnumBase
 from spyne.model.primitive import Boolean, Decimal, Integer, Unicode
 
-from ..protocol.faults import InvalidValueFault, MissingParameterFault, XServerFault, fault_class
+from .faults import InvalidValueFault, MissingParameterFault, XServerFault, fault_class
 
 TYPE_KEY = "$type"
 INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
