@@ -89,8 +89,9 @@ class Server:
         return code
 
     def kill(self):
-        """SIGKILL the server process and its workers, as a power loss would."""
-        pids = [self.proc.pid] + _children(self.proc.pid)
+        """SIGKILL the server process and every process it started (workers, HTTP
+        processes), as a power loss would."""
+        pids = [self.proc.pid] + descendants(self.proc.pid)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -146,6 +147,16 @@ class Server:
             assert job["status"] not in ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN"), \
                 f"job {job_id} is {job['status']}, waiting for {status}"
         raise AssertionError(f"job {job_id} never reached {status}")
+
+
+def descendants(pid):
+    """Every process started by ``pid``, and by those, and so on."""
+    found, pending = [], [pid]
+    while pending:
+        children = _children(pending.pop())
+        found.extend(children)
+        pending.extend(children)
+    return found
 
 
 def _children(pid):

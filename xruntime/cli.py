@@ -4,16 +4,11 @@ import logging
 import sys
 
 from . import __version__, config
-
-
-def _setup_logging():
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+from .logs import setup_logging
 
 
 def cmd_serve(args) -> int:
-    _setup_logging()
+    setup_logging()
     try:
         settings = config.load(args.config, known_services=_service_names())
     except config.ConfigError as exc:
@@ -22,9 +17,9 @@ def cmd_serve(args) -> int:
         logging.error("the server does not start on an invalid configuration")
         return 2
     settings = config.with_overrides(settings, host=args.host, port=args.port)
-    from .app import Node, serve
+    from .node import serve
     try:
-        serve(Node(settings), reload_path=settings.path, known_services=_service_names())
+        serve(settings, reload_path=settings.path, known_services=_service_names())
     except OSError as exc:
         logging.error("cannot serve on %s:%s: %s", settings.host, settings.port, exc.strerror or exc)
         return 1

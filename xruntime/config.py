@@ -63,13 +63,18 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 50000
     public_url: str = ""
-    threads: int = 200
+    threads: int = 32          # per HTTP process: the pool for blocking work (store, codecs)
+    processes: int = 0         # HTTP processes; 0: one per core
     max_request_bytes: int = 10 * 1024 * 1024
     database_url: str = ""
     workers: int = 2
     jobs: JobSettings = field(default_factory=JobSettings)
     services: dict = field(default_factory=dict)
     path: Optional[str] = None
+
+    def http_processes(self) -> int:
+        """How many HTTP processes serve the node: ``processes``, or one per core."""
+        return self.processes or os.cpu_count() or 1
 
     def service(self, name: str) -> ServiceSettings:
         return self.services.get(name) or ServiceSettings()
@@ -193,6 +198,7 @@ _TABLES = {
         "port": ("port", _integer(1, 65535)),
         "public_url": ("public_url", _public_url),
         "threads": ("threads", _integer(1, 10000)),
+        "processes": ("processes", _integer(0, 256)),
         "max_request_bytes": ("max_request_bytes", _integer(1024)),
     },
     "database": {"url": ("database_url", _string)},
@@ -200,7 +206,7 @@ _TABLES = {
 }
 
 #: Keys a running server cannot change; an edit of them waits for the next restart.
-RESTART_KEYS = ("host", "port", "database_url", "workers", "threads")
+RESTART_KEYS = ("host", "port", "database_url", "workers", "threads", "processes")
 
 
 # ------------------------------------------------------------------------ line numbers

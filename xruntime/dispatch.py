@@ -1,24 +1,54 @@
-"""From (service, operation, typed request) to typed response: shared by all bindings.
+"""From (service, operation, request data) to the answer: shared by all bindings.
 
-A binding finds the operation here, decodes the request into ``operation.request``,
-calls ``invoke`` and encodes what comes back (or the fault raised).  Nothing about
-jobs is decided in a binding.
+A binding finds the operation here, hands over the request as plain data (the
+codec's form) and writes the ``Answer`` it gets back (or the fault raised).  Nothing
+about jobs is decided in a binding.  Operations that wait for a job (watchJob, the
+synchronous form) are awaited on the event loop; every other one runs in the pool
+for blocking work.
 """
+import collections
+
+from .blocking import blocking
 from .protocol import codec
 from .protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
-from .registry import discover
 from .service import CALL, FETCH, RUN, START
+
+#: How many shared answers are remembered (one per job changed at about one time).
+SHARED_ANSWERS = 256
+
+
+class Answer:
+    """An operation's response as JSON text (the codec's form).  Watchers woken by one
+    change share one Answer, and each binding renders it once (``rendered``)."""
+    __slots__ = ("text", "_rendered")
+
+    def __init__(self, text: str):
+        self.text = text
+        self._rendered = None
+
+    def rendered(self, binding: str, render):
+        """``render()`` once per binding; later calls answer the same bytes."""
+        if self._rendered is None:
+            self._rendered = {}
+        found = self._rendered.get(binding)
+        if found is None:
+            found = self._rendered[binding] = render()
+        return found
 
 
 class Dispatcher:
-    def __init__(self, jobs):
+    def __init__(self, jobs, services: dict):
         self.jobs = jobs
-        self.services = discover()
-        self._operations = {name: svc.operations() for name, svc in self.services.items()}
+        self.services = services
+        self._operations = {name: svc.operations() for name, svc in services.items()}
+        self._shared = collections.OrderedDict()     # id(response) → (response, Answer)
 
     def operation(self, service: str, name: str):
         """The Operation, or None when the service or operation does not exist."""
         return self._operations.get(service, {}).get(name)
+
+    def operations_of(self, service: str) -> dict:
+        return self._operations[service]
 
     def has_service(self, service: str) -> bool:
         return service in self._operations
@@ -37,17 +67,38 @@ class Dispatcher:
             raise InvalidRequestFault(what, hint="Check the operation's name and its service.")
         return op
 
+    async def call(self, op, data) -> Answer:
+        """Plain request data of any binding → the Answer.  Validation is the codec's,
+        so every binding refuses the same input the same way."""
+        if not op.waits:
+            return Answer(await blocking(self.call_json, op, data))
+        self.check_enabled(op.service)
+        if op.kind == RUN:
+            request = await blocking(codec.decode, data, op.request)
+            return Answer(await self.jobs.run(op.target, request))
+        response = await op.target(self.jobs, codec.decode(data, op.request))
+        return self._answer_once(response, op)
+
+    def _answer_once(self, response, op) -> Answer:
+        """The Answer of a response object, encoded once however many watchers share it."""
+        key = id(response)
+        found = self._shared.get(key)
+        if found is not None and found[0] is response:
+            return found[1]
+        answer = Answer(codec.dumps(codec.encode(response, op.response)))
+        self._shared[key] = (response, answer)
+        if len(self._shared) > SHARED_ANSWERS:
+            self._shared.popitem(last=False)
+        return answer
+
     def call_json(self, op, data) -> str:
-        """Plain request data of any binding → the response as JSON text (the codec's
-        form).  Validation is the codec's, so every binding refuses the same input the
-        same way.  A fetch and the synchronous form answer the text the worker stored as
-        it is: a large result is never built as spyne objects on the server's threads."""
+        """The blocking part: request data → the response as JSON text.  A fetch
+        answers the text the worker stored as it is: a large result is never built as
+        spyne objects on the server's threads."""
         self.check_enabled(op.service)
         request = codec.decode(data, op.request)
         if op.kind == FETCH:
             return self.jobs.fetch_json(op.target, request.id)
-        if op.kind == RUN:
-            return self.jobs.run(op.target, request)
         if op.kind == START:
             answer = self.jobs.start(op.target, request)
         elif op.kind == CALL:

@@ -11,6 +11,7 @@ import time
 import uuid
 
 from . import __version__
+from .blocking import blocking
 from .protocol import codec
 from .protocol import states
 from .protocol.faults import (InvalidFetchTypeFault, JobStateFault, QueueOverflowFault,
@@ -25,10 +26,11 @@ RACE_RETRIES = 10
 
 
 class JobManager:
-    def __init__(self, store, notifier, supervisor, settings, node: str = ""):
+    def __init__(self, store, notifier, settings, node: str = "", watches=None, services=None):
         self.store = store
-        self.notifier = notifier
-        self.supervisor = supervisor      # None in unit tests without worker processes
+        self.services = services or {}   # the registry's services by name, for runtime information
+        self.notifier = notifier          # its feed tells the supervisor of new, stopped and deleted jobs
+        self.watches = watches            # the held watches of an HTTP process (xruntime.watching)
         self.settings = settings          # a callable answering the settings in force
         self.node = node
         self.started_at = time.time()
@@ -70,8 +72,7 @@ class JobManager:
             raise QueueOverflowFault(f"{max_queued} jobs are queued already; this one was refused",
                                      hint="Try again later, when fewer jobs are waiting.")
         log.info("job %s %s.%s QUEUING", rec.id, op.service, op.name)
-        if self.supervisor is not None:
-            self.supervisor.wake()
+        self.notifier.notify_queued()
         return Job(id=rec.id, status=states.QUEUING, elapsedTime=0)
 
     def fetch(self, op, job_id: str):
@@ -101,16 +102,14 @@ class JobManager:
             raise codec.decode_fault(json.loads(rec.fault))
         return rec.result
 
-    def run(self, op, request) -> str:
-        """The synchronous form: the same job, waited for, fetched and erased; the
-        response as stored JSON text, as ``fetch_json`` answers it."""
-        job_id = self.start(op, request).id
-        with self.notifier.subscribe(job_id) as sub:
-            while True:
-                rec = self.store.peek(job_id)
-                if rec is None or rec.status in states.TERMINAL or sub.closing:
-                    break
-                sub.wait(5.0)
+    async def run(self, op, request) -> str:
+        """The synchronous form: the same job, waited for (holding no thread), fetched
+        and erased; the response as stored JSON text, as ``fetch_json`` answers it."""
+        job_id = (await blocking(self.start, op, request)).id
+        await self.watches.until_final(job_id)
+        return await blocking(self._fetch_and_erase, op, job_id)
+
+    def _fetch_and_erase(self, op, job_id: str) -> str:
         try:
             return self.fetch_json(op, job_id)
         finally:
@@ -118,36 +117,20 @@ class JobManager:
 
     # ------------------------------------------------------------------ XRuntime
 
-    def watch(self, job_id: str, progress_update_period=None, maximum_polling_period=None) -> Job:
+    async def watch(self, job_id: str, progress_update_period=None, maximum_polling_period=None) -> Job:
         """Answer at once on a terminal or unknown job; else at the first change once
         ``progressUpdatePeriod`` has passed (a change seen earlier is answered the
-        moment the period is over), at the latest after ``maximumPollingPeriod``."""
+        moment the period is over), at the latest after ``maximumPollingPeriod``
+        (``Watches.watch``).  Watchers woken by one change get one shared answer."""
         update_ms, maximum_ms = watch_periods(progress_update_period, maximum_polling_period)
-        arrived = time.monotonic()
-        earliest = arrived + update_ms / 1000
-        latest = arrived + maximum_ms / 1000
-        with self.notifier.subscribe(job_id) as sub:
-            rec = self.store.peek(job_id)
-            if rec is None:
-                return self.unknown_job(job_id)
-            seen = (rec.status, rec.progress)
-            changed = False
-            while rec.status not in states.TERMINAL:
-                now = time.monotonic()
-                if (changed and now >= earliest) or now >= latest or sub.closing:
-                    break
-                if sub.wait((earliest if changed else latest) - now):
-                    rec = self.store.peek(job_id)
-                    if rec is None:
-                        return self.unknown_job(job_id)
-                    changed = changed or (rec.status, rec.progress) != seen
-            if not changed and rec.status not in states.TERMINAL:
-                # nothing woke us: answer with the last status all the same (a change on
-                # another node wakes no one here)
-                rec = self.store.peek(job_id)
-                if rec is None:
-                    return self.unknown_job(job_id)
-            return self.job_view(rec)
+        snap, woken = await self.watches.watch(job_id, update_ms, maximum_ms)
+        if snap.rec is None:
+            return self.unknown_job(job_id)
+        if not woken:
+            return self.job_view(snap.rec)
+        if snap.view is None:
+            snap.view = self.job_view(snap.rec)
+        return snap.view
 
     def stop(self, job_id: str) -> Job:
         for _ in range(RACE_RETRIES):
@@ -164,8 +147,6 @@ class JobManager:
             if decision == states.UNCHANGED:
                 return self.job_view(rec)
             if self.store.request_stop(job_id):
-                if self.supervisor is not None:
-                    self.supervisor.stop(job_id)
                 self.notifier.notify(job_id)
                 log.info("job %s STOPPING (stopJob)", job_id)
                 rec.status = states.STOPPING
@@ -185,8 +166,6 @@ class JobManager:
                     log.info("job %s DELETED and erased (was %s)", job_id, status)
                     return self._deleted_view(rec)
             elif self.store.mark_deleted(job_id):
-                if self.supervisor is not None:
-                    self.supervisor.abort(job_id)
                 self.notifier.notify(job_id)
                 log.info("job %s DELETED (was %s); its computation is aborted", job_id, status)
                 return self._deleted_view(rec)

@@ -11,8 +11,8 @@ _REQUEST_FAULTS = (InvalidRequestFault, InvalidValueFault, MissingParameterFault
 
 
 @xruntime.call(request=WatchRequest, response=Job, faults=_REQUEST_FAULTS)
-def watchJob(jobs, request):
-    return jobs.watch(request.id, request.progressUpdatePeriod, request.maximumPollingPeriod)
+async def watchJob(jobs, request):
+    return await jobs.watch(request.id, request.progressUpdatePeriod, request.maximumPollingPeriod)
 
 
 @xruntime.call(request=JobRequest, response=Job,
@@ -28,7 +28,6 @@ def deleteJob(jobs, request):
 
 @xruntime.call(request=RuntimeInformationRequest, response=RuntimeInformation, faults=_REQUEST_FAULTS)
 def getRuntimeInformation(jobs, request):
-    from .registry import discover
     enabled = jobs.settings()
-    return jobs.runtime_information([s for s in discover().values() if enabled.service_enabled(s.name)],
+    return jobs.runtime_information([s for s in jobs.services.values() if enabled.service_enabled(s.name)],
                                     with_job_counts=request.withJobCounts is not False)

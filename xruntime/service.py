@@ -15,6 +15,7 @@ From that one declaration the framework derives ``startSimulate``,
 ``simulate``, in every binding and in the WSDL.  The function runs in a worker process
 and knows nothing of HTTP, SQL or processes; ``job`` is a ``JobContext``.
 """
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
 
@@ -77,7 +78,8 @@ class Operation:
     """One operation as the bindings see it: a name, typed in and out, and its faults.
 
     ``target`` is the LongOperation (for start, fetch, run) or, for CALL, a function
-    ``(jobs, request) -> response`` run in the request thread.
+    ``(jobs, request) -> response`` run in the pool for blocking work; a coroutine
+    function (watchJob) is awaited on the event loop instead, holding no thread.
     """
     service: str
     name: str
@@ -86,6 +88,12 @@ class Operation:
     response: type
     target: object
     faults: tuple = ()
+
+    @property
+    def waits(self) -> bool:
+        """Whether it waits for a job (watchJob, the synchronous form): such calls are
+        held as coroutines, not in a thread."""
+        return self.kind == RUN or inspect.iscoroutinefunction(self.target)
 
 
 SERVICE_NAMESPACE = "http://xruntime.org/xserver/{name}"
@@ -151,7 +159,8 @@ class Service:
         return register
 
     def call(self, request, response, faults=()):
-        """Declare a short operation answered in the request thread (XRuntime's)."""
+        """Declare a short operation (XRuntime's): a function, or a coroutine function
+        when it waits."""
         def register(function):
             self.calls[function.__name__] = (request, response, function, tuple(faults))
             return function

@@ -12,8 +12,9 @@ import pytest
 
 from xruntime.config import Settings
 from xruntime.engine.notifier import Notifier
-from xruntime.jobs import JobManager
 from xruntime.store import SqlJobStore
+
+from .helpers import BlockingJobs
 
 PG_ENV = "XRUNTIME_TEST_DATABASE_URL"
 
@@ -73,8 +74,11 @@ def settings():
 
 @pytest.fixture
 def jobs(store, notifier, settings):
-    """The operation layer on the real store and notifier, without worker processes."""
-    return JobManager(store, notifier, supervisor=None, settings=lambda: settings[0])
+    """The operation layer on the real store and notifier, without worker processes;
+    its watches wait on an event loop of their own (``helpers.BlockingJobs``)."""
+    manager = BlockingJobs(store, notifier, lambda: settings[0])
+    yield manager
+    manager.close()
 
 
 @pytest.fixture(scope="session")

@@ -81,3 +81,39 @@ def put_in_state(jobs, op, state, *, progress=None, response=None, fault=None,
         assert store.mark_deleted(job.id)
     assert store.peek(job.id).status == state
     return job.id
+
+
+class BlockingJobs:
+    """The operation layer as a unit test drives it: plain calls from any thread.
+
+    ``watch`` and ``run`` wait on an event loop, as in an HTTP process; here that loop
+    runs in a thread of its own, and the calls block until they answer.  Everything
+    else is the JobManager's own."""
+
+    def __init__(self, store, notifier, settings):
+        import asyncio
+        import threading
+
+        from xruntime.jobs import JobManager
+        from xruntime.watching import Watches
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="test-loop", daemon=True).start()
+        self.watches = Watches(store, notifier)
+        self.manager = JobManager(store, notifier, settings, watches=self.watches)
+
+    def __getattr__(self, name):
+        return getattr(self.manager, name)
+
+    def _await(self, coro):
+        import asyncio
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(120)
+
+    def watch(self, *args):
+        return self._await(self.manager.watch(*args))
+
+    def run(self, op, request):
+        return self._await(self.manager.run(op, request))
+
+    def close(self):
+        self.watches.close()
+        self.loop.call_soon_threadsafe(self.loop.stop)

@@ -13,11 +13,10 @@ from sqlalchemy import func, insert, select
 from xruntime.config import JobSettings, Settings
 from xruntime.engine.cleaner import RetentionCleaner
 from xruntime.engine.notifier import Notifier
-from xruntime.jobs import JobManager
 from xruntime.store import now_ms
 from xruntime.store.schema import jobs as jobs_table
 
-from .helpers import new_record
+from .helpers import BlockingJobs, new_record
 
 EXPIRED = 100_000
 MINUTE = 60_000
@@ -97,7 +96,7 @@ def test_cleaner_erases_100k_expired_jobs_without_stalling_requests(any_store):
     now = now_ms()
     expired, kept = fill(store, now)
     notifier = Notifier()
-    manager = JobManager(store, notifier, supervisor=None, settings=lambda: SETTINGS)
+    manager = BlockingJobs(store, notifier, lambda: SETTINGS)
     fresh_id = kept["fresh"][0]
     fetched_id = kept["fetched inside"][0]
     active_id = kept["active"][1]           # a RUNNING one

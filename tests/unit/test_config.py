@@ -66,8 +66,9 @@ def test_defaults_when_there_is_no_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     settings = config.load(None, known_services=KNOWN)
     assert (settings.host, settings.port, settings.public_url, settings.threads,
-            settings.max_request_bytes, settings.workers) == \
-        ("127.0.0.1", 50000, "", 200, 10485760, 2)
+            settings.processes, settings.max_request_bytes, settings.workers) == \
+        ("127.0.0.1", 50000, "", 32, 0, 10485760, 2)
+    assert settings.http_processes() == os.cpu_count(), "0 processes: one per core"
     assert settings.jobs == JobSettings(
         unfetched_retention_ms=48 * 3600_000, fetched_retention_ms=15 * 60_000,
         queueing_timeout_ms=0, computation_timeout_ms=0, max_queued=10000, max_attempts=3,

@@ -14,11 +14,10 @@ from collections import Counter
 from xruntime.protocol import codec
 from xruntime.config import Settings
 from xruntime.engine.notifier import Notifier
-from xruntime.jobs import JobManager
 from xruntime.protocol.faults import InternalErrorFault, JobStateFault, UnknownJobFault
 from xruntime.store import now_ms
 
-from .helpers import LEASE_MS, NODE, claim_exactly, fault_json, new_record, progress_json
+from .helpers import LEASE_MS, NODE, BlockingJobs, claim_exactly, fault_json, new_record, progress_json
 
 def race(*actions):
     """Run the actions at the same moment, one thread each; answers their results
@@ -139,7 +138,7 @@ def test_manager_stop_and_delete_racing_the_worker_finish(any_store):
     """stopJob, deleteJob and the job's own end at once: every answer is one the state
     table allows, and the delete always takes effect (erased, or DELETED)."""
     store = any_store
-    jobs = JobManager(store, Notifier(), supervisor=None, settings=lambda: Settings())
+    jobs = BlockingJobs(store, Notifier(), lambda: Settings())
     for _ in range(rounds(store)):
         job_id = running_job(store)
         stop_a, stop_b, delete, finished = race(
@@ -170,7 +169,7 @@ def test_delete_of_a_queued_job_racing_a_claim(any_store):
     """Either the worker gets the job (and the delete marks it DELETED) or the delete
     erases it (and no worker ever gets it); never both, never neither."""
     store = any_store
-    jobs = JobManager(store, Notifier(), supervisor=None, settings=lambda: Settings())
+    jobs = BlockingJobs(store, Notifier(), lambda: Settings())
     for _ in range(rounds(store)):
         rec = new_record()
         assert store.create(rec, 0)

@@ -272,9 +272,9 @@ def test_every_watcher_of_a_job_is_woken(jobs, simulate_op):
     for w in watchers:
         w.start()
     deadline = time.monotonic() + 2
-    while jobs.notifier.waiting() < 5 and time.monotonic() < deadline:
+    while jobs.watches.waiting() < 5 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert jobs.notifier.waiting() == 5
+    assert jobs.watches.waiting() == 5
     assert jobs.store.finish(job_id, "SUCCEEDED", now_ms(), result=result_json(stored_response()))
     jobs.notifier.notify(job_id)
     finished = time.monotonic()
@@ -282,7 +282,7 @@ def test_every_watcher_of_a_job_is_woken(jobs, simulate_op):
         w.join(2)
     assert [status for status, _ in answers] == ["SUCCEEDED"] * 5
     assert all(at - finished < AT_ONCE for _, at in answers)
-    assert jobs.notifier.waiting() == 0, "answered watches must unsubscribe"
+    assert jobs.watches.waiting() == 0, "answered watches must unsubscribe"
 
 
 def test_closing_the_notifier_answers_waiting_watches(jobs, simulate_op):

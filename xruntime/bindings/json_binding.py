@@ -12,6 +12,7 @@ from werkzeug.wrappers import Request, Response
 
 
 from ..protocol.faults import InvalidRequestFault, XServerFault, as_fault
+from ..blocking import sized
 from ..protocol import codec
 
 JSON_TYPE = "application/json; charset=utf-8"
@@ -55,20 +56,16 @@ def read_json_body(request: Request, max_bytes: int, empty=None):
 
 
 class JsonBinding:
-    """WSGI application for ``/services/rs``."""
+    """The JSON binding at ``/services/rs``: ``handle(request)`` answers a Response."""
 
     def __init__(self, dispatcher, settings):
         self.dispatcher = dispatcher
         self.settings = settings
 
-    def __call__(self, environ, start_response):
-        request = Request(environ)
-        return self.handle(request)(environ, start_response)
-
     def refusal(self, path: str, fault: XServerFault) -> Response:
         return fault_response(fault)
 
-    def handle(self, request: Request) -> Response:
+    async def handle(self, request: Request) -> Response:
         parts = [p for p in request.path.split("/") if p]
         where = "/".join(parts) or "/"
         try:
@@ -80,7 +77,10 @@ class JsonBinding:
                 raise InvalidRequestFault(f"{request.method} is not allowed; POST the request",
                                           hint="POST a JSON object.")
             self.dispatcher.check_enabled(op.service)
-            data = read_json_body(request, self.settings().max_request_bytes, empty={})
-            return Response(self.dispatcher.call_json(op, data).encode("utf-8"), content_type=JSON_TYPE)
+            data = await sized(request.content_length, read_json_body, request,
+                               self.settings().max_request_bytes, empty={})
+            answer = await self.dispatcher.call(op, data)
+            body = await sized(len(answer.text), answer.rendered, "json", lambda: answer.text.encode("utf-8"))
+            return Response(body, content_type=JSON_TYPE)
         except Exception as exc:
             return fault_response(as_fault(exc, where))

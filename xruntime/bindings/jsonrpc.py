@@ -6,11 +6,14 @@ the same JSON form as ``/services/rs``.  Errors carry the specification's codes 
 by id); notifications run and get no answer; a batch of notifications only answers
 HTTP 204.
 """
+import asyncio
+
 from werkzeug.wrappers import Request, Response
 
 
 from ..protocol.faults import (InvalidRequestFault, ProcessingFault, RejectedRequestFault, as_fault,
                                XServerFault)
+from ..blocking import sized
 from ..protocol import codec
 from .json_binding import JSON_TYPE, dumps, read_json_body
 
@@ -37,16 +40,13 @@ def error(request_id, code: int, fault: XServerFault) -> dict:
 
 
 class JsonRpcBinding:
-    """WSGI application for ``/services/rpc``."""
+    """The JSON-RPC 2.0 binding at ``/services/rpc``: ``handle(request)`` answers a Response."""
 
     def __init__(self, dispatcher, settings):
         self.dispatcher = dispatcher
         self.settings = settings
 
-    def __call__(self, environ, start_response):
-        return self.handle(Request(environ))(environ, start_response)
-
-    def handle(self, request: Request) -> Response:
+    async def handle(self, request: Request) -> Response:
         service = request.path.strip("/")
         try:
             if not self.dispatcher.has_service(service):
@@ -54,7 +54,8 @@ class JsonRpcBinding:
                                           "/services/rpc/<Service>")
             if request.method != "POST":
                 raise InvalidRequestFault(f"{request.method} is not allowed; POST a JSON-RPC request")
-            body = read_json_body(request, self.settings().max_request_bytes)
+            body = await sized(request.content_length, read_json_body, request,
+                               self.settings().max_request_bytes)
         except XServerFault as fault:
             code = PARSE_ERROR if "not valid JSON" in fault.faultstring else INVALID_REQUEST
             return self._answer(error(None, code, fault))
@@ -62,18 +63,22 @@ class JsonRpcBinding:
             if not body:
                 return self._answer(error(None, INVALID_REQUEST,
                                           InvalidRequestFault("an empty batch is not a request")))
-            answers = [a for a in (self._one(service, item) for item in body) if a is not None]
+            answers = [a for a in await asyncio.gather(*(self._one(service, item) for item in body))
+                       if a is not None]
             return self._text("[" + ",".join(answers) + "]") if answers else Response(status=204)
-        answer = self._one(service, body)
-        return self._text(answer) if answer is not None else Response(status=204)
+        answer = await self._one(service, body)
+        if answer is None:
+            return Response(status=204)
+        return await sized(len(answer), self._text, answer)
 
     def refusal(self, path: str, fault: XServerFault) -> Response:
         return self._answer(error(None, INVALID_REQUEST, fault))
 
-    def _one(self, service, item):
+    async def _one(self, service, item):
         """One request object → its answer as JSON text, or None for a notification.
         A result is spliced in as the text the dispatcher answers (for a fetch, the
-        stored text), not parsed and encoded again."""
+        stored text; for watchers woken by one change, one text), not parsed and
+        encoded again."""
         if not isinstance(item, dict) or item.get("jsonrpc") != "2.0" \
                 or not isinstance(item.get("method"), str) or not _is_id(item.get("id")):
             request_id = item.get("id") if isinstance(item, dict) and _is_id(item.get("id")) else None
@@ -92,7 +97,7 @@ class JsonRpcBinding:
             if not isinstance(params, dict):
                 raise InvalidRequestFault("params must be the request object (by name)",
                                           hint="Send \"params\": {...} with the request's fields.")
-            result = self.dispatcher.call_json(op, params)
+            result = (await self.dispatcher.call(op, params)).text
         except Exception as exc:
             fault = as_fault(exc, f"JSON-RPC {service}.{item['method']}")
             return None if notification else codec.dumps(error(request_id, error_code(fault), fault))

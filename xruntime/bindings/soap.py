@@ -18,6 +18,7 @@ from werkzeug.wrappers import Request, Response
 
 from ..protocol.faults import InvalidRequestFault, XServerFault, as_fault
 from ..protocol.types import NAMESPACE as TYPES_NS
+from ..blocking import INLINE_BYTES, sized
 from ..protocol import codec
 from . import xml_codec
 from .wsdl import build_wsdl, declared_faults, polymorphic_types
@@ -56,7 +57,7 @@ class SoapService:
 
     def __init__(self, service, dispatcher):
         self.service = service
-        self.operations = {op.name: op for op in dispatcher._operations[service.name].values()}
+        self.operations = {op.name: op for op in dispatcher.operations_of(service.name).values()}
         self.prefixes = {SOAP_ENV: "soap", xml_codec.XSI: "xsi", TYPES_NS: "t", service.namespace: "s"}
         for cls in polymorphic_types(service):       # e.g. other services' progress types
             self.prefixes.setdefault(cls.get_namespace(), f"n{len(self.prefixes)}")
@@ -94,10 +95,7 @@ class SoapBinding:
         for svc in dispatcher.services.values():
             wsdl_template(svc)                     # built once, at start-up
 
-    def __call__(self, environ, start_response):
-        return self.handle(Request(environ))(environ, start_response)
-
-    def handle(self, request: Request) -> Response:
+    async def handle(self, request: Request) -> Response:
         name = request.path.strip("/")
         soap = self.services.get(name)
         if request.method == "GET" and ("wsdl" in request.args or "WSDL" in request.args):
@@ -113,14 +111,20 @@ class SoapBinding:
                 raise InvalidRequestFault(f"{request.method} is not allowed; POST a SOAP envelope, "
                                           f"or GET {request.base_url}?wsdl")
             self.dispatcher.check_enabled(name)
-            op, data = self._read(request, soap)
-            answer = json.loads(self.dispatcher.call_json(op, data))
+            op, data = await sized(request.content_length, self._read, request, soap)
+            answer = await self.dispatcher.call(op, data)
         except Exception as exc:
             return self._fault(soap, as_fault(exc, f"SOAP {name}"))
-        return Response(self._streamed(soap, op, answer), content_type=XML_TYPE)
+        if len(answer.text) > INLINE_BYTES:           # a large result: streamed from the pool
+            return Response(self._streamed(soap, op, answer.text), content_type=XML_TYPE)
+        body = answer.rendered(f"soap:{name}:{op.name}",
+                               lambda: b"".join(self._streamed(soap, op, answer.text)))
+        return Response(body, content_type=XML_TYPE)
 
-    def _streamed(self, soap, op, answer):
-        """The answer's envelope as text, in chunks: a large result is never a tree."""
+    def _streamed(self, soap, op, text: str):
+        """The answer's envelope as text, in chunks: a large result is never a tree.
+        (The ASGI application runs a large one's chunks in the pool.)"""
+        answer = json.loads(text)
         yield (f"<?xml version='1.0' encoding='utf-8'?>\n<soap:Envelope{soap.declarations}>"
                "<soap:Body>").encode("utf-8")
         for chunk in xml_codec.iter_text(f"s:{op.name}Response", answer, op.response, soap.prefixes):

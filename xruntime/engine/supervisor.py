@@ -24,7 +24,6 @@ from multiprocessing.connection import wait as wait_for_ready
 from ..protocol.codec import dumps, encode_fault
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
 from ..store import now_ms
-from ..store.channel import QUEUE
 from .worker import ABORTED, STOPPED, TIMED_OUT, worker_main
 
 log = logging.getLogger("xruntime.supervisor")
@@ -59,6 +58,7 @@ class WorkerSlot(threading.Thread):
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
         self.current = None          # id of the job being run
+        self.claiming = False        # between a claim and ``current`` being set
         self.discard = False         # the job was deleted: erase instead of finishing
         self.kill_at = None          # time.time() past which the process is killed
         self.kill_reason = None
@@ -133,8 +133,10 @@ class WorkerSlot(threading.Thread):
                     self.kill()
                     self.spawn()
                 sup.work.clear()
+                self.claiming = True
                 job = sup.store.claim(sup.node, now_ms(), LEASE_MS, sup.served_services())
                 if job is None:
+                    self.claiming = False
                     sup.work.wait(IDLE_CLAIM_PERIOD)
                     continue
                 self.execute(job)
@@ -149,6 +151,7 @@ class WorkerSlot(threading.Thread):
         limits = sup.limits_for(job)
         queued_for = job.started_at - job.queued_at
         if limits.queueing_timeout_ms and queued_for > limits.queueing_timeout_ms:
+            self.claiming = False
             fault = RequestTimedOutFault(
                 f"the job waited {queued_for} ms in the queue, longer than its queueing timeout "
                 f"of {limits.queueing_timeout_ms} ms")
@@ -158,6 +161,7 @@ class WorkerSlot(threading.Thread):
         with sup.signal_lock:
             with self._lock:
                 self.current = job.id
+                self.claiming = False
                 self.discard = False
                 self.kill_at = self.kill_reason = None
                 self.stop_event.clear()
@@ -323,16 +327,11 @@ class Supervisor:
 
     # ---------------------------------------------------------------- from the operation layer
 
-    def wake(self):
-        """A job was queued: idle slots claim it now (on every node)."""
-        self.work.set()
-        if self.notifier.bridge is not None:
-            self.notifier.bridge.publish(QUEUE)
-
     def changed_elsewhere(self, job_id: str):
-        """Another node changed a job: if it runs here and was stopped or deleted there,
-        act on it now."""
-        if not any(slot.current == job_id for slot in self.slots):
+        """Another process (an HTTP process of this node, or another node) changed a
+        job: if it runs here, or may have just been claimed here, and was stopped or
+        deleted, act on it now (a signal for a run about to start waits for it)."""
+        if not any(slot.current == job_id or slot.claiming for slot in self.slots):
             return
         rec = self.store.peek(job_id)
         if rec is None or rec.status == "DELETED":

@@ -1,11 +1,12 @@
 """Job changes between nodes, through PostgreSQL's LISTEN/NOTIFY (PROTOCOL §4).
 
-On one node the Notifier wakes waiters in-process.  With several nodes on one
-PostgreSQL database, every change is also published on the channel ``xruntime_jobs``
-as ``<node>|<job id>`` (``<node>|*queue*`` for new work), and each node's listener
-thread hands what other nodes published to its own Notifier and Supervisor: a watch
-held on node B wakes when the job changes on node A, a stop or delete asked on B
-reaches the worker on A at once, and idle workers everywhere claim new jobs at once.
+The change feed on PostgreSQL.  Every change is published on the channel
+``xruntime_jobs`` as ``<origin>|<job id>`` (``<origin>|*queue*`` for new work), where
+the origin names one process of one node; each process's listener thread hands what
+the others published to its own watches and, in the supervisor's process, to the
+Supervisor: a watch held in any process of any node wakes when the job changes
+anywhere, a stop or delete asked anywhere reaches the worker at once, and idle
+workers everywhere claim new jobs at once.
 """
 import logging
 import threading
@@ -15,8 +16,9 @@ from sqlalchemy.engine import make_url
 
 log = logging.getLogger("xruntime.channel")
 
+from .feed import QUEUE
+
 CHANNEL = "xruntime_jobs"
-QUEUE = "*queue*"
 
 
 def conninfo(url: str) -> str:
@@ -25,9 +27,9 @@ def conninfo(url: str) -> str:
 
 
 class PostgresChannel:
-    def __init__(self, url: str, node: str, on_job, on_queue):
+    def __init__(self, url: str, origin: str, on_job, on_queue):
         self.uri = conninfo(url)
-        self.node = node
+        self.origin = origin
         self.on_job = on_job          # called with a job id changed on another node
         self.on_queue = on_queue      # called when another node queued work
         self._send_lock = threading.Lock()
@@ -50,7 +52,7 @@ class PostgresChannel:
             try:
                 if self._sender is None or self._sender.closed:
                     self._sender = psycopg.connect(self.uri, autocommit=True)
-                self._sender.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self.node}|{job_id}"))
+                self._sender.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self.origin}|{job_id}"))
             except Exception as exc:   # the database is away: other nodes learn by their leases
                 log.warning("could not publish a job change to other nodes: %s", exc)
                 self._sender = None
@@ -72,8 +74,8 @@ class PostgresChannel:
                     time.sleep(1.0)
 
     def _received(self, payload: str):
-        node, _, job_id = payload.partition("|")
-        if node == self.node:
+        origin, _, job_id = payload.partition("|")
+        if origin == self.origin:
             return                      # our own change: already handled in-process
         if job_id == QUEUE:
             self.on_queue()

@@ -33,3 +33,18 @@ jobs = Table(
     Index("ix_jobs_node", "node"),
     Index("ix_jobs_finished_at", "finished_at"),
 )
+
+
+#: The change feed of an SQLite database (``store.feed``): every process of the node
+#: appends the ids of the jobs it changed; every process reads what is new every few
+#: ms.  PostgreSQL uses LISTEN/NOTIFY instead (``store.channel``).
+feed_metadata = MetaData()
+
+job_changes = Table(
+    "job_changes", feed_metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("origin", String(200), nullable=False),
+    Column("job_id", String(40), nullable=False),
+    Column("at", BigInteger, nullable=False),
+    sqlite_autoincrement=True,
+)

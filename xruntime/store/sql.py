@@ -3,8 +3,11 @@
 This is the only module that speaks SQL.  Every change is one short transaction with a
 guard on the job's current state (``UPDATE … WHERE id = :id AND status IN (…)``), so
 of two actors racing on a job exactly one wins.  SQLite runs in WAL mode; its writers
-are serialised in-process (only the server process opens the file), PostgreSQL's are
-kept apart by row locks and ``FOR UPDATE SKIP LOCKED`` claims.
+are serialised by a lock in each process and by SQLite's own lock between processes;
+PostgreSQL's are kept apart by row locks and ``FOR UPDATE SKIP LOCKED`` claims.  Several processes of a
+node write to SQLite: a write transaction takes the database's write lock when it
+begins (``BEGIN IMMEDIATE``), so a read-then-write (the ``max_queued`` check) is
+atomic across processes too.
 """
 import os
 import threading
@@ -17,7 +20,7 @@ from sqlalchemy.engine import make_url
 
 from .base import JobRecord, Recovered
 from .payload import pack, unpack
-from .schema import jobs, metadata
+from .schema import feed_metadata, jobs, metadata
 
 ACTIVE_RUNNING = ("RUNNING", "STOPPING")
 SCHEMA_LOCK_KEY = 0x78727430      # advisory lock serialising the schema's creation
@@ -137,6 +140,8 @@ class SqlJobStore:
             if self.dialect == "postgresql":      # nodes starting together create it once
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
             metadata.create_all(conn)
+            if self.dialect == "sqlite":
+                feed_metadata.create_all(conn)
         dialect = self.engine.dialect
         self._prepared = {key: Prepared(build(), dialect, columns, keys)
                           for key, (build, columns, keys) in _statements().items()}
@@ -148,6 +153,8 @@ class SqlJobStore:
     @contextmanager
     def _write(self):
         with self._write_lock, self.engine.begin() as conn:
+            if self.dialect == "sqlite":     # other processes write too: take the lock first
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
             yield conn
 
     @contextmanager
@@ -157,6 +164,8 @@ class SqlJobStore:
             conn = self.engine.raw_connection()
             try:
                 cur = conn.cursor()
+                if write and self.dialect == "sqlite":   # read-then-write across processes
+                    cur.execute("BEGIN IMMEDIATE")
                 yield cur
                 conn.commit()
             except BaseException:

@@ -1,0 +1,164 @@
+"""The ASGI application of an HTTP process: bytes in, a binding, bytes out.
+
+It routes ``/services/rs``, ``/services/ws`` and ``/services/rpc`` to the JSON, SOAP
+and JSON-RPC bindings.  A body larger than ``[server] max_request_bytes`` is refused
+before it is read (by its Content-Length, or as soon as a chunked body passes the
+limit), with a fault in the form of the binding its path names.  The bindings keep
+werkzeug's Request and Response: each request is handed over as a werkzeug Request
+over the body read here, and a streamed Response (a large SOAP result) is produced
+in the pool for blocking work, chunk by chunk.
+"""
+import io
+import logging
+
+from werkzeug.wrappers import Request, Response
+
+from .blocking import blocking
+from .bindings.json_binding import fault_response
+from .protocol.faults import InvalidRequestFault, as_fault
+
+log = logging.getLogger("xruntime.http")
+
+#: Chunks of a streamed answer are gathered up to this size per hop to the pool.
+STREAM_CHUNK = 256 * 1024
+
+
+class Refused(Exception):
+    """The request is answered without reading (the rest of) its body."""
+
+    def __init__(self, fault):
+        self.fault = fault
+
+
+class XRuntimeApp:
+    """ASGI application over the three bindings (``bindings``: path prefix → binding)."""
+
+    def __init__(self, bindings: dict, settings):
+        self.bindings = bindings
+        self.settings = settings            # a callable answering the settings in force
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":         # lifespan is off; websockets are not served
+            return
+        path = scope["path"]
+        prefix, binding = self._route(path)
+        try:
+            body = await self._read_body(scope, receive)
+            request = Request(_environ(scope, prefix, path[len(prefix):], body))
+            if binding is None:
+                response = fault_response(InvalidRequestFault(
+                    f"nothing is served at {path}",
+                    hint="Operations are at /services/rs/<Service>/<operation>."))
+            else:
+                response = await binding.handle(request)
+        except Refused as refused:
+            response = (binding.refusal(path[len(prefix):], refused.fault) if binding is not None
+                        else fault_response(refused.fault))
+            response.headers["Connection"] = "close"      # the body is not read
+        except Exception as exc:                           # a bug: logged, never shown
+            response = fault_response(as_fault(exc, path))
+        await _send(response, send)
+
+    def _route(self, path: str):
+        for prefix, binding in self.bindings.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                return prefix, binding
+        return "", None
+
+    async def _read_body(self, scope, receive) -> bytes:
+        limit = self.settings().max_request_bytes
+        length = _header(scope, b"content-length")
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                raise Refused(InvalidRequestFault(f"the Content-Length {length!r} is not a number"))
+            if declared > limit:
+                raise Refused(InvalidRequestFault(
+                    f"the request body has {declared} bytes, more than the {limit} this server accepts",
+                    hint="Send a smaller request."))
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break                                      # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise Refused(InvalidRequestFault(
+                    f"the request body is larger than the {limit} bytes this server accepts",
+                    hint="Send a smaller request."))
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+def _header(scope, name: bytes):
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _environ(scope, script_name: str, path_info: str, body: bytes) -> dict:
+    """The WSGI environ werkzeug's Request reads, for an ASGI request and its body."""
+    server = scope.get("server") or ("127.0.0.1", 0)
+    environ = {
+        "REQUEST_METHOD": scope["method"],
+        "SCRIPT_NAME": script_name.encode("utf-8").decode("latin-1"),
+        "PATH_INFO": path_info.encode("utf-8").decode("latin-1"),
+        "QUERY_STRING": scope.get("query_string", b"").decode("latin-1"),
+        "SERVER_NAME": str(server[0]),
+        "SERVER_PORT": str(server[1]),
+        "SERVER_PROTOCOL": f"HTTP/{scope.get('http_version', '1.1')}",
+        "REMOTE_ADDR": (scope.get("client") or ("", 0))[0],
+        "wsgi.url_scheme": scope.get("scheme", "http"),
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": io.StringIO(),
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+        "CONTENT_LENGTH": str(len(body)),
+    }
+    for key, value in scope["headers"]:
+        name = key.decode("latin-1").upper().replace("-", "_")
+        value = value.decode("latin-1")
+        if name == "CONTENT_TYPE":
+            environ["CONTENT_TYPE"] = value
+        elif name != "CONTENT_LENGTH":
+            name = "HTTP_" + name
+            environ[name] = f"{environ[name]},{value}" if name in environ else value
+    return environ
+
+
+async def _send(response: Response, send) -> None:
+    headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+               for k, v in response.headers.to_wsgi_list()]
+    if not response.is_streamed:
+        body = response.get_data()
+        if not any(k == b"content-length" for k, _ in headers):
+            headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return
+    await send({"type": "http.response.start", "status": response.status_code,
+                "headers": [h for h in headers if h[0] != b"content-length"]})
+    chunks = iter(response.response)
+    while True:
+        part = await blocking(_gather, chunks)
+        if not part:
+            break
+        await send({"type": "http.response.body", "body": part, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _gather(chunks) -> bytes:
+    """The next chunks of a streamed answer, up to STREAM_CHUNK bytes (b"" at the end)."""
+    parts, size = [], 0
+    for chunk in chunks:
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= STREAM_CHUNK:
+            break
+    return b"".join(parts)

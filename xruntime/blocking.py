@@ -1,0 +1,34 @@
+"""The bounded pool for blocking work of an HTTP process ([server] threads).
+
+The event loop only waits and moves bytes; store calls and the codecs' work on large
+payloads run here, so a slow query or a 10 MB request never stalls the other
+connections.  A held watchJob takes no thread from this pool while it waits.
+"""
+import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
+
+def install(loop: asyncio.AbstractEventLoop, threads: int) -> ThreadPoolExecutor:
+    """Make a pool of at most ``threads`` threads the loop's executor."""
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="blocking")
+    loop.set_default_executor(pool)
+    return pool
+
+
+def blocking(fn, *args, **kwargs):
+    """Await ``fn(*args, **kwargs)`` run in the pool."""
+    call = functools.partial(fn, *args, **kwargs) if (args or kwargs) else fn
+    return asyncio.get_running_loop().run_in_executor(None, call)
+
+
+#: Work on fewer bytes than this runs on the event loop: a hop to the pool costs more.
+INLINE_BYTES = 64 * 1024
+
+
+async def sized(size, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` for ``size`` bytes of input: inline when small, else in
+    the pool."""
+    if size is not None and size <= INLINE_BYTES:
+        return fn(*args, **kwargs)
+    return await blocking(fn, *args, **kwargs)
