@@ -66,8 +66,8 @@ class Server:
                 if self.session.post(self.url("XRuntime", "getRuntimeInformation"), json={},
                                      timeout=2).status_code == 200 and self._workers_ready():
                     return self
-            except requests.ConnectionError:
-                pass
+            except (requests.ConnectionError, requests.Timeout):
+                pass            # not listening yet, or its HTTP processes are still starting
             time.sleep(0.1)
         raise RuntimeError(f"server did not start:\n{self.log()}")
 

@@ -1,0 +1,218 @@
+"""Serving: several HTTP processes per node, held watches woken across them, SIGTERM.
+
+The node's HTTP processes accept on one socket; which one serves a connection is
+found from /proc (the process holding the accepted socket), so a test can hold
+watches in one process and change the job through another.
+"""
+import asyncio
+import http.client
+import json
+import os
+import resource
+import signal
+import time
+
+import pytest
+
+from tests.harness import Server, descendants
+
+PG_URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
+
+
+def _socket_inode(local_port: int, remote_port: int):
+    """The inode of the server-side socket of a loopback TCP connection."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, remote, inode = fields[1], fields[2], fields[9]
+            if int(local.split(":")[1], 16) == local_port and int(remote.split(":")[1], 16) == remote_port:
+                return inode
+    return None
+
+
+def serving_pid(server: Server, client_port: int):
+    """The pid of the node's process that holds the connection from ``client_port``."""
+    inode = _socket_inode(server.port, client_port)
+    for pid in descendants(server.proc.pid):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]":
+                    return pid
+        except OSError:
+            continue
+    return None
+
+
+class Connection:
+    """One keep-alive connection, and the HTTP process that accepted it."""
+
+    def __init__(self, server: Server):
+        self.conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        self.call("XRuntime", "getRuntimeInformation", {"withJobCounts": False})   # accepted now
+        self.pid = serving_pid(server, self.conn.sock.getsockname()[1])
+
+    def send(self, service, operation, body):
+        self.conn.request("POST", f"/services/rs/{service}/{operation}", json.dumps(body),
+                          {"Content-Type": "application/json"})
+
+    def answer(self):
+        response = self.conn.getresponse()
+        assert response.status == 200, response.read()
+        return json.loads(response.read())
+
+    def call(self, service, operation, body):
+        self.send(service, operation, body)
+        return self.answer()
+
+
+def connections_in_two_processes(server: Server, tries: int = 200):
+    """Connections until two HTTP processes are seen: {pid: [Connection, ...]}."""
+    by_pid = {}
+    for _ in range(tries):
+        c = Connection(server)
+        assert c.pid is not None
+        by_pid.setdefault(c.pid, []).append(c)
+        if len(by_pid) >= 2 and all(len(v) >= 3 for v in by_pid.values()):
+            break
+    assert len(by_pid) >= 2, "the node must serve HTTP from two processes"
+    return by_pid
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def two_process_node(request, tmp_path):
+    if request.param == "postgresql":
+        if not PG_URL:
+            pytest.skip("XRUNTIME_TEST_DATABASE_URL is not set")
+        from sqlalchemy import create_engine
+
+        from xruntime.store.schema import metadata
+        engine = create_engine(PG_URL)
+        metadata.drop_all(engine)
+        engine.dispose()
+    srv = Server(str(tmp_path / "node"), database_url=PG_URL if request.param == "postgresql" else None,
+                 server_keys={"processes": 2}).start()
+    yield srv
+    srv.stop()
+
+
+def test_node_serves_http_from_its_processes(two_process_node):
+    by_pid = connections_in_two_processes(two_process_node)
+    main = two_process_node.proc.pid
+    assert main not in by_pid, "HTTP is served by the HTTP processes, not the supervisor's"
+
+
+def test_watches_in_one_process_wake_on_a_stop_through_another(two_process_node):
+    srv = two_process_node
+    first, second = list(connections_in_two_processes(srv).values())[:2]
+    job = srv.start_job(durationMs=60000, steps=1)
+    srv.wait_status(job["id"], "RUNNING")
+    for c in first:                        # held in the first process
+        c.send("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 250,
+                                        "maximumPollingPeriod": 30000})
+    time.sleep(0.5)
+    stopped_at = time.monotonic()
+    assert second[0].call("XRuntime", "stopJob", {"id": job["id"]})["status"] == "STOPPING"
+    for c in first:
+        answer = c.answer()
+        assert answer["status"] in ("STOPPING", "SUCCEEDED")
+        assert time.monotonic() - stopped_at < 3.0, "a change in another process wakes at once"
+
+
+def test_watches_in_one_process_wake_on_a_delete_through_another(two_process_node):
+    srv = two_process_node
+    first, second = list(connections_in_two_processes(srv).values())[:2]
+    job = srv.start_job(durationMs=60000, steps=1)
+    srv.wait_status(job["id"], "RUNNING")
+    for c in first:
+        c.send("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 5000,
+                                        "maximumPollingPeriod": 30000})
+    time.sleep(0.5)
+    deleted_at = time.monotonic()
+    assert second[0].call("XRuntime", "deleteJob", {"id": job["id"]})["status"] == "DELETED"
+    for c in first:
+        assert c.answer()["status"] in ("DELETED", "UNKNOWN")   # at once, before the 5 s period
+        assert time.monotonic() - deleted_at < 3.0
+
+
+def test_a_start_through_any_process_runs_at_once(two_process_node):
+    srv = two_process_node
+    for conns in connections_in_two_processes(srv).values():
+        c = conns[0]
+        job = c.call("XDemo", "startSimulate", {"durationMs": 0})
+        started = time.monotonic()
+        answer = c.call("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 250,
+                                                 "maximumPollingPeriod": 20000})
+        while answer["status"] != "SUCCEEDED":
+            answer = c.call("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 250,
+                                                     "maximumPollingPeriod": 20000})
+        assert time.monotonic() - started < 3.0
+
+
+# --------------------------------------------------------------------------- SIGTERM
+
+async def _hold_watches(port, job_id, count):
+    """Open ``count`` connections, each holding one watchJob; answers the list of
+    (reader, writer) once every request is sent."""
+    body = json.dumps({"id": job_id, "progressUpdatePeriod": 50000, "maximumPollingPeriod": 50000})
+    request = (f"POST /services/rs/XRuntime/watchJob HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode()
+    held = []
+    for start in range(0, count, 100):
+        batch = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", port)
+                                       for _ in range(start, min(count, start + 100))))
+        for reader, writer in batch:
+            writer.write(request)
+        held.extend(batch)
+    for _, writer in held:
+        await writer.drain()
+    return held
+
+
+async def _read_answer(reader):
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    return status, json.loads(await reader.readexactly(length))
+
+
+def test_sigterm_answers_1000_held_watches_and_hands_the_job_back(tmp_path):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    srv = Server(str(tmp_path / "node")).start()
+    try:
+        job = srv.start_job(durationMs=60000, steps=1)
+        srv.wait_status(job["id"], "RUNNING")
+
+        async def scenario():
+            held = await _hold_watches(srv.port, job["id"], 1000)
+            await asyncio.sleep(2.0)                  # every request read and held
+            assert not any(reader.at_eof() for reader, _ in held), "a watch answered before SIGTERM"
+            srv.proc.send_signal(signal.SIGTERM)
+            answers = await asyncio.wait_for(
+                asyncio.gather(*(_read_answer(reader) for reader, _ in held)), 20)
+            for _, writer in held:
+                writer.close()
+            return answers
+
+        answers = asyncio.run(scenario())
+        assert len(answers) == 1000
+        assert all(status == 200 for status, _ in answers)
+        assert {a["status"] for _, a in answers} <= {"RUNNING", "QUEUING"}
+        assert srv.proc.wait(30) == 0
+    finally:
+        srv.stop()
+    srv.start()
+    try:
+        assert srv.watch(job["id"])["status"] in ("QUEUING", "RUNNING"), "the job is kept"
+        srv.wait_status(job["id"], "RUNNING")
+        assert f"job {job['id']} XDemo.simulate RUNNING on worker" in srv.log()
+        assert "(attempt 1)" in srv.log().split(f"job {job['id']} handed back")[-1], \
+            "a job handed back at shutdown does not count an attempt"
+        srv.call("XRuntime", "deleteJob", {"id": job["id"]})
+    finally:
+        srv.stop()
