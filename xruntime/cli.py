@@ -19,7 +19,7 @@ def cmd_serve(args) -> int:
     settings = config.with_overrides(settings, host=args.host, port=args.port)
     from .node import serve
     try:
-        serve(settings, reload_path=settings.path, known_services=_service_names())
+        serve(settings, _service_names(), reload_path=settings.path)
     except OSError as exc:
         logging.error("cannot serve on %s:%s: %s", settings.host, settings.port, exc.strerror or exc)
         return 1

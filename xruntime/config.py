@@ -94,14 +94,6 @@ class Settings:
     def service_enabled(self, name: str) -> bool:
         return self.service(name).enabled
 
-    def enabled_services(self):
-        """Names switched off are left out; None means every service is served."""
-        off = [n for n, s in self.services.items() if not s.enabled]
-        if not off:
-            return None
-        from .registry import discover
-        return [n for n in discover() if n not in off]
-
     def job_setting_groups(self):
         """[(JobSettings, services or None, excluded services or None)]: the [jobs]
         table for every service without overrides, then each overriding service."""

@@ -37,13 +37,14 @@ BACKLOG = 4096
 class Node:
     """The main process's parts: store, notifier and change feed, supervisor, cleaner."""
 
-    def __init__(self, settings, node_name=None):
+    def __init__(self, settings, services, node_name=None):
         self._settings = settings
         self.name = node_name or default_node_name(settings.port)
         self.store = open_store(settings.database_url)
         self.notifier = Notifier()
         self.cleaner = RetentionCleaner(self.store, self.settings)
-        self.supervisor = Supervisor(self.store, self.notifier, self.settings, self.name, self.cleaner)
+        self.supervisor = Supervisor(self.store, self.notifier, self.settings, self.name, self.cleaner,
+                                     services)
         self.feed = open_feed(self.store, f"{self.name}/main/{os.getpid()}",
                               on_job=self.supervisor.changed_elsewhere,
                               on_queue=self.supervisor.work.set, prune=True)
@@ -140,23 +141,24 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(settings, reload_path=None, known_services=None) -> None:
-    """Run a node until SIGTERM/SIGINT.  With ``reload_path``, edits of that file are
-    applied live, in every process (xruntime.reload)."""
+def serve(settings, services, reload_path=None) -> None:
+    """Run a node of ``services`` (names, the registry's) until SIGTERM/SIGINT.  With
+    ``reload_path``, edits of that file are applied live, in every process
+    (xruntime.reload)."""
     sock = listen(settings.host, settings.port)   # first: a taken port stops us here
     # helper processes (workers, the fork server, the HTTP processes) ignore SIGHUP,
     # which means "re-read the configuration" to the main process alone
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from multiprocessing import resource_tracker
     resource_tracker.ensure_running()
-    node = Node(settings)
+    node = Node(settings, services)
     http = HttpProcesses(sock, node)
     http.start(settings.http_processes())
     node.start()
     stop = threading.Event()
     reloader = None
     if reload_path:
-        reloader = ConfigReloader(node, reload_path, known_services,
+        reloader = ConfigReloader(node, reload_path, services,
                                   [lambda new: http.send(("settings", new))])
         reloader.start()
         signal.signal(signal.SIGHUP, lambda *_: reloader.wake.set())

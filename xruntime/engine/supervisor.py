@@ -281,12 +281,13 @@ class WorkerSlot(threading.Thread):
 class Supervisor:
     """Runs the node's worker slots and its housekeeping."""
 
-    def __init__(self, store, notifier, settings, node: str, cleaner=None):
+    def __init__(self, store, notifier, settings, node: str, cleaner=None, services=()):
         self.store = store
         self.notifier = notifier
         self.settings = settings          # a callable answering the settings in force
         self.node = node
         self.cleaner = cleaner
+        self.services = list(services)    # the names of every service found (the registry's)
         self.mp = multiprocessing.get_context("spawn")
         self.work = threading.Event()
         self.closing = False
@@ -301,7 +302,10 @@ class Supervisor:
         return self.settings().limits_for(job.service, job.queueing_timeout, job.computation_timeout)
 
     def served_services(self):
-        return self.settings().enabled_services()
+        """The services whose jobs this node runs; None when it runs every service's."""
+        cfg = self.settings()
+        served = [name for name in self.services if cfg.service_enabled(name)]
+        return None if len(served) == len(self.services) else served
 
     # ---------------------------------------------------------------- life
 
