@@ -133,17 +133,17 @@ def _environ(scope, script_name: str, path_info: str, body: bytes) -> dict:
 
 
 async def _send(response: Response, send) -> None:
-    headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
-               for k, v in response.headers.to_wsgi_list()]
+    # names as werkzeug writes them (Content-Type): some clients compare them as written
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.to_wsgi_list()]
     if not response.is_streamed:
         body = response.get_data()
-        if not any(k == b"content-length" for k, _ in headers):
+        if "Content-Length" not in response.headers:
             headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         await send({"type": "http.response.body", "body": body})
         return
     await send({"type": "http.response.start", "status": response.status_code,
-                "headers": [h for h in headers if h[0] != b"content-length"]})
+                "headers": [h for h in headers if h[0].lower() != b"content-length"]})
     chunks = iter(response.response)
     while True:
         part = await blocking(_gather, chunks)

@@ -81,7 +81,8 @@ class HttpProcess:
         loop.add_reader(self.control.fileno(), self._from_main)
         config = uvicorn.Config(self.app, http="httptools", lifespan="off", log_config=None,
                                 access_log=False, timeout_keep_alive=KEEP_ALIVE,
-                                timeout_graceful_shutdown=GRACEFUL, server_header=False)
+                                timeout_graceful_shutdown=GRACEFUL, server_header=False,
+                                proxy_headers=False)   # X-Forwarded-* never move an address
         self.server = _Server(config)
         self.feed.start()
         try:
