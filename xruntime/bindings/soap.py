@@ -19,6 +19,7 @@ from werkzeug.wrappers import Request, Response
 from ..protocol.faults import InvalidRequestFault, XServerFault, as_fault
 from ..protocol.types import NAMESPACE as TYPES_NS
 from ..protocol import codec
+from ..protocol.typeinfo import complex_types
 from . import xml_codec
 from .wsdl import build_wsdl, declared_faults, polymorphic_types
 
@@ -61,27 +62,10 @@ class SoapService:
         for cls in polymorphic_types(service):       # e.g. other services' progress types
             self.prefixes.setdefault(cls.get_namespace(), f"n{len(self.prefixes)}")
         for op in self.operations.values():          # namespaces of the responses' fields
-            for cls in _complex_types(op.response):
+            for cls in complex_types(op.response):
                 self.prefixes.setdefault(cls.get_namespace(), f"n{len(self.prefixes)}")
         self.nsmap = {prefix: ns for ns, prefix in self.prefixes.items()}
         self.declarations = "".join(f' xmlns:{prefix}="{ns}"' for ns, prefix in self.prefixes.items())
-
-
-def _complex_types(cls):
-    """``cls`` and the complex types of its fields, and theirs, and so on."""
-    found, seen, pending = [], set(), [cls]
-    while pending:
-        c = pending.pop()
-        c = getattr(c, "__orig__", None) or c
-        if c in seen or not hasattr(c, "_type_info"):
-            continue
-        seen.add(c)
-        found.append(c)
-        chain = getattr(c, "__extends__", None)
-        if chain is not None:
-            pending.append(chain)
-        pending.extend(c._type_info.values())
-    return found
 
 
 class SoapBinding:

@@ -17,7 +17,8 @@ from xml.sax.saxutils import escape
 from lxml import etree
 
 from ..protocol.faults import InvalidRequestFault, InvalidValueFault
-from ..protocol.codec import _BOOL, _FLOAT, _INT, _OBJ, TYPE_KEY, _Field, _base, subtypes
+from ..protocol.codec import TYPE_KEY
+from ..protocol.typeinfo import BOOL, FLOAT, INT, OBJ, Field, lineage, original, subtypes
 
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
 XSI_TYPE = f"{{{XSI}}}type"
@@ -27,22 +28,15 @@ XSI_NIL = f"{{{XSI}}}nil"
 @lru_cache(maxsize=None)
 def plan(cls):
     """[(name, field, namespace)] of a complex type, base fields first."""
-    chain, c = [], _base(cls)
-    while c is not None and hasattr(c, "_type_info"):
-        chain.insert(0, c)
-        c = getattr(c, "__extends__", None)
-    fields = []
-    for c in chain:
-        for name, spyne_type in c._type_info.items():
-            fields.append((name, _Field(name, spyne_type), c.get_namespace()))
-    return tuple(fields)
+    return tuple((name, Field(name, spyne_type), c.get_namespace())
+                 for c in lineage(cls) for name, spyne_type in c._type_info.items())
 
 
 # --------------------------------------------------------------------------- read
 
 def read(elem, cls, path: str = "", ns_override=None) -> dict:
     """An element as the JSON codec's plain data for type ``cls``."""
-    cls = _base(cls)
+    cls = original(cls)
     data = {}
     xsi_type = elem.get(XSI_TYPE)
     if xsi_type:
@@ -63,7 +57,7 @@ def read(elem, cls, path: str = "", ns_override=None) -> dict:
         f = entry[0]
         if child.get(XSI_NIL) in ("true", "1"):
             value = None
-        elif f.kind == _OBJ:
+        elif f.kind == OBJ:
             value = read(child, f.type, fpath)
         else:
             value = _primitive(child.text or "", f, fpath)
@@ -76,11 +70,11 @@ def read(elem, cls, path: str = "", ns_override=None) -> dict:
 
 def _primitive(text, f, path):
     try:
-        if f.kind == _INT:
+        if f.kind == INT:
             return int(text.strip())
-        if f.kind == _FLOAT:
+        if f.kind == FLOAT:
             return float(text.strip())
-        if f.kind == _BOOL:
+        if f.kind == BOOL:
             word = text.strip()
             if word in ("true", "1"):
                 return True
@@ -88,7 +82,7 @@ def _primitive(text, f, path):
                 return False
             raise ValueError(word)
     except ValueError:
-        what = {_INT: "an integer", _FLOAT: "a number", _BOOL: "true or false"}[f.kind]
+        what = {INT: "an integer", FLOAT: "a number", BOOL: "true or false"}[f.kind]
         raise InvalidValueFault(f"invalid value for {path}: {what} is expected",
                                 parameter=path, value=text[:200])
     return text
@@ -98,7 +92,7 @@ def _primitive(text, f, path):
 
 def write(parent, tag: str, data: dict, cls, prefixes: dict, ns_override=None):
     """Append ``data`` (the JSON codec's form of a ``cls`` value) as element ``tag``."""
-    cls = _base(cls)
+    cls = original(cls)
     elem = etree.SubElement(parent, tag)
     type_name = data.get(TYPE_KEY)
     if type_name:
@@ -110,7 +104,7 @@ def write(parent, tag: str, data: dict, cls, prefixes: dict, ns_override=None):
             continue
         child_tag = f"{{{ns_override or ns}}}{name}"
         for item in (value if f.many else (value,)):
-            if f.kind == _OBJ:
+            if f.kind == OBJ:
                 write(elem, child_tag, item, f.type, prefixes)
             else:
                 etree.SubElement(elem, child_tag).text = _text(item)
@@ -140,7 +134,7 @@ def iter_text(tag: str, data: dict, cls, prefixes: dict):
 
 
 def _pieces(tag, data, cls, prefixes):
-    cls = _base(cls)
+    cls = original(cls)
     type_name = data.get(TYPE_KEY)
     if type_name:
         cls = subtypes(cls).get(type_name, cls)
@@ -153,7 +147,7 @@ def _pieces(tag, data, cls, prefixes):
             continue
         child = f"{prefixes[ns]}:{name}"
         items = value if f.many else (value,)
-        if f.kind == _OBJ:
+        if f.kind == OBJ:
             for item in items:
                 yield from _pieces(child, item, f.type, prefixes)
         else:
