@@ -3,8 +3,9 @@
 The protocol types are spyne models: their fields (``_type_info``), their base
 (``__extends__``), their subclasses and, for a field declared with
 ``Foo.customize(...)``, a copy of ``Foo`` that points back to it (``__orig__``).  The
-JSON and XML codecs, the SOAP binding and the WSDL all walk this graph; they do it with
-these helpers, in one place, so that they agree on which types and fields there are.
+JSON and XML codecs, the SOAP binding, the WSDL and the fault registry all walk this
+graph; they do it with these helpers, in one place, so that they agree on which types
+and fields there are.
 """
 from functools import lru_cache
 
