@@ -3,7 +3,7 @@
 Reading turns an element into the JSON codec's plain data (``xsi:type`` becomes
 ``"$type"``, text becomes numbers and booleans by the declared field types), which
 ``codec.decode`` then validates exactly as for JSON, so both bindings refuse the same
-requests with the same faults.  Writing turns the codec's plain data into elements.
+requests with the same faults.  Writing turns the codec's plain data into XML text.
 
 A field's element is in the namespace of the class that declares it (the schemas are
 ``elementFormDefault="qualified"``); fault types are declared in the service's own
@@ -16,7 +16,7 @@ from xml.sax.saxutils import escape
 
 from lxml import etree
 
-from ..protocol.faults import InvalidRequestFault, InvalidValueFault
+from ..protocol.faults import InvalidValueFault
 from ..protocol.codec import TYPE_KEY
 from ..protocol.typeinfo import BOOL, FLOAT, INT, OBJ, Field, lineage, original, subtypes
 
@@ -90,40 +90,19 @@ def _primitive(text, f, path):
 
 # --------------------------------------------------------------------------- write
 
-def write(parent, tag: str, data: dict, cls, prefixes: dict, ns_override=None):
-    """Append ``data`` (the JSON codec's form of a ``cls`` value) as element ``tag``."""
-    cls = original(cls)
-    elem = etree.SubElement(parent, tag)
-    type_name = data.get(TYPE_KEY)
-    if type_name:
-        cls = subtypes(cls).get(type_name, cls)
-        elem.set(XSI_TYPE, _qualified(elem, cls.get_namespace(), type_name, prefixes))
-    for name, f, ns in plan(cls):
-        value = data.get(name)
-        if value is None:
-            continue
-        child_tag = f"{{{ns_override or ns}}}{name}"
-        for item in (value if f.many else (value,)):
-            if f.kind == OBJ:
-                write(elem, child_tag, item, f.type, prefixes)
-            else:
-                etree.SubElement(elem, child_tag).text = _text(item)
-    return elem
-
-
-# --------------------------------------------------------------------------- write as text
-
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 CHUNK = 64 * 1024
 
 
-def iter_text(tag: str, data: dict, cls, prefixes: dict):
-    """The XML text of ``data`` as element ``tag`` ("prefix:name"), in chunks of about
-    64 KiB: what ``write`` builds as a tree, written without one, so that a response of
-    millions of numbers (a distance matrix) streams in bounded memory.  The prefixes
-    must be declared on an enclosing element."""
+def iter_text(tag: str, data: dict, cls, prefixes: dict, ns_override=None):
+    """The XML text of ``data`` (the JSON codec's form of a ``cls`` value) as element
+    ``tag`` ("prefix:name"), in chunks of about 64 KiB.  The one way XML leaves the
+    server (answers and fault details alike), written as text rather than built as a
+    tree, so that a response of millions of numbers (a distance matrix) streams in
+    bounded memory.  The prefixes must be declared on an enclosing element;
+    ``ns_override`` puts the fields of the element itself in that namespace."""
     buffer, size = [], 0
-    for piece in _pieces(tag, data, cls, prefixes):
+    for piece in _pieces(tag, data, cls, prefixes, ns_override):
         buffer.append(piece)
         size += len(piece)
         if size >= CHUNK:
@@ -133,7 +112,7 @@ def iter_text(tag: str, data: dict, cls, prefixes: dict):
         yield "".join(buffer)
 
 
-def _pieces(tag, data, cls, prefixes):
+def _pieces(tag, data, cls, prefixes, ns_override=None):
     cls = original(cls)
     type_name = data.get(TYPE_KEY)
     if type_name:
@@ -145,17 +124,19 @@ def _pieces(tag, data, cls, prefixes):
         value = data.get(name)
         if value is None:
             continue
-        child = f"{prefixes[ns]}:{name}"
+        child = f"{prefixes[ns_override or ns]}:{name}"
         items = value if f.many else (value,)
         if f.kind == OBJ:
             for item in items:
                 yield from _pieces(child, item, f.type, prefixes)
         else:
-            yield "".join(f"<{child}>{_escaped(item)}</{child}>" for item in items)
+            yield "".join(f"<{child}>{escaped(item)}</{child}>" for item in items)
     yield f"</{tag}>"
 
 
-def _escaped(value) -> str:
+def escaped(value) -> str:
+    """A primitive value as element content: escaped, and with the characters XML
+    cannot carry replaced by U+FFFD."""
     if isinstance(value, str):
         return escape(_NOT_XML.sub("\ufffd", value))
     return _text(value)
@@ -167,10 +148,3 @@ def _text(value) -> str:
     if value is False:
         return "false"
     return str(value)
-
-
-def _qualified(elem, namespace, name, prefixes):
-    prefix = prefixes.get(namespace)
-    if prefix is None:
-        raise InvalidRequestFault(f"no prefix for namespace {namespace}")
-    return f"{prefix}:{name}"
