@@ -1,12 +1,13 @@
 """The distance matrix arithmetic, vectorised with NumPy, one block of rows at a time.
 
-Distances are great-circle distances (haversine, on a sphere of radius ``EARTH_RADIUS``)
+Distances are great-circle distances (``services.geo``: haversine, on a sphere)
 times the profile's detour factor; travel times are those distances at the profile's
 average speed.  Both are rounded to whole metres and seconds (half away from zero).
 """
 import numpy as np
 
-EARTH_RADIUS = 6_371_000.0      # metres
+from ..geo import great_circle
+
 BLOCK_CELLS = 250_000            # cells per block: about 2 MB per float64 temporary
 MIN_BLOCK_ROWS, MAX_BLOCK_ROWS = 1, 250
 
@@ -20,14 +21,6 @@ def to_radians(points):
     """``[(longitude, latitude), ...]`` in degrees as two float64 arrays in radians."""
     a = np.radians(np.asarray(points, dtype=np.float64).reshape(-1, 2))
     return a[:, 0].copy(), a[:, 1].copy()
-
-
-def great_circle(lon1, lat1, lon2, lat2):
-    """Haversine distances (m) from each point 1 (rows) to each point 2 (columns)."""
-    lat1, lon1 = lat1[:, None], lon1[:, None]
-    h = (np.sin((lat2 - lat1) / 2) ** 2
-         + np.cos(lat1) * np.cos(lat2) * np.sin((lon2 - lon1) / 2) ** 2)
-    return 2 * EARTH_RADIUS * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))
 
 
 def block(starts, destinations, detour_factor: float, speed_kmh: float):

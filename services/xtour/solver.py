@@ -12,10 +12,10 @@ from pyvrp import (Client, Depot, IteratedLocalSearchParams, Location, ProblemDa
                    SolveParams, VehicleType, solve)
 from pyvrp.IteratedLocalSearch import IteratedLocalSearchCallbacks
 
+from ..geo import great_circle
 from .model import options
 from .types import NoFeasibleSolutionFault, Tour, TourPlanProgress, ToursResponse, TourStop
 
-EARTH_RADIUS_M = 6_371_000.0
 #: Progress is published at most this often (each report is a database write).
 PROGRESS_PERIOD_S = 0.2
 #: Stand-in for "no bound" in PyVRP's time windows (well below its overflow limits).
@@ -23,14 +23,11 @@ NO_BOUND = 1 << 40
 
 
 def great_circle_m(lons, lats):
-    """The haversine distance in metres between every pair of points, as an n×n
-    float array (R = 6371000 m)."""
+    """The great-circle distance in metres between every pair of points (longitudes
+    and latitudes in degrees), as an n×n float array."""
     lon = np.radians(np.asarray(lons, dtype=float))
     lat = np.radians(np.asarray(lats, dtype=float))
-    dlat = lat[:, None] - lat[None, :]
-    dlon = lon[:, None] - lon[None, :]
-    a = np.sin(dlat / 2) ** 2 + np.cos(lat)[:, None] * np.cos(lat)[None, :] * np.sin(dlon / 2) ** 2
-    return 2 * EARTH_RADIUS_M * np.arcsin(np.sqrt(np.clip(a, 0.0, 1.0)))
+    return great_circle(lon, lat, lon, lat)
 
 
 def travel_matrices(request):

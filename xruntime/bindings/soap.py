@@ -20,6 +20,7 @@ from ..protocol.faults import InvalidRequestFault, XServerFault, as_fault
 from ..protocol.types import NAMESPACE as TYPES_NS
 from ..blocking import INLINE_BYTES, sized
 from ..protocol import codec
+from ..protocol.typeinfo import complex_types
 from . import xml_codec
 from .wsdl import build_wsdl, declared_faults, polymorphic_types
 
@@ -62,27 +63,14 @@ class SoapService:
         for cls in polymorphic_types(service):       # e.g. other services' progress types
             self.prefixes.setdefault(cls.get_namespace(), f"n{len(self.prefixes)}")
         for op in self.operations.values():          # namespaces of the responses' fields
-            for cls in _complex_types(op.response):
+            for cls in complex_types(op.response):
                 self.prefixes.setdefault(cls.get_namespace(), f"n{len(self.prefixes)}")
-        self.nsmap = {prefix: ns for ns, prefix in self.prefixes.items()}
-        self.declarations = "".join(f' xmlns:{prefix}="{ns}"' for ns, prefix in self.prefixes.items())
+        self.declarations = _declarations(self.prefixes)
 
 
-def _complex_types(cls):
-    """``cls`` and the complex types of its fields, and theirs, and so on."""
-    found, seen, pending = [], set(), [cls]
-    while pending:
-        c = pending.pop()
-        c = getattr(c, "__orig__", None) or c
-        if c in seen or not hasattr(c, "_type_info"):
-            continue
-        seen.add(c)
-        found.append(c)
-        chain = getattr(c, "__extends__", None)
-        if chain is not None:
-            pending.append(chain)
-        pending.extend(c._type_info.values())
-    return found
+def _declarations(prefixes) -> str:
+    """The ``xmlns:`` attributes that declare ``prefixes`` ({namespace: prefix})."""
+    return "".join(f' xmlns:{prefix}="{ns}"' for ns, prefix in prefixes.items())
 
 
 class SoapBinding:
@@ -179,23 +167,23 @@ class SoapBinding:
     # ------------------------------------------------------------------ writing
 
     def _envelope(self, soap, fill, status=200) -> Response:
-        nsmap = soap.nsmap if soap else {p: ns for ns, p in _BARE_PREFIXES.items()}
-        envelope = etree.Element(f"{{{SOAP_ENV}}}Envelope", nsmap=nsmap)
-        fill(etree.SubElement(envelope, f"{{{SOAP_ENV}}}Body"))
-        return Response(etree.tostring(envelope, xml_declaration=True, encoding="utf-8"),
-                        status=status, content_type=XML_TYPE)
+        """An envelope whose body holds ``fill``, pieces of XML text written with the
+        prefixes of ``soap`` (with no service, the bare ones)."""
+        declarations = soap.declarations if soap else _declarations(_BARE_PREFIXES)
+        text = (f"<?xml version='1.0' encoding='utf-8'?>\n<soap:Envelope{declarations}>"
+                f"<soap:Body>{''.join(fill)}</soap:Body></soap:Envelope>")
+        return Response(text.encode("utf-8"), status=status, content_type=XML_TYPE)
 
     def _fault(self, soap, fault: XServerFault) -> Response:
-        def fill(body):
-            elem = etree.SubElement(body, f"{{{SOAP_ENV}}}Fault")
-            etree.SubElement(elem, "faultcode").text = f"soap:{fault.soap_faultcode}"
-            etree.SubElement(elem, "faultstring").text = fault.faultstring
-            detail = etree.SubElement(elem, "detail")
-            data = codec.encode_fault(fault)["faultInfo"]
-            data.pop(codec.TYPE_KEY)
-            # the service's WSDL declares its faults in its namespace; with no service
-            # (an unknown one), the protocol's namespace
-            ns = soap.service.namespace if soap is not None else TYPES_NS
-            xml_codec.write(detail, f"{{{ns}}}{fault.get_type_name()}", data, type(fault),
-                            soap.prefixes if soap is not None else _BARE_PREFIXES, ns_override=ns)
+        data = codec.encode_fault(fault)["faultInfo"]
+        data.pop(codec.TYPE_KEY)
+        # the service's WSDL declares its faults in its namespace; with no service
+        # (an unknown one), the protocol's namespace
+        ns = soap.service.namespace if soap is not None else TYPES_NS
+        prefixes = soap.prefixes if soap is not None else _BARE_PREFIXES
+        fill = [f"<soap:Fault><faultcode>soap:{fault.soap_faultcode}</faultcode>"
+                f"<faultstring>{xml_codec.escaped(fault.faultstring)}</faultstring><detail>",
+                *xml_codec.iter_text(f"{prefixes[ns]}:{fault.get_type_name()}", data, type(fault),
+                                     prefixes, ns_override=ns),
+                "</detail></soap:Fault>"]
         return self._envelope(soap, fill, status=500)

@@ -21,6 +21,7 @@ from spyne.protocol.soap import Soap11
 
 from ..protocol.faults import XServerFault
 from ..protocol.types import JobProgress, ResultLimitation
+from ..protocol.typeinfo import subclasses
 
 logging.getLogger("spyne").setLevel(logging.WARNING)
 
@@ -29,24 +30,14 @@ WSDL_NS = "http://schemas.xmlsoap.org/wsdl/"
 XSD_NS = "http://www.w3.org/2001/XMLSchema"
 
 
-def _subclasses(cls):
-    found, pending = [], [cls]
-    while pending:
-        c = pending.pop(0)
-        if getattr(c, "__orig__", None) is None:
-            found.append(c)
-        pending.extend(c.__subclasses__())
-    return found
-
-
 def declared_faults(service):
     """The fault classes a service's operations may raise: the protocol's and its own."""
-    return [c for c in _subclasses(XServerFault) if _visible(c, service)]
+    return [c for c in subclasses(XServerFault) if _visible(c, service)]
 
 
 def polymorphic_types(service):
     """The subtypes a service's messages may carry with ``xsi:type``."""
-    return [cls for base in POLYMORPHIC_BASES for cls in _subclasses(base) if _visible(cls, service)]
+    return [cls for base in POLYMORPHIC_BASES for cls in subclasses(base) if _visible(cls, service)]
 
 
 def _visible(cls, service) -> bool:

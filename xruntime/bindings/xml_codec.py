@@ -3,7 +3,7 @@
 Reading turns an element into the JSON codec's plain data (``xsi:type`` becomes
 ``"$type"``, text becomes numbers and booleans by the declared field types), which
 ``codec.decode`` then validates exactly as for JSON, so both bindings refuse the same
-requests with the same faults.  Writing turns the codec's plain data into elements.
+requests with the same faults.  Writing turns the codec's plain data into XML text.
 
 A field's element is in the namespace of the class that declares it (the schemas are
 ``elementFormDefault="qualified"``); fault types are declared in the service's own
@@ -16,8 +16,9 @@ from xml.sax.saxutils import escape
 
 from lxml import etree
 
-from ..protocol.faults import InvalidRequestFault, InvalidValueFault
-from ..protocol.codec import _BOOL, _FLOAT, _INT, _OBJ, TYPE_KEY, _Field, _base, subtypes
+from ..protocol.faults import InvalidValueFault
+from ..protocol.codec import TYPE_KEY
+from ..protocol.typeinfo import BOOL, FLOAT, INT, OBJ, Field, lineage, original, subtypes
 
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
 XSI_TYPE = f"{{{XSI}}}type"
@@ -27,22 +28,15 @@ XSI_NIL = f"{{{XSI}}}nil"
 @lru_cache(maxsize=None)
 def plan(cls):
     """[(name, field, namespace)] of a complex type, base fields first."""
-    chain, c = [], _base(cls)
-    while c is not None and hasattr(c, "_type_info"):
-        chain.insert(0, c)
-        c = getattr(c, "__extends__", None)
-    fields = []
-    for c in chain:
-        for name, spyne_type in c._type_info.items():
-            fields.append((name, _Field(name, spyne_type), c.get_namespace()))
-    return tuple(fields)
+    return tuple((name, Field(name, spyne_type), c.get_namespace())
+                 for c in lineage(cls) for name, spyne_type in c._type_info.items())
 
 
 # --------------------------------------------------------------------------- read
 
 def read(elem, cls, path: str = "", ns_override=None) -> dict:
     """An element as the JSON codec's plain data for type ``cls``."""
-    cls = _base(cls)
+    cls = original(cls)
     data = {}
     xsi_type = elem.get(XSI_TYPE)
     if xsi_type:
@@ -63,7 +57,7 @@ def read(elem, cls, path: str = "", ns_override=None) -> dict:
         f = entry[0]
         if child.get(XSI_NIL) in ("true", "1"):
             value = None
-        elif f.kind == _OBJ:
+        elif f.kind == OBJ:
             value = read(child, f.type, fpath)
         else:
             value = _primitive(child.text or "", f, fpath)
@@ -76,11 +70,11 @@ def read(elem, cls, path: str = "", ns_override=None) -> dict:
 
 def _primitive(text, f, path):
     try:
-        if f.kind == _INT:
+        if f.kind == INT:
             return int(text.strip())
-        if f.kind == _FLOAT:
+        if f.kind == FLOAT:
             return float(text.strip())
-        if f.kind == _BOOL:
+        if f.kind == BOOL:
             word = text.strip()
             if word in ("true", "1"):
                 return True
@@ -88,7 +82,7 @@ def _primitive(text, f, path):
                 return False
             raise ValueError(word)
     except ValueError:
-        what = {_INT: "an integer", _FLOAT: "a number", _BOOL: "true or false"}[f.kind]
+        what = {INT: "an integer", FLOAT: "a number", BOOL: "true or false"}[f.kind]
         raise InvalidValueFault(f"invalid value for {path}: {what} is expected",
                                 parameter=path, value=text[:200])
     return text
@@ -96,40 +90,19 @@ def _primitive(text, f, path):
 
 # --------------------------------------------------------------------------- write
 
-def write(parent, tag: str, data: dict, cls, prefixes: dict, ns_override=None):
-    """Append ``data`` (the JSON codec's form of a ``cls`` value) as element ``tag``."""
-    cls = _base(cls)
-    elem = etree.SubElement(parent, tag)
-    type_name = data.get(TYPE_KEY)
-    if type_name:
-        cls = subtypes(cls).get(type_name, cls)
-        elem.set(XSI_TYPE, _qualified(elem, cls.get_namespace(), type_name, prefixes))
-    for name, f, ns in plan(cls):
-        value = data.get(name)
-        if value is None:
-            continue
-        child_tag = f"{{{ns_override or ns}}}{name}"
-        for item in (value if f.many else (value,)):
-            if f.kind == _OBJ:
-                write(elem, child_tag, item, f.type, prefixes)
-            else:
-                etree.SubElement(elem, child_tag).text = _text(item)
-    return elem
-
-
-# --------------------------------------------------------------------------- write as text
-
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 CHUNK = 64 * 1024
 
 
-def iter_text(tag: str, data: dict, cls, prefixes: dict):
-    """The XML text of ``data`` as element ``tag`` ("prefix:name"), in chunks of about
-    64 KiB: what ``write`` builds as a tree, written without one, so that a response of
-    millions of numbers (a distance matrix) streams in bounded memory.  The prefixes
-    must be declared on an enclosing element."""
+def iter_text(tag: str, data: dict, cls, prefixes: dict, ns_override=None):
+    """The XML text of ``data`` (the JSON codec's form of a ``cls`` value) as element
+    ``tag`` ("prefix:name"), in chunks of about 64 KiB.  The one way XML leaves the
+    server (answers and fault details alike), written as text rather than built as a
+    tree, so that a response of millions of numbers (a distance matrix) streams in
+    bounded memory.  The prefixes must be declared on an enclosing element;
+    ``ns_override`` puts the fields of the element itself in that namespace."""
     buffer, size = [], 0
-    for piece in _pieces(tag, data, cls, prefixes):
+    for piece in _pieces(tag, data, cls, prefixes, ns_override):
         buffer.append(piece)
         size += len(piece)
         if size >= CHUNK:
@@ -139,8 +112,8 @@ def iter_text(tag: str, data: dict, cls, prefixes: dict):
         yield "".join(buffer)
 
 
-def _pieces(tag, data, cls, prefixes):
-    cls = _base(cls)
+def _pieces(tag, data, cls, prefixes, ns_override=None):
+    cls = original(cls)
     type_name = data.get(TYPE_KEY)
     if type_name:
         cls = subtypes(cls).get(type_name, cls)
@@ -151,17 +124,19 @@ def _pieces(tag, data, cls, prefixes):
         value = data.get(name)
         if value is None:
             continue
-        child = f"{prefixes[ns]}:{name}"
+        child = f"{prefixes[ns_override or ns]}:{name}"
         items = value if f.many else (value,)
-        if f.kind == _OBJ:
+        if f.kind == OBJ:
             for item in items:
                 yield from _pieces(child, item, f.type, prefixes)
         else:
-            yield "".join(f"<{child}>{_escaped(item)}</{child}>" for item in items)
+            yield "".join(f"<{child}>{escaped(item)}</{child}>" for item in items)
     yield f"</{tag}>"
 
 
-def _escaped(value) -> str:
+def escaped(value) -> str:
+    """A primitive value as element content: escaped, and with the characters XML
+    cannot carry replaced by U+FFFD."""
     if isinstance(value, str):
         return escape(_NOT_XML.sub("\ufffd", value))
     return _text(value)
@@ -173,10 +148,3 @@ def _text(value) -> str:
     if value is False:
         return "false"
     return str(value)
-
-
-def _qualified(elem, namespace, name, prefixes):
-    prefix = prefixes.get(namespace)
-    if prefix is None:
-        raise InvalidRequestFault(f"no prefix for namespace {namespace}")
-    return f"{prefix}:{name}"

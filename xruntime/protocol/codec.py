@@ -8,80 +8,12 @@ by its path (``timeouts.computationTimeout``, ``orders[3].demand``).
 """
 import json
 import math
-from functools import lru_cache
-
-from spyne import ComplexModelBase
-from spyne.model.enum import EnumBase
-from spyne.model.primitive import Boolean, Decimal, Integer, Unicode
 
 from .faults import InvalidValueFault, MissingParameterFault, XServerFault, fault_class
+from .typeinfo import BOOL, ENUM, FLOAT, INT, OBJ, fields, is_polymorphic, original, subtypes
 
 TYPE_KEY = "$type"
 INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
-
-_INT, _FLOAT, _STR, _BOOL, _ENUM, _OBJ = range(6)
-
-
-def _kind(spyne_type):
-    if issubclass(spyne_type, ComplexModelBase):
-        return _OBJ
-    if issubclass(spyne_type, Boolean):
-        return _BOOL
-    if issubclass(spyne_type, Integer):
-        return _INT
-    if issubclass(spyne_type, Decimal):
-        return _FLOAT
-    if issubclass(spyne_type, EnumBase):
-        return _ENUM
-    if issubclass(spyne_type, Unicode):
-        return _STR
-    raise TypeError(f"the JSON codec does not know the spyne type {spyne_type!r}")
-
-
-class _Field:
-    """What the codec needs to know of one declared field, computed once."""
-
-    __slots__ = ("name", "type", "kind", "many", "required", "attrs")
-
-    def __init__(self, name, spyne_type):
-        self.name = name
-        self.type = spyne_type
-        self.kind = _kind(spyne_type)
-        attrs = spyne_type.Attributes
-        self.many = attrs.max_occurs > 1
-        self.required = attrs.min_occurs >= 1
-        self.attrs = attrs
-
-
-@lru_cache(maxsize=None)
-def _fields(cls):
-    return tuple(_Field(name, t) for name, t in cls.get_flat_type_info(cls).items())
-
-
-def _derived(cls):
-    """Real subclasses: not the copies spyne makes for ``customize(...)``."""
-    return [c for c in cls.__subclasses__() if getattr(c, "__orig__", None) is None]
-
-
-@lru_cache(maxsize=None)
-def subtypes(cls):
-    """``cls`` and all its subclasses, by type name."""
-    found, pending = {}, [cls]
-    while pending:
-        c = pending.pop()
-        found.setdefault(c.get_type_name(), c)
-        pending.extend(_derived(c))
-    return found
-
-
-@lru_cache(maxsize=None)
-def is_polymorphic(cls) -> bool:
-    return bool(_derived(cls))
-
-
-def _base(cls):
-    """The class a customized spyne type (``Foo.customize(...)``) stands for."""
-    return getattr(cls, "__orig__", None) or cls
 
 
 # --------------------------------------------------------------------------- encode
@@ -95,9 +27,9 @@ def encode(value, declared=None):
     """A spyne model instance as plain JSON data (dicts, lists, str, int, ...)."""
     cls = type(value)
     out = {}
-    if declared is None or cls is not _base(declared) or is_polymorphic(cls):
+    if declared is None or cls is not original(declared) or is_polymorphic(cls):
         out[TYPE_KEY] = cls.get_type_name()
-    for f in _fields(cls):
+    for f in fields(cls):
         v = getattr(value, f.name, None)
         if v is None or isinstance(v, type):
             continue
@@ -109,9 +41,9 @@ def encode(value, declared=None):
 
 
 def _encode_value(v, f):
-    if f.kind == _OBJ:
+    if f.kind == OBJ:
         return encode(v, f.type)
-    if f.kind == _FLOAT:
+    if f.kind == FLOAT:
         return float(v)
     return v
 
@@ -138,7 +70,7 @@ def decode(data, cls, path: str = ""):
     named by ``$type``), validated against the declared fields."""
     if not isinstance(data, dict):
         raise _invalid(path or cls.get_type_name(), data, "an object is expected")
-    cls = _base(cls)
+    cls = original(cls)
     type_name = data.get(TYPE_KEY)
     if type_name is not None:
         known = subtypes(cls)
@@ -146,14 +78,14 @@ def decode(data, cls, path: str = ""):
             raise _invalid(_join(path, TYPE_KEY), type_name,
                            f"expected {cls.get_type_name()} or one of its subtypes")
         cls = known[type_name]
-    fields = _fields(cls)
-    names = {f.name for f in fields}
+    declared = fields(cls)
+    names = {f.name for f in declared}
     for key in data:
         if key != TYPE_KEY and key not in names:
             raise _invalid(_join(path, key), data[key],
                            f"{cls.get_type_name()} has no field {key!r}")
     obj = cls()
-    for f in fields:
+    for f in declared:
         fpath = _join(path, f.name)
         raw = data.get(f.name)
         if raw is None:
@@ -173,9 +105,9 @@ def decode(data, cls, path: str = ""):
 
 def _decode_value(raw, f, path):
     kind = f.kind
-    if kind == _OBJ:
+    if kind == OBJ:
         return decode(raw, f.type, path)
-    if kind == _INT:
+    if kind == INT:
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise _invalid(path, raw, "an integer is expected")
         if isinstance(raw, float):
@@ -186,16 +118,16 @@ def _decode_value(raw, f, path):
             raise _invalid(path, raw, "the integer is out of the 64-bit range")
         _check_range(raw, f.attrs, path)
         return raw
-    if kind == _FLOAT:
+    if kind == FLOAT:
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
             raise _invalid(path, raw, "a number is expected")
         _check_range(raw, f.attrs, path)
         return float(raw)
-    if kind == _BOOL:
+    if kind == BOOL:
         if not isinstance(raw, bool):
             raise _invalid(path, raw, "true or false is expected")
         return raw
-    if kind == _ENUM:
+    if kind == ENUM:
         values = f.type.__values__
         if raw not in values:
             raise _invalid(path, raw, "one of " + ", ".join(values) + " is expected")

@@ -9,6 +9,7 @@ import logging
 
 from spyne import Fault, Unicode
 
+from .typeinfo import subclasses
 from .types import NAMESPACE, JobStatus
 
 _log = logging.getLogger("xruntime.dispatch")
@@ -129,12 +130,7 @@ class InternalErrorFault(XServerFault):
 
 def all_fault_classes():
     """Every fault class known so far (services' subtypes included), root first."""
-    found, pending = [], [XServerFault]
-    while pending:
-        cls = pending.pop(0)
-        found.append(cls)
-        pending.extend(cls.__subclasses__())
-    return found
+    return subclasses(XServerFault)
 
 
 def fault_class(type_name: str):

@@ -1,0 +1,122 @@
+"""What the codecs, the SOAP binding and the WSDL read from the spyne type metadata.
+
+The protocol types are spyne models: their fields (``_type_info``), their base
+(``__extends__``), their subclasses and, for a field declared with
+``Foo.customize(...)``, a copy of ``Foo`` that points back to it (``__orig__``).  The
+JSON and XML codecs, the SOAP binding, the WSDL and the fault registry all walk this
+graph; they do it with these helpers, in one place, so that they agree on which types
+and fields there are.
+"""
+from functools import lru_cache
+
+from spyne import ComplexModelBase
+from spyne.model.enum import EnumBase
+from spyne.model.primitive import Boolean, Decimal, Integer, Unicode
+
+#: The kinds of field the codecs tell apart.
+INT, FLOAT, STR, BOOL, ENUM, OBJ = range(6)
+
+
+def kind(spyne_type) -> int:
+    """The kind of a field's spyne type; TypeError for one the codecs cannot carry."""
+    if issubclass(spyne_type, ComplexModelBase):
+        return OBJ
+    if issubclass(spyne_type, Boolean):
+        return BOOL
+    if issubclass(spyne_type, Integer):
+        return INT
+    if issubclass(spyne_type, Decimal):
+        return FLOAT
+    if issubclass(spyne_type, EnumBase):
+        return ENUM
+    if issubclass(spyne_type, Unicode):
+        return STR
+    raise TypeError(f"the JSON codec does not know the spyne type {spyne_type!r}")
+
+
+class Field:
+    """What the codecs need to know of one declared field, computed once."""
+
+    __slots__ = ("name", "type", "kind", "many", "required", "attrs")
+
+    def __init__(self, name, spyne_type):
+        self.name = name
+        self.type = spyne_type
+        self.kind = kind(spyne_type)
+        attrs = spyne_type.Attributes
+        self.many = attrs.max_occurs > 1
+        self.required = attrs.min_occurs >= 1
+        self.attrs = attrs
+
+
+@lru_cache(maxsize=None)
+def fields(cls) -> tuple:
+    """The fields of ``cls``, its bases' included, in declaration order."""
+    return tuple(Field(name, t) for name, t in cls.get_flat_type_info(cls).items())
+
+
+def original(cls):
+    """The class a customized spyne type (``Foo.customize(...)``) stands for: the one
+    that has the subclasses and is named by ``$type`` and ``xsi:type``."""
+    return getattr(cls, "__orig__", None) or cls
+
+
+def lineage(cls) -> list:
+    """``cls`` (its original) and the classes it extends, root first: each declares its
+    own fields (``_type_info``) in its own namespace."""
+    chain, c = [], original(cls)
+    while c is not None and hasattr(c, "_type_info"):
+        chain.insert(0, c)
+        c = getattr(c, "__extends__", None)
+    return chain
+
+
+def _derived(cls) -> list:
+    """The real subclasses of ``cls``: not the copies spyne makes for ``customize(...)``
+    (which share the name and fields of what they copy)."""
+    return [c for c in cls.__subclasses__() if getattr(c, "__orig__", None) is None]
+
+
+def subclasses(cls) -> list:
+    """``cls`` and its real subclasses, theirs and so on, breadth first: every type a
+    value declared as ``cls`` may be."""
+    found, pending = [], [cls]
+    while pending:
+        c = pending.pop(0)
+        found.append(c)
+        pending.extend(_derived(c))
+    return found
+
+
+@lru_cache(maxsize=None)
+def subtypes(cls) -> dict:
+    """``cls`` and its subclasses by type name: what ``$type`` and ``xsi:type`` may name
+    where ``cls`` is declared."""
+    found = {}
+    for c in subclasses(cls):
+        found.setdefault(c.get_type_name(), c)
+    return found
+
+
+@lru_cache(maxsize=None)
+def is_polymorphic(cls) -> bool:
+    """Whether ``cls`` has subclasses, so that a value of it must name its type."""
+    return bool(_derived(cls))
+
+
+def complex_types(cls) -> list:
+    """The complex types reachable from ``cls``: itself, its base, its fields' types,
+    theirs, and so on (each by its original): every type a message of ``cls`` may hold
+    but for subtypes, which are named by ``subclasses``."""
+    found, seen, pending = [], set(), [cls]
+    while pending:
+        c = original(pending.pop())
+        if c in seen or not hasattr(c, "_type_info"):
+            continue
+        seen.add(c)
+        found.append(c)
+        base = getattr(c, "__extends__", None)
+        if base is not None:
+            pending.append(base)
+        pending.extend(c._type_info.values())
+    return found
