@@ -27,7 +27,8 @@ def write_config(folder, port, database_url=None, extra="", workers=2, threads=6
     """A config file in ``folder`` (data beside it), as an administrator would write it.
     ``server_keys`` go into its [server] table, ``extra`` (TOML) after the tables."""
     os.makedirs(folder, exist_ok=True)
-    server = {"host": "127.0.0.1", "port": port, "threads": threads, **(server_keys or {})}
+    server = {"host": "127.0.0.1", "port": port, **({"threads": threads} if threads else {}),
+              **(server_keys or {})}
     text = "[server]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in server.items())
     text += f'\n[database]\nurl = "{database_url or "sqlite:///data/xruntime.db"}"\n'
     text += f"\n[workers]\ncount = {workers}\n"

@@ -113,11 +113,11 @@ class SoapBinding:
         """The answer's envelope as text, in chunks: a large result is never a tree.
         (The ASGI application runs a large one's chunks in the pool.)"""
         answer = json.loads(text)
-        yield (f"<?xml version='1.0' encoding='utf-8'?>\n<soap:Envelope{soap.declarations}>"
-               "<soap:Body>").encode("utf-8")
+        head, tail = _envelope_ends(soap.declarations)
+        yield head.encode("utf-8")
         for chunk in xml_codec.iter_text(f"s:{op.name}Response", answer, op.response, soap.prefixes):
             yield chunk.encode("utf-8")
-        yield b"</soap:Body></soap:Envelope>"
+        yield tail.encode("utf-8")
 
     def refusal(self, path: str, fault: XServerFault) -> Response:
         return self._fault(self.services.get(path.strip("/")), fault)
@@ -169,9 +169,8 @@ class SoapBinding:
     def _envelope(self, soap, fill, status=200) -> Response:
         """An envelope whose body holds ``fill``, pieces of XML text written with the
         prefixes of ``soap`` (with no service, the bare ones)."""
-        declarations = soap.declarations if soap else _declarations(_BARE_PREFIXES)
-        text = (f"<?xml version='1.0' encoding='utf-8'?>\n<soap:Envelope{declarations}>"
-                f"<soap:Body>{''.join(fill)}</soap:Body></soap:Envelope>")
+        head, tail = _envelope_ends(soap.declarations if soap else _declarations(_BARE_PREFIXES))
+        text = head + "".join(fill) + tail
         return Response(text.encode("utf-8"), status=status, content_type=XML_TYPE)
 
     def _fault(self, soap, fault: XServerFault) -> Response:
@@ -187,3 +186,9 @@ class SoapBinding:
                                      prefixes, ns_override=ns),
                 "</detail></soap:Fault>"]
         return self._envelope(soap, fill, status=500)
+
+
+def _envelope_ends(declarations: str):
+    """The text before and after the body's content, for every envelope we write."""
+    return (f"<?xml version='1.0' encoding='utf-8'?>\n<soap:Envelope{declarations}><soap:Body>",
+            "</soap:Body></soap:Envelope>")
