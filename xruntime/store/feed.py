@@ -17,6 +17,8 @@ import time
 
 from sqlalchemy.engine import make_url
 
+from .sql import retry_while_busy
+
 log = logging.getLogger("xruntime.feed")
 
 #: The id published for "a job was queued".
@@ -45,29 +47,66 @@ class SqliteFeed:
         self.on_queue = on_queue
         self.prune = prune               # one process of the node erases old changes
         self._closed = False
-        self._send_lock = threading.Lock()
-        self._sender = self._connect()
+        self._outbox = []                # ids waiting to be written, in order
+        self._outbox_ready = threading.Condition()
         self._follower = threading.Thread(target=self._follow, name="change-feed", daemon=True)
+        self._publisher = threading.Thread(target=self._publish_loop, name="change-feed-out",
+                                           daemon=True)
 
-    def _connect(self):
-        conn = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout=10000")
+    def _connect(self, busy_timeout_ms: int = 10000):
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         return conn
 
     def start(self):
         self._follower.start()
+        self._publisher.start()
 
     def close(self):
+        """Stop reading; what is still to be published is written first."""
         self._closed = True
+        with self._outbox_ready:
+            self._outbox_ready.notify()
+        if self._publisher.is_alive():
+            self._publisher.join(5)
 
     def publish(self, job_id: str) -> None:
-        """Tell the node's other processes (and nodes on the same file)."""
-        with self._send_lock:
-            try:
-                self._sender.execute("INSERT INTO job_changes (origin, job_id, at) VALUES (?, ?, ?)",
-                                     (self.origin, job_id, int(time.time() * 1000)))
-            except sqlite3.Error as exc:     # they answer their watches a little later
-                log.warning("could not publish a job change: %s", exc)
+        """Tell the node's other processes (and nodes on the same file).  The caller
+        does not wait for the write: a thread writes what is pending in one
+        transaction, so a burst of changes costs one write, off the caller's path."""
+        with self._outbox_ready:
+            self._outbox.append(job_id)
+            self._outbox_ready.notify()
+
+    def _publish_loop(self):
+        conn = self._connect(busy_timeout_ms=0)      # retry_while_busy waits less
+        while True:
+            with self._outbox_ready:
+                while not self._outbox and not self._closed:
+                    self._outbox_ready.wait()
+                pending, self._outbox = self._outbox, []
+            if pending:
+                self._write(conn, pending)
+            elif self._closed:
+                break
+        conn.close()
+
+    def _write(self, conn, pending):
+        at = int(time.time() * 1000)
+        rows = [(self.origin, job_id, at) for job_id in dict.fromkeys(pending)]
+        try:
+            def insert():
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany("INSERT INTO job_changes (origin, job_id, at) VALUES (?, ?, ?)",
+                                     rows)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            retry_while_busy(insert)
+        except sqlite3.Error as exc:         # they answer their watches a little later
+            log.warning("could not publish %d job change(s): %s", len(rows), exc)
 
     def _follow(self):
         conn = self._connect()

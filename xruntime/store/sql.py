@@ -10,7 +10,9 @@ begins (``BEGIN IMMEDIATE``), so a read-then-write (the ``max_queued`` check) is
 atomic across processes too.
 """
 import os
+import sqlite3
 import threading
+import time
 from contextlib import contextmanager, nullcontext
 from typing import Iterable, Optional
 
@@ -23,6 +25,7 @@ from .payload import pack, unpack
 from .schema import feed_metadata, jobs, metadata
 
 ACTIVE_RUNNING = ("RUNNING", "STOPPING")
+BUSY_TIMEOUT_S = 10.0             # how long an SQLite write waits for another process's
 SCHEMA_LOCK_KEY = 0x78727430      # advisory lock serialising the schema's creation
 QUEUE_LOCK_KEY = 0x78727431        # advisory lock serialising max_queued checks on PostgreSQL
 
@@ -71,9 +74,22 @@ def _statements():
                             .where(jobs.c.status == "QUEUING", jobs.c.service == bindparam("service")),
                             None, None),
         "insert": (lambda: insert(jobs), None, _INSERT_KEYS),
+        "insert_below": (lambda: _insert_below(scoped=False), None, None),
+        "insert_below_of": (lambda: _insert_below(scoped=True), None, None),
         "mark_fetched": (lambda: update(jobs).where(jobs.c.id == _ID, jobs.c.first_fetched_at.is_(None))
                          .values(first_fetched_at=bindparam("now")), None, None),
     }
+
+
+def _insert_below(scoped: bool):
+    """Insert a job only while fewer than ``max_queued`` jobs (of ``service`` when
+    ``scoped``) are queued: the check and the insert in one statement (SQLite)."""
+    queued = select(func.count()).select_from(jobs).where(jobs.c.status == "QUEUING")
+    if scoped:
+        queued = queued.where(jobs.c.service == bindparam("service"))
+    row = select(*[bindparam(k, type_=jobs.c[k].type) for k in _INSERT_KEYS]) \
+        .where(queued.scalar_subquery() < bindparam("max_queued"))
+    return insert(jobs).from_select(_INSERT_KEYS, row)
 
 
 def _guarded_statements(states):
@@ -154,18 +170,19 @@ class SqlJobStore:
     def _write(self):
         with self._write_lock, self.engine.begin() as conn:
             if self.dialect == "sqlite":     # other processes write too: take the lock first
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                begin_immediate(conn.exec_driver_sql)
             yield conn
 
     @contextmanager
     def _cursor(self, write: bool):
-        """A DBAPI cursor on a pooled connection, committed at the end."""
+        """A DBAPI cursor on a pooled connection, committed at the end.  On SQLite the
+        connection commits each statement itself (every hot-path write is a single
+        statement), so the database's write lock is held only while SQLite runs it,
+        never while Python waits for its GIL."""
         with (self._write_lock if write else nullcontext()):
             conn = self.engine.raw_connection()
             try:
                 cur = conn.cursor()
-                if write and self.dialect == "sqlite":   # read-then-write across processes
-                    cur.execute("BEGIN IMMEDIATE")
                 yield cur
                 conn.commit()
             except BaseException:
@@ -178,8 +195,9 @@ class SqlJobStore:
         """Run a prepared statement; answers (rowcount, first row as a dict or None)."""
         p = self._prepared[key]
         with self._cursor(write) as cur:
-            cur.execute(p.sql, p.args(params))
-            row = cur.fetchone() if p.columns else None
+            retry_while_busy(lambda: cur.execute(p.sql, p.args(params)))
+            rows = cur.fetchall() if p.columns else ()    # to its end: the statement is done
+            row = rows[0] if rows else None
             return cur.rowcount, (dict(zip(p.columns, row)) if row is not None else None)
 
     def _guarded(self, key, job_id, states, **values) -> bool:
@@ -190,7 +208,7 @@ class SqlJobStore:
             p = Prepared(_guarded_statements(states)[key], self.engine.dialect)
             self._guarded_cache[(key, states)] = p
         with self._cursor(True) as cur:
-            cur.execute(p.sql, p.args(dict(values, job_id=job_id)))
+            retry_while_busy(lambda: cur.execute(p.sql, p.args(dict(values, job_id=job_id))))
             return cur.rowcount == 1
 
     # ----------------------------------------------------------------- the interface
@@ -200,6 +218,13 @@ class SqlJobStore:
         of service ``scope`` only, when given)."""
         values = {k: getattr(job, k) for k in _INSERT_KEYS}
         values["request"] = pack(job.request)
+        if self.dialect == "sqlite":             # one statement: count and insert at once
+            if not max_queued:
+                return self._run("insert", True, **values)[0] == 1
+            if scope is None:
+                return self._run("insert_below", True, max_queued=max_queued, **values)[0] == 1
+            # the insert's own ``service`` is the job's, which is the scope's
+            return self._run("insert_below_of", True, max_queued=max_queued, **values)[0] == 1
         count = self._prepared["count_queued" if scope is None else "count_queued_of"]
         insert_ = self._prepared["insert"]
         with self._cursor(True) as cur:
@@ -352,9 +377,37 @@ class SqlJobStore:
         self.engine.dispose()
 
 
+def begin_immediate(execute) -> None:
+    """Begin an SQLite transaction of several statements, with the write lock."""
+    retry_while_busy(lambda: execute("BEGIN IMMEDIATE"))
+
+
+def retry_while_busy(action):
+    """``action()``, tried again while SQLite answers "database is locked" (another
+    process holds the write lock).  SQLite's own busy handler would sleep 1, 2, 5,
+    10… ms between tries, longer than the writes of the node's processes take; here
+    the tries come after 50 µs, doubling up to 2 ms, for up to BUSY_TIMEOUT_S."""
+    delay, deadline = 0.00005, None
+    while True:
+        try:
+            return action()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            now = time.monotonic()
+            deadline = deadline or now + BUSY_TIMEOUT_S
+            if now > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.002)
+
+
 def _sqlite_pragmas(dbapi_connection, _record):
     cur = dbapi_connection.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA busy_timeout=0")        # retry_while_busy waits instead
     cur.close()
+    # each statement commits itself; several statements that belong together are
+    # wrapped in BEGIN IMMEDIATE … COMMIT (SqlJobStore._write)
+    dbapi_connection.isolation_level = None
