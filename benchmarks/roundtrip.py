@@ -41,16 +41,21 @@ def cpu_seconds(pids):
 
 
 def process_names(pids):
-    names = {}
+    """main, http (the fork server's children), forkserver, worker, tracker."""
+    commands = {}
     for pid in pids:
         try:
-            cmd = open(f"/proc/{pid}/cmdline").read()
+            commands[pid] = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
         except OSError:
-            continue
-        names[pid] = ("main" if "xruntime serve" in cmd.replace("\0", " ") else
-                      "forkserver" if "forkserver" in cmd else
-                      "tracker" if "resource_tracker" in cmd else
-                      "worker" if "spawn_main" in cmd else "http")
+            pass
+    forkservers = {pid for pid, cmd in commands.items() if "forkserver" in cmd}
+    names = {}
+    for pid, cmd in commands.items():
+        parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        names[pid] = ("main" if "xruntime serve" in cmd else
+                      "http" if parent in forkservers else
+                      "forkserver" if pid in forkservers else
+                      "tracker" if "resource_tracker" in cmd else "worker")
     return names
 
 

@@ -47,7 +47,7 @@ class Node:
                                      services)
         self.feed = open_feed(self.store, f"{self.name}/main/{os.getpid()}",
                               on_job=self.supervisor.changed_elsewhere,
-                              on_queue=self.supervisor.work.set, prune=True)
+                              on_queue=self.supervisor.work.set)
         self.notifier.bridge = self.feed
 
     def settings(self):

@@ -1,144 +1,193 @@
-"""The change feed of an SQLite database: job changes between the processes of a node.
+"""The change feed of an SQLite database: job changes between the processes using it.
 
 A node serves HTTP in several processes and runs its jobs from one more (the
-supervisor's).  Each process appends the id of every job it changes to the table
-``job_changes`` (``publish``), and one thread per process reads what the others
-appended every ``PERIOD`` seconds: one small indexed read per few ms per process,
-whatever the number of held watches.  What it reads goes to ``on_job(job_id)`` (the
-process's watches; in the supervisor's process, the Supervisor too) and, for new
-work (``QUEUE``), to ``on_queue()``.  Nodes sharing one SQLite file on one host see
-each other's changes the same way.  PostgreSQL uses LISTEN/NOTIFY instead
-(``store.channel``); ``open_feed`` picks the one for a database.
+supervisor's); each must learn at once of the job changes the others make.  Every
+process binds a Unix datagram socket (in Linux's abstract namespace: no file) and
+lists its address in the table ``feed_members``.  ``publish(job_id)`` hands the id to
+a sender thread, which sends what is pending, batched, to every other member: a held
+watch wakes within a fraction of a millisecond, and the feed costs the database no
+write and no polling at all, whatever the number of watches.  A receiver thread hands
+what arrives to ``on_job(job_id)`` (the process's watches; in the supervisor's
+process, the Supervisor) and, for new work (``QUEUE``), to ``on_queue()``.  Nodes
+sharing one SQLite file on one host are members of one feed.  PostgreSQL uses
+LISTEN/NOTIFY instead (``store.channel``); ``open_feed`` picks the one for a database.
+
+A change that cannot be delivered (a member gone, or one so busy that its socket's
+queue is full) is dropped: watches read their job again before they answer at their
+maximum polling period, and the supervisor also looks for work every 0.5 s.
 """
+import hashlib
 import logging
-import sqlite3
+import os
+import socket
 import threading
 import time
+import uuid
 
-from sqlalchemy.engine import make_url
+from sqlalchemy import delete, insert, select
 
+from .schema import feed_members
 from .sql import retry_while_busy
 
 log = logging.getLogger("xruntime.feed")
 
 #: The id published for "a job was queued".
 QUEUE = "*queue*"
-#: How often each process reads the feed (s).
-PERIOD = 0.003
-#: How long changes are kept (ms); a process that missed them answers its watches
-#: at their maximum polling period from a fresh read, as without any feed.
-KEEP_MS = 60_000
-PRUNE_PERIOD = 10.0
+#: The message a new member sends the others: "read the members again".
+HELLO = "*hello*"
+#: How often each member reads the member list anyway (s).
+REFRESH_PERIOD = 1.0
+#: Largest datagram sent; more ids go in several.
+DATAGRAM_BYTES = 32 * 1024
 
 
-def open_feed(store, origin: str, on_job, on_queue, prune: bool = False):
+def open_feed(store, origin: str, on_job, on_queue):
     """The change feed of the store's database, for the process named ``origin``."""
     if store.dialect == "postgresql":
         from .channel import PostgresChannel
         return PostgresChannel(store.url, origin, on_job, on_queue)
-    return SqliteFeed(make_url(store.url).database, origin, on_job, on_queue, prune=prune)
+    return SocketFeed(store, origin, on_job, on_queue)
 
 
-class SqliteFeed:
-    def __init__(self, path: str, origin: str, on_job, on_queue, prune: bool = False):
-        self.path = path
+class SocketFeed:
+    def __init__(self, store, origin: str, on_job, on_queue):
+        self.store = store
         self.origin = origin
         self.on_job = on_job
         self.on_queue = on_queue
-        self.prune = prune               # one process of the node erases old changes
+        database = os.path.realpath(store.engine.url.database or "")
+        key = hashlib.sha1(database.encode()).hexdigest()[:16]
+        self.address = f"\0xruntime-feed/{key}/{uuid.uuid4().hex}"
+        self._inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._inbox.bind(self.address)
+        self._inbox.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        self._outbox_socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._outbox_socket.setblocking(False)
+        self._members = []
         self._closed = False
-        self._outbox = []                # ids waiting to be written, in order
+        self._outbox = []
         self._outbox_ready = threading.Condition()
-        self._follower = threading.Thread(target=self._follow, name="change-feed", daemon=True)
-        self._publisher = threading.Thread(target=self._publish_loop, name="change-feed-out",
-                                           daemon=True)
+        self._receiver = threading.Thread(target=self._receive_loop, name="change-feed", daemon=True)
+        self._sender = threading.Thread(target=self._send_loop, name="change-feed-out", daemon=True)
 
-    def _connect(self, busy_timeout_ms: int = 10000):
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-        return conn
+    # ------------------------------------------------------------------ life
 
     def start(self):
-        self._follower.start()
-        self._publisher.start()
+        self._write(insert(feed_members).values(address=self.address, origin=self.origin,
+                                                since=int(time.time() * 1000)))
+        self._receiver.start()
+        self._sender.start()
+        self._read_members()
+        self.publish(HELLO)                 # the others read the members again: us too
 
     def close(self):
-        """Stop reading; what is still to be published is written first."""
+        """Stop: what is still to be published is sent first, then we leave the feed."""
         self._closed = True
         with self._outbox_ready:
             self._outbox_ready.notify()
-        if self._publisher.is_alive():
-            self._publisher.join(5)
+        if self._sender.is_alive():
+            self._sender.join(5)
+        try:
+            self._write(delete(feed_members).where(feed_members.c.address == self.address))
+        except Exception as exc:            # the database is closed or away: the others
+            log.debug("could not leave the change feed: %s", exc)     # drop us on their own
+        self._inbox.close()                 # ends the receiver
+
+    # ------------------------------------------------------------------ sending
 
     def publish(self, job_id: str) -> None:
-        """Tell the node's other processes (and nodes on the same file).  The caller
-        does not wait for the write: a thread writes what is pending in one
-        transaction, so a burst of changes costs one write, off the caller's path."""
+        """Tell the other members.  The caller does not wait: a thread sends what is
+        pending, so a burst of changes costs one datagram per member."""
         with self._outbox_ready:
             self._outbox.append(job_id)
             self._outbox_ready.notify()
 
-    def _publish_loop(self):
-        conn = self._connect(busy_timeout_ms=0)      # retry_while_busy waits less
+    def _send_loop(self):
+        refreshed = time.monotonic()
         while True:
             with self._outbox_ready:
-                while not self._outbox and not self._closed:
-                    self._outbox_ready.wait()
+                if not self._outbox and not self._closed:
+                    self._outbox_ready.wait(REFRESH_PERIOD)
                 pending, self._outbox = self._outbox, []
+            if time.monotonic() - refreshed >= REFRESH_PERIOD:
+                refreshed = time.monotonic()
+                self._read_members()
             if pending:
-                self._write(conn, pending)
+                for datagram in _datagrams(self.origin, pending):
+                    self._send(datagram)
             elif self._closed:
                 break
-        conn.close()
 
-    def _write(self, conn, pending):
-        at = int(time.time() * 1000)
-        rows = [(self.origin, job_id, at) for job_id in dict.fromkeys(pending)]
+    def _send(self, datagram: bytes):
+        for address in list(self._members):
+            try:
+                self._outbox_socket.sendto(datagram, address)
+            except (ConnectionRefusedError, FileNotFoundError):
+                self._drop_member(address)      # it is gone (killed): leave it out
+            except BlockingIOError:
+                log.warning("a member of the change feed is too busy to take changes; "
+                            "its watches answer a little later")
+            except OSError as exc:
+                log.warning("could not send a job change: %s", exc)
+
+    def _read_members(self):
         try:
-            def insert():
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    conn.executemany("INSERT INTO job_changes (origin, job_id, at) VALUES (?, ?, ?)",
-                                     rows)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-            retry_while_busy(insert)
-        except sqlite3.Error as exc:         # they answer their watches a little later
-            log.warning("could not publish %d job change(s): %s", len(rows), exc)
+            with self.store.engine.connect() as conn:
+                rows = conn.execute(select(feed_members.c.address)).all()
+            self._members = [r[0] for r in rows if r[0] != self.address]
+        except Exception as exc:
+            log.warning("could not read the members of the change feed: %s", exc)
 
-    def _follow(self):
-        conn = self._connect()
-        last = conn.execute("SELECT coalesce(max(seq), 0) FROM job_changes").fetchone()[0]
-        pruned = time.monotonic()
+    def _drop_member(self, address: str):
+        self._members = [a for a in self._members if a != address]
+        try:
+            self._write(delete(feed_members).where(feed_members.c.address == address))
+        except Exception as exc:
+            log.debug("could not drop a member of the change feed: %s", exc)
+
+    def _write(self, statement):
+        def run():
+            with self.store.engine.begin() as conn:
+                conn.execute(statement)
+        retry_while_busy(run)
+
+    # ------------------------------------------------------------------ receiving
+
+    def _receive_loop(self):
         while not self._closed:
             try:
-                rows = conn.execute("SELECT seq, origin, job_id FROM job_changes WHERE seq > ? "
-                                    "ORDER BY seq", (last,)).fetchall()
-                if rows:
-                    last = rows[-1][0]
-                    self._received([(origin, job_id) for _, origin, job_id in rows])
-                if self.prune and time.monotonic() - pruned > PRUNE_PERIOD:
-                    pruned = time.monotonic()
-                    conn.execute("DELETE FROM job_changes WHERE at < ?",
-                                 (int(time.time() * 1000) - KEEP_MS,))
-            except sqlite3.Error as exc:
-                log.warning("reading the change feed failed (%s); retrying", exc)
-                time.sleep(0.5)
+                datagram = self._inbox.recv(65536)
+            except OSError:
+                break                       # closed
+            try:
+                self._received(datagram)
             except Exception:
                 log.exception("a change from the feed could not be handled")
-            time.sleep(PERIOD)
-        conn.close()
 
-    def _received(self, changes):
+    def _received(self, datagram: bytes):
+        origin, *ids = datagram.decode("utf-8").split("\n")
+        if origin == self.origin:
+            return
         queued = False
-        for origin, job_id in dict.fromkeys(changes):
-            if origin == self.origin:
-                continue                 # our own change: handled in-process already
+        for job_id in dict.fromkeys(ids):
             if job_id == QUEUE:
                 queued = True
+            elif job_id == HELLO:
+                self._read_members()
             else:
                 self.on_job(job_id)
         if queued:
             self.on_queue()
+
+
+def _datagrams(origin: str, ids):
+    """``origin`` and the ids, one per line, in datagrams of at most DATAGRAM_BYTES."""
+    batch, size = [], len(origin)
+    for job_id in dict.fromkeys(ids):
+        if batch and size + len(job_id) + 1 > DATAGRAM_BYTES:
+            yield "\n".join([origin] + batch).encode("utf-8")
+            batch, size = [], len(origin)
+        batch.append(job_id)
+        size += len(job_id) + 1
+    if batch:
+        yield "\n".join([origin] + batch).encode("utf-8")

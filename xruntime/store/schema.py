@@ -35,16 +35,14 @@ jobs = Table(
 )
 
 
-#: The change feed of an SQLite database (``store.feed``): every process of the node
-#: appends the ids of the jobs it changed; every process reads what is new every few
-#: ms.  PostgreSQL uses LISTEN/NOTIFY instead (``store.channel``).
+#: The members of an SQLite database's change feed (``store.feed``): the address of
+#: each process that uses the file, so that each can send the others the ids of the
+#: jobs it changed.  PostgreSQL uses LISTEN/NOTIFY instead (``store.channel``).
 feed_metadata = MetaData()
 
-job_changes = Table(
-    "job_changes", feed_metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
+feed_members = Table(
+    "feed_members", feed_metadata,
+    Column("address", String(200), primary_key=True),
     Column("origin", String(200), nullable=False),
-    Column("job_id", String(40), nullable=False),
-    Column("at", BigInteger, nullable=False),
-    sqlite_autoincrement=True,
+    Column("since", BigInteger, nullable=False),
 )
