@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 
 import requests
 
@@ -38,18 +39,59 @@ def write_config(folder, port, database_url=None, extra="", workers=2, threads=6
     return path
 
 
+def default_config(folder, port, database_url=None):
+    """A copy of the shipped config/xserver.toml in ``folder`` with only ``port`` and the
+    database url changed (default: SQLite in ``folder``/data); answers its path."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(ROOT, "config", "xserver.toml"), encoding="utf-8") as f:
+        original = f.read()
+    url = database_url or "sqlite:///data/xruntime.db"
+    lines, table = [], None
+    for line in original.splitlines(keepends=True):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            table = stripped.split("]")[0].strip("[ ")
+        elif table == "server" and stripped.split("=")[0].strip() == "port":
+            line = f"port = {int(port)}\n"
+        elif table == "database" and stripped.split("=")[0].strip() == "url":
+            line = f"url = {json.dumps(url)}\n"
+        lines.append(line)
+    text = "".join(lines)
+    expected = tomllib.loads(original)
+    expected["server"]["port"], expected["database"]["url"] = int(port), url
+    assert tomllib.loads(text) == expected, "config/xserver.toml: port or url not found"
+    path = os.path.join(folder, "xserver.toml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
 class Server:
-    """One node; ``start()`` waits until it answers, ``stop()`` sends SIGTERM."""
+    """One node; ``start()`` waits until it answers, ``stop()`` sends SIGTERM.
+
+    With ``config`` (a file, e.g. from ``default_config``) the node runs on that file as
+    it is: its port and worker count are read from it and ``database_url``, ``extra``,
+    ``workers``, ``threads`` and ``server_keys`` are not used."""
 
     def __init__(self, folder, port=None, database_url=None, extra="", workers=2, threads=64,
-                 env=None, server_keys=None):
+                 env=None, server_keys=None, config=None):
         self.folder = folder
-        self.port = port or free_port()
-        self.config = write_config(folder, self.port, database_url, extra, workers, threads, server_keys)
+        if config is None:
+            self.port = port or free_port()
+            self.config = write_config(folder, self.port, database_url, extra, workers, threads, server_keys)
+        else:
+            with open(config, "rb") as f:
+                settings = tomllib.load(f)
+            self.port = settings.get("server", {}).get("port", 50000)
+            if port is not None and port != self.port:
+                raise ValueError(f"{config} has port {self.port}, not {port}")
+            workers = settings.get("workers", {}).get("count", 2)
+            self.config = config
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = os.path.join(folder, "server.log")
-        self.env = dict(os.environ, PYTHONPATH=ROOT, XRUNTIME_SERVICE_MODULES="tests.fixtures.crashy",
-                        **(env or {}))
+        # ``env`` may override these two as well (e.g. XRUNTIME_SERVICE_MODULES="")
+        self.env = {**os.environ, "PYTHONPATH": ROOT, "XRUNTIME_SERVICE_MODULES": "tests.fixtures.crashy",
+                    **(env or {})}
         self.proc = None
         self.workers = workers
         self.session = requests.Session()

@@ -1,0 +1,628 @@
+"""How a node serves many held watchJob long polls: the other calls meanwhile, the
+node's memory, and how fast every held watch answers when the job ends.
+
+A real node is started with the DEFAULT configuration: config/xserver.toml copied into
+a temporary folder with only its port (a free one) and its database url (SQLite in that
+folder, or ``--database-url``) changed; threads, workers and the rest stay as shipped.
+For each client count N (``--clients``), in turn, with a fresh job:
+
+1. One job is started: XDemo startSimulate ``{"durationMs": D, "steps": 1}`` (one step:
+   no progress update before its end).  D (``--job-seconds``, default 60 s) is only an
+   upper bound, longer than the held phase below: step 5 ends the job.
+2. N clients, split over a few client processes (``--processes``; by default one per
+   2 500 clients, at most 4), asyncio on raw non-blocking sockets (no thread per
+   connection), each open their own TCP connection and POST ``XRuntime/watchJob
+   {"id": ID, "progressUpdatePeriod": 50000, "maximumPollingPeriod": 50000}`` as a
+   minimal HTTP/1.1 request (``Connection: close``), then wait for the answer (parsed by
+   Content-Length).  A watch is "held" once its request is fully sent.  Connects go in
+   batches (``--batch`` in flight over all processes) so that the listen backlog is not
+   overrun; a refused, reset or timed-out connect is retried (``--retries``); connects
+   not done within ``--connect-budget`` count as failed.
+3. Once every request is sent, and ``--settle`` seconds more, while held: the node's
+   connections (accepted, or waiting in its listen backlog; /proc/net/tcp) and its
+   memory: its whole process tree (the server process and all its descendants, found
+   recursively through the ppid in /proc/*/stat): the sum of VmRSS and the sum of Pss
+   (/proc/PID/smaps_rollup) in MB, and the process count.
+4. Still while held: ``--other-calls`` sequential calls on a separate keep-alive
+   connection, cycling over startSimulate ``{"durationMs": 0}`` → watchJob of the job
+   started in the previous cycle (finished by then) → fetchSimulateResponse of it →
+   getRuntimeInformation; latency p50/p99/max per call.  Each call has a timeout
+   (``--call-timeout``), the phase a budget (``--others-budget``); calls not answered
+   are counted.  The default budgets keep steps 2–4 well under the 50 s
+   maximumPollingPeriod of the held watches; the output warns when the job ended
+   before step 4 was done.
+5. The job is ended with ``XRuntime/stopJob``.  With one step, a job stopped before its
+   step ends has no result, so it ends FAILED (RequestStoppedFault); SUCCEEDED if it
+   ended by itself.  Both are terminal: every held watch must answer at once.
+6. For each watch, the time its answer arrived minus the time the job ended.  The
+   arrival is the kernel's receive timestamp of the answer's last segment
+   (SO_TIMESTAMPNS), so the client processes' own delay in handling thousands of answers
+   at once is not counted (the figures by the client's clock are printed beside them).
+   The job's end is the client clock when startSimulate was sent plus the job's frozen
+   elapsedTime (finished − queued, server clock on the same machine): at or slightly
+   before the true end, so the latency is overstated by at most the startSimulate round
+   trip (printed).  The same figures from the stopJob answer's arrival are printed too.
+   Answers with a non-terminal status (RUNNING or STOPPING when maximumPollingPeriod
+   passed first) and failures are counted apart and left out of the latencies.
+
+Every loop is bounded (counts, per-call and per-phase timeouts); the script talks to
+127.0.0.1 only and stops by itself.  The client processes raise their own
+RLIMIT_NOFILE to the hard limit; the node keeps the limit it was started with (printed).
+The client processes share the machine's cores with the node (said in the output).
+
+    python benchmarks/longpoll.py [--clients 2000 10000] [--job-seconds 60]
+                                  [--processes 0] [--database-url URL]
+
+Targets (from the issue), with the default configuration on the 2-core machine:
+- 10 000 held: other calls p99 <= 20 ms while held; all answered p99 <= 100 ms after the
+  job ended; node RSS (all its processes) <= 400 MB.
+- 2 000 held: all answered p99 <= 50 ms after the job ended.
+"""
+import argparse
+import asyncio
+import collections
+import http.client
+import json
+import math
+import multiprocessing
+import os
+import queue as queue_module
+import resource
+import socket
+import struct
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.harness import Server, default_config, free_port  # noqa: E402
+
+HOST = "127.0.0.1"
+TERMINAL = ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN")
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)      # Linux; Python does not name it
+ANCILLARY = socket.CMSG_SPACE(16)
+TARGETS = {10000: {"others_p99": 20, "answered_p99": 100, "rss": 400},
+           2000: {"answered_p99": 50}}
+
+
+# ---------------------------------------------------------------- the client processes
+
+class Held:
+    """One held watch: its own connection, its request, its answer."""
+    __slots__ = ("sent_at", "attempts", "kernel_at", "local_at", "http_status", "status",
+                 "error", "sent")
+
+    def __init__(self, loop):
+        self.sent_at = self.kernel_at = self.local_at = None
+        self.attempts = 0
+        self.http_status = 0
+        self.status = self.error = None
+        self.sent = loop.create_future()       # done when the request is sent, or given up
+
+    def row(self):
+        return (self.sent_at, self.attempts, self.kernel_at, self.local_at, self.http_status,
+                self.status, self.error)
+
+
+async def _connect_and_send(loop, port, request, held, timeout, retries):
+    last = None
+    for attempt in range(retries + 1):
+        held.attempts = attempt + 1
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            await asyncio.wait_for(loop.sock_connect(sock, (HOST, port)), timeout)
+            await asyncio.wait_for(loop.sock_sendall(sock, request), timeout)
+            return sock
+        except (OSError, asyncio.TimeoutError) as e:
+            sock.close()
+            last = e
+            await asyncio.sleep(0.05 * (attempt + 1))
+        except asyncio.CancelledError:          # the connect budget is spent
+            sock.close()
+            raise
+    raise ConnectionError(f"connect: {type(last).__name__}")
+
+
+def _read_answer(loop, sock):
+    """A future: (kernel time, local time, HTTP status, body) of one HTTP/1.1 answer."""
+    future = loop.create_future()
+    buf = bytearray()
+    state = {"at": None, "header": None, "length": None}
+
+    def finish(result=None, error=None):
+        loop.remove_reader(sock.fileno())
+        if not future.done():
+            future.set_exception(error) if error else future.set_result(result)
+
+    def readable():
+        try:
+            while True:
+                data, ancillary, _, _ = sock.recvmsg(65536, ANCILLARY)
+                if not data:
+                    break
+                buf.extend(data)
+                state["at"] = time.time()
+                for level, kind, value in ancillary:
+                    if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= 16:
+                        seconds, nanoseconds = struct.unpack("qq", value[:16])
+                        state["at"] = seconds + nanoseconds / 1e9
+        except BlockingIOError:
+            data = None
+        except OSError as e:
+            return finish(error=ConnectionError(f"read: {type(e).__name__}"))
+        if state["header"] is None:
+            end = buf.find(b"\r\n\r\n")
+            if end >= 0:
+                head = bytes(buf[:end]).decode("latin-1").split("\r\n")
+                state["header"] = end + 4
+                state["status"] = int(head[0].split()[1])
+                for line in head[1:]:
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        state["length"] = int(value)
+        if state["header"] is not None:
+            body = buf[state["header"]:]
+            if (state["length"] is not None and len(body) >= state["length"]) or data == b"":
+                return finish((state["at"], time.time(), state["status"], bytes(body)))
+        if data == b"":
+            finish(error=ConnectionError("closed before an answer" if not buf else "truncated answer"))
+
+    loop.add_reader(sock.fileno(), readable)
+    return future
+
+
+async def _hold(loop, port, request, held, timeout, retries, answered, index):
+    try:
+        sock = await _connect_and_send(loop, port, request, held, timeout, retries)
+    except (ConnectionError, asyncio.CancelledError) as e:
+        held.error = str(e) if isinstance(e, ConnectionError) else "not connected: connect budget spent"
+        if not held.sent.done():
+            held.sent.set_result(False)
+        return
+    held.sent_at = time.time()
+    if not held.sent.done():
+        held.sent.set_result(True)
+    try:
+        held.kernel_at, held.local_at, held.http_status, body = await _read_answer(loop, sock)
+        answered[index] += 1
+        if held.http_status == 200:
+            held.status = json.loads(body).get("status")
+        else:
+            held.error = f"HTTP {held.http_status}"
+    except ConnectionError as e:
+        held.error = str(e)
+    except (ValueError, AttributeError):
+        held.error = "unreadable answer"
+    except asyncio.CancelledError:
+        held.error = "no answer before the benchmark gave up"
+        try:
+            loop.remove_reader(sock.fileno())
+        except (ValueError, OSError):
+            pass
+    finally:
+        sock.close()
+
+
+async def _clients(index, port, job_id, count, batch, timeout, retries, connect_budget,
+                   wait_budget, give_up, answered, results):
+    loop = asyncio.get_running_loop()
+    body = json.dumps({"id": job_id, "progressUpdatePeriod": 50000,
+                       "maximumPollingPeriod": 50000}).encode()
+    request = (f"POST /services/rs/XRuntime/watchJob HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+               f"Connection: close\r\n\r\n").encode() + body
+    helds, tasks = [], []
+    connect_deadline = time.time() + connect_budget
+    for start in range(0, count, batch):
+        if time.time() > connect_deadline:
+            break
+        group = [Held(loop) for _ in range(start, min(count, start + batch))]
+        helds += group
+        tasks += [asyncio.create_task(_hold(loop, port, request, h, timeout, retries, answered, index))
+                  for h in group]
+        await asyncio.wait([h.sent for h in group],
+                           timeout=max(0.01, min((timeout + 1) * (retries + 2), connect_deadline - time.time())))
+    for h, t in zip(helds, tasks):                    # still connecting when the budget was spent
+        if not h.sent.done():
+            t.cancel()
+    await asyncio.wait([h.sent for h in helds], timeout=5)
+    skipped = count - len(helds)
+    sent = sum(1 for h in helds if h.sent_at is not None)
+    results.put(("held", index, {"sent": sent, "failed": count - sent, "skipped": skipped,
+                                 "retried": sum(1 for h in helds if h.attempts > 1)}))
+    deadline = time.time() + wait_budget
+    while time.time() < deadline and not give_up.is_set():
+        if all(t.done() for t in tasks):
+            break
+        await asyncio.sleep(0.05)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    rows = [h.row() for h in helds]
+    rows += [(None, 0, None, None, 0, None, "not connected: connect budget spent")] * skipped
+    results.put(("done", index, rows))
+
+
+def client_process(index, port, job_id, count, batch, timeout, retries, connect_budget,
+                   wait_budget, give_up, answered, results):
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        pass
+    asyncio.run(_clients(index, port, job_id, count, batch, timeout, retries, connect_budget,
+                         wait_budget, give_up, answered, results))
+
+
+# ---------------------------------------------------------------- the controlling side
+
+class Connection:
+    """One keep-alive JSON connection with a timeout per call."""
+
+    def __init__(self, port, timeout):
+        self.port, self.timeout, self.conn = port, timeout, None
+
+    def call(self, service, operation, body, timeout=None):
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout or self.timeout)
+        self.conn.timeout = timeout or self.timeout
+        if self.conn.sock is not None:
+            self.conn.sock.settimeout(self.conn.timeout)
+        try:
+            self.conn.request("POST", f"/services/rs/{service}/{operation}", json.dumps(body),
+                              {"Content-Type": "application/json"})
+            response = self.conn.getresponse()
+            data = response.read()
+        except (OSError, http.client.HTTPException):
+            self.close()
+            raise
+        if response.status != 200:
+            raise RuntimeError(f"{operation}: HTTP {response.status} {data[:200]!r}")
+        return json.loads(data)
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def other_calls(port, count, call_timeout, budget, previous_job):
+    """``count`` sequential calls on one keep-alive connection: latencies (ms) of the
+    answered ones, and the failures by reason."""
+    conn = Connection(port, call_timeout)
+    latencies, failures = [], collections.Counter()
+    new_job = previous_job
+    deadline = time.time() + budget
+    for i in range(count):
+        remaining = deadline - time.time()
+        if remaining <= 0:
+            failures[f"not sent: {budget:g} s budget spent"] += count - i
+            break
+        kind = i % 4
+        if kind == 0:
+            call = ("XDemo", "startSimulate", {"durationMs": 0})
+        elif kind == 1:
+            call = ("XRuntime", "watchJob", {"id": previous_job, "progressUpdatePeriod": 250,
+                                             "maximumPollingPeriod": 5000})
+        elif kind == 2:
+            call = ("XDemo", "fetchSimulateResponse", {"id": previous_job})
+        else:
+            call = ("XRuntime", "getRuntimeInformation", {})
+        began = time.perf_counter()
+        try:
+            answer = conn.call(*call, timeout=min(call_timeout, max(0.1, remaining)))
+        except socket.timeout:
+            failures[f"{call[1]}: no answer within {call_timeout:g} s"] += 1
+            continue
+        except (OSError, http.client.HTTPException, RuntimeError, ValueError) as e:
+            failures[f"{call[1]}: {str(e)[:80] or type(e).__name__}"] += 1
+            continue
+        latencies.append((time.perf_counter() - began) * 1000)
+        if kind == 0:
+            new_job = answer["id"]
+        elif kind == 3:
+            previous_job = new_job
+    conn.close()
+    return latencies, failures
+
+
+def process_tree(root):
+    """``root`` and all its descendants (recursively, by ppid in /proc/*/stat)."""
+    children = collections.defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children[ppid].append(int(entry))
+    found, todo = [], [root]
+    while todo and len(found) < 10000:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _kb(path, key):
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def node_memory(pid):
+    """(sum of VmRSS in MB, sum of Pss in MB, number of processes) of the node's tree."""
+    pids = process_tree(pid)
+    rss = sum(_kb(f"/proc/{p}/status", "VmRSS") for p in pids)
+    pss = sum(_kb(f"/proc/{p}/smaps_rollup", "Pss") for p in pids)
+    return rss / 1024, pss / 1024, len(pids)
+
+
+def node_connections(port):
+    """(connections the node has accepted, connections waiting in its listen backlog) on
+    ``port``, from /proc/net/tcp: an established socket with an inode belongs to a
+    process (accepted); the listening socket's rx_queue is its accept queue."""
+    accepted = backlog = 0
+    try:
+        with open("/proc/net/tcp") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if len(fields) < 10 or int(fields[1].rsplit(":", 1)[1], 16) != port:
+                    continue
+                if fields[3] == "0A":                                   # LISTEN
+                    backlog += int(fields[4].split(":")[1], 16)
+                elif fields[3] == "01" and fields[9] != "0":            # ESTABLISHED, owned
+                    accepted += 1
+    except (OSError, ValueError, IndexError, StopIteration):
+        pass
+    return accepted, backlog
+
+
+def open_files_limit(pid):
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    return line.split()[3]
+    except OSError:
+        pass
+    return "?"
+
+
+def percentile(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def figures(values):
+    if not values:
+        return "none answered"
+    return (f"p50 {percentile(values, 50):.1f}, p99 {percentile(values, 99):.1f}, "
+            f"max {max(values):.1f} ms")
+
+
+def top(counter, limit=4):
+    return "; ".join(f"{n} × {reason}" for reason, n in counter.most_common(limit))
+
+
+def note(text):
+    print(f"  … {text}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- one client count
+
+def run(server, n, args):
+    port, pid = server.port, server.proc.pid
+    control = Connection(port, args.stop_timeout)
+    # a finished no-op job for the first cycle of the other calls
+    warm = control.call("XDemo", "startSimulate", {"durationMs": 0})
+    for _ in range(100):
+        if control.call("XRuntime", "watchJob", {"id": warm["id"], "progressUpdatePeriod": 250,
+                                                 "maximumPollingPeriod": 1000})["status"] in TERMINAL:
+            break
+    rss0, pss0, procs0 = node_memory(pid)
+
+    started_at = time.time()
+    job = control.call("XDemo", "startSimulate", {"durationMs": int(args.job_seconds * 1000), "steps": 1})
+    start_rtt = (time.time() - started_at) * 1000    # how early the job-end estimate can be
+    for _ in range(100):                           # until a worker runs it (bounded: 100 × 1 s)
+        status = control.call("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 250,
+                                                       "maximumPollingPeriod": 1000})["status"]
+        if status != "QUEUING":
+            break
+    if status != "RUNNING":
+        raise RuntimeError(f"the long job is {status}, not RUNNING")
+
+    processes = args.processes or min(4, max(1, math.ceil(n / 2500)))
+    shares = [n // processes + (1 if i < n % processes else 0) for i in range(processes)]
+    batch = max(1, args.batch // processes)
+    wait_budget = args.settle + args.others_budget + args.stop_timeout + args.answer_timeout + 120
+    ctx = multiprocessing.get_context("spawn")
+    results, give_up, answered = ctx.Queue(), ctx.Event(), ctx.Array("i", processes)
+    workers = [ctx.Process(target=client_process, daemon=True,
+                           args=(i, port, job["id"], share, batch, args.connect_timeout,
+                                 args.retries, args.connect_budget, wait_budget, give_up, answered,
+                                 results))
+               for i, share in enumerate(shares)]
+    note(f"{n} clients in {processes} process(es), {batch} connects at a time per process")
+    connect_began = time.time()
+    for w in workers:
+        w.start()
+    held, rows = {}, {}
+
+    def collect(until, want):
+        """Reports of the client processes until each sent its ``want`` one (or ``until``)."""
+        while len(want) < processes and time.time() < until:
+            try:
+                kind, index, value = results.get(timeout=max(0.01, until - time.time()))
+            except queue_module.Empty:
+                return
+            (held if kind == "held" else rows)[index] = value
+
+    collect(time.time() + args.connect_budget + 60, held)
+    connect_seconds = time.time() - connect_began
+    sent = sum(h["sent"] for h in held.values())
+    not_sent = n - sent
+    note(f"{sent}/{n} watches sent in {connect_seconds:.1f} s; settling {args.settle:g} s")
+    time.sleep(args.settle)
+
+    waiting_before = sent - sum(answered)
+    accepted, backlog = node_connections(port)
+    rss, pss, procs = node_memory(pid)
+    note(f"{args.other_calls} other calls")
+    latencies, failures = other_calls(port, args.other_calls, args.call_timeout, args.others_budget,
+                                      warm["id"])
+    waiting_after = sent - sum(answered)
+    held_until = time.time()
+
+    note("stopJob")
+    stop_error = None
+    try:
+        stopped = control.call("XRuntime", "stopJob", {"id": job["id"]})
+        stop_status = stopped["status"]
+    except (OSError, http.client.HTTPException, RuntimeError, ValueError) as e:
+        stop_error, stop_status = f"{type(e).__name__} {e}", None
+    stop_answered = time.time()
+    final = None
+    for _ in range(20):                             # the frozen elapsedTime (bounded)
+        try:
+            final = control.call("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 250,
+                                                          "maximumPollingPeriod": 5000})
+        except (OSError, http.client.HTTPException, RuntimeError, ValueError):
+            break
+        if final["status"] in TERMINAL:
+            break
+    job_end = started_at + final["elapsedTime"] / 1000 if final and final["status"] in TERMINAL else None
+
+    collect(time.time() + args.answer_timeout, rows)
+    if len(rows) < processes:
+        give_up.set()
+        collect(time.time() + 30, rows)
+    for w in workers:
+        w.join(10)
+        if w.is_alive():
+            w.terminate()
+            w.join(5)
+    control.close()
+
+    all_rows = [r for i in sorted(rows) for r in rows[i]]
+    missing = n - len(all_rows)
+    terminal, non_terminal, failed = [], collections.Counter(), collections.Counter()
+    for sent_at, attempts, kernel_at, local_at, http_status, status, error in all_rows:
+        if error:
+            failed[error] += 1
+        elif status in TERMINAL:
+            terminal.append((kernel_at, local_at))
+        else:
+            non_terminal[status] += 1
+    if missing:
+        failed["a client process did not report"] += missing
+    retried = sum(h["retried"] for h in held.values())
+    after_end = [(k - job_end) * 1000 for k, _ in terminal] if job_end else []
+    after_stop = [(k - stop_answered) * 1000 for k, _ in terminal]
+    local_after_end = [(loc - job_end) * 1000 for _, loc in terminal] if job_end else []
+
+    # ---------------------------------------------------------------- the figures
+    ended_early = job_end is not None and job_end < held_until
+    end_how = f"stopJob answered {stop_status}" if stop_status else f"stopJob failed: {stop_error}"
+    if stop_status in TERMINAL:
+        end_how += " (the job had ended by itself)"
+    final_status = final["status"] if final else "no answer"
+    statuses = "/".join(sorted({row[5] for row in all_rows if row[5] in TERMINAL})) or "terminal"
+    print(f"{n} held ({processes} client process(es) on the same {os.cpu_count()} cores as the node):")
+    print(f"  held: {sent}/{n} watch requests sent in {connect_seconds:.1f} s ({not_sent} not sent, "
+          f"{retried} connects retried); {args.settle:g} s later the node had accepted {accepted} "
+          f"connections and {backlog} waited in its listen backlog")
+    print(f"  node while held: RSS {rss:.0f} MB, PSS {pss:.0f} MB, {procs} processes "
+          f"(before the clients: RSS {rss0:.0f} MB, PSS {pss0:.0f} MB, {procs0} processes)")
+    print(f"  other calls while held: {figures(latencies)} ({len(latencies)}/{args.other_calls} answered"
+          + (f"; {top(failures)}" if failures else "")
+          + f"; {waiting_before} watches waiting before them, {waiting_after} after)")
+    print(f"  job ended: {end_how}, finally {final_status}"
+          + (f" after {final['elapsedTime'] / 1000:.1f} s" if final else "")
+          + f"; stopJob answered {stop_answered - connect_began:.1f} s after the client processes were started")
+    if ended_early:
+        print(f"  WARNING: the job ended {held_until - job_end:.1f} s before the memory and the other "
+              f"calls were done, so they were not all measured while held: raise --job-seconds")
+    print(f"  answered after the job ended: {figures(after_end)} "
+          f"({len(terminal)}/{n} answered {statuses}, {sum(non_terminal.values())} non-terminal"
+          + (f" [{', '.join(f'{c} {s}' for s, c in non_terminal.items())}]" if non_terminal else "")
+          + f", {sum(failed.values())} failed" + (f": {top(failed)}" if failed else "") + ")")
+    detail = [f"the end taken as startSimulate sent + elapsedTime, early by at most its round trip "
+              f"({start_rtt:.1f} ms); arrival = kernel receive time"]
+    if stop_status == "STOPPING":
+        detail.append(f"from the stopJob answer instead: {figures(after_stop)}")
+    detail.append(f"arrival = when the client had parsed it: {figures(local_after_end)}")
+    print(f"    ({'; '.join(detail)})")
+    print(f"  summary: {n} held: other calls {figures(latencies)}; answered after the job ended "
+          f"{figures(after_end)} ({len(terminal)}/{n} answered); node RSS {rss:.0f} MB "
+          f"(PSS {pss:.0f} MB, {procs} processes)")
+    target = TARGETS.get(n)
+    if target:
+        checks = []
+        partly = ("not measured while held" if ended_early
+                  else f"not measured (only {sent}/{n} held)" if sent < n else None)
+        if "others_p99" in target:
+            p99 = percentile(latencies, 99) if len(latencies) == args.other_calls else math.inf
+            verdict = (partly if partly else "met" if p99 <= target["others_p99"] else "MISSED")
+            checks.append(f"other calls p99 <= {target['others_p99']} ms: {verdict}")
+        if "answered_p99" in target:
+            p99 = percentile(after_end, 99) if after_end and len(terminal) == n else math.inf
+            checks.append(f"all {n} answered, p99 <= {target['answered_p99']} ms: "
+                          f"{'met' if p99 <= target['answered_p99'] else 'MISSED'}")
+        if "rss" in target:
+            verdict = (partly if partly else "met" if rss <= target["rss"] else "MISSED")
+            checks.append(f"node RSS <= {target['rss']} MB: {verdict}")
+        print("  targets: " + "; ".join(checks))
+    sys.stdout.flush()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[2000, 10000],
+                        help="held watches, one run per count (default: 2000 10000)")
+    parser.add_argument("--job-seconds", type=float, default=60,
+                        help="durationMs of the held job, an upper bound: stopJob ends it (default 60)")
+    parser.add_argument("--processes", type=int, default=0,
+                        help="client processes; 0: one per 2 500 clients, at most 4")
+    parser.add_argument("--batch", type=int, default=100,
+                        help="connects in flight at once over all client processes (default 100)")
+    parser.add_argument("--connect-timeout", type=float, default=10, help="per connect attempt (s)")
+    parser.add_argument("--retries", type=int, default=3, help="of a refused, reset or timed-out connect")
+    parser.add_argument("--connect-budget", type=float, default=30,
+                        help="seconds for all connects; clients not connected by then count as failed")
+    parser.add_argument("--settle", type=float, default=1.5, help="seconds between the last send and the other calls")
+    parser.add_argument("--other-calls", type=int, default=200)
+    parser.add_argument("--call-timeout", type=float, default=2, help="per other call (s)")
+    parser.add_argument("--others-budget", type=float, default=10, help="seconds for all other calls")
+    parser.add_argument("--stop-timeout", type=float, default=120, help="for the stopJob call (s)")
+    parser.add_argument("--answer-timeout", type=float, default=60,
+                        help="seconds after stopJob for the held watches to answer")
+    parser.add_argument("--database-url", help="default: SQLite in a temporary folder")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        config = default_config(folder, free_port(), args.database_url)
+        server = Server(folder, config=config, env={"XRUNTIME_SERVICE_MODULES": ""}).start()
+        try:
+            print(f"node: default config/xserver.toml (only port and database url changed), "
+                  f"{'SQLite' if not args.database_url else args.database_url.split(':')[0]}, "
+                  f"its open-files limit {open_files_limit(server.proc.pid)}; "
+                  f"clients and node share this machine's {os.cpu_count()} cores")
+            sys.stdout.flush()
+            for n in args.clients:
+                run(server, n, args)
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
