@@ -146,6 +146,7 @@ def serve(settings, services, reload_path=None) -> None:
     ``reload_path``, edits of that file are applied live, in every process
     (xruntime.reload)."""
     sock = listen(settings.host, settings.port)   # first: a taken port stops us here
+    _raise_file_limit()
     # helper processes (workers, the fork server, the HTTP processes) ignore SIGHUP,
     # which means "re-read the configuration" to the main process alone
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -187,6 +188,23 @@ def serve(settings, services, reload_path=None) -> None:
         stopping.join()
         sock.close()
         log.info("xruntime node %s stopped", node.name)
+
+
+def _raise_file_limit() -> None:
+    """Every held watch is an open connection: allow as many as the system lets a
+    process have (the soft limit is often 1 024; the hard one much higher).  The HTTP
+    processes inherit it."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1_048_576)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open files limit from %d: %s", soft, exc)
+    if hard < 20_000:
+        log.warning("at most %d open files per process: each held watchJob is one connection", hard)
 
 
 def _safe_url(url: str) -> str:
