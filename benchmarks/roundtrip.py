@@ -40,23 +40,28 @@ def cpu_seconds(pids):
     return found
 
 
-def process_names(pids):
-    """main, http (the fork server's children), forkserver, worker, tracker."""
-    commands = {}
+def process_names(pids, port):
+    """main, http (the processes holding the listening socket), worker, tracker."""
+    listening = _listening_inode(port)
+    names = {}
     for pid in pids:
         try:
-            commands[pid] = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+            cmd = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+            fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
         except OSError:
-            pass
-    forkservers = {pid for pid, cmd in commands.items() if "forkserver" in cmd}
-    names = {}
-    for pid, cmd in commands.items():
-        parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            continue
         names[pid] = ("main" if "xruntime serve" in cmd else
-                      "http" if parent in forkservers else
-                      "forkserver" if pid in forkservers else
-                      "tracker" if "resource_tracker" in cmd else "worker")
+                      "tracker" if "resource_tracker" in cmd else
+                      "http" if f"socket:[{listening}]" in fds else "worker")
     return names
+
+
+def _listening_inode(port):
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].split(":")[1], 16) == port and fields[3] == "0A":
+            return fields[9]
+    return None
 
 
 class Client:
@@ -121,7 +126,7 @@ def main():
             for _ in range(20):                     # warm up connections and workers
                 cycle(Client(server.port))
             pids = [server.proc.pid] + descendants(server.proc.pid)
-            names = process_names(pids)
+            names = process_names(pids, server.port)
             for n in args.clients:
                 before, t0 = cpu_seconds(pids), time.time()
                 rate = per_second(cycle_step, (server.port,), n, args.seconds)

@@ -43,14 +43,14 @@ class XRuntimeApp:
         path = scope["path"]
         prefix, binding = self._route(path)
         try:
-            body = await self._read_body(scope, receive)
-            request = Request(_environ(scope, prefix, path[len(prefix):], body))
             if binding is None:
+                await self._read_body(scope, receive)
                 response = fault_response(InvalidRequestFault(
                     f"nothing is served at {path}",
                     hint="Operations are at /services/rs/<Service>/<operation>."))
-            else:
-                response = await binding.handle(request)
+            else:       # (no name keeps the request: a held watch holds none of it)
+                response = await binding.handle(Request(_environ(
+                    scope, prefix, path[len(prefix):], await self._read_body(scope, receive))))
         except Refused as refused:
             response = (binding.refusal(path[len(prefix):], refused.fault) if binding is not None
                         else fault_response(refused.fault))
@@ -133,15 +133,12 @@ def _environ(scope, script_name: str, path_info: str, body: bytes) -> dict:
 
 
 async def _send(response: Response, send) -> None:
-    # names as werkzeug writes them (Content-Type): some clients compare them as written
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.to_wsgi_list()]
     if not response.is_streamed:
-        body = response.get_data()
-        if "Content-Length" not in response.headers:
-            headers.append((b"content-length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        start, body = _messages(response)
+        await send(start)
+        await send(body)
         return
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.to_wsgi_list()]
     await send({"type": "http.response.start", "status": response.status_code,
                 "headers": [h for h in headers if h[0].lower() != b"content-length"]})
     chunks = iter(response.response)
@@ -151,6 +148,22 @@ async def _send(response: Response, send) -> None:
             break
         await send({"type": "http.response.body", "body": part, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
+
+
+def _messages(response: Response):
+    """The ASGI messages of a Response, built once: watchers woken by one change are
+    all sent the same Response."""
+    messages = getattr(response, "_asgi_messages", None)
+    if messages is None:
+        headers = [(k.encode("latin-1"), v.encode("latin-1"))
+                   for k, v in response.headers.to_wsgi_list()]
+        body = response.get_data()
+        if "Content-Length" not in response.headers:
+            headers.append((b"content-length", str(len(body)).encode()))
+        messages = ({"type": "http.response.start", "status": response.status_code, "headers": headers},
+                    {"type": "http.response.body", "body": body})
+        response._asgi_messages = messages
+    return messages
 
 
 def _gather(chunks) -> bytes:

@@ -114,6 +114,7 @@ class HttpProcess:
 def http_main(sock, settings, node_name: str, index: int, control) -> None:
     """Entry point of an HTTP process (started by ``node.HttpProcesses``)."""
     setup_logging()
+    log.info("HTTP process %d started (pid %d)", index, os.getpid())
     import uvloop
     process = HttpProcess(sock, settings, node_name, index, control)
     uvloop.run(process.serve())

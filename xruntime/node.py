@@ -69,14 +69,15 @@ class Node:
 
 
 class HttpProcesses:
-    """The node's HTTP processes: started from a fork server that has imported
-    xruntime once (they share its memory), restarted when one dies."""
+    """The node's HTTP processes: started with ``spawn`` (the main process has threads),
+    each passed the listening socket; restarted when one dies.  (A fork server would let
+    them share the imported code, but itself costs a process that holds all of it;
+    spawned, the node's processes take less memory in all.)"""
 
     def __init__(self, sock, node: Node):
         self.sock = sock
         self.node = node
-        self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["xruntime.http_process"])
+        self.ctx = multiprocessing.get_context("spawn")
         self.procs = {}        # index → (process, control connection)
         self.stopping = False
 
@@ -147,7 +148,7 @@ def serve(settings, services, reload_path=None) -> None:
     (xruntime.reload)."""
     sock = listen(settings.host, settings.port)   # first: a taken port stops us here
     _raise_file_limit()
-    # helper processes (workers, the fork server, the HTTP processes) ignore SIGHUP,
+    # helper processes (workers, the HTTP processes, the resource tracker) ignore SIGHUP,
     # which means "re-read the configuration" to the main process alone
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from multiprocessing import resource_tracker

@@ -14,7 +14,6 @@ import time
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
 from xruntime.service import Service
 
-from . import compute
 from .types import (NAMESPACE, CreateDistanceMatrixRequest, DistanceMatrixCalculationFault,
                     DistanceMatrixProfile, DistanceMatrixProgress, DistanceMatrixResponse,
                     DistanceMatrixRow, DistanceMatrixStatus, DistanceMatrixSummary, Location)
@@ -65,6 +64,7 @@ def check(request):
 @service.long_operation(request=CreateDistanceMatrixRequest, response=DistanceMatrixResponse,
                         faults=(DistanceMatrixCalculationFault,), validate=check)
 def createDistanceMatrix(request, job):
+    from . import compute                # NumPy is loaded only where jobs run
     began = time.monotonic()
     job.report_progress(DistanceMatrixProgress(status="PREPROCESSING", calculationProgress=0))
     profile = request.profile or DistanceMatrixProfile()

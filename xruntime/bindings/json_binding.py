@@ -79,8 +79,10 @@ class JsonBinding:
             self.dispatcher.check_enabled(op.service)
             data = await sized(request.content_length, read_json_body, request,
                                self.settings().max_request_bytes, empty={})
+            del request                  # a held watch keeps nothing of the request
             answer = await self.dispatcher.call(op, data)
-            body = await sized(len(answer.text), answer.rendered, "json", lambda: answer.text.encode("utf-8"))
-            return Response(body, content_type=JSON_TYPE)
+            # one Response for all the watchers sharing the answer
+            return await sized(len(answer.text), answer.rendered, "json", lambda: Response(
+                answer.text.encode("utf-8"), content_type=JSON_TYPE))
         except Exception as exc:
             return fault_response(as_fault(exc, where))

@@ -59,6 +59,7 @@ class JsonRpcBinding:
         except XServerFault as fault:
             code = PARSE_ERROR if "not valid JSON" in fault.faultstring else INVALID_REQUEST
             return self._answer(error(None, code, fault))
+        del request                      # a held watch keeps nothing of the request
         if isinstance(body, list):
             if not body:
                 return self._answer(error(None, INVALID_REQUEST,

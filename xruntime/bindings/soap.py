@@ -100,14 +100,15 @@ class SoapBinding:
                                           f"or GET {request.base_url}?wsdl")
             self.dispatcher.check_enabled(name)
             op, data = await sized(request.content_length, self._read, request, soap)
+            del request                  # a held watch keeps nothing of the request
             answer = await self.dispatcher.call(op, data)
         except Exception as exc:
             return self._fault(soap, as_fault(exc, f"SOAP {name}"))
         if len(answer.text) > INLINE_BYTES:           # a large result: streamed from the pool
             return Response(self._streamed(soap, op, answer.text), content_type=XML_TYPE)
-        body = answer.rendered(f"soap:{name}:{op.name}",
-                               lambda: b"".join(self._streamed(soap, op, answer.text)))
-        return Response(body, content_type=XML_TYPE)
+        # one Response for all the watchers sharing the answer
+        return answer.rendered(f"soap:{name}:{op.name}", lambda: Response(
+            b"".join(self._streamed(soap, op, answer.text)), content_type=XML_TYPE))
 
     def _streamed(self, soap, op, text: str):
         """The answer's envelope as text, in chunks: a large result is never a tree.
