@@ -50,7 +50,8 @@ class JobWatch:
         self.job_id = job_id
         self.snapshot = None
         self.members = 0
-        self._waiters = set()
+        self._waiters = set()        # waiting for a change
+        self._readers = set()        # waiting for a read
         self._reading = False
         self._again = False
 
@@ -71,7 +72,8 @@ class JobWatch:
                 if not self._again:
                     break
         except Exception as exc:          # the database is away: every waiter answers a fault
-            waiters, self._waiters = self._waiters, set()
+            waiters = self._waiters | self._readers
+            self._waiters, self._readers = set(), set()
             for fut in waiters:
                 if not fut.done():
                     fut.set_exception(exc)
@@ -79,14 +81,15 @@ class JobWatch:
             self._reading = False
 
     def _publish(self, snapshot):
-        self.snapshot = snapshot
-        self.wake(snapshot)
+        previous, self.snapshot = self.snapshot, snapshot
+        _resolve(self._readers, snapshot)
+        self._readers = set()
+        if previous is None or snapshot.final or _state(previous) != _state(snapshot):
+            self.wake(snapshot)          # a read that finds nothing new wakes no watcher
 
     def wake(self, value=None):
         waiters, self._waiters = self._waiters, set()
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(value)
+        _resolve(waiters, value)
 
     async def next(self, than, timeout: float):
         """A snapshot newer than ``than``; None after ``timeout`` s or when closing."""
@@ -112,15 +115,22 @@ class JobWatch:
         if snap is not None and (self.watches.closed or time.monotonic() - snap.read_at <= max_age):
             return snap
         self.changed()
-        loop = asyncio.get_running_loop()
-        while self.snapshot is snap:       # a read always publishes, or raises
-            fut = loop.create_future()
-            self._waiters.add(fut)
-            try:
-                await fut
-            finally:
-                self._waiters.discard(fut)
-        return self.snapshot
+        fut = asyncio.get_running_loop().create_future()
+        self._readers.add(fut)           # a read always publishes, or raises
+        try:
+            return await fut
+        finally:
+            self._readers.discard(fut)
+
+
+def _state(snapshot):
+    return (snapshot.rec.status, snapshot.rec.progress) if snapshot.rec is not None else None
+
+
+def _resolve(futures, value):
+    for fut in futures:
+        if not fut.done():
+            fut.set_result(value)
 
 
 def _expire(fut):
@@ -223,7 +233,7 @@ class Watches:
 
     def _wake_all(self):
         for job in list(self._jobs.values()):
-            job.wake(None)
+            job.wake(None)           # (readers get the read they wait for)
 
     # ------------------------------------------------------------------ membership
 
