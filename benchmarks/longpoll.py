@@ -75,7 +75,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.harness import Server, default_config, free_port  # noqa: E402
+from tests.harness import Server, default_config, descendants, free_port  # noqa: E402
 
 HOST = "127.0.0.1"
 TERMINAL = ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN")
@@ -329,22 +329,8 @@ def other_calls(port, count, call_timeout, budget, previous_job):
 
 
 def process_tree(root):
-    """``root`` and all its descendants (recursively, by ppid in /proc/*/stat)."""
-    children = collections.defaultdict(list)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children[ppid].append(int(entry))
-    found, todo = [], [root]
-    while todo and len(found) < 10000:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
+    """``root`` and all its descendants."""
+    return [root] + descendants(root)
 
 
 def _kb(path, key):

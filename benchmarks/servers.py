@@ -62,6 +62,9 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.processes import descendants  # noqa: E402
+
 HOLD_TIMEOUT = 50.0
 SUCCEEDED = b'{"status":"SUCCEEDED"}'
 RUNNING = b'{"status":"RUNNING"}'
@@ -260,21 +263,7 @@ class Server:
 
     def pids(self):
         """The server process and its descendants."""
-        children = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                except (OSError, IndexError, ValueError):
-                    continue
-                children.setdefault(ppid, []).append(int(entry))
-        out, todo = [], [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            todo.extend(children.get(pid, []))
-        return out
+        return [self.proc.pid] + descendants(self.proc.pid)
 
     def cpu_seconds(self):
         ticks = os.sysconf("SC_CLK_TCK")

@@ -15,6 +15,8 @@ import tomllib
 
 import requests
 
+from tests.processes import _children, descendants  # noqa: F401 (used by tests)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -190,27 +192,3 @@ class Server:
             assert job["status"] not in ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN"), \
                 f"job {job_id} is {job['status']}, waiting for {status}"
         raise AssertionError(f"job {job_id} never reached {status}")
-
-
-def descendants(pid):
-    """Every process started by ``pid``, and by those, and so on."""
-    found, pending = [], [pid]
-    while pending:
-        children = _children(pending.pop())
-        found.extend(children)
-        pending.extend(children)
-    return found
-
-
-def _children(pid):
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry))
-    return found

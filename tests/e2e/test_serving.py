@@ -59,10 +59,11 @@ class Connection:
         self.conn.request("POST", f"/services/rs/{service}/{operation}", json.dumps(body),
                           {"Content-Type": "application/json"})
 
-    def answer(self):
+    def answer(self, expect=200):
         response = self.conn.getresponse()
-        assert response.status == 200, response.read()
-        return json.loads(response.read())
+        body = response.read()
+        assert response.status == expect, body
+        return json.loads(body)
 
     def call(self, service, operation, body):
         self.send(service, operation, body)
@@ -105,37 +106,25 @@ def test_node_serves_http_from_its_processes(two_process_node):
     assert main not in by_pid, "HTTP is served by the HTTP processes, not the supervisor's"
 
 
-def test_watches_in_one_process_wake_on_a_stop_through_another(two_process_node):
+@pytest.mark.parametrize("operation, answered, period", [
+    ("stopJob", ("STOPPING", "SUCCEEDED", "FAILED"), 250),
+    ("deleteJob", ("DELETED", "UNKNOWN"), 5000),       # at once, before the 5 s period
+])
+def test_watches_in_one_process_wake_on_a_change_through_another(two_process_node, operation,
+                                                                  answered, period):
     srv = two_process_node
     first, second = list(connections_in_two_processes(srv).values())[:2]
     job = srv.start_job(durationMs=60000, steps=1)
     srv.wait_status(job["id"], "RUNNING")
     for c in first:                        # held in the first process
-        c.send("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 250,
+        c.send("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": period,
                                         "maximumPollingPeriod": 30000})
     time.sleep(0.5)
-    stopped_at = time.monotonic()
-    assert second[0].call("XRuntime", "stopJob", {"id": job["id"]})["status"] == "STOPPING"
+    changed_at = time.monotonic()
+    second[0].call("XRuntime", operation, {"id": job["id"]})     # through the second
     for c in first:
-        answer = c.answer()
-        assert answer["status"] in ("STOPPING", "SUCCEEDED")
-        assert time.monotonic() - stopped_at < 3.0, "a change in another process wakes at once"
-
-
-def test_watches_in_one_process_wake_on_a_delete_through_another(two_process_node):
-    srv = two_process_node
-    first, second = list(connections_in_two_processes(srv).values())[:2]
-    job = srv.start_job(durationMs=60000, steps=1)
-    srv.wait_status(job["id"], "RUNNING")
-    for c in first:
-        c.send("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 5000,
-                                        "maximumPollingPeriod": 30000})
-    time.sleep(0.5)
-    deleted_at = time.monotonic()
-    assert second[0].call("XRuntime", "deleteJob", {"id": job["id"]})["status"] == "DELETED"
-    for c in first:
-        assert c.answer()["status"] in ("DELETED", "UNKNOWN")   # at once, before the 5 s period
-        assert time.monotonic() - deleted_at < 3.0
+        assert c.answer()["status"] in answered
+        assert time.monotonic() - changed_at < 3.0, "a change in another process wakes at once"
 
 
 def test_a_start_through_any_process_runs_at_once(two_process_node):
@@ -150,6 +139,25 @@ def test_a_start_through_any_process_runs_at_once(two_process_node):
             answer = c.call("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 250,
                                                      "maximumPollingPeriod": 20000})
         assert time.monotonic() - started < 3.0
+
+
+def test_an_edit_of_the_file_is_in_force_in_every_http_process(two_process_node):
+    srv = two_process_node
+    processes = connections_in_two_processes(srv)
+    with open(srv.config, "a") as f:
+        f.write("\n[services.XDemo]\nenabled = false\n")
+    deadline = time.monotonic() + 3.0
+    for conns in processes.values():            # each process, through its own connection
+        c = conns[0]
+        while True:
+            c.send("XDemo", "startSimulate", {"durationMs": 0})
+            response = c.conn.getresponse()
+            body = json.loads(response.read())
+            if response.status != 200:
+                break
+            assert time.monotonic() < deadline, "an HTTP process still serves XDemo"
+            time.sleep(0.1)
+        assert body["faultInfo"]["$type"] == "ServiceNotConfiguredFault"
 
 
 # --------------------------------------------------------------------------- SIGTERM
@@ -208,7 +216,8 @@ def test_sigterm_answers_1000_held_watches_and_hands_the_job_back(tmp_path):
         srv.stop()
     srv.start()
     try:
-        assert srv.watch(job["id"])["status"] in ("QUEUING", "RUNNING"), "the job is kept"
+        assert srv.watch(job["id"], maximumPollingPeriod=250)["status"] in ("QUEUING", "RUNNING"), \
+            "the job is kept"
         srv.wait_status(job["id"], "RUNNING")
         assert f"job {job['id']} XDemo.simulate RUNNING on worker" in srv.log()
         assert "(attempt 1)" in srv.log().split(f"job {job['id']} handed back")[-1], \
