@@ -86,9 +86,8 @@ class HttpProcesses:
             self._start(index)
 
     def _start(self, index: int):
-        from .http_process import http_main
         receiver, sender = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=http_main, name=f"xruntime-http-{index}",
+        proc = self.ctx.Process(target=_http_main, name=f"xruntime-http-{index}",
                                 args=(self.sock, self.node.settings(), self.node.name, index, receiver))
         proc.start()
         receiver.close()
@@ -125,6 +124,12 @@ class HttpProcesses:
                 proc.kill()
                 proc.join(2)
             conn.close()
+
+
+def _http_main(*args):
+    """An HTTP process's entry; the main process never imports the HTTP side itself."""
+    from .http_process import http_main
+    http_main(*args)
 
 
 def listen(host: str, port: int) -> socket.socket:
