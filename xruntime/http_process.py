@@ -85,6 +85,7 @@ class HttpProcess:
                                 proxy_headers=False)   # X-Forwarded-* never move an address
         self.server = _Server(config)
         self.feed.start()
+        log.info("HTTP process %d is up (pid %d)", self.index, os.getpid())
         try:
             await self.server.serve(sockets=[self.sock])
         finally:
@@ -114,7 +115,6 @@ class HttpProcess:
 def http_main(sock, settings, node_name: str, index: int, control) -> None:
     """Entry point of an HTTP process (started by ``node.HttpProcesses``)."""
     setup_logging()
-    log.info("HTTP process %d started (pid %d)", index, os.getpid())
     import uvloop
     process = HttpProcess(sock, settings, node_name, index, control)
     uvloop.run(process.serve())

@@ -16,6 +16,7 @@ host = "0.0.0.0"
 port = 8080
 public_url = "https://example.org/xr/"
 threads = 50
+processes = 3
 max_request_bytes = 2048
 
 [database]
@@ -108,6 +109,7 @@ def test_a_valid_file_with_every_key(tmp_path):
     assert s.port == 8080
     assert s.public_url == "https://example.org/xr"
     assert s.threads == 50
+    assert s.processes == 3 and s.http_processes() == 3
     assert s.max_request_bytes == 2048
     assert s.workers == 4
     assert s.database_url == "sqlite:///" + str(tmp_path / "data" / "other.db"), \
@@ -199,6 +201,8 @@ def test_unknown_table_names_its_line():
 @pytest.mark.parametrize("text, line, key", [
     ('[server]\nhost = "h"\nport = "fifty"\n', 3, "port"),
     ('[server]\nthreads = 1.5\n', 2, "threads"),
+    ('[server]\n\nprocesses = -1\n', 3, "processes"),
+    ('[server]\nprocesses = "auto"\n', 2, "processes"),
     ('[workers]\n\n\ncount = "2"\n', 4, "count"),
     ('[jobs]\nmax_queued = true\n', 2, "max_queued"),
     ('[jobs]\nmax_attempts = "3"\n', 2, "max_attempts"),

@@ -300,3 +300,29 @@ def test_watch_answer_has_the_stored_elapsed_time(jobs, simulate_op, store):
     rec = store.get(job_id)
     assert jobs.watch(job_id).elapsedTime == rec.finished_at - rec.queued_at
     assert json.loads(rec.result)["stepsDone"] == 3
+
+
+def test_watchers_woken_by_one_change_cost_one_read_and_share_one_answer(jobs, simulate_op, store):
+    job_id = put_in_state(jobs, simulate_op, "RUNNING")
+    answers = []
+    watchers = [threading.Thread(target=lambda: answers.append(jobs.watch(job_id, 5000, 10000)),
+                                 daemon=True) for _ in range(20)]
+    for w in watchers:
+        w.start()
+    deadline = time.monotonic() + 2
+    while jobs.watches.waiting() < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert jobs.watches.waiting() == 20
+    reads = []
+    peek = store.peek
+    store.peek = lambda i: reads.append(i) or peek(i)
+    try:
+        assert store.finish(job_id, "SUCCEEDED", now_ms(), result=result_json(stored_response()))
+        jobs.notifier.notify(job_id)
+        for w in watchers:
+            w.join(2)
+    finally:
+        store.peek = peek
+    assert [a.status for a in answers] == ["SUCCEEDED"] * 20
+    assert reads == [job_id], "one read for every watcher of the job"
+    assert all(a is answers[0] for a in answers), "one answer, encoded once per binding"
