@@ -48,6 +48,7 @@ class Node:
         self.feed = open_feed(self.store, f"{self.name}/main/{os.getpid()}",
                               on_job=self.supervisor.changed_elsewhere,
                               on_queue=self.supervisor.work.set)
+        self.feed.forget(f"{self.name}/")    # what a killed previous run of this node left
         self.notifier.bridge = self.feed
 
     def settings(self):

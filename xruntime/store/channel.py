@@ -40,6 +40,9 @@ class PostgresChannel:
     def start(self):
         self._listener.start()
 
+    def forget(self, origin_prefix: str):
+        """Nothing to forget: LISTEN/NOTIFY keeps no list of its listeners."""
+
     def close(self):
         self._closed = True
 

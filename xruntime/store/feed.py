@@ -12,8 +12,11 @@ process, the Supervisor) and, for new work (``QUEUE``), to ``on_queue()``.  Node
 sharing one SQLite file on one host are members of one feed.  PostgreSQL uses
 LISTEN/NOTIFY instead (``store.channel``); ``open_feed`` picks the one for a database.
 
-A change that cannot be delivered (a member gone, or one so busy that its socket's
-queue is full) is dropped: watches read their job again before they answer at their
+A member whose socket cannot be reached (a killed process) is left out for a minute,
+not erased: a node that shares the file from another network namespace is as
+unreachable as a dead one.  A node's main process erases the rows its own previous
+run left (``forget``).  A change that cannot be delivered (a member gone, or one so
+busy that its socket's queue is full) is dropped: watches read their job again before they answer at their
 maximum polling period, and the supervisor also looks for work every 0.5 s.
 """
 import hashlib
@@ -37,6 +40,8 @@ QUEUE = "*queue*"
 HELLO = "*hello*"
 #: How often each member reads the member list anyway (s).
 REFRESH_PERIOD = 1.0
+#: How long an unreachable member is left out before it is tried again (s).
+UNREACHABLE_FOR = 60.0
 #: Largest datagram sent; more ids go in several.
 DATAGRAM_BYTES = 32 * 1024
 
@@ -64,6 +69,7 @@ class SocketFeed:
         self._outbox_socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._outbox_socket.setblocking(False)
         self._members = []
+        self._unreachable = {}           # address → time.monotonic() to try it again
         self._closed = False
         self._outbox = []
         self._outbox_ready = threading.Condition()
@@ -79,6 +85,11 @@ class SocketFeed:
         self._sender.start()
         self._read_members()
         self.publish(HELLO)                 # the others read the members again: us too
+
+    def forget(self, origin_prefix: str):
+        """Erase the members whose origin starts with ``origin_prefix``: what this
+        node's previous run left when it was killed."""
+        self._write(delete(feed_members).where(feed_members.c.origin.startswith(origin_prefix)))
 
     def close(self):
         """Stop: what is still to be published is sent first, then we leave the feed."""
@@ -123,7 +134,7 @@ class SocketFeed:
             try:
                 self._outbox_socket.sendto(datagram, address)
             except (ConnectionRefusedError, FileNotFoundError):
-                self._drop_member(address)      # it is gone (killed): leave it out
+                self._leave_out(address)        # gone (killed), or not reachable from here
             except BlockingIOError:
                 log.warning("a member of the change feed is too busy to take changes; "
                             "its watches answer a little later")
@@ -134,16 +145,16 @@ class SocketFeed:
         try:
             with self.store.engine.connect() as conn:
                 rows = conn.execute(select(feed_members.c.address)).all()
-            self._members = [r[0] for r in rows if r[0] != self.address]
+            now = time.monotonic()
+            self._unreachable = {a: t for a, t in self._unreachable.items() if t > now}
+            self._members = [r[0] for r in rows
+                             if r[0] != self.address and r[0] not in self._unreachable]
         except Exception as exc:
             log.warning("could not read the members of the change feed: %s", exc)
 
-    def _drop_member(self, address: str):
+    def _leave_out(self, address: str):
+        self._unreachable[address] = time.monotonic() + UNREACHABLE_FOR
         self._members = [a for a in self._members if a != address]
-        try:
-            self._write(delete(feed_members).where(feed_members.c.address == address))
-        except Exception as exc:
-            log.debug("could not drop a member of the change feed: %s", exc)
 
     def _write(self, statement):
         def run():

@@ -1,0 +1,107 @@
+"""The SQLite change feed: job changes between the processes that use one file.
+
+Each feed here stands for one process of a node; they run in this test's process, on
+one real SQLite file, and talk over real Unix datagram sockets.
+"""
+import threading
+import time
+
+import pytest
+
+from xruntime.store import SqlJobStore
+from xruntime.store.feed import QUEUE, SocketFeed
+
+from .conftest import sqlite_url
+
+
+class Process:
+    """What one process hears from its feed."""
+
+    def __init__(self, store, origin):
+        self.jobs, self.queued = [], 0
+        self.heard = threading.Event()
+        self.feed = SocketFeed(store, origin, self._job, self._queue)
+
+    def _job(self, job_id):
+        self.jobs.append(job_id)
+        self.heard.set()
+
+    def _queue(self):
+        self.queued += 1
+        self.heard.set()
+
+    def wait(self, timeout=2.0):
+        assert self.heard.wait(timeout), "nothing arrived"
+        self.heard.clear()
+
+
+@pytest.fixture
+def processes(tmp_path):
+    store = SqlJobStore(sqlite_url(tmp_path))
+    made = []
+
+    def make(origin):
+        p = Process(store, origin)
+        p.feed.start()
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.feed.close()
+    store.close()
+
+
+def test_a_change_reaches_every_other_process_at_once_and_not_its_own(processes):
+    a, b, c = processes("n/main/1"), processes("n/http0/2"), processes("n/http1/3")
+    time.sleep(0.1)
+    started = time.monotonic()
+    a.feed.publish("job-1")
+    b.wait()
+    c.wait()
+    assert time.monotonic() - started < 0.5
+    assert b.jobs == ["job-1"] and c.jobs == ["job-1"]
+    time.sleep(0.1)
+    assert a.jobs == [], "a process is not told of its own changes"
+
+
+def test_new_work_is_told_as_queued(processes):
+    a, b = processes("n/http0/1"), processes("n/main/2")
+    time.sleep(0.1)
+    a.feed.publish(QUEUE)
+    b.wait()
+    assert b.queued == 1 and b.jobs == []
+
+
+def test_a_burst_arrives_whole(processes):
+    a, b = processes("n/main/1"), processes("n/http0/2")
+    time.sleep(0.1)
+    ids = [f"job-{i}" for i in range(5000)]
+    for job_id in ids:
+        a.feed.publish(job_id)
+    deadline = time.monotonic() + 5
+    while len(set(b.jobs)) < len(ids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert set(b.jobs) == set(ids)
+
+
+def test_a_member_that_starts_later_is_told_at_once(processes):
+    a = processes("n/main/1")
+    time.sleep(0.1)
+    b = processes("n/http0/2")          # it says hello: a reads the members again
+    time.sleep(0.2)
+    a.feed.publish("job-1")
+    b.wait(timeout=0.5)                 # well before a's own re-read of the members (1 s)
+    assert b.jobs == ["job-1"]
+
+
+def test_a_member_gone_is_left_out_and_the_others_still_hear(processes):
+    a, b, c = processes("n/main/1"), processes("n/http0/2"), processes("n/http1/3")
+    time.sleep(0.1)
+    b.feed._inbox.close()               # as if the process were killed: its row stays
+    a.feed.publish("job-1")
+    c.wait()
+    assert c.jobs == ["job-1"]
+    a.feed.publish("job-2")
+    c.wait()
+    assert c.jobs == ["job-1", "job-2"]
