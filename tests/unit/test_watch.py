@@ -261,26 +261,33 @@ def test_erasing_a_queued_job_answers_unknown_at_once(jobs, simulate_op):
     assert answered - done[0] < AT_ONCE
 
 
-def test_every_watcher_of_a_job_is_woken(jobs, simulate_op):
-    job_id = put_in_state(jobs, simulate_op, "RUNNING")
+def hold_watches(jobs, job_id, count):
+    """``count`` watches held on the job, each from its own thread; answers the threads
+    and the list that receives (answer, monotonic time answered)."""
     answers = []
 
     def watch():
-        answers.append((jobs.watch(job_id, 5000, 10000).status, time.monotonic()))
+        answers.append((jobs.watch(job_id, 5000, 10000), time.monotonic()))
 
-    watchers = [threading.Thread(target=watch, daemon=True) for _ in range(5)]
+    watchers = [threading.Thread(target=watch, daemon=True) for _ in range(count)]
     for w in watchers:
         w.start()
     deadline = time.monotonic() + 2
-    while jobs.watches.waiting() < 5 and time.monotonic() < deadline:
+    while jobs.watches.waiting() < count and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert jobs.watches.waiting() == 5
+    assert jobs.watches.waiting() == count
+    return watchers, answers
+
+
+def test_every_watcher_of_a_job_is_woken(jobs, simulate_op):
+    job_id = put_in_state(jobs, simulate_op, "RUNNING")
+    watchers, answers = hold_watches(jobs, job_id, 5)
     assert jobs.store.finish(job_id, "SUCCEEDED", now_ms(), result=result_json(stored_response()))
     jobs.notifier.notify(job_id)
     finished = time.monotonic()
     for w in watchers:
         w.join(2)
-    assert [status for status, _ in answers] == ["SUCCEEDED"] * 5
+    assert [job.status for job, _ in answers] == ["SUCCEEDED"] * 5
     assert all(at - finished < AT_ONCE for _, at in answers)
     assert jobs.watches.waiting() == 0, "answered watches must unsubscribe"
 
@@ -304,15 +311,7 @@ def test_watch_answer_has_the_stored_elapsed_time(jobs, simulate_op, store):
 
 def test_watchers_woken_by_one_change_cost_one_read_and_share_one_answer(jobs, simulate_op, store):
     job_id = put_in_state(jobs, simulate_op, "RUNNING")
-    answers = []
-    watchers = [threading.Thread(target=lambda: answers.append(jobs.watch(job_id, 5000, 10000)),
-                                 daemon=True) for _ in range(20)]
-    for w in watchers:
-        w.start()
-    deadline = time.monotonic() + 2
-    while jobs.watches.waiting() < 20 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert jobs.watches.waiting() == 20
+    watchers, answered = hold_watches(jobs, job_id, 20)
     reads = []
     peek = store.peek
     store.peek = lambda i: reads.append(i) or peek(i)
@@ -323,6 +322,7 @@ def test_watchers_woken_by_one_change_cost_one_read_and_share_one_answer(jobs, s
             w.join(2)
     finally:
         store.peek = peek
+    answers = [job for job, _ in answered]
     assert [a.status for a in answers] == ["SUCCEEDED"] * 20
     assert reads == [job_id], "one read for every watcher of the job"
     assert all(a is answers[0] for a in answers), "one answer, encoded once per binding"
