@@ -20,7 +20,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.harness import Server, _children  # noqa: E402
+from tests.harness import Server  # noqa: E402
+from tests.processes import _children  # noqa: E402
 
 TYPES_NS = "http://xruntime.org/xserver/types"
 DIMA_NS = "http://xruntime.org/xserver/xdima"

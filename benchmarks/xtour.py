@@ -25,7 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.fixtures.instances import random_instance  # noqa: E402
-from tests.harness import Server, _children  # noqa: E402
+from tests.harness import Server  # noqa: E402
+from tests.processes import _children  # noqa: E402
 
 
 def peak_kib(pid):

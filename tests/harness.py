@@ -15,7 +15,7 @@ import tomllib
 
 import requests
 
-from tests.processes import _children, descendants  # noqa: F401 (used by tests)
+from tests.processes import descendants
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -13,7 +13,8 @@ import uuid
 import pytest
 import requests
 
-from tests.harness import ROOT, Server, _children, free_port, write_config
+from tests.harness import ROOT, Server, free_port, write_config
+from tests.processes import _children
 
 IN_FORCE = 2.0           # s: a valid edit is in force this soon after the write (§5)
 
