@@ -225,3 +225,22 @@ def test_sigterm_answers_1000_held_watches_and_hands_the_job_back(tmp_path):
         srv.call("XRuntime", "deleteJob", {"id": job["id"]})
     finally:
         srv.stop()
+
+
+def test_a_taken_port_is_a_clean_error_and_starts_nothing(tmp_path):
+    import socket
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    srv = Server(str(tmp_path / "node"), port=port)
+    try:
+        with pytest.raises(RuntimeError, match="server exited with 1"):
+            srv.start(timeout=30)
+        log = srv.log()
+        assert f"cannot serve on 127.0.0.1:{port}: Address already in use" in log
+        assert "Traceback" not in log
+        assert "worker 0 started" not in log and "HTTP process" not in log, "nothing started"
+    finally:
+        taken.close()
+        srv.stop()
