@@ -1,13 +1,15 @@
 """Live reload of the administrator's file (PROTOCOL §5, §8).
 
 A thread looks at the file every half second (and at once on SIGHUP).  A valid edit
-replaces the settings in force as a whole, within 2 s; keys that need a restart (host,
+replaces the settings in force as a whole, within 2 s; an empty or vanished file
+changes nothing (logged); keys that need a restart (host,
 port, database, worker and thread counts) keep their running values and are logged as
 such; an invalid edit is logged with its errors, line by line, and changes nothing.
 """
 import logging
 import os
 import threading
+import tomllib
 from dataclasses import replace
 
 from . import config
@@ -45,8 +47,20 @@ class ConfigReloader(threading.Thread):
                 self.reload()
 
     def reload(self) -> bool:
-        """Apply the file as it is now; False (and nothing changed) when it is invalid."""
+        """Apply the file as it is now; False (and nothing changed) when it is invalid,
+        empty or gone: an editor that truncates before it writes shows an empty file
+        for a moment, and that is no request for every default."""
         old = self.node.settings()
+        try:
+            with open(self.path, "rb") as f:
+                empty = _holds_no_setting(f.read())
+        except OSError as exc:
+            log.warning("%s: cannot be read (%s); the settings in force stay", self.path,
+                        exc.strerror or exc)
+            return False
+        if empty:
+            log.warning("%s: the file is empty; the settings in force stay", self.path)
+            return False
         try:
             new = config.load(self.path, known_services=self.known_services)
         except config.ConfigError as exc:
@@ -69,6 +83,14 @@ class ConfigReloader(threading.Thread):
         for listener in self.listeners:
             listener(new)
         return True
+
+
+def _holds_no_setting(text: bytes) -> bool:
+    """Whether the file says nothing: empty, blank, or comments alone."""
+    try:
+        return not tomllib.loads(text.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return False                      # invalid: config.load names its lines
 
 
 def _changes(old, new):

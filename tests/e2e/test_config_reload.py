@@ -409,3 +409,33 @@ def test_check_config_accepts_the_shipped_file():
     done = run_cli("check-config", os.path.join("config", "xserver.toml"))
     assert done.returncode == 0, (done.stdout, done.stderr)
     assert "OK" in done.stdout
+
+
+# ---------------------------------------------------------------------------- emptied or gone
+
+@pytest.mark.parametrize("damage", ["truncated", "comments only", "removed"])
+def test_an_emptied_or_vanished_file_keeps_the_settings_in_force(server, damage):
+    srv = server
+    apply(srv, "[services.XDemo]\nenabled = false\n")
+    assert not xdemo_served(srv)
+    with open(srv.config) as f:
+        text = f.read()
+    try:
+        seen = count(srv, f"{srv.config}: the file is empty") + count(srv, f"{srv.config}: cannot be read")
+        if damage == "removed":
+            os.remove(srv.config)
+        else:
+            with open(srv.config, "w") as f:          # as an editor that truncates first
+                f.write("" if damage == "truncated" else "# being edited\n")
+        os.kill(srv.proc.pid, signal.SIGHUP)          # seen at once, whatever the stamp says
+        deadline = time.time() + IN_FORCE
+        while count(srv, f"{srv.config}: the file is empty") + count(
+                srv, f"{srv.config}: cannot be read") == seen:
+            assert time.time() < deadline, f"not logged:\n{srv.log()[-2000:]}"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        assert not xdemo_served(srv), "the settings in force must stay, not all defaults"
+    finally:
+        rewrite(srv, text)
+    apply(srv)
+    assert xdemo_served(srv)

@@ -19,6 +19,14 @@ def jobs_stored(server):
     (b'{"stepz": 2}', 400, "InvalidValueFault", "stepz"),
     (b'{"timeouts": {"computationTimeout": "soon"}}', 400, "InvalidValueFault",
      "timeouts.computationTimeout"),
+    # lone surrogates: text that is no text (issue 9, 2)
+    (rb'{"steps": "\ud800"}', 400, "InvalidRequestFault", None),
+    (rb'{"\udfff": 1}', 400, "InvalidRequestFault", None),
+    (rb'{"timeouts": {"queueingTimeout": ["\udc00x"]}}', 400, "InvalidRequestFault", None),
+    # "$type" that is no type name (issue 9, 4)
+    (b'{"$type": {}}', 400, "InvalidValueFault", "$type"),
+    (b'{"$type": [1]}', 400, "InvalidValueFault", "$type"),
+    (b'{"timeouts": {"$type": {"a": 1}}}', 400, "InvalidValueFault", "timeouts.$type"),
 ])
 def test_bad_start_requests(server, body, status, fault, parameter):
     before = jobs_stored(server)
@@ -38,12 +46,24 @@ def test_bad_start_requests(server, body, status, fault, parameter):
     ({"id": "x", "progressUpdatePeriod": 2.5}, "InvalidValueFault", "progressUpdatePeriod"),
     ({"id": "x", "maximumPollingPeriod": "long"}, "InvalidValueFault", "maximumPollingPeriod"),
     ({"id": 17}, "InvalidValueFault", "id"),
+    ('{"id": "\\ud800"}', "InvalidRequestFault", None),      # issue 9, 3
+    ('{"id": "x", "$type": []}', "InvalidValueFault", "$type"),
 ])
 def test_bad_watch_requests(server, body, fault, parameter):
-    r = server.post("XRuntime", "watchJob", body)
-    assert r.status_code == 400
+    if isinstance(body, str):                     # raw JSON text, as a client may send it
+        r = server.session.post(server.url("XRuntime", "watchJob"), data=body.encode(),
+                                headers={"Content-Type": "application/json"})
+    else:
+        r = server.post("XRuntime", "watchJob", body)
+    assert r.status_code == 400, r.text
     assert r.json()["faultInfo"]["$type"] == fault
-    assert r.json()["faultInfo"]["parameter"] == parameter
+    assert r.json()["faultInfo"].get("parameter") == parameter
+    assert "Traceback" not in r.text
+
+
+def test_a_paired_surrogate_is_a_character(server):
+    job = server.call("XRuntime", "watchJob", {"id": "\U0001F600"})          # 😀, sent paired
+    assert job["status"] == "UNKNOWN" and job["id"] == "\U0001F600"
 
 
 def test_negative_periods_are_clamped_not_refused(server):

@@ -238,6 +238,9 @@ def test_failing_notifications_are_not_answered_either(unchanged):
     b"\xff\xfe\x00garbage",
     b"",
     b"   ",
+    # lone surrogates, in the id or the params (issue 9, 2): text that is no text
+    rb'{"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": "\ud800"}',
+    rb'{"jsonrpc": "2.0", "method": "startSimulate", "params": {"steps": "\udbff"}, "id": 2}',
 ])
 def test_parse_error(unchanged, body):
     answer = answer_of(post_raw(unchanged, body))

@@ -7,6 +7,7 @@ A fetch and the synchronous form write the JSON text the worker stored as it is
 (``Dispatcher.call_json``): a large result (a distance matrix) costs its text only.
 """
 import json
+import re
 
 from werkzeug.wrappers import Request, Response
 
@@ -46,13 +47,40 @@ def read_json_body(request: Request, max_bytes: int, empty=None):
     if not raw.strip() and empty is not None:
         return empty
     try:
-        return json.loads(raw)
+        data = json.loads(raw)
     except RecursionError:
         raise InvalidRequestFault("the request body nests too deeply",
                                   hint="Send one JSON object, the operation's request.")
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequestFault(f"the request body is not valid JSON: {exc}",
                                   hint="Send one JSON object, the operation's request.")
+    if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(data):
+        raise InvalidRequestFault("the request body is not valid JSON: it holds a lone surrogate "
+                                  "(\\ud800–\\udfff without its pair), which is no character",
+                                  hint="Send text as Unicode characters; pair every surrogate.")
+    return data
+
+
+#: A JSON escape of a UTF-16 surrogate; only a body with one can hold a lone one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _has_lone_surrogate(data) -> bool:
+    """Whether a string anywhere in ``data`` (keys too) holds a surrogate that JSON
+    decoding could not pair: such text cannot be stored, echoed or encoded as UTF-8."""
+    pending = [data]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _LONE_SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 class JsonBinding:

@@ -74,7 +74,7 @@ def decode(data, cls, path: str = ""):
     type_name = data.get(TYPE_KEY)
     if type_name is not None:
         known = subtypes(cls)
-        if type_name not in known:
+        if not isinstance(type_name, str) or type_name not in known:
             raise _invalid(_join(path, TYPE_KEY), type_name,
                            f"expected {cls.get_type_name()} or one of its subtypes")
         cls = known[type_name]
