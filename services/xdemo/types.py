@@ -1,15 +1,23 @@
-"""XDemo's request and response (PROTOCOL §9)."""
+"""XDemo's request and response (PROTOCOL §9).
+
+``steps`` and ``durationMs`` have upper bounds so that one request cannot occupy a
+worker for centuries or report progress without end; a larger value is an
+InvalidValueFault naming the field.
+"""
 from spyne import Boolean, Long, Unicode
 
 from xruntime.protocol.types import RequestBase, ResponseBase
 
 NAMESPACE = "http://xruntime.org/xserver/xdemo"
 
+MAX_STEPS = 1_000_000
+MAX_DURATION_MS = 7 * 24 * 3600 * 1000      # 7 days
+
 
 class SimulateRequest(RequestBase):
     __namespace__ = NAMESPACE
-    durationMs = Long(ge=0)
-    steps = Long(ge=1)
+    durationMs = Long(ge=0, le=MAX_DURATION_MS)
+    steps = Long(ge=1, le=MAX_STEPS)
     failAtStep = Long(ge=1)
     resultSize = Long(ge=0, le=100 * 1024 * 1024)
     busy = Boolean

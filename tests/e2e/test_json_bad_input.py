@@ -13,6 +13,9 @@ def jobs_stored(server):
     (b'{"steps": "many"}', 400, "InvalidValueFault", "steps"),
     (b'{"steps": 0}', 400, "InvalidValueFault", "steps"),
     (b'{"durationMs": -5}', 400, "InvalidValueFault", "durationMs"),
+    (b'{"steps": 1000001}', 400, "InvalidValueFault", "steps"),            # XDemo's bounds
+    (b'{"steps": 2147483648}', 400, "InvalidValueFault", "steps"),
+    (b'{"durationMs": 604800001}', 400, "InvalidValueFault", "durationMs"),
     (b'{"failAtStep": 0}', 400, "InvalidValueFault", "failAtStep"),
     (b'{"busy": "yes"}', 400, "InvalidValueFault", "busy"),
     (b'{"steps": 2.5}', 400, "InvalidValueFault", "steps"),

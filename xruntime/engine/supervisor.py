@@ -205,10 +205,11 @@ class WorkerSlot(threading.Thread):
                 if message is None:
                     self._died(job)
                     return
+                # no ``continue`` after a progress: the checks below run on every message,
+                # so a stream of them cannot hold off a shutdown, a kill or a timeout
                 if message[0] == "progress":
                     progress = message[2]
-                    continue
-                if message[0] == "done":
+                elif message[0] == "done":
                     self._done(job, message[2], message[3], progress)
                     return
             elif self.process.sentinel in ready:

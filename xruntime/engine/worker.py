@@ -2,7 +2,9 @@
 
 Messages from the slot: ``("run", job_id, service, operation, request_json)`` and
 ``("exit",)``.  Messages to the slot: ``("progress", job_id, progress_json)`` and
-``("done", job_id, "result" | "fault", json_text)``.  A stop arrives through a shared
+``("done", job_id, "result" | "fault", json_text)``.  Progress is coalesced here, at
+the source: at most one message per ``PROGRESS_PERIOD`` (the latest value wins), so a
+function that reports without pause cannot flood the pipe or the server.  A stop arrives through a shared
 event (set from the server process), so the function sees it at once, also while it
 sleeps in ``job.wait``.  Requests, results and faults cross the pipe in the codec's
 JSON form: the encoding work is done here, off the server's threads.
@@ -10,6 +12,8 @@ JSON form: the encoding work is done here, off the server's threads.
 import json
 import logging
 import signal
+import threading
+import time
 
 from ..protocol import codec
 from ..protocol.faults import InternalErrorFault, RequestStoppedFault, RequestTimedOutFault, XServerFault
@@ -20,6 +24,8 @@ log = logging.getLogger("xruntime.worker")
 # Values of the shared stop reason.
 NOT_STOPPED, STOPPED, TIMED_OUT, ABORTED = 0, 1, 2, 3
 
+PROGRESS_PERIOD = 0.2     # s between two progress messages of one job
+
 
 class WorkerJobContext:
     """The ``job`` argument of a long operation's function (see xruntime.service)."""
@@ -29,13 +35,55 @@ class WorkerJobContext:
         self._job_id = job_id
         self._stop_event = stop_event
         self._stop_reason = stop_reason
+        self._lock = threading.Lock()     # the function's thread and the timer both send
+        self._pending = None              # the latest progress not sent yet (JSON)
+        self._next_send = 0.0             # time.monotonic() before which progress waits
+        self._timer = None                # sends the pending progress when its turn comes
+        self._closed = False              # the outcome is sent: nothing more goes out
 
     @property
     def id(self) -> str:
         return self._job_id
 
     def report_progress(self, progress) -> None:
-        self._conn.send(("progress", self._job_id, codec.dumps(codec.encode(progress))))
+        """Send the progress now if the last message is ``PROGRESS_PERIOD`` old, else
+        keep it (replacing any kept one) for a timer that sends it when its turn comes:
+        the server gets a few messages a second however often the function reports, and
+        the latest value still arrives even if the function then runs long in silence."""
+        text = codec.dumps(codec.encode(progress))   # encoded now: the caller may reuse the object
+        with self._lock:
+            if self._closed:              # reported by a thread the function left behind
+                return
+            self._pending = text
+            wait = self._next_send - time.monotonic()
+            if wait <= 0:
+                self._send_pending()
+            elif self._timer is None:
+                self._timer = threading.Timer(wait, self._on_timer)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _on_timer(self):
+        with self._lock:
+            self._timer = None
+            self._send_pending()
+
+    def _send_pending(self):
+        """Send the kept progress, if any (the caller holds the lock)."""
+        if self._pending is not None:
+            self._conn.send(("progress", self._job_id, self._pending))
+            self._pending = None
+            self._next_send = time.monotonic() + PROGRESS_PERIOD
+
+    def send_outcome(self, outcome) -> None:
+        """Send the kept progress, then the outcome, and send nothing after it."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._send_pending()
+            self._closed = True
+            self._conn.send(("done", self._job_id) + outcome)
 
     @property
     def stop_requested(self) -> bool:
@@ -95,7 +143,7 @@ def run_one(conn, stop_event, stop_reason, job_id, service, operation, request_j
         fault = InternalErrorFault(f"the operation {service}.{operation} failed with an internal "
                                    f"error ({type(exc).__name__}); see the server log")
         outcome = ("fault", codec.dumps(codec.encode_fault(fault)))
-    conn.send(("done", job_id) + outcome)
+    job.send_outcome(outcome)
 
 
 def worker_main(conn, stop_event, stop_reason):

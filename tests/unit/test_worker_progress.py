@@ -1,0 +1,87 @@
+"""Progress is coalesced in the worker process: a function that reports without pause
+costs the server a few messages a second, and the latest value still arrives."""
+import json
+import threading
+import time
+
+from xruntime.engine import worker
+from xruntime.engine.worker import PROGRESS_PERIOD, WorkerJobContext, run_one
+from xruntime.protocol.types import BulkProgress
+
+
+class RecordingConn:
+    """Stands in for the worker's end of the pipe: records what is sent, and when."""
+
+    def __init__(self):
+        self.sent = []
+        self.lock = threading.Lock()
+
+    def send(self, message):
+        with self.lock:
+            self.sent.append((time.monotonic(), message))
+
+    def messages(self, kind=None):
+        with self.lock:
+            return [m for _, m in self.sent if kind is None or m[0] == kind]
+
+
+def context(conn, job_id="job-1"):
+    return WorkerJobContext(conn, job_id, threading.Event(), type("V", (), {"value": 0})())
+
+
+def successful(message) -> int:
+    return json.loads(message[2])["successful"]
+
+
+def test_a_flood_of_reports_sends_a_handful_of_messages_and_the_last_value_before_the_outcome():
+    conn = RecordingConn()
+    job = context(conn)
+    start = time.monotonic()
+    for i in range(1, 10_001):
+        job.report_progress(BulkProgress(remaining=10_000 - i, successful=i, failed=0))
+    took = time.monotonic() - start
+    job.send_outcome(("result", "{}"))
+    sent = conn.messages()
+    progress = [m for m in sent if m[0] == "progress"]
+    assert successful(progress[0]) == 1                  # the first report goes out at once
+    assert len(progress) <= took / PROGRESS_PERIOD + 3   # then one per period at most
+    assert successful(progress[-1]) == 10_000            # the last value is not lost
+    assert sent[-1] == ("done", "job-1", "result", "{}")  # and it precedes the outcome
+    assert [successful(m) for m in progress] == sorted(successful(m) for m in progress)
+
+
+def test_a_kept_report_is_sent_when_its_turn_comes_even_if_the_function_goes_quiet():
+    conn = RecordingConn()
+    job = context(conn)
+    job.report_progress(BulkProgress(remaining=2, successful=1, failed=0))
+    job.report_progress(BulkProgress(remaining=1, successful=2, failed=0))   # kept back
+    assert [successful(m) for m in conn.messages("progress")] == [1]
+    deadline = time.monotonic() + 5
+    while len(conn.messages("progress")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    first, second = [t for t, m in conn.sent]
+    assert [successful(m) for m in conn.messages("progress")] == [1, 2]
+    assert second - first >= PROGRESS_PERIOD * 0.9
+    job.send_outcome(("result", "{}"))
+    assert len(conn.messages("progress")) == 2            # nothing was left to send
+
+
+def test_nothing_is_sent_after_the_outcome():
+    conn = RecordingConn()
+    job = context(conn)
+    job.report_progress(BulkProgress(remaining=1, successful=1, failed=0))
+    job.send_outcome(("fault", "{}"))
+    job.report_progress(BulkProgress(remaining=0, successful=2, failed=0))  # a stray thread
+    time.sleep(PROGRESS_PERIOD * 1.5)
+    assert [m[0] for m in conn.messages()] == ["progress", "done"]
+
+
+def test_xdemo_reporting_without_pause_sends_few_messages_and_ends_with_its_last_step(monkeypatch):
+    conn = RecordingConn()
+    monkeypatch.setattr(worker, "PROGRESS_PERIOD", 60.0)   # longer than the whole run
+    run_one(conn, threading.Event(), type("V", (), {"value": 0})(), "job-2", "XDemo", "simulate",
+            json.dumps({"steps": 20_000, "durationMs": 0}))
+    sent = conn.messages()
+    assert [m[0] for m in sent] == ["progress", "progress", "done"]
+    assert [successful(m) for m in sent[:2]] == [1, 20_000]
+    assert json.loads(sent[-1][3])["stepsDone"] == 20_000
