@@ -76,6 +76,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.harness import Server, default_config, descendants, free_port  # noqa: E402
+from tests.processes import tcp_sockets  # noqa: E402
 
 HOST = "127.0.0.1"
 TERMINAL = ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN")
@@ -357,19 +358,11 @@ def node_connections(port):
     ``port``, from /proc/net/tcp: an established socket with an inode belongs to a
     process (accepted); the listening socket's rx_queue is its accept queue."""
     accepted = backlog = 0
-    try:
-        with open("/proc/net/tcp") as f:
-            next(f)
-            for line in f:
-                fields = line.split()
-                if len(fields) < 10 or int(fields[1].rsplit(":", 1)[1], 16) != port:
-                    continue
-                if fields[3] == "0A":                                   # LISTEN
-                    backlog += int(fields[4].split(":")[1], 16)
-                elif fields[3] == "01" and fields[9] != "0":            # ESTABLISHED, owned
-                    accepted += 1
-    except (OSError, ValueError, IndexError, StopIteration):
-        pass
+    for _, state, queued, inode in tcp_sockets(port):
+        if state == "0A":                                   # LISTEN
+            backlog += queued
+        elif state == "01" and inode != "0":                # ESTABLISHED, owned
+            accepted += 1
     return accepted, backlog
 
 

@@ -24,6 +24,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.parallel import per_second  # noqa: E402
 from tests.harness import Server, descendants  # noqa: E402
+from tests.processes import tcp_sockets  # noqa: E402
 
 
 def cpu_seconds(pids):
@@ -57,11 +58,7 @@ def process_names(pids, port):
 
 
 def _listening_inode(port):
-    for line in open("/proc/net/tcp").read().splitlines()[1:]:
-        fields = line.split()
-        if int(fields[1].split(":")[1], 16) == port and fields[3] == "0A":
-            return fields[9]
-    return None
+    return next((inode for _, state, _, inode in tcp_sockets(port) if state == "0A"), None)
 
 
 class Client:

@@ -1,5 +1,5 @@
-"""The processes a process started, from /proc (no dependencies: the benchmarks use it
-in their own environments too)."""
+"""The processes a process started and the TCP sockets of a port, from /proc (no
+dependencies: the benchmarks use it in their own environments too)."""
 import os
 
 
@@ -24,4 +24,24 @@ def _children(pid):
                 continue
             if int(fields[1]) == pid:
                 found.append(int(entry))
+    return found
+
+
+def tcp_sockets(port):
+    """The loopback TCP sockets with ``port`` as their local port, from /proc/net/tcp
+    and tcp6: (remote port, state, receive queue, inode) each; state "0A" is LISTEN,
+    "01" ESTABLISHED, "08" CLOSE_WAIT."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or int(fields[1].rsplit(":", 1)[1], 16) != port:
+                continue
+            found.append((int(fields[2].rsplit(":", 1)[1], 16), fields[3],
+                          int(fields[4].split(":")[1], 16), fields[9]))
     return found

@@ -5,6 +5,8 @@ import time
 
 import pytest
 
+from tests.processes import tcp_sockets
+
 UNPARSEABLE = [
     b"GARBAGE\r\n\r\n",
     b"POST /services/rs/XRuntime/watchJob HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n",
@@ -31,17 +33,7 @@ def exchange(port, raw, timeout=2.0):
 
 def half_open(port):
     """Connections of the server's port waiting for the server to close them (CLOSE_WAIT)."""
-    found = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if int(fields[1].split(":")[1], 16) == port and fields[3] == "08":
-                found += 1
-    return found
+    return sum(1 for _, state, _, _ in tcp_sockets(port) if state == "08")
 
 
 @pytest.mark.parametrize("raw", UNPARSEABLE)

@@ -15,28 +15,15 @@ import time
 import pytest
 
 from tests.harness import Server, descendants
+from tests.processes import tcp_sockets
 
 PG_URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
 
 
-def _socket_inode(local_port: int, remote_port: int):
-    """The inode of the server-side socket of a loopback TCP connection."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            local, remote, inode = fields[1], fields[2], fields[9]
-            if int(local.split(":")[1], 16) == local_port and int(remote.split(":")[1], 16) == remote_port:
-                return inode
-    return None
-
-
 def serving_pid(server: Server, client_port: int):
     """The pid of the node's process that holds the connection from ``client_port``."""
-    inode = _socket_inode(server.port, client_port)
+    inode = next((inode for remote, _, _, inode in tcp_sockets(server.port) if remote == client_port),
+                 None)
     for pid in descendants(server.proc.pid):
         try:
             for fd in os.listdir(f"/proc/{pid}/fd"):

@@ -17,7 +17,6 @@ class Notifier:
         self._lock = threading.Lock()
         self._listeners = []
         self._closers = []
-        self.closed = False
 
     #: The change feed: something with ``publish(job_id)``; None in unit tests.
     bridge = None
@@ -47,6 +46,5 @@ class Notifier:
 
     def close(self) -> None:
         """The process is shutting down: every waiting watch answers now."""
-        self.closed = True
         for closer in list(self._closers):
             closer()

@@ -141,6 +141,7 @@ class WorkerSlot(threading.Thread):
                     continue
                 self.execute(job)
             except Exception:
+                self.claiming = False
                 log.exception("worker slot %d failed; restarting its process", self.index)
                 self.kill()
                 time.sleep(0.5)
