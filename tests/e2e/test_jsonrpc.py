@@ -241,6 +241,14 @@ def test_failing_notifications_are_not_answered_either(unchanged):
     # lone surrogates, in the id or the params (issue 9, 2): text that is no text
     rb'{"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": "\ud800"}',
     rb'{"jsonrpc": "2.0", "method": "startSimulate", "params": {"steps": "\udbff"}, "id": 2}',
+    # ... and encoded as bytes, not as an escape (found by the fuzz: the store refused the id)
+    b'{"jsonrpc": "2.0", "method": "fetchSimulateResponse", "params": {"id": "\xed\xa0\x80"}, "id": 3}',
+    '{"jsonrpc": "2.0", "method": "fetchSimulateResponse", "params": {"id": "\ud800"}, "id": 4}'.encode(
+        "utf-16", "surrogatepass"),
+    # numbers JSON does not have (found by the fuzz: echoed as the id, the answer was no JSON)
+    b'{"jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": NaN}',
+    b'{"jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": -Infinity}',
+    b'{"jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": 1e400}',
 ])
 def test_parse_error(unchanged, body):
     answer = answer_of(post_raw(unchanged, body))

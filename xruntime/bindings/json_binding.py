@@ -7,6 +7,7 @@ A fetch and the synchronous form write the JSON text the worker stored as it is
 (``Dispatcher.call_json``): a large result (a distance matrix) costs its text only.
 """
 import json
+import math
 import re
 
 from werkzeug.wrappers import Request, Response
@@ -47,22 +48,39 @@ def read_json_body(request: Request, max_bytes: int, empty=None):
     if not raw.strip() and empty is not None:
         return empty
     try:
-        data = json.loads(raw)
+        # decoded strictly, in the encoding JSON allows that the body is in: a surrogate
+        # encoded as bytes (CESU-8, UTF-16 without its pair) is no text (json.loads would
+        # let it through), so what is left is the escapes checked below
+        text = raw.decode(json.detect_encoding(raw))
+        data = json.loads(text, parse_constant=_not_json, parse_float=_finite)
     except RecursionError:
         raise InvalidRequestFault("the request body nests too deeply",
                                   hint="Send one JSON object, the operation's request.")
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequestFault(f"the request body is not valid JSON: {exc}",
                                   hint="Send one JSON object, the operation's request.")
-    if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(data):
+    if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(data):
         raise InvalidRequestFault("the request body is not valid JSON: it holds a lone surrogate "
                                   "(\\ud800–\\udfff without its pair), which is no character",
                                   hint="Send text as Unicode characters; pair every surrogate.")
     return data
 
 
+def _not_json(name):
+    """NaN, Infinity and -Infinity, which Python's json reads but JSON does not have
+    (echoed, as a JSON-RPC id is, they would make the answer no JSON either)."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text):
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is too large for a double")
+    return value
+
+
 #: A JSON escape of a UTF-16 surrogate; only a body with one can hold a lone one.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
