@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from typing import Iterable, Optional
 
-from sqlalchemy import (LargeBinary, bindparam, case, create_engine, delete, event, func, insert,
+from sqlalchemy import (LargeBinary, bindparam, case, create_engine, delete, event, exc, func, insert,
                         literal_column, select, text, update)
 from sqlalchemy.engine import make_url
 
@@ -386,13 +386,15 @@ def retry_while_busy(action):
     """``action()``, tried again while SQLite answers "database is locked" (another
     process holds the write lock).  SQLite's own busy handler would sleep 1, 2, 5,
     10… ms between tries, longer than the writes of the node's processes take; here
-    the tries come after 50 µs, doubling up to 2 ms, for up to BUSY_TIMEOUT_S."""
+    the tries come after 50 µs, doubling up to 2 ms, for up to BUSY_TIMEOUT_S.
+    ``action`` may run on the DBAPI connection or through SQLAlchemy, which wraps the
+    driver's error in its own."""
     delay, deadline = 0.00005, None
     while True:
         try:
             return action()
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
+        except (sqlite3.OperationalError, exc.OperationalError) as error:
+            if not _busy(getattr(error, "orig", error)):
                 raise
             now = time.monotonic()
             deadline = deadline or now + BUSY_TIMEOUT_S
@@ -400,6 +402,10 @@ def retry_while_busy(action):
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.002)
+
+
+def _busy(error) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))
 
 
 def _sqlite_pragmas(dbapi_connection, _record):
