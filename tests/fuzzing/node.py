@@ -66,6 +66,7 @@ def tracebacks_logged(server, since: int = 0) -> list:
     text, found = server.log()[since:], []
     at = text.find("Traceback (most recent call last)")
     while at >= 0:
-        found.append(text[max(0, at - 300):at + 2000])
+        logged = text.rfind("\n", 0, max(0, at - 1)) + 1           # from the line that logged it
+        found.append(text[logged:at + 2000])
         at = text.find("Traceback (most recent call last)", at + 1)
     return found
