@@ -26,10 +26,17 @@ def fuzz_server(folder, **kwargs) -> Server:
                   **kwargs)
 
 
-def finished_job(server) -> str:
-    """The id of a job run to its end (SUCCEEDED, stepsDone 2), not yet fetched."""
+def finished_job(server, timeout=30) -> str:
+    """The id of a job run to its end (SUCCEEDED, stepsDone 2), not yet fetched.  It
+    is started once the jobs a fuzz started are over (queued behind them, it would
+    outwait the node's queueing timeout)."""
+    deadline = time.monotonic() + timeout
+    while busy(server):
+        assert time.monotonic() < deadline, f"the jobs the fuzz started are not over: {busy(server)}"
+        time.sleep(0.2)
     job_id = server.start_job(steps=2, durationMs=20)["id"]
-    assert server.wait_done(job_id)["status"] == "SUCCEEDED"
+    job = server.wait_done(job_id)
+    assert job["status"] == "SUCCEEDED", job
     return job_id
 
 
@@ -37,14 +44,9 @@ def result_of(server, job_id) -> dict:
     return server.call("XDemo", "fetchSimulateResponse", {"id": job_id})
 
 
-def serves_a_job(server, timeout=30) -> dict:
-    """Once the jobs the fuzz started are over: startSimulate → watchJob until the end
-    → fetchSimulateResponse, as any client does; answers the result (it fails if any
-    step does not work)."""
-    deadline = time.monotonic() + timeout
-    while busy(server):
-        assert time.monotonic() < deadline, f"the jobs the fuzz started are not over: {busy(server)}"
-        time.sleep(0.2)
+def serves_a_job(server) -> dict:
+    """startSimulate → watchJob until the end → fetchSimulateResponse, as any client
+    does; answers the result (it fails if any step does not work)."""
     return result_of(server, finished_job(server))
 
 
