@@ -540,12 +540,16 @@ def test_hand_back_of_a_finished_job_changes_nothing(any_store):
 
 def test_renew_leases_of_a_node(any_store):
     store = any_store
-    a, b = running_job(store), running_job(store)
+    a, b, orphan = running_job(store), running_job(store), running_job(store)
     assert store.mark_deleted(b)
-    rows = store.renew_leases(NODE, 9_999_999_999_999)
+    before = store.peek(orphan).lease_until
+    rows = store.renew_leases(NODE, 9_999_999_999_999, [a, b])
     assert sorted(rows) == sorted([(a, "RUNNING"), (b, "DELETED")])
     assert store.peek(a).lease_until == 9_999_999_999_999
-    assert store.renew_leases("nobody", 1) == []
+    # a job of the node that no slot holds is not renewed: its lease runs out
+    assert store.peek(orphan).lease_until == before
+    assert store.renew_leases("nobody", 1, [a, b]) == []
+    assert store.renew_leases(NODE, 1, []) == []
 
 
 def test_writes_of_several_statements_wait_for_another_process_holding_the_lock(store, tmp_path):
@@ -559,7 +563,7 @@ def test_writes_of_several_statements_wait_for_another_process_holding_the_lock(
     release = threading.Timer(0.3, other.execute, ("COMMIT",))
     release.start()
     try:
-        assert store.renew_leases(NODE, 9_999_999_999_999) == [(job_id, "RUNNING")]
+        assert store.renew_leases(NODE, 9_999_999_999_999, [job_id]) == [(job_id, "RUNNING")]
         assert store.hand_back(job_id, NODE)
     finally:
         release.join()

@@ -25,8 +25,11 @@ def dumps(data) -> bytes:
 
 
 def fault_response(fault: XServerFault) -> Response:
-    return Response(dumps(codec.encode_fault(fault)), status=fault.http_status,
-                    content_type=JSON_TYPE)
+    response = Response(dumps(codec.encode_fault(fault)), status=fault.http_status,
+                        content_type=JSON_TYPE)
+    if fault.retry_after_s is not None:
+        response.headers["Retry-After"] = str(fault.retry_after_s)
+    return response
 
 
 def read_json_body(request: Request, max_bytes: int, empty=None):

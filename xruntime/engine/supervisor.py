@@ -10,7 +10,11 @@ delete and timeout rules:
 * delete: the stop event is set and the process is killed if the function has not
   returned within ``DELETE_GRACE``; then the record is erased;
 * a worker process that dies fails its job with ``InternalErrorFault`` and is replaced;
-* shutdown: running jobs are handed back to the queue untouched.
+* shutdown: running jobs are handed back to the queue untouched;
+* the store unreachable for a while: a job's outcome (or its hand-back) waits in the
+  slot and is written once the store answers again; progress meanwhile is dropped but
+  for the latest; only the leases of jobs a slot holds are renewed, so a job no slot
+  holds any more runs out of lease and is recovered.
 
 Processes are started with ``spawn``: the server has threads, and fork would copy them.
 """
@@ -21,12 +25,14 @@ import threading
 import time
 from multiprocessing.connection import wait as wait_for_ready
 
+from ..logs import OncePerPeriod
 from ..protocol.codec import dumps, encode_fault
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
-from ..store import now_ms
+from ..store import StoreUnavailable, now_ms
 from .worker import ABORTED, STOPPED, TIMED_OUT, worker_main
 
 log = logging.getLogger("xruntime.supervisor")
+outage_log = OncePerPeriod(log, 5.0)
 
 DELETE_GRACE = 3.0        # s a deleted job's function gets before its process is killed
 STOP_GRACE = 5.0          # s a timed-out job's function gets to return its result
@@ -35,6 +41,8 @@ HOUSEKEEPING_PERIOD = 1.0
 LEASE_RENEW_PERIOD = 5.0
 IDLE_CLAIM_PERIOD = 0.5   # an idle slot also looks for work this often (other nodes' jobs)
 WORKER_START_TIMEOUT = 120.0
+STORE_RETRY_MAX = 2.0     # s between tries of a write that waits for the store
+CLOSING_PATIENCE = 5.0    # s a node shutting down keeps trying such a write
 
 
 def fault_json(fault) -> str:
@@ -128,6 +136,7 @@ class WorkerSlot(threading.Thread):
     def run(self):
         sup = self.sup
         while not sup.closing:
+            job = None
             try:
                 if self.process is None or not self.process.is_alive():
                     self.kill()
@@ -140,12 +149,30 @@ class WorkerSlot(threading.Thread):
                     sup.work.wait(IDLE_CLAIM_PERIOD)
                     continue
                 self.execute(job)
+            except StoreUnavailable as exc:      # the claim: nothing is held, wait for the store
+                self.claiming = False
+                outage_log.warning("worker slot %d cannot claim jobs: %s", self.index, exc)
+                time.sleep(IDLE_CLAIM_PERIOD)
             except Exception:
                 self.claiming = False
                 log.exception("worker slot %d failed; restarting its process", self.index)
                 self.kill()
+                if job is not None:
+                    self._failed_here(job)
                 time.sleep(0.5)
         self.end()
+
+    def _failed_here(self, job):
+        """A bug in this slot broke off the job's run: fail the job rather than leave
+        it running for ever (a deleted one is erased)."""
+        sup = self.sup
+        fault = InternalErrorFault("the server failed while running this job; see its log")
+        won = sup.persist(lambda: sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
+                          f"the failure of job {job.id}")
+        if won:
+            sup.finished(job, True, "FAILED (server error)")
+        elif won is not None:
+            sup.erase_deleted(job.id)
 
     def execute(self, job):
         sup = self.sup
@@ -156,8 +183,9 @@ class WorkerSlot(threading.Thread):
             fault = RequestTimedOutFault(
                 f"the job waited {queued_for} ms in the queue, longer than its queueing timeout "
                 f"of {limits.queueing_timeout_ms} ms")
-            sup.finished(job, sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
-                         "FAILED (queueing timeout)")
+            sup.finished(job, sup.persist(
+                lambda: sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
+                f"the outcome of job {job.id}"), "FAILED (queueing timeout)")
             return
         with sup.signal_lock:
             with self._lock:
@@ -188,9 +216,12 @@ class WorkerSlot(threading.Thread):
         progress = None                  # progress not yet written (the outcome may follow)
         while True:
             if progress is not None and not self.conn.poll(0):
-                if sup.store.set_progress(job.id, progress):
-                    sup.notifier.notify(job.id)
-                progress = None
+                try:
+                    if sup.store.set_progress(job.id, progress):
+                        sup.notifier.notify(job.id)
+                    progress = None
+                except StoreUnavailable as exc:   # kept: written later, or with the outcome
+                    outage_log.warning("job %s: progress not written yet: %s", job.id, exc)
             now = time.time()
             due = [t for t in (deadline, self.kill_at) if t is not None]
             timeout = max(0.0, min(due) - now) if due else None
@@ -218,7 +249,8 @@ class WorkerSlot(threading.Thread):
                 return
             if sup.closing:
                 self.kill()
-                sup.store.hand_back(job.id, sup.node)
+                sup.persist(lambda: sup.store.hand_back(job.id, sup.node),
+                            f"the hand-back of job {job.id}")
                 sup.notifier.notify(job.id)
                 log.info("job %s handed back to the queue (node shutting down)", job.id)
                 return
@@ -228,10 +260,13 @@ class WorkerSlot(threading.Thread):
                 return
             if deadline is not None and now >= deadline:
                 deadline = None
-                if sup.store.request_stop(job.id):
-                    sup.notifier.notify(job.id)
-                    log.info("job %s STOPPING (computation timeout of %d ms)",
-                             job.id, limits.computation_timeout_ms)
+                try:
+                    if sup.store.request_stop(job.id):
+                        sup.notifier.notify(job.id)
+                        log.info("job %s STOPPING (computation timeout of %d ms)",
+                                 job.id, limits.computation_timeout_ms)
+                except StoreUnavailable as exc:    # the stop below is what counts
+                    outage_log.warning("job %s: STOPPING not written: %s", job.id, exc)
                 self.signal(job.id, TIMED_OUT)
                 with self._lock:
                     self._arm_kill(STOP_GRACE, "timed out")
@@ -242,9 +277,12 @@ class WorkerSlot(threading.Thread):
             sup.erase_deleted(job.id)
             return
         status = "SUCCEEDED" if kind == "result" else "FAILED"
-        won = sup.store.finish(job.id, status, now_ms(),
-                               result=payload if kind == "result" else None,
-                               fault=payload if kind == "fault" else None, progress=progress)
+        won = sup.persist(lambda: sup.store.finish(
+            job.id, status, now_ms(), result=payload if kind == "result" else None,
+            fault=payload if kind == "fault" else None, progress=progress),
+            f"the outcome of job {job.id}")
+        if won is None:                  # given up at shutdown: recovered later
+            return
         if not won:                      # deleted while it finished
             sup.erase_deleted(job.id)
             return
@@ -262,8 +300,9 @@ class WorkerSlot(threading.Thread):
             return
         fault = InternalErrorFault(f"the worker process running this job died (exit code {code}); "
                                    "the job is not run again")
-        sup.finished(job, sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
-                     "FAILED (worker died)")
+        sup.finished(job, sup.persist(
+            lambda: sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
+            f"the outcome of job {job.id}"), "FAILED (worker died)")
 
     def _killed(self, job):
         sup = self.sup
@@ -276,8 +315,9 @@ class WorkerSlot(threading.Thread):
             return
         fault = RequestTimedOutFault("the computation timeout stopped the job and it did not "
                                      f"return within {STOP_GRACE:g} s; it was aborted")
-        sup.finished(job, sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
-                     "FAILED (aborted after timeout)")
+        sup.finished(job, sup.persist(
+            lambda: sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
+            f"the outcome of job {job.id}"), "FAILED (aborted after timeout)")
 
 
 class Supervisor:
@@ -339,7 +379,10 @@ class Supervisor:
         deleted, act on it now (a signal for a run about to start waits for it)."""
         if not any(slot.current == job_id or slot.claiming for slot in self.slots):
             return
-        rec = self.store.peek(job_id)
+        try:
+            rec = self.store.peek(job_id)
+        except StoreUnavailable:       # the lease renewal finds the stop or delete later
+            return
         if rec is None or rec.status == "DELETED":
             self.abort(job_id)
         elif rec.status == "STOPPING":
@@ -373,8 +416,34 @@ class Supervisor:
             log.info("job %s %s.%s %s", job.id, job.service, job.operation, status)
         self.notifier.notify(job.id)
 
+    def persist(self, write, what: str):
+        """``write()``, a store write that must not be lost (a job's outcome, its
+        hand-back), tried again while the store is unreachable; answers its answer.
+        A node shutting down gives up after CLOSING_PATIENCE s (answering None): the
+        job then runs out of lease and the next start of a node recovers it."""
+        delay, waited, give_up_at = 0.05, False, None
+        while True:
+            try:
+                answer = write()
+            except StoreUnavailable as exc:
+                if not waited:
+                    log.warning("%s waits for the job store: %s", what, exc)
+                    waited = True
+                if self.closing:
+                    give_up_at = give_up_at or time.monotonic() + CLOSING_PATIENCE
+                    if time.monotonic() > give_up_at:
+                        log.error("%s given up (shutting down, store unreachable); "
+                                  "its lease runs out and it is recovered", what)
+                        return None
+                time.sleep(delay)
+                delay = min(delay * 2, STORE_RETRY_MAX)
+                continue
+            if waited:
+                log.info("%s written: the job store answers again", what)
+            return answer
+
     def erase_deleted(self, job_id: str):
-        self.store.erase(job_id, ("DELETED",))
+        self.persist(lambda: self.store.erase(job_id, ("DELETED",)), f"the erasure of job {job_id}")
         self.notifier.notify(job_id)
         log.info("job %s erased (deleted, worker let go)", job_id)
 
@@ -412,6 +481,8 @@ class Supervisor:
                         self._log_recovered(r)
                 if self.cleaner is not None:
                     self.cleaner.tick(now)
+            except StoreUnavailable as exc:
+                outage_log.warning("housekeeping waits for the job store: %s", exc)
             except Exception:
                 log.exception("housekeeping failed; trying again")
 
@@ -425,9 +496,11 @@ class Supervisor:
                 self.notifier.notify(job_id)
 
     def _renew_leases(self):
-        """Keep this node's leases alive, and act on stops and deletes asked for on
-        other nodes (or between a claim and the start of the run)."""
-        for job_id, status in self.store.renew_leases(self.node, now_ms() + LEASE_MS):
+        """Keep alive the leases of the jobs the slots hold (only those: a job no slot
+        holds must run out of lease to be recovered), and act on stops and deletes
+        asked for on other nodes (or between a claim and the start of the run)."""
+        held = [job_id for job_id in (slot.current for slot in self.slots) if job_id]
+        for job_id, status in self.store.renew_leases(self.node, now_ms() + LEASE_MS, held):
             if status == "STOPPING":
                 self.stop(job_id)
             elif status == "DELETED" and not self.abort(job_id):

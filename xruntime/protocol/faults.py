@@ -9,6 +9,9 @@ import logging
 
 from spyne import Fault, Unicode
 
+from ..logs import OncePerPeriod
+from ..store.base import StoreUnavailable
+
 from .typeinfo import subclasses
 from .types import NAMESPACE, JobStatus
 
@@ -25,6 +28,8 @@ class XServerFault(Fault):
     soap_faultcode = "Server"
     #: HTTP status of the JSON binding.
     http_status = 500
+    #: Seconds for a JSON answer's ``Retry-After`` header, when trying again makes sense.
+    retry_after_s = None
     default_hint = ""
 
     def __init__(self, message: str = "", **fields):
@@ -114,6 +119,15 @@ class RequestStoppedFault(RejectedRequestFault):
     default_hint = "The job was stopped before it had any result to return."
 
 
+class TemporarilyUnavailableFault(RejectedRequestFault):
+    """The server cannot answer for a moment (its job store is unreachable): the same
+    request, sent again a little later, is expected to succeed.  Not in PROTOCOL §6;
+    see docs/architecture.md (decisions)."""
+    http_status = 503
+    retry_after_s = 2
+    default_hint = "The server cannot reach its job store for a moment; send the same request again in a few seconds."
+
+
 class ServiceNotConfiguredFault(RejectedRequestFault):
     service = Unicode
     http_status = 503
@@ -151,5 +165,11 @@ def as_fault(exc: BaseException, where: str) -> XServerFault:
     traceback and answered as a plain InternalErrorFault (no traceback leaves the server)."""
     if isinstance(exc, XServerFault):
         return exc
+    if isinstance(exc, StoreUnavailable):
+        _store_outage_log.warning("answering %s with TemporarilyUnavailableFault: %s", where, exc)
+        return TemporarilyUnavailableFault("the job store is unreachable for the moment")
     _log.error("internal error while serving %s", where, exc_info=exc)
     return InternalErrorFault(f"internal error while serving {where}; see the server log")
+
+
+_store_outage_log = OncePerPeriod(_log, 5.0)

@@ -9,6 +9,13 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Protocol
 
 
+class StoreUnavailable(Exception):
+    """The database cannot be reached or written for now (SQLite locked past the busy
+    timeout, read-only or full; PostgreSQL restarting, failing over or refusing
+    connections).  Nothing is wrong with the request: the same call may succeed in a
+    moment.  Every store method raises it, and only it, for such conditions."""
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -82,8 +89,10 @@ class JobStore(Protocol):
     def hand_back(self, job_id: str, node: str) -> bool:
         """A running job back to QUEUING, untouched, its attempt not counted."""
 
-    def renew_leases(self, node: str, until: int) -> list:
-        """Extend the leases of the node's jobs; answers [(id, status)] of them."""
+    def renew_leases(self, node: str, until: int, job_ids: Iterable[str]) -> list:
+        """Extend the leases of the jobs ``job_ids`` that run on ``node`` (those its
+        worker slots hold: a job no slot holds must let its lease run out, so that it
+        is recovered); answers [(id, status)] of them."""
 
     def recover(self, node: Optional[str], now: int, max_attempts: int,
                 fault_for) -> list:

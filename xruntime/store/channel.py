@@ -14,9 +14,10 @@ import time
 
 from sqlalchemy.engine import make_url
 
-log = logging.getLogger("xruntime.channel")
-
+from ..logs import OncePerPeriod
 from .feed import QUEUE
+
+log = OncePerPeriod(logging.getLogger("xruntime.channel"), 5.0)   # an outage fails every try
 
 CHANNEL = "xruntime_jobs"
 
@@ -49,16 +50,20 @@ class PostgresChannel:
     # ------------------------------------------------------------------ publishing
 
     def publish(self, job_id: str) -> None:
-        """Tell the other nodes; a lost message only delays them (leases catch up)."""
+        """Tell the other nodes; a lost message only delays them (leases catch up).
+        A connection the database dropped (a restart) is replaced once at once."""
         import psycopg
         with self._send_lock:
-            try:
-                if self._sender is None or self._sender.closed:
-                    self._sender = psycopg.connect(self.uri, autocommit=True)
-                self._sender.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self.origin}|{job_id}"))
-            except Exception as exc:   # the database is away: other nodes learn by their leases
-                log.warning("could not publish a job change to other nodes: %s", exc)
-                self._sender = None
+            for last_try in (False, True):
+                try:
+                    if self._sender is None or self._sender.closed:
+                        self._sender = psycopg.connect(self.uri, autocommit=True)
+                    self._sender.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self.origin}|{job_id}"))
+                    return
+                except Exception as exc:   # the database is away: other nodes learn by their leases
+                    self._sender = None
+                    if last_try:
+                        log.warning("could not publish a job change to other nodes: %s", exc)
 
     # ------------------------------------------------------------------ listening
 

@@ -16,11 +16,12 @@ import time
 from contextlib import contextmanager, nullcontext
 from typing import Iterable, Optional
 
-from sqlalchemy import (LargeBinary, bindparam, case, create_engine, delete, event, exc, func, insert,
+from sqlalchemy import (LargeBinary, bindparam, case, create_engine, delete, event, func, insert,
                         literal_column, select, text, update)
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
-from .base import JobRecord, Recovered
+from .base import JobRecord, Recovered, StoreUnavailable
 from .payload import pack, unpack
 from .schema import feed_metadata, jobs, metadata
 
@@ -151,7 +152,7 @@ class SqlJobStore:
             self._write_lock = threading.Lock()
         else:
             self.engine = create_engine(url, pool_size=20, max_overflow=100, pool_pre_ping=True)
-            self._write_lock = nullcontext()
+            self._write_lock = None        # row locks keep PostgreSQL's writers apart
         with self.engine.begin() as conn:
             if self.dialect == "postgresql":      # nodes starting together create it once
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
@@ -167,10 +168,27 @@ class SqlJobStore:
     # ----------------------------------------------------------------- helpers
 
     @contextmanager
+    def _writing(self, deadline: float):
+        """This process's turn to write to SQLite, waited for until ``deadline``: a
+        write waits BUSY_TIMEOUT_S in all for both locks (this process's and the
+        database's), so that requests queued behind a locked database each fail
+        after that time, not one after the other."""
+        if self._write_lock is None:
+            yield
+            return
+        if not self._write_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise StoreUnavailable(f"the database stayed locked for {BUSY_TIMEOUT_S:g} s")
+        try:
+            yield
+        finally:
+            self._write_lock.release()
+
+    @contextmanager
     def _write(self):
-        with self._write_lock, self.engine.begin() as conn:
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        with unavailable_as_store_error(), self._writing(deadline), self.engine.begin() as conn:
             if self.dialect == "sqlite":     # other processes write too: take the lock first
-                begin_immediate(conn.exec_driver_sql)
+                begin_immediate(conn.exec_driver_sql, deadline)
             yield conn
 
     @contextmanager
@@ -179,10 +197,11 @@ class SqlJobStore:
         connection commits each statement itself (every hot-path write is a single
         statement), so the database's write lock is held only while SQLite runs it,
         never while Python waits for its GIL."""
-        with (self._write_lock if write else nullcontext()):
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        with unavailable_as_store_error(), (self._writing(deadline) if write else nullcontext()):
             conn = self.engine.raw_connection()
             try:
-                cur = conn.cursor()
+                cur = PatientCursor(conn.cursor(), deadline)
                 yield cur
                 conn.commit()
             except BaseException:
@@ -195,7 +214,7 @@ class SqlJobStore:
         """Run a prepared statement; answers (rowcount, first row as a dict or None)."""
         p = self._prepared[key]
         with self._cursor(write) as cur:
-            retry_while_busy(lambda: cur.execute(p.sql, p.args(params)))
+            cur.execute(p.sql, p.args(params))
             rows = cur.fetchall() if p.columns else ()    # to its end: the statement is done
             row = rows[0] if rows else None
             return cur.rowcount, (dict(zip(p.columns, row)) if row is not None else None)
@@ -208,7 +227,7 @@ class SqlJobStore:
             p = Prepared(_guarded_statements(states)[key], self.engine.dialect)
             self._guarded_cache[(key, states)] = p
         with self._cursor(True) as cur:
-            retry_while_busy(lambda: cur.execute(p.sql, p.args(dict(values, job_id=job_id))))
+            cur.execute(p.sql, p.args(dict(values, job_id=job_id)))
             return cur.rowcount == 1
 
     # ----------------------------------------------------------------- the interface
@@ -288,13 +307,15 @@ class SqlJobStore:
                                                 jobs.c.status == "DELETED"))
             return res.rowcount == 1
 
-    def renew_leases(self, node: str, until: int) -> list:
+    def renew_leases(self, node: str, until: int, job_ids: Iterable[str]) -> list:
+        job_ids = list(job_ids)
+        if not job_ids:
+            return []
+        held = (jobs.c.node == node) & jobs.c.id.in_(job_ids) \
+            & jobs.c.status.in_(ACTIVE_RUNNING + ("DELETED",))
         with self._write() as conn:
-            conn.execute(update(jobs).where(jobs.c.node == node,
-                                            jobs.c.status.in_(ACTIVE_RUNNING + ("DELETED",)))
-                         .values(lease_until=until))
-            rows = conn.execute(select(jobs.c.id, jobs.c.status).where(
-                jobs.c.node == node, jobs.c.status.in_(ACTIVE_RUNNING + ("DELETED",)))).all()
+            conn.execute(update(jobs).where(held).values(lease_until=until))
+            rows = conn.execute(select(jobs.c.id, jobs.c.status).where(held)).all()
         return [tuple(r) for r in rows]
 
     def recover(self, node: Optional[str], now: int, max_attempts: int, fault_for) -> list:
@@ -346,7 +367,7 @@ class SqlJobStore:
         return ids
 
     def counts_by_status(self) -> dict:
-        with self.engine.connect() as conn:
+        with unavailable_as_store_error(), self.engine.connect() as conn:
             rows = conn.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status)).all()
         return {status: count for status, count in rows}
 
@@ -377,23 +398,76 @@ class SqlJobStore:
         self.engine.dispose()
 
 
-def begin_immediate(execute) -> None:
+#: SQLite's answers when the database, not the statement, is the trouble.
+_SQLITE_UNAVAILABLE = ("locked", "busy", "readonly", "read-only", "disk", "full",
+                       "unable to open", "i/o error")
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database cannot be reached or written for now, as
+    opposed to a bug in a statement (which stays an internal error)."""
+    if isinstance(error, sa_exc.TimeoutError):           # the pool stayed exhausted
+        return True
+    if isinstance(error, sa_exc.DBAPIError):
+        if error.connection_invalidated:
+            return True
+        error = error.orig
+    if isinstance(error, sqlite3.OperationalError):
+        return any(word in str(error).lower() for word in _SQLITE_UNAVAILABLE)
+    try:
+        import psycopg
+    except ImportError:                                  # pragma: no cover
+        return False
+    # connection lost or refused, server shutting down or starting (57P01, 57P03),
+    # disk full (53100); a standby after a failover refuses writes (25006)
+    return isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError,
+                              psycopg.errors.ReadOnlySqlTransaction))
+
+
+@contextmanager
+def unavailable_as_store_error():
+    """Raise what ``is_unavailable`` recognises as StoreUnavailable, anything else as is."""
+    try:
+        yield
+    except StoreUnavailable:
+        raise
+    except Exception as error:
+        if is_unavailable(error):
+            raise StoreUnavailable(f"the job store cannot be reached: {error}".strip()) from error
+        raise
+
+
+class PatientCursor:
+    """A DBAPI cursor whose ``execute`` waits out SQLite's lock until ``deadline``."""
+    __slots__ = ("cursor", "deadline")
+
+    def __init__(self, cursor, deadline: float):
+        self.cursor, self.deadline = cursor, deadline
+
+    def execute(self, sql, args=()):
+        return retry_while_busy(lambda: self.cursor.execute(sql, args), self.deadline)
+
+    def __getattr__(self, name):             # fetchall, fetchone, rowcount…
+        return getattr(self.cursor, name)
+
+
+def begin_immediate(execute, deadline=None) -> None:
     """Begin an SQLite transaction of several statements, with the write lock."""
-    retry_while_busy(lambda: execute("BEGIN IMMEDIATE"))
+    retry_while_busy(lambda: execute("BEGIN IMMEDIATE"), deadline)
 
 
-def retry_while_busy(action):
+def retry_while_busy(action, deadline=None):
     """``action()``, tried again while SQLite answers "database is locked" (another
     process holds the write lock).  SQLite's own busy handler would sleep 1, 2, 5,
     10… ms between tries, longer than the writes of the node's processes take; here
-    the tries come after 50 µs, doubling up to 2 ms, for up to BUSY_TIMEOUT_S.
-    ``action`` may run on the DBAPI connection or through SQLAlchemy, which wraps the
-    driver's error in its own."""
-    delay, deadline = 0.00005, None
+    the tries come after 50 µs, doubling up to 2 ms, until ``deadline`` (time.monotonic),
+    by default BUSY_TIMEOUT_S after the first refusal.  ``action`` may run on the DBAPI
+    connection or through SQLAlchemy, which wraps the driver's error in its own."""
+    delay = 0.00005
     while True:
         try:
             return action()
-        except (sqlite3.OperationalError, exc.OperationalError) as error:
+        except (sqlite3.OperationalError, sa_exc.OperationalError) as error:
             if not _busy(getattr(error, "orig", error)):
                 raise
             now = time.monotonic()
