@@ -75,18 +75,18 @@ def decode(data, cls, path: str = ""):
     if type_name is not None:
         known = subtypes(cls)
         if not isinstance(type_name, str) or type_name not in known:
-            raise _invalid(_join(path, TYPE_KEY), type_name,
+            raise _invalid(field_path(path, TYPE_KEY), type_name,
                            f"expected {cls.get_type_name()} or one of its subtypes")
         cls = known[type_name]
     declared = fields(cls)
     names = {f.name for f in declared}
     for key in data:
         if key != TYPE_KEY and key not in names:
-            raise _invalid(_join(path, key), data[key],
+            raise _invalid(field_path(path, key), data[key],
                            f"{cls.get_type_name()} has no field {key!r}")
     obj = cls()
     for f in declared:
-        fpath = _join(path, f.name)
+        fpath = field_path(path, f.name)
         raw = data.get(f.name)
         if raw is None:
             if f.required:
@@ -154,5 +154,7 @@ def _invalid(path, value, why):
     return InvalidValueFault(f"invalid value for {path}: {why}", parameter=path, value=shown)
 
 
-def _join(path, name):
+def field_path(path, name):
+    """The path of field ``name`` of the value at ``path`` ("" for the request itself),
+    as faults name it: ``timeouts.computationTimeout``."""
     return f"{path}.{name}" if path else name
