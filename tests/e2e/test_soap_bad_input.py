@@ -21,6 +21,7 @@ LIMIT = 2048
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
 XDEMO_NS = "http://xruntime.org/xserver/xdemo"
 XRUNTIME_NS = "http://xruntime.org/xserver/xruntime"
+XDIMA_NS = "http://xruntime.org/xserver/xdima"
 TYPES_NS = "http://xruntime.org/xserver/types"
 WSDL_NS = "http://schemas.xmlsoap.org/wsdl/"
 XSD_NS = "http://www.w3.org/2001/XMLSchema"
@@ -243,6 +244,7 @@ def test_wrong_content_type(unchanged, service, content_type):
     ("XDemo", "<busy>yes</busy>", "busy", "yes"),
     ("XDemo", "<steps>0</steps>", "steps", "0"),
     ("XDemo", "<durationMs>-5</durationMs>", "durationMs", "-5"),
+    ("XDemo", "<steps> +0 </steps>", "steps", "+0"),        # the value as sent, not 0
     ("XDemo", "<timeouts><computationTimeout>soon</computationTimeout></timeouts>",
      "timeouts.computationTimeout", "soon"),
     ("XRuntime", "<id>x</id><progressUpdatePeriod>soon</progressUpdatePeriod>",
@@ -254,6 +256,17 @@ def test_wrong_type(unchanged, service, fields, parameter, value):
     assert fault.type == "InvalidValueFault", fault.string
     assert fault.fields["parameter"] == parameter
     assert fault.fields.get("value") == value
+
+
+@pytest.mark.parametrize("text", ["95", "95.50", "9.5e1", " 95 ", "+95"])
+def test_out_of_range_value_is_named_as_sent(unchanged, text):
+    """The fault's value is the element's text (trimmed), not the number it was read as."""
+    body = envelope(f'<d:startCreateDistanceMatrix xmlns:d="{XDIMA_NS}"><startLocations>'
+                    f"<longitude>0</longitude><latitude>{text}</latitude></startLocations>"
+                    "</d:startCreateDistanceMatrix>")
+    fault = soap_fault(post(unchanged, "XDima", body), unchanged, "XDima")
+    assert fault.type == "InvalidValueFault", fault.string
+    assert (fault.fields["parameter"], fault.fields["value"]) == ("startLocations[0].latitude", text.strip())
 
 
 @pytest.mark.parametrize("service, fields, parameter", [

@@ -99,9 +99,9 @@ class SoapBinding:
                 raise InvalidRequestFault(f"{request.method} is not allowed; POST a SOAP envelope, "
                                           f"or GET {request.base_url}?wsdl")
             self.dispatcher.check_enabled(name)
-            op, data = await sized(request.content_length, self._read, request, soap)
+            op, (data, sent) = await sized(request.content_length, self._read, request, soap)
             del request                  # a held watch keeps nothing of the request
-            answer = await self.dispatcher.call(op, data)
+            answer = await self.dispatcher.call(op, data, sent)
         except Exception as exc:
             return self._fault(soap, as_fault(exc, f"SOAP {name}"))
         if len(answer.text) > INLINE_BYTES:           # a large result: streamed from the pool

@@ -18,7 +18,7 @@ from xml.sax.saxutils import escape
 from lxml import etree
 
 from ..protocol.faults import InvalidValueFault
-from ..protocol.codec import TYPE_KEY, field_path
+from ..protocol.codec import TYPE_KEY, field_path, shown
 from ..protocol.typeinfo import BOOL, FLOAT, INT, OBJ, Field, lineage, original, subtypes
 
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
@@ -36,8 +36,16 @@ def plan(cls):
 
 # --------------------------------------------------------------------------- read
 
-def read(elem, cls, path: str = "") -> dict:
-    """An element as the JSON codec's plain data for type ``cls``."""
+def read(elem, cls):
+    """An element as ``(data, sent)``: the JSON codec's plain data for type ``cls``, and
+    the text of each number whose value the codec would show otherwise ({path: text},
+    e.g. ``{"orders[0].location.lat": "95"}`` for 95.0), so that a fault names the
+    value as it was sent (``codec.decode(data, cls, sent=sent)``)."""
+    sent = {}
+    return _read(elem, cls, "", sent), sent
+
+
+def _read(elem, cls, path, sent) -> dict:
     cls = original(cls)
     data = {}
     xsi_type = elem.get(XSI_TYPE)
@@ -63,9 +71,12 @@ def read(elem, cls, path: str = "") -> dict:
         if child.get(XSI_NIL) in ("true", "1"):
             value = None
         elif f.kind == OBJ:
-            value = read(child, f.type, fpath)
+            value = _read(child, f.type, fpath, sent)
         else:
-            value = _primitive(child.text or "", f, fpath)
+            text = child.text or ""
+            value = _primitive(text, f, fpath)
+            if f.kind in (INT, FLOAT) and shown(value) != text.strip():
+                sent[fpath] = text.strip()[:200]
         if f.many:
             data.setdefault(f.name, []).append(value)
         else:
