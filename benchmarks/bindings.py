@@ -21,8 +21,8 @@ from tests.harness import Server  # noqa: E402
 
 SOAP_WATCH = """<?xml version="1.0" encoding="utf-8"?>
 <soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/"
-               xmlns:x="http://xruntime.org/xserver/xruntime" xmlns:t="http://xruntime.org/xserver/types">
-  <soap:Body><x:watchJob><t:id>{id}</t:id></x:watchJob></soap:Body>
+               xmlns:x="http://xruntime.org/xserver/xruntime">
+  <soap:Body><x:watchJob><id>{id}</id></x:watchJob></soap:Body>
 </soap:Envelope>"""
 
 

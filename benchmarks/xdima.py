@@ -23,7 +23,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.harness import Server  # noqa: E402
 from tests.processes import _children  # noqa: E402
 
-TYPES_NS = "http://xruntime.org/xserver/types"
 DIMA_NS = "http://xruntime.org/xserver/xdima"
 
 
@@ -66,8 +65,8 @@ def call(port, operation, body, service="XDima"):
 def soap_fetch(port, job_id):
     envelope = (f'<?xml version="1.0" encoding="utf-8"?>'
                 f'<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/" '
-                f'xmlns:d="{DIMA_NS}" xmlns:t="{TYPES_NS}"><soap:Body>'
-                f'<d:fetchDistanceMatrixResponse><t:id>{job_id}</t:id>'
+                f'xmlns:d="{DIMA_NS}"><soap:Body>'
+                f'<d:fetchDistanceMatrixResponse><id>{job_id}</id>'
                 f'</d:fetchDistanceMatrixResponse></soap:Body></soap:Envelope>')
     return post(port, "/services/ws/XDima", envelope.encode(), "text/xml; charset=utf-8")
 

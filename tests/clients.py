@@ -8,15 +8,30 @@ type name, message and fields, whichever binding carried it:
 * SOAP: zeep, from the WSDL the server serves, so every call goes through a real,
   independent SOAP client; faults are read from ``<detail>`` with the WSDL's types;
 * JSON-RPC: ``POST /services/rpc/<Service>``.
+
+Three more SOAP clients, as users run them, for tests/e2e/test_soap_clients.py: suds
+(``SudsClient``) and node.js' npm ``soap`` and ``strong-soap`` (``NodeSoapClient``,
+through tests/node/bridge.js).  Every SOAP client keeps the envelopes it sent
+(``sent``: [(service, bytes)]) so that a test can hold them against the WSDL's schemas.
 """
 import itertools
+import json
+import os
+import select
+import subprocess
 import time
 
 import requests
+import suds.client
+import suds.plugin
+import suds.sudsobject
 import zeep
 import zeep.helpers
+import zeep.plugins
 from lxml import etree
 from zeep.xsd.valueobjects import CompoundValue
+
+NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
 
 BINDINGS = ("json", "soap", "jsonrpc")
 
@@ -70,27 +85,46 @@ class JsonRpcClient:
         return body["result"]
 
 
-class SoapClient:
-    name = "soap"
+class _WsdlClient:
+    """A SOAP library's client per service, built from the WSDL the server serves;
+    answers in the JSON codec's form, faults as RemoteFault.  Subclasses name the
+    library: ``build`` (recording what it sends in ``sent``), its ``Fault`` exception,
+    ``typed_fault`` and ``data``."""
 
     def __init__(self, base):
         self.base = base
         self.clients = {}
+        self.sent = []
 
     def client(self, service):
         if service not in self.clients:
-            self.clients[service] = zeep.Client(f"{self.base}/services/ws/{service}?wsdl")
+            self.clients[service] = self.build(f"{self.base}/services/ws/{service}?wsdl", service)
         return self.clients[service]
 
     def call(self, service, operation, request=None):
         client = self.client(service)
         try:
             answer = getattr(client.service, operation)(**(request or {}))
-        except zeep.exceptions.Fault as fault:
-            raise soap_fault(client, fault)
-        data = to_data(answer)
+        except self.Fault as fault:
+            raise self.typed_fault(client, fault)
+        data = self.data(answer)
         data.pop("$type", None)
         return data
+
+
+class SoapClient(_WsdlClient):
+    """zeep."""
+    name = "soap"
+    Fault = zeep.exceptions.Fault
+
+    def build(self, url, service):
+        return zeep.Client(url, plugins=[_ZeepRecorder(self.sent, service)])
+
+    def typed_fault(self, client, fault):
+        return soap_fault(client, fault)
+
+    def data(self, answer):
+        return to_data(answer)
 
 
 def soap_fault(client, fault):
@@ -115,6 +149,95 @@ def to_data(value):
     if isinstance(value, list):
         return [to_data(v) for v in value]
     return value
+
+
+class _ZeepRecorder(zeep.plugins.Plugin):
+    def __init__(self, sent, service):
+        self.sent, self.service = sent, service
+
+    def egress(self, envelope, http_headers, operation, binding_options):
+        self.sent.append((self.service, etree.tostring(envelope)))
+        return envelope, http_headers
+
+
+class SudsClient(_WsdlClient):
+    """suds-community."""
+    name = "suds"
+    Fault = suds.WebFault
+
+    def build(self, url, service):
+        return suds.client.Client(url, cache=None, plugins=[_SudsRecorder(self.sent, service)])
+
+    def typed_fault(self, client, fault):
+        return suds_fault(fault.fault)
+
+    def data(self, answer):
+        return suds_data(answer)
+
+
+class _SudsRecorder(suds.plugin.MessagePlugin):
+    def __init__(self, sent, service):
+        self.sent, self.service = sent, service
+
+    def sending(self, context):
+        self.sent.append((self.service, bytes(context.envelope)))
+
+
+def suds_data(value):
+    """A suds answer in the JSON codec's form: "$type" (its class: the xsi:type) on
+    every object."""
+    if isinstance(value, suds.sudsobject.Object):
+        data = {"$type": type(value).__name__}
+        data.update((key, suds_data(item)) for key, item in value)
+        return data
+    if isinstance(value, list):
+        return [suds_data(v) for v in value]
+    return str(value) if isinstance(value, str) else value
+
+
+def suds_fault(fault):
+    """The typed fault suds read from ``<detail>``."""
+    detail = getattr(fault, "detail", None)
+    if detail is None:
+        raise AssertionError(f"SOAP fault without detail: {fault.faultstring}")
+    [(_, typed)] = list(detail)
+    fields = {k: v for k, v in suds_data(typed).items() if v is not None}
+    return RemoteFault(fields.pop("$type"), str(fault.faultstring), fields, code=str(fault.faultcode))
+
+
+class NodeSoapClient:
+    """A SOAP client of node.js (``package`` "soap" or "strong-soap", installed in
+    tests/node), driven through tests/node/bridge.js in one node process."""
+
+    def __init__(self, base, package):
+        self.name = package
+        self.base = base
+        self.sent = []
+        self.proc = subprocess.Popen(["node", "bridge.js", package, base], cwd=NODE_DIR, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def call(self, service, operation, request=None, timeout=90):
+        self.proc.stdin.write(json.dumps({"service": service, "operation": operation,
+                                          "request": request or {}}) + "\n")
+        self.proc.stdin.flush()
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            raise AssertionError(f"node {self.name}: no answer to {operation} in {timeout} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"node {self.name} ended (exit code {self.proc.wait()})")
+        out = json.loads(line)
+        if out.get("sent"):
+            self.sent.append((service, out["sent"].encode("utf-8")))
+        if "fault" in out:
+            fault = out["fault"]
+            raise RemoteFault(fault["type"], fault["message"], fault["fields"], code=fault["code"])
+        if "error" in out:
+            raise AssertionError(f"node {self.name}: {out['error']}")
+        return out["answer"]
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(10)
 
 
 def make_client(binding, base):

@@ -231,6 +231,15 @@ def test_invalid_values_name_the_field(client):
         assert fault.fields["parameter"] == parameter and fault.fields["hint"]
 
 
+def test_invalid_value_is_the_value_as_sent(client):
+    """A latitude (a double) of 95 is out of range: the fault's value is "95", as sent,
+    in every binding (not "95.0", the number it was read as)."""
+    fault = fault_of(client.call, "XDima", "startCreateDistanceMatrix",
+                     {"startLocations": [{"longitude": 0, "latitude": 95}]})
+    assert fault.type == "InvalidValueFault"
+    assert (fault.fields["parameter"], fault.fields["value"]) == ("startLocations[0].latitude", "95")
+
+
 def test_invalid_fetch_type(client):
     job = client.call("XCrashy", "startCrash", {"mode": "sleep", "seconds": 0})["id"]
     wait_done(client, job)

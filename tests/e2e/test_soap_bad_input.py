@@ -21,6 +21,7 @@ LIMIT = 2048
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
 XDEMO_NS = "http://xruntime.org/xserver/xdemo"
 XRUNTIME_NS = "http://xruntime.org/xserver/xruntime"
+XDIMA_NS = "http://xruntime.org/xserver/xdima"
 TYPES_NS = "http://xruntime.org/xserver/types"
 WSDL_NS = "http://schemas.xmlsoap.org/wsdl/"
 XSD_NS = "http://www.w3.org/2001/XMLSchema"
@@ -42,14 +43,14 @@ def envelope(payload: str, prolog: str = "", padding: str = "") -> str:
             "</soap:Body></soap:Envelope>")
 
 
-def start_simulate(fields: str = "<x:durationMs>0</x:durationMs>") -> str:
+def start_simulate(fields: str = "<durationMs>0</durationMs>") -> str:
     """A startSimulate element: valid as it is, it would create a job."""
     return f'<x:startSimulate xmlns:x="{XDEMO_NS}">{fields}</x:startSimulate>'
 
 
-def watch_job(fields: str = "<t:id>no-such-job</t:id>") -> str:
-    """A watchJob element (its fields are in the types namespace, as the WSDL says)."""
-    return f'<r:watchJob xmlns:r="{XRUNTIME_NS}" xmlns:t="{TYPES_NS}">{fields}</r:watchJob>'
+def watch_job(fields: str = "<id>no-such-job</id>") -> str:
+    """A watchJob element (its fields unqualified, as the WSDL says)."""
+    return f'<r:watchJob xmlns:r="{XRUNTIME_NS}">{fields}</r:watchJob>'
 
 
 VALID = {"XDemo": start_simulate, "XRuntime": watch_job}
@@ -62,10 +63,10 @@ LAUGHS_DTD = ("<!DOCTYPE lolz [<!ENTITY lol \"lol\">"
               + "]>")
 # Where an expanded entity would come back to the caller: XDemo echoes a bad value in
 # InvalidValueFault.value; watchJob echoes the id of an unknown job.
-XXE_BODY = {"XDemo": envelope(start_simulate("<x:steps>&xxe;</x:steps>"), XXE_DTD),
-            "XRuntime": envelope(watch_job("<t:id>&xxe;</t:id>"), XXE_DTD)}
-LAUGHS_BODY = {"XDemo": envelope(start_simulate("<x:steps>&lol9;</x:steps>"), LAUGHS_DTD),
-               "XRuntime": envelope(watch_job("<t:id>&lol9;</t:id>"), LAUGHS_DTD)}
+XXE_BODY = {"XDemo": envelope(start_simulate("<steps>&xxe;</steps>"), XXE_DTD),
+            "XRuntime": envelope(watch_job("<id>&xxe;</id>"), XXE_DTD)}
+LAUGHS_BODY = {"XDemo": envelope(start_simulate("<steps>&lol9;</steps>"), LAUGHS_DTD),
+               "XRuntime": envelope(watch_job("<id>&lol9;</id>"), LAUGHS_DTD)}
 
 
 def passwd_lines():
@@ -238,17 +239,15 @@ def test_wrong_content_type(unchanged, service, content_type):
 
 
 @pytest.mark.parametrize("service, fields, parameter, value", [
-    ("XDemo", "<x:steps>many</x:steps>", "steps", "many"),
-    ("XDemo", "<x:durationMs>1.5</x:durationMs>", "durationMs", "1.5"),
-    ("XDemo", "<x:busy>yes</x:busy>", "busy", "yes"),
-    ("XDemo", "<x:steps>0</x:steps>", "steps", "0"),
-    ("XDemo", "<x:durationMs>-5</x:durationMs>", "durationMs", "-5"),
-    (
-        "XDemo",
-        f'<t:timeouts xmlns:t="{TYPES_NS}"><t:computationTimeout>soon</t:computationTimeout></t:timeouts>',
-        "timeouts.computationTimeout", "soon",
-    ),
-    ("XRuntime", "<t:id>x</t:id><t:progressUpdatePeriod>soon</t:progressUpdatePeriod>",
+    ("XDemo", "<steps>many</steps>", "steps", "many"),
+    ("XDemo", "<durationMs>1.5</durationMs>", "durationMs", "1.5"),
+    ("XDemo", "<busy>yes</busy>", "busy", "yes"),
+    ("XDemo", "<steps>0</steps>", "steps", "0"),
+    ("XDemo", "<durationMs>-5</durationMs>", "durationMs", "-5"),
+    ("XDemo", "<steps> +0 </steps>", "steps", "+0"),        # the value as sent, not 0
+    ("XDemo", "<timeouts><computationTimeout>soon</computationTimeout></timeouts>",
+     "timeouts.computationTimeout", "soon"),
+    ("XRuntime", "<id>x</id><progressUpdatePeriod>soon</progressUpdatePeriod>",
      "progressUpdatePeriod", "soon"),
 ])
 def test_wrong_type(unchanged, service, fields, parameter, value):
@@ -259,10 +258,24 @@ def test_wrong_type(unchanged, service, fields, parameter, value):
     assert fault.fields.get("value") == value
 
 
+@pytest.mark.parametrize("text", ["95", "95.50", "9.5e1", " 95 ", "+95"])
+def test_out_of_range_value_is_named_as_sent(unchanged, text):
+    """The fault's value is the element's text (trimmed), not the number it was read as."""
+    body = envelope(f'<d:startCreateDistanceMatrix xmlns:d="{XDIMA_NS}"><startLocations>'
+                    f"<longitude>0</longitude><latitude>{text}</latitude></startLocations>"
+                    "</d:startCreateDistanceMatrix>")
+    fault = soap_fault(post(unchanged, "XDima", body), unchanged, "XDima")
+    assert fault.type == "InvalidValueFault", fault.string
+    assert (fault.fields["parameter"], fault.fields["value"]) == ("startLocations[0].latitude", text.strip())
+
+
 @pytest.mark.parametrize("service, fields, parameter", [
-    ("XDemo", "<x:bogus>1</x:bogus>", "bogus"),
+    ("XDemo", "<bogus>1</bogus>", "bogus"),
     ("XDemo", f'<t:steps xmlns:t="{TYPES_NS}">2</t:steps>', "steps"),   # right name, wrong namespace
-    ("XRuntime", "<t:id>x</t:id><t:bogus>1</t:bogus>", "bogus"),
+    ("XRuntime", "<id>x</id><bogus>1</bogus>", "bogus"),
+    # the operation's namespace is not the field's (what npm soap wrote for the WSDLs
+    # whose fields were qualified)
+    ("XRuntime", f'<r:id xmlns:r="{XRUNTIME_NS}">x</r:id>', "id"),
 ])
 def test_unexpected_element(unchanged, service, fields, parameter):
     body = envelope(start_simulate(fields) if service == "XDemo" else watch_job(fields))
@@ -360,7 +373,7 @@ def test_the_wsdl_is_still_served(node, service):
 
 def test_comments_and_cdata_are_not_a_dtd(unchanged):
     """SOAP 1.1 forbids DTDs, not comments or CDATA: such a message is served."""
-    for body in (envelope(watch_job("<t:id><![CDATA[no-such-job]]></t:id>")),
+    for body in (envelope(watch_job("<id><![CDATA[no-such-job]]></id>")),
                  envelope(watch_job(), prolog="<!-- a comment before the envelope -->\n"),
                  envelope("<!-- a comment in the body -->" + watch_job())):
         r = post(unchanged, "XRuntime", body)
@@ -373,8 +386,22 @@ def test_a_valid_message_creates_a_job(node):
     before = sum(jobs_stored(node).values())
     r = post(node, "XDemo", envelope(start_simulate()))
     assert r.status_code == 200, r.text
-    job_id = etree.fromstring(r.content).findtext(f".//{{{TYPES_NS}}}id")
+    job_id = etree.fromstring(r.content).findtext(f".//{{{XDEMO_NS}}}startSimulateResponse/id")
     assert job_id
     assert sum(jobs_stored(node).values()) == before + 1
     node.wait_done(job_id)
+    node.call("XRuntime", "deleteJob", {"id": job_id})
+
+
+def test_fields_in_their_types_namespace_are_still_served(node):
+    """The form of the WSDLs before (elementFormDefault="qualified"): each field in the
+    namespace of the type that declares it.  Messages written for those still work."""
+    fields = (f'<t:timeouts xmlns:t="{TYPES_NS}"><t:computationTimeout>9000</t:computationTimeout>'
+              "</t:timeouts><x:durationMs>0</x:durationMs><x:steps>2</x:steps>")
+    r = post(node, "XDemo", envelope(start_simulate(fields)))
+    assert r.status_code == 200, r.text
+    job_id = etree.fromstring(r.content).findtext(f".//{{{XDEMO_NS}}}startSimulateResponse/id")
+    assert node.wait_done(job_id)["progress"]["successful"] == 2
+    r = post(node, "XRuntime", envelope(watch_job(f'<t:id xmlns:t="{TYPES_NS}">{job_id}</t:id>')))
+    assert r.status_code == 200 and b"SUCCEEDED" in r.content, r.text
     node.call("XRuntime", "deleteJob", {"id": job_id})

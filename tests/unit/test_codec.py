@@ -3,9 +3,12 @@ and the faults a wrong request gets, each naming the field by its path."""
 import json
 
 import pytest
+from lxml import etree
 from spyne import Unicode
 
 from services.xdemo.types import SimulateRequest, SimulateResponse
+from services.xdima.types import CreateDistanceMatrixRequest
+from xruntime.bindings import xml_codec
 from xruntime.protocol import codec
 from xruntime.protocol.faults import (AccessDeniedFault, InternalErrorFault,
                                       InvalidFetchTypeFault, InvalidRequestFault,
@@ -249,6 +252,39 @@ def test_missing_required_is_missing_parameter(cls, data, parameter):
 def test_long_values_are_shortened_in_the_fault():
     fault = invalid({"steps": "9" * 1000}, SimulateRequest)
     assert len(fault.value) < 300
+
+
+# --------------------------------------------------------------------------- the value as sent
+
+def read_xml(fields, cls):
+    """``fields`` (XML text) in an operation's element, as the SOAP binding reads them:
+    (data, sent)."""
+    return xml_codec.read(etree.fromstring(f'<x:op xmlns:x="{cls.get_namespace()}">{fields}</x:op>'), cls)
+
+
+@pytest.mark.parametrize("text", ["95", "95.50", "9.5e1", " 95 ", "+95"])
+def test_out_of_range_value_is_named_as_sent_in_xml(text):
+    data, sent = read_xml(f"<startLocations><longitude>0</longitude><latitude>{text}</latitude>"
+                          "</startLocations>", CreateDistanceMatrixRequest)
+    assert data == {"startLocations": [{"longitude": 0.0, "latitude": float(text)}]}
+    with pytest.raises(InvalidValueFault) as excinfo:
+        codec.decode(data, CreateDistanceMatrixRequest, sent=sent)
+    assert excinfo.value.parameter == "startLocations[0].latitude"
+    assert excinfo.value.value == text.strip()
+
+
+def test_xml_keeps_only_the_texts_a_value_would_not_show():
+    """ "1.5" reads as 1.5 and "2" as the integer 2: both show as sent; 0 as a double
+    shows "0.0", so its text is kept."""
+    _, sent = read_xml("<startLocations><longitude>1.5</longitude><latitude>0</latitude>"
+                       "</startLocations><startLocations><longitude>2</longitude>"
+                       "<latitude>0.0</latitude></startLocations>", CreateDistanceMatrixRequest)
+    assert sent == {"startLocations[0].latitude": "0", "startLocations[1].longitude": "2"}
+
+
+def test_json_value_is_named_as_sent():
+    fault = invalid({"startLocations": [{"longitude": 0, "latitude": 95}]}, CreateDistanceMatrixRequest)
+    assert (fault.parameter, fault.value) == ("startLocations[0].latitude", "95")
 
 
 # --------------------------------------------------------------------------- faults

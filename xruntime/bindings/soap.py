@@ -62,7 +62,7 @@ class SoapService:
         self.prefixes = {SOAP_ENV: "soap", xml_codec.XSI: "xsi", TYPES_NS: "t", service.namespace: "s"}
         for cls in polymorphic_types(service):       # e.g. other services' progress types
             self.prefixes.setdefault(cls.get_namespace(), f"n{len(self.prefixes)}")
-        for op in self.operations.values():          # namespaces of the responses' fields
+        for op in self.operations.values():          # the types an xsi:type may name
             for cls in complex_types(op.response):
                 self.prefixes.setdefault(cls.get_namespace(), f"n{len(self.prefixes)}")
         self.declarations = _declarations(self.prefixes)
@@ -99,9 +99,9 @@ class SoapBinding:
                 raise InvalidRequestFault(f"{request.method} is not allowed; POST a SOAP envelope, "
                                           f"or GET {request.base_url}?wsdl")
             self.dispatcher.check_enabled(name)
-            op, data = await sized(request.content_length, self._read, request, soap)
+            op, (data, sent) = await sized(request.content_length, self._read, request, soap)
             del request                  # a held watch keeps nothing of the request
-            answer = await self.dispatcher.call(op, data)
+            answer = await self.dispatcher.call(op, data, sent)
         except Exception as exc:
             return self._fault(soap, as_fault(exc, f"SOAP {name}"))
         if len(answer.text) > INLINE_BYTES:           # a large result: streamed from the pool
@@ -177,14 +177,14 @@ class SoapBinding:
     def _fault(self, soap, fault: XServerFault) -> Response:
         data = codec.encode_fault(fault)["faultInfo"]
         data.pop(codec.TYPE_KEY)
-        # the service's WSDL declares its faults in its namespace; with no service
-        # (an unknown one), the protocol's namespace
+        # the service's WSDL declares its fault elements in its namespace; with no
+        # service (an unknown one), the protocol's namespace
         ns = soap.service.namespace if soap is not None else TYPES_NS
         prefixes = soap.prefixes if soap is not None else _BARE_PREFIXES
         fill = [f"<soap:Fault><faultcode>soap:{fault.soap_faultcode}</faultcode>"
                 f"<faultstring>{xml_codec.escaped(fault.faultstring)}</faultstring><detail>",
                 *xml_codec.iter_text(f"{prefixes[ns]}:{fault.get_type_name()}", data, type(fault),
-                                     prefixes, ns_override=ns),
+                                     prefixes),
                 "</detail></soap:Fault>"]
         return self._envelope(soap, fill, status=500)
 

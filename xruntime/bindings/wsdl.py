@@ -7,6 +7,13 @@ operation declares every fault, so generated clients get typed exceptions.  Subt
 of the polymorphic types (progress, result limitations, faults) are declared too, so a
 client can read what travels with ``xsi:type``.
 
+The schemas are ``elementFormDefault="unqualified"``: the operations' and faults'
+elements are in the service's namespace, the fields' elements in none.  Every SOAP
+client then writes a field the same way, whichever namespace declares its type (npm
+``soap`` writes a field in the namespace of the element that holds it, and was refused
+every field of a protocol type, e.g. watchJob's ``id``, while they were qualified; see
+docs/soap-binding.md).
+
 spyne builds the WSDL only; the messages are read and written by ``bindings.soap``
 with the same type metadata.
 """
@@ -77,7 +84,7 @@ def _application(service):
 
 def build_wsdl(service, address: str) -> bytes:
     """The WSDL of ``service`` with ``address`` as its ``soap:address``."""
-    wsdl = Wsdl11(_application(service).interface)
+    wsdl = Wsdl11(_application(service).interface, element_form_default="unqualified")
     wsdl.build_interface_document(address)
     return canonical(wsdl.get_interface_document())
 

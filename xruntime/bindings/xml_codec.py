@@ -5,10 +5,11 @@ Reading turns an element into the JSON codec's plain data (``xsi:type`` becomes
 ``codec.decode`` then validates exactly as for JSON, so both bindings refuse the same
 requests with the same faults.  Writing turns the codec's plain data into XML text.
 
-A field's element is in the namespace of the class that declares it (the schemas are
-``elementFormDefault="qualified"``); fault types are declared in the service's own
-namespace (spyne puts the faults an operation throws there), so faults are written with
-``ns_override``.
+The schemas are ``elementFormDefault="unqualified"``: only the operation's element and
+a fault's element (global elements) are in a namespace; the fields' elements are in
+none, whichever type declares them (docs/soap-binding.md says why).  Reading also
+accepts a field in the namespace of the type that declares it, the form of the WSDLs
+before (``elementFormDefault="qualified"``), so messages written for those still work.
 """
 import re
 from functools import lru_cache
@@ -17,7 +18,7 @@ from xml.sax.saxutils import escape
 from lxml import etree
 
 from ..protocol.faults import InvalidValueFault
-from ..protocol.codec import TYPE_KEY
+from ..protocol.codec import TYPE_KEY, field_path, shown
 from ..protocol.typeinfo import BOOL, FLOAT, INT, OBJ, Field, lineage, original, subtypes
 
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
@@ -27,15 +28,24 @@ XSI_NIL = f"{{{XSI}}}nil"
 
 @lru_cache(maxsize=None)
 def plan(cls):
-    """[(name, field, namespace)] of a complex type, base fields first."""
+    """[(name, field, namespace)] of a complex type, base fields first; the namespace
+    is the one of the class that declares the field."""
     return tuple((name, Field(name, spyne_type), c.get_namespace())
                  for c in lineage(cls) for name, spyne_type in c._type_info.items())
 
 
 # --------------------------------------------------------------------------- read
 
-def read(elem, cls, path: str = "", ns_override=None) -> dict:
-    """An element as the JSON codec's plain data for type ``cls``."""
+def read(elem, cls):
+    """An element as ``(data, sent)``: the JSON codec's plain data for type ``cls``, and
+    the text of each number whose value the codec would show otherwise ({path: text},
+    e.g. ``{"orders[0].location.lat": "95"}`` for 95.0), so that a fault names the
+    value as it was sent (``codec.decode(data, cls, sent=sent)``)."""
+    sent = {}
+    return _read(elem, cls, "", sent), sent
+
+
+def _read(elem, cls, path, sent) -> dict:
     cls = original(cls)
     data = {}
     xsi_type = elem.get(XSI_TYPE)
@@ -43,24 +53,30 @@ def read(elem, cls, path: str = "", ns_override=None) -> dict:
         prefix, _, name = xsi_type.rpartition(":")
         data[TYPE_KEY] = name
         cls = subtypes(cls).get(name, cls)
-    fields = {name: (f, ns_override or ns) for name, f, ns in plan(cls)}
+    fields = {name: (f, ns) for name, f, ns in plan(cls)}
     for child in elem:
         if not isinstance(child.tag, str):
             continue
         qname = etree.QName(child)
-        fpath = f"{path}.{qname.localname}" if path else qname.localname
         entry = fields.get(qname.localname)
-        if entry is None or (qname.namespace or "") != entry[1]:
+        if entry is None or qname.namespace not in (None, entry[1]):
+            fpath = field_path(path, qname.localname)
             raise InvalidValueFault(f"unexpected element {qname.localname} "
                                     f"({qname.namespace or 'no namespace'}) in {cls.get_type_name()}",
                                     parameter=fpath, value=(child.text or "")[:200])
         f = entry[0]
+        fpath = field_path(path, f.name)
+        if f.many:
+            fpath += f"[{len(data.get(f.name, ()))}]"
         if child.get(XSI_NIL) in ("true", "1"):
             value = None
         elif f.kind == OBJ:
-            value = read(child, f.type, fpath)
+            value = _read(child, f.type, fpath, sent)
         else:
-            value = _primitive(child.text or "", f, fpath)
+            text = child.text or ""
+            value = _primitive(text, f, fpath)
+            if f.kind in (INT, FLOAT) and shown(value) != text.strip():
+                sent[fpath] = text.strip()[:200]
         if f.many:
             data.setdefault(f.name, []).append(value)
         else:
@@ -94,15 +110,15 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 CHUNK = 64 * 1024
 
 
-def iter_text(tag: str, data: dict, cls, prefixes: dict, ns_override=None):
+def iter_text(tag: str, data: dict, cls, prefixes: dict):
     """The XML text of ``data`` (the JSON codec's form of a ``cls`` value) as element
     ``tag`` ("prefix:name"), in chunks of about 64 KiB.  The one way XML leaves the
     server (answers and fault details alike), written as text rather than built as a
     tree, so that a response of millions of numbers (a distance matrix) streams in
-    bounded memory.  The prefixes must be declared on an enclosing element;
-    ``ns_override`` puts the fields of the element itself in that namespace."""
+    bounded memory.  The fields' elements are unqualified; ``prefixes`` (declared on an
+    enclosing element) name the namespaces of ``xsi:type`` values."""
     buffer, size = [], 0
-    for piece in _pieces(tag, data, cls, prefixes, ns_override):
+    for piece in _pieces(tag, data, cls, prefixes):
         buffer.append(piece)
         size += len(piece)
         if size >= CHUNK:
@@ -112,7 +128,7 @@ def iter_text(tag: str, data: dict, cls, prefixes: dict, ns_override=None):
         yield "".join(buffer)
 
 
-def _pieces(tag, data, cls, prefixes, ns_override=None):
+def _pieces(tag, data, cls, prefixes):
     cls = original(cls)
     type_name = data.get(TYPE_KEY)
     if type_name:
@@ -120,17 +136,16 @@ def _pieces(tag, data, cls, prefixes, ns_override=None):
         yield f'<{tag} xsi:type="{prefixes[cls.get_namespace()]}:{type_name}">'
     else:
         yield f"<{tag}>"
-    for name, f, ns in plan(cls):
+    for name, f, _ in plan(cls):
         value = data.get(name)
         if value is None:
             continue
-        child = f"{prefixes[ns_override or ns]}:{name}"
         items = value if f.many else (value,)
         if f.kind == OBJ:
             for item in items:
-                yield from _pieces(child, item, f.type, prefixes)
+                yield from _pieces(name, item, f.type, prefixes)
         else:
-            yield "".join(f"<{child}>{escaped(item)}</{child}>" for item in items)
+            yield "".join(f"<{name}>{escaped(item)}</{name}>" for item in items)
     yield f"</{tag}>"
 
 

@@ -65,9 +65,11 @@ def decode_fault(data: dict) -> XServerFault:
 
 # --------------------------------------------------------------------------- decode
 
-def decode(data, cls, path: str = ""):
+def decode(data, cls, path: str = "", sent=None):
     """Plain JSON data as an instance of the spyne model ``cls`` (or the subtype
-    named by ``$type``), validated against the declared fields."""
+    named by ``$type``), validated against the declared fields.  ``sent`` ({path:
+    text}) gives the text a value was sent as where it differs from how the value
+    shows (the SOAP binding's numbers), so that a fault names the value as sent."""
     if not isinstance(data, dict):
         raise _invalid(path or cls.get_type_name(), data, "an object is expected")
     cls = original(cls)
@@ -75,18 +77,18 @@ def decode(data, cls, path: str = ""):
     if type_name is not None:
         known = subtypes(cls)
         if not isinstance(type_name, str) or type_name not in known:
-            raise _invalid(_join(path, TYPE_KEY), type_name,
+            raise _invalid(field_path(path, TYPE_KEY), type_name,
                            f"expected {cls.get_type_name()} or one of its subtypes")
         cls = known[type_name]
     declared = fields(cls)
     names = {f.name for f in declared}
     for key in data:
         if key != TYPE_KEY and key not in names:
-            raise _invalid(_join(path, key), data[key],
+            raise _invalid(field_path(path, key), data[key],
                            f"{cls.get_type_name()} has no field {key!r}")
     obj = cls()
     for f in declared:
-        fpath = _join(path, f.name)
+        fpath = field_path(path, f.name)
         raw = data.get(f.name)
         if raw is None:
             if f.required:
@@ -96,17 +98,17 @@ def decode(data, cls, path: str = ""):
         if f.many:
             if not isinstance(raw, list):
                 raise _invalid(fpath, raw, "a list is expected")
-            value = [_decode_value(item, f, f"{fpath}[{i}]") for i, item in enumerate(raw)]
+            value = [_decode_value(item, f, f"{fpath}[{i}]", sent) for i, item in enumerate(raw)]
         else:
-            value = _decode_value(raw, f, fpath)
+            value = _decode_value(raw, f, fpath, sent)
         setattr(obj, f.name, value)
     return obj
 
 
-def _decode_value(raw, f, path):
+def _decode_value(raw, f, path, sent):
     kind = f.kind
     if kind == OBJ:
-        return decode(raw, f.type, path)
+        return decode(raw, f.type, path, sent)
     if kind == INT:
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise _invalid(path, raw, "an integer is expected")
@@ -115,13 +117,13 @@ def _decode_value(raw, f, path):
                 raise _invalid(path, raw, "an integer is expected")
             raw = int(raw)
         if not INT64_MIN <= raw <= INT64_MAX:
-            raise _invalid(path, raw, "the integer is out of the 64-bit range")
-        _check_range(raw, f.attrs, path)
+            raise _invalid(path, raw, "the integer is out of the 64-bit range", sent)
+        _check_range(raw, f.attrs, path, sent)
         return raw
     if kind == FLOAT:
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
             raise _invalid(path, raw, "a number is expected")
-        _check_range(raw, f.attrs, path)
+        _check_range(raw, f.attrs, path, sent)
         return float(raw)
     if kind == BOOL:
         if not isinstance(raw, bool):
@@ -139,20 +141,29 @@ def _decode_value(raw, f, path):
     return raw
 
 
-def _check_range(v, attrs, path):
+def _check_range(v, attrs, path, sent):
     for bound, ok, words in (("ge", lambda b: v >= b, "at least"), ("gt", lambda b: v > b, "more than"),
                              ("le", lambda b: v <= b, "at most"), ("lt", lambda b: v < b, "less than")):
         b = getattr(attrs, bound, None)
         if b is not None and not (isinstance(b, (int, float)) and math.isinf(b)) and not ok(b):
-            raise _invalid(path, v, f"it must be {words} {b}")
+            raise _invalid(path, v, f"it must be {words} {b}", sent)
 
 
-def _invalid(path, value, why):
-    shown = value if isinstance(value, str) else repr(value)
-    if len(shown) > 200:
-        shown = shown[:200] + "…"
-    return InvalidValueFault(f"invalid value for {path}: {why}", parameter=path, value=shown)
+def shown(value) -> str:
+    """How a fault's ``value`` shows a value of the request: a string as it is, any
+    other value as JSON (and Python) write it."""
+    return value if isinstance(value, str) else repr(value)
 
 
-def _join(path, name):
+def _invalid(path, value, why, sent=None):
+    text = sent.get(path) if sent else None
+    text = shown(value) if text is None else text
+    if len(text) > 200:
+        text = text[:200] + "…"
+    return InvalidValueFault(f"invalid value for {path}: {why}", parameter=path, value=text)
+
+
+def field_path(path, name):
+    """The path of field ``name`` of the value at ``path`` ("" for the request itself),
+    as faults name it: ``timeouts.computationTimeout``."""
     return f"{path}.{name}" if path else name
