@@ -1,2 +1,6 @@
 """xruntime: long operations as asynchronous jobs behind the xServer job protocol."""
+from . import spyne_compat
+
+spyne_compat.apply()          # before anything imports spyne (Python 3.12+)
+
 __version__ = "0.1.0"

@@ -1,0 +1,69 @@
+"""spyne 2.14 on Python 3.12 and later; imported by ``xruntime/__init__.py`` before
+anything imports spyne.
+
+spyne vendors ``six`` as ``spyne/util/six.py``, whose ``_SixMetaPathImporter`` serves
+``spyne.util.six.moves.*`` with ``find_module``/``load_module`` only.  Python 3.12
+dropped ``find_module`` from the import system, so ``import spyne`` fails there with
+``No module named 'spyne.util.six.moves'``.  ``apply()`` loads ``spyne/util/six.py`` by
+path under its own name, without importing spyne, and gives the importer the
+``find_spec``/``create_module``/``exec_module`` that six 1.16 has; spyne then finds that
+module in ``sys.modules`` and imports.  On 3.13 ``spyne.protocol.soap`` also imports
+``cgi``, removed from the standard library: the dependency ``legacy-cgi`` (setup.cfg)
+provides it.  On 3.11 nothing is done.
+"""
+import importlib.util
+import os
+import sys
+
+SIX = "spyne.util.six"
+
+
+def apply() -> None:
+    """Make spyne's vendored six importable on this Python (idempotent)."""
+    if sys.version_info < (3, 12):
+        return
+    six = sys.modules.get(SIX) or _load_six()
+    if six is not None:
+        _give_find_spec(six._SixMetaPathImporter)
+
+
+def _load_six():
+    spyne = importlib.util.find_spec("spyne")        # finds the package, imports nothing
+    if spyne is None or not spyne.submodule_search_locations:
+        return None                                  # no spyne: the import error comes later
+    path = os.path.join(list(spyne.submodule_search_locations)[0], "util", "six.py")
+    spec = importlib.util.spec_from_file_location(SIX, path)
+    six = importlib.util.module_from_spec(spec)
+    sys.modules[SIX] = six
+    try:
+        spec.loader.exec_module(six)                 # appends its importer to sys.meta_path
+    except BaseException:
+        del sys.modules[SIX]
+        raise
+    return six
+
+
+def _give_find_spec(importer_class) -> None:
+    if "find_spec" in importer_class.__dict__:
+        return
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.known_modules:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        module = self.load_module(spec.name)
+        # A moved module is the real one (e.g. collections.abc); the import system is
+        # about to overwrite its __spec__ with this alias's: keep its own.
+        self.__dict__.setdefault("own_specs", {})[spec.name] = getattr(module, "__spec__", None)
+        return module
+
+    def exec_module(self, module):
+        own = self.__dict__.get("own_specs", {}).pop(module.__spec__.name, None)
+        if own is not None:
+            module.__spec__ = own
+
+    importer_class.find_spec = find_spec
+    importer_class.create_module = create_module
+    importer_class.exec_module = exec_module
