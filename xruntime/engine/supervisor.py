@@ -167,11 +167,7 @@ class WorkerSlot(threading.Thread):
         it running for ever (a deleted one is erased)."""
         sup = self.sup
         fault = InternalErrorFault("the server failed while running this job; see its log")
-        won = sup.persist(lambda: sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
-                          f"the failure of job {job.id}")
-        if won:
-            sup.finished(job, True, "FAILED (server error)")
-        elif won is not None:
+        if sup.fail(job, fault, "server error") is False:
             sup.erase_deleted(job.id)
 
     def execute(self, job):
@@ -183,9 +179,7 @@ class WorkerSlot(threading.Thread):
             fault = RequestTimedOutFault(
                 f"the job waited {queued_for} ms in the queue, longer than its queueing timeout "
                 f"of {limits.queueing_timeout_ms} ms")
-            sup.finished(job, sup.persist(
-                lambda: sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
-                f"the outcome of job {job.id}"), "FAILED (queueing timeout)")
+            sup.fail(job, fault, "queueing timeout")
             return
         with sup.signal_lock:
             with self._lock:
@@ -300,9 +294,7 @@ class WorkerSlot(threading.Thread):
             return
         fault = InternalErrorFault(f"the worker process running this job died (exit code {code}); "
                                    "the job is not run again")
-        sup.finished(job, sup.persist(
-            lambda: sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
-            f"the outcome of job {job.id}"), "FAILED (worker died)")
+        sup.fail(job, fault, "worker died")
 
     def _killed(self, job):
         sup = self.sup
@@ -315,9 +307,7 @@ class WorkerSlot(threading.Thread):
             return
         fault = RequestTimedOutFault("the computation timeout stopped the job and it did not "
                                      f"return within {STOP_GRACE:g} s; it was aborted")
-        sup.finished(job, sup.persist(
-            lambda: sup.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
-            f"the outcome of job {job.id}"), "FAILED (aborted after timeout)")
+        sup.fail(job, fault, "aborted after timeout")
 
 
 class Supervisor:
@@ -415,6 +405,15 @@ class Supervisor:
         if won:
             log.info("job %s %s.%s %s", job.id, job.service, job.operation, status)
         self.notifier.notify(job.id)
+
+    def fail(self, job, fault, why: str):
+        """Fail the running job with ``fault``, written once the store answers; answers
+        whether it was still running (False: deleted meanwhile; None: given up at
+        shutdown)."""
+        won = self.persist(lambda: self.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
+                           f"the outcome of job {job.id}")
+        self.finished(job, won, f"FAILED ({why})")
+        return won
 
     def persist(self, write, what: str):
         """``write()``, a store write that must not be lost (a job's outcome, its
