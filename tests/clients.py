@@ -22,10 +22,13 @@ import subprocess
 import time
 
 import requests
+import requests.auth
 import suds.client
 import suds.plugin
 import suds.sudsobject
+import suds.transport.http
 import zeep
+import zeep.transports
 import zeep.helpers
 import zeep.plugins
 from lxml import etree
@@ -49,9 +52,10 @@ class RemoteFault(Exception):
 class JsonClient:
     name = "json"
 
-    def __init__(self, base):
+    def __init__(self, base, auth=None):
         self.base = base
         self.session = requests.Session()
+        self.session.auth = auth          # (user, token): HTTP Basic on every call
 
     def call(self, service, operation, request=None):
         r = self.session.post(f"{self.base}/services/rs/{service}/{operation}", json=request or {},
@@ -66,9 +70,10 @@ class JsonClient:
 class JsonRpcClient:
     name = "jsonrpc"
 
-    def __init__(self, base):
+    def __init__(self, base, auth=None):
         self.base = base
         self.session = requests.Session()
+        self.session.auth = auth
         self.ids = itertools.count(1)
 
     def call(self, service, operation, request=None):
@@ -91,8 +96,9 @@ class _WsdlClient:
     library: ``build`` (recording what it sends in ``sent``), its ``Fault`` exception,
     ``typed_fault`` and ``data``."""
 
-    def __init__(self, base):
+    def __init__(self, base, auth=None):
         self.base = base
+        self.auth = auth                  # (user, token), sent as the library sends it
         self.clients = {}
         self.sent = []
 
@@ -118,7 +124,11 @@ class SoapClient(_WsdlClient):
     Fault = zeep.exceptions.Fault
 
     def build(self, url, service):
-        return zeep.Client(url, plugins=[_ZeepRecorder(self.sent, service)])
+        session = requests.Session()
+        if self.auth is not None:         # with every request, the WSDL's too
+            session.auth = requests.auth.HTTPBasicAuth(*self.auth)
+        return zeep.Client(url, plugins=[_ZeepRecorder(self.sent, service)],
+                           transport=zeep.transports.Transport(session=session))
 
     def typed_fault(self, client, fault):
         return soap_fault(client, fault)
@@ -166,7 +176,11 @@ class SudsClient(_WsdlClient):
     Fault = suds.WebFault
 
     def build(self, url, service):
-        return suds.client.Client(url, cache=None, plugins=[_SudsRecorder(self.sent, service)])
+        extra = {}
+        if self.auth is not None:         # answers the server's 401 challenge
+            extra["transport"] = suds.transport.http.HttpAuthenticated(username=self.auth[0],
+                                                                       password=self.auth[1])
+        return suds.client.Client(url, cache=None, plugins=[_SudsRecorder(self.sent, service)], **extra)
 
     def typed_fault(self, client, fault):
         return suds_fault(fault.fault)
@@ -240,8 +254,8 @@ class NodeSoapClient:
         self.proc.wait(10)
 
 
-def make_client(binding, base):
-    return {"json": JsonClient, "soap": SoapClient, "jsonrpc": JsonRpcClient}[binding](base)
+def make_client(binding, base, auth=None):
+    return {"json": JsonClient, "soap": SoapClient, "jsonrpc": JsonRpcClient}[binding](base, auth)
 
 
 # ------------------------------------------------------------------ XDemo through any client

@@ -76,7 +76,7 @@ class Server:
     ``workers``, ``threads`` and ``server_keys`` are not used."""
 
     def __init__(self, folder, port=None, database_url=None, extra="", workers=2, threads=64,
-                 env=None, server_keys=None, config=None):
+                 env=None, server_keys=None, config=None, auth=None):
         self.folder = folder
         if config is None:
             self.port = port or free_port()
@@ -97,6 +97,7 @@ class Server:
         self.proc = None
         self.workers = workers
         self.session = requests.Session()
+        self.session.auth = auth      # (user, token) for the JSON calls below, with [auth] on
 
     def start(self, timeout=60):
         self._log = open(self.log_path, "ab")

@@ -1,7 +1,7 @@
 """The ASGI application of an HTTP process: bytes in, a binding, bytes out.
 
 It routes ``/services/rs``, ``/services/ws`` and ``/services/rpc`` to the JSON, SOAP
-and JSON-RPC bindings.  A body larger than ``[server] max_request_bytes`` is refused
+and JSON-RPC bindings, with the caller its credentials name (``accounts``).  A body larger than ``[server] max_request_bytes`` is refused
 before it is read (by its Content-Length, or as soon as a chunked body passes the
 limit), with a fault in the form of the binding its path names.  The bindings keep
 werkzeug's Request and Response: each request is handed over as a werkzeug Request
@@ -13,11 +13,20 @@ import logging
 
 from werkzeug.wrappers import Request, Response
 
+from .accounts import ANONYMOUS, NotAuthenticated, authenticate
 from .blocking import blocking
 from .bindings.json_binding import fault_response
-from .protocol.faults import InvalidRequestFault, as_fault
+from .logs import OncePerPeriod
+from .protocol.faults import AccessDeniedFault, InvalidRequestFault, as_fault
 
 log = logging.getLogger("xruntime.http")
+#: Refused credentials: one line a second at most (a client retrying a wrong token
+#: in a loop must not fill the disk); never the credentials themselves.
+_refusal_log = OncePerPeriod(log, 1.0)
+
+CHALLENGE = 'Basic realm="xruntime"'
+CREDENTIALS_HINT = ("Send your user name and token as HTTP Basic credentials, or the token as "
+                    "Authorization: Bearer; the administrator gives out tokens.")
 
 #: Chunks of a streamed answer are gathered up to this size per hop to the pool.
 STREAM_CHUNK = 256 * 1024
@@ -26,8 +35,10 @@ STREAM_CHUNK = 256 * 1024
 class Refused(Exception):
     """The request is answered without reading (the rest of) its body."""
 
-    def __init__(self, fault):
+    def __init__(self, fault, status=None, headers=None):
         self.fault = fault
+        self.status = status          # instead of the binding's own for the fault
+        self.headers = headers or {}
 
 
 class XRuntimeApp:
@@ -49,15 +60,35 @@ class XRuntimeApp:
                     f"nothing is served at {path}",
                     hint="Operations are at /services/rs/<Service>/<operation>."))
             else:       # (no name keeps the request: a held watch holds none of it)
+                caller = self._caller(scope, binding)
                 response = await binding.handle(Request(_environ(
-                    scope, prefix, path[len(prefix):], await self._read_body(scope, receive))))
+                    scope, prefix, path[len(prefix):], await self._read_body(scope, receive))), caller)
         except Refused as refused:
             response = (binding.refusal(path[len(prefix):], refused.fault) if binding is not None
                         else fault_response(refused.fault))
+            if refused.status is not None:
+                response.status_code = refused.status
+            response.headers.update(refused.headers)
             response.headers["Connection"] = "close"      # the body is not read
         except Exception as exc:                           # a bug: logged, never shown
             response = fault_response(as_fault(exc, path))
         await _send(response, send)
+
+    def _caller(self, scope, binding):
+        """Who calls (PROTOCOL §10); missing or wrong credentials are refused with 401
+        and a Basic challenge (clients that send credentials only when challenged, as
+        suds does, then send them), before the body is read."""
+        settings = self.settings()
+        if not settings.auth.required or (settings.auth.public_wsdl and binding.is_public(
+                scope["method"], scope.get("query_string", b""))):
+            return ANONYMOUS
+        try:
+            return authenticate(_header(scope, b"authorization"), settings)
+        except NotAuthenticated as exc:
+            _refusal_log.warning("refused %s %s from %s: %s", scope["method"], scope["path"],
+                                 (scope.get("client") or ("an unknown address",))[0], exc)
+            raise Refused(AccessDeniedFault(str(exc), hint=CREDENTIALS_HINT), status=401,
+                          headers={"WWW-Authenticate": CHALLENGE})
 
     def _route(self, path: str):
         for prefix, binding in self.bindings.items():

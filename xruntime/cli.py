@@ -1,4 +1,4 @@
-"""The ``xruntime`` command: serve, check-config."""
+"""The ``xruntime`` command: serve, check-config, wsdl, token new."""
 import argparse
 import logging
 import sys
@@ -53,6 +53,23 @@ def cmd_wsdl(args) -> int:
     return 0
 
 
+def cmd_token_new(args) -> int:
+    """A fresh token for a user, and the lines that give it to them (PROTOCOL §10)."""
+    from .accounts import new_token, token_sha256
+    if not config.USER_NAME.match(args.name) or args.name == config.ANY_USER:
+        print(f"{args.name!r} is no user name: letters, digits and _ . @ -, at most 100 "
+              f"(and not {config.ANY_USER!r})", file=sys.stderr)
+        return 2
+    token = new_token()
+    print(f"# The token for {args.name}; give it to them, it is shown only this once:")
+    print(f"#   {token}")
+    print("# Paste these lines into the configuration file (replacing an older")
+    print(f"# [users.{args.name}] token_sha256 rotates the token; the old one stops working):")
+    print(f"[users.{args.name}]")
+    print(f'token_sha256 = "{token_sha256(token)}"')
+    return 0
+
+
 def _service_names():
     from .registry import discover
     return list(discover())
@@ -75,6 +92,11 @@ def main(argv=None) -> int:
     p.add_argument("--base-url", default="http://localhost:50000",
                    help="base URL for soap:address (default http://localhost:50000)")
     p.set_defaults(func=cmd_wsdl)
+    p = sub.add_parser("token", help="user tokens")
+    tokens = p.add_subparsers(dest="token_command", required=True)
+    p = tokens.add_parser("new", help="print a fresh token for a user and the [users.NAME] lines to paste")
+    p.add_argument("name", help="the user's name")
+    p.set_defaults(func=cmd_token_new)
     args = parser.parse_args(argv)
     return args.func(args)
 

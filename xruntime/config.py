@@ -59,6 +59,32 @@ class ServiceSettings:
 
 
 @dataclass(frozen=True)
+class Quota:
+    """A user's limits for one service (0: none)."""
+    max_running: int = 0      # more of the user's jobs wait QUEUING while others' run
+    max_queued: int = 0       # past it, the user's start operations answer QuotaExceededFault
+
+
+@dataclass(frozen=True)
+class User:
+    """One ``[users.NAME]`` table: who the user is, and their shares (PROTOCOL §10)."""
+    name: str
+    token_sha256: str          # hex sha256 of the token; the token itself is never stored
+    admin: bool = False
+    quota: Quota = Quota()
+    services: dict = field(default_factory=dict)     # service → Quota of [users.NAME.services.X]
+
+    def quota_for(self, service: str) -> Quota:
+        return self.services.get(service) or self.quota
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    required: bool = False     # off: every caller is the anonymous user, as before accounts
+    public_wsdl: bool = True   # ?wsdl answers without credentials
+
+
+@dataclass(frozen=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 50000
@@ -70,6 +96,8 @@ class Settings:
     workers: int = 2
     jobs: JobSettings = field(default_factory=JobSettings)
     services: dict = field(default_factory=dict)
+    auth: AuthSettings = AuthSettings()
+    users: dict = field(default_factory=dict)          # name → User
     path: Optional[str] = None
 
     def http_processes(self) -> int:
@@ -100,6 +128,25 @@ class Settings:
         overridden = [name for name, s in self.services.items() if s.jobs is not None]
         return ([(self.jobs, None, overridden or None)]
                 + [(self.services[name].jobs, [name], None) for name in overridden])
+
+    def quota_of(self, user: str, service: str) -> Quota:
+        """The user's quota for the service (none for the anonymous or a removed user)."""
+        found = self.users.get(user)
+        return found.quota_for(service) if found is not None else Quota()
+
+    def running_limits(self) -> tuple:
+        """((user, service or None, max_running), ...): every configured max_running,
+        a user's per-service values before their own; empty when no user has one (the
+        claim is then plain first in, first out)."""
+        limits = []
+        for user in self.users.values():
+            own = [(user.name, service, quota.max_running) for service, quota in sorted(user.services.items())
+                   if quota.max_running != user.quota.max_running]
+            if user.quota.max_running or any(n for _, _, n in own):
+                limits.extend(own)
+                if user.quota.max_running:
+                    limits.append((user.name, None, user.quota.max_running))
+        return tuple(limits)
 
     def limits_for(self, service: str, queueing_ms=None, computation_ms=None) -> Limits:
         jobs = self.jobs_for(service)
@@ -199,6 +246,83 @@ _TABLES = {
 
 #: Keys a running server cannot change; an edit of them waits for the next restart.
 RESTART_KEYS = ("host", "port", "database_url", "workers", "threads", "processes")
+
+
+_AUTH_KEYS = ("required", "public_wsdl")
+_QUOTA_KEYS = {"max_running": _integer(0, 100000), "max_queued": _integer(0)}
+USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
+#: The user name PTV clients send with any user's token (PROTOCOL §10).
+ANY_USER = "xtok"
+
+
+def _token_sha256(value):
+    value = _string(value).strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise ValueError("expected the 64 hex digits of the token's sha256 "
+                         "(`xruntime token new NAME` prints them)")
+    return value
+
+
+def _users(content: dict, error, known_services) -> dict:
+    """The [users.NAME] tables as Users; problems go to ``error(table, key, message)``."""
+    users, owners = {}, {}
+    for name, table in content.items():
+        tname = f"users.{name}"
+        if not isinstance(table, dict):
+            error(tname, None, "must be a table")
+            continue
+        if not USER_NAME.match(name):
+            error(tname, None, f"{name!r} is no user name: letters, digits and _ . @ -, "
+                               "at most 100, starting with a letter or digit")
+            continue
+        if name == ANY_USER:
+            error(tname, None, f"{ANY_USER!r} is the name clients send with any user's token; "
+                               "choose another name")
+            continue
+        fields, quota, services = {}, {}, {}
+        for key, value in table.items():
+            try:
+                if key == "token_sha256":
+                    fields["token_sha256"] = _token_sha256(value)
+                elif key == "admin":
+                    fields["admin"] = _boolean(value)
+                elif key in _QUOTA_KEYS:
+                    quota[key] = _QUOTA_KEYS[key](value)
+                elif key == "services" and isinstance(value, dict):
+                    services = value
+                else:
+                    error(tname, key, "unknown key (known: token_sha256, admin, max_running, "
+                                      "max_queued, and [users.NAME.services.SERVICE] tables)")
+            except ValueError as exc:
+                error(tname, key, str(exc))
+        if "token_sha256" not in table:
+            error(tname, None, "token_sha256 is missing (`xruntime token new NAME` prints it)")
+        elif "token_sha256" in fields and owners.setdefault(fields["token_sha256"], name) != name:
+            error(tname, "token_sha256", f"the same token as [users.{owners[fields['token_sha256']]}]: "
+                                         "a token names one user")
+        base = Quota(**quota)
+        own = {}
+        for service, overrides in services.items():
+            sname = f"{tname}.services.{service}"
+            if known_services is not None and service not in known_services:
+                error(sname, None, f"no service named {service!r} (known: {', '.join(known_services)})")
+                continue
+            if not isinstance(overrides, dict):
+                error(sname, None, "must be a table")
+                continue
+            values = {}
+            for key, value in overrides.items():
+                if key not in _QUOTA_KEYS:
+                    error(sname, key, f"unknown key (known: {', '.join(_QUOTA_KEYS)})")
+                    continue
+                try:
+                    values[key] = _QUOTA_KEYS[key](value)
+                except ValueError as exc:
+                    error(sname, key, str(exc))
+            own[service] = replace(base, **values)
+        if "token_sha256" in fields:
+            users[name] = User(name=name, quota=base, services=own, **fields)
+    return users
 
 
 # ------------------------------------------------------------------------ line numbers
@@ -319,9 +443,29 @@ def parse(text: str, path: str = "<config>", known_services=None) -> Settings:
                     except ValueError as exc:
                         error(tname, key, str(exc))
                 services[name] = (enabled, jobs)
+        elif table == "auth":
+            if not isinstance(content, dict):
+                errors.append(f"line {line_of('', table)}: auth must be a table [auth]")
+                continue
+            auth = {}
+            for key, value in content.items():
+                if key not in _AUTH_KEYS:
+                    error(table, key, f"unknown key (known: {', '.join(_AUTH_KEYS)})")
+                    continue
+                try:
+                    auth[key] = _boolean(value)
+                except ValueError as exc:
+                    error(table, key, str(exc))
+            values["auth"] = AuthSettings(**auth)
+        elif table == "users":
+            if not isinstance(content, dict):
+                errors.append(f"line {line_of('', table)}: users must hold [users.NAME] tables")
+                continue
+            values["users"] = _users(content, error, known_services)
         else:
             errors.append(f"line {line_of(table) if (table, None) in lines else line_of('', table)}: "
-                          f"unknown table or key {table!r} (known: server, database, workers, jobs, services)")
+                          f"unknown table or key {table!r} "
+                          "(known: server, database, workers, jobs, services, auth, users)")
     if errors:
         raise ConfigError(path, errors)
     jobs = JobSettings(**values.pop("jobs", {}))

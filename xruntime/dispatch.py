@@ -67,17 +67,17 @@ class Dispatcher:
             raise InvalidRequestFault(what, hint="Check the operation's name and its service.")
         return op
 
-    async def call(self, op, data, sent=None) -> Answer:
-        """Plain request data of any binding → the Answer.  Validation is the codec's,
-        so every binding refuses the same input the same way (``sent``: see
-        ``codec.decode``)."""
+    async def call(self, op, data, caller, sent=None) -> Answer:
+        """Plain request data of any binding, from ``caller`` (``accounts.Caller``) →
+        the Answer.  Validation is the codec's, so every binding refuses the same input
+        the same way (``sent``: see ``codec.decode``)."""
         if not op.waits:
-            return Answer(await blocking(self.call_json, op, data, sent))
+            return Answer(await blocking(self.call_json, op, data, caller, sent))
         self.check_enabled(op.service)
         if op.kind == RUN:
             request = await blocking(codec.decode, data, op.request, sent=sent)
-            return Answer(await self.jobs.run(op.target, request))
-        response = await op.target(self.jobs, codec.decode(data, op.request, sent=sent))
+            return Answer(await self.jobs.run(op.target, request, caller))
+        response = await op.target(self.jobs, codec.decode(data, op.request, sent=sent), caller)
         return self._answer_once(response, op)
 
     def _answer_once(self, response, op) -> Answer:
@@ -92,18 +92,18 @@ class Dispatcher:
             self._shared.popitem(last=False)
         return answer
 
-    def call_json(self, op, data, sent=None) -> str:
+    def call_json(self, op, data, caller, sent=None) -> str:
         """The blocking part: request data → the response as JSON text.  A fetch
         answers the text the worker stored as it is: a large result is never built as
         spyne objects on the server's threads."""
         self.check_enabled(op.service)
         request = codec.decode(data, op.request, sent=sent)
         if op.kind == FETCH:
-            return self.jobs.fetch_json(op.target, request.id)
+            return self.jobs.fetch_json(op.target, request.id, caller)
         if op.kind == START:
-            answer = self.jobs.start(op.target, request)
+            answer = self.jobs.start(op.target, request, caller)
         elif op.kind == CALL:
-            answer = op.target(self.jobs, request)
+            answer = op.target(self.jobs, request, caller)
         else:
             raise AssertionError(op.kind)
         return codec.dumps(codec.encode(answer, op.response))

@@ -11,11 +11,12 @@ import time
 import uuid
 
 from . import __version__
+from .accounts import ANONYMOUS
 from .blocking import blocking
 from .protocol import codec
 from .protocol import states
 from .protocol.faults import (InvalidFetchTypeFault, JobStateFault, QueueOverflowFault,
-                              UnknownJobFault)
+                              QuotaExceededFault, UnknownJobFault)
 from .protocol.types import Job, JobCount, JobProgress, RuntimeInformation, ServiceInformation
 from .protocol.watch import watch_periods
 from .store import JobRecord, now_ms
@@ -54,38 +55,52 @@ class JobManager:
     def _deleted_view(self, rec) -> Job:
         return Job(id=rec.id, status=states.DELETED, elapsedTime=rec.elapsed_ms(now_ms()))
 
+    @staticmethod
+    def _seen(rec, caller):
+        """The record as ``caller`` may know it: another user's job is None, exactly
+        as an id that was never used (PROTOCOL §10)."""
+        return rec if rec is not None and caller.sees(rec.owner) else None
+
     # ------------------------------------------------------------------ long operations
 
-    def start(self, op, request) -> Job:
-        """Queue a job for ``op`` (a LongOperation) and answer QUEUING at once."""
+    def start(self, op, request, caller=ANONYMOUS) -> Job:
+        """Queue a job of ``caller`` for ``op`` (a LongOperation) and answer QUEUING at
+        once; refused past the queue's limit or the caller's own (PROTOCOL §10)."""
         if op.validate is not None:
             op.validate(request)
         timeouts = getattr(request, "timeouts", None)
         rec = JobRecord(
-            id=str(uuid.uuid4()), service=op.service, operation=op.name,
+            id=str(uuid.uuid4()), service=op.service, operation=op.name, owner=caller.name,
             fetch_type=op.fetch_type, status=states.QUEUING,
             request=codec.dumps(codec.encode(request, op.request)), queued_at=now_ms(),
             queueing_timeout=getattr(timeouts, "queueingTimeout", None) if timeouts else None,
             computation_timeout=getattr(timeouts, "computationTimeout", None) if timeouts else None)
-        max_queued, scope = self.settings().queue_limit(op.service)
-        if not self.store.create(rec, max_queued, scope):
+        settings = self.settings()
+        max_queued, scope = settings.queue_limit(op.service)
+        own_max = settings.quota_of(caller.name, op.service).max_queued
+        if not self.store.create(rec, max_queued, scope, owner_max_queued=own_max):
+            if own_max and self.store.count_queued(op.service, caller.name) >= own_max:
+                raise QuotaExceededFault(
+                    f"you have {own_max} {op.service} jobs queued already, your limit; this one "
+                    "was refused")
             raise QueueOverflowFault(f"{max_queued} jobs are queued already; this one was refused",
                                      hint="Try again later, when fewer jobs are waiting.")
-        log.info("job %s %s.%s QUEUING", rec.id, op.service, op.name)
+        log.info("job %s %s.%s QUEUING%s", rec.id, op.service, op.name,
+                 f" (user {caller.name})" if caller.name else "")
         self.notifier.notify_queued()
         return Job(id=rec.id, status=states.QUEUING, elapsedTime=0)
 
-    def fetch(self, op, job_id: str):
+    def fetch(self, op, job_id: str, caller=ANONYMOUS):
         """The response of a finished job (or its own fault), by the fetch rules."""
-        return codec.decode(json.loads(self.fetch_json(op, job_id)), op.response)
+        return codec.decode(json.loads(self.fetch_json(op, job_id, caller)), op.response)
 
-    def fetch_json(self, op, job_id: str) -> str:
+    def fetch_json(self, op, job_id: str, caller=ANONYMOUS) -> str:
         """Like ``fetch``, but the response as the JSON text the worker stored: the
         codec's form of ``op.response``, exactly what ``codec.encode`` of the fetched
         response would give (the worker encoded it with the same declared type).  The
         JSON bindings write it as it is, so a large result is never built as spyne
         objects nor parsed and encoded again on the server's threads."""
-        rec = self.store.get(job_id)
+        rec = self._seen(self.store.get(job_id), caller)
         if rec is None:
             raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
         if rec.fetch_type != op.fetch_type or rec.service != op.service:
@@ -102,10 +117,10 @@ class JobManager:
             raise codec.decode_fault(json.loads(rec.fault))
         return rec.result
 
-    async def run(self, op, request) -> str:
+    async def run(self, op, request, caller=ANONYMOUS) -> str:
         """The synchronous form: the same job, waited for (holding no thread), fetched
         and erased; the response as stored JSON text, as ``fetch_json`` answers it."""
-        job_id = (await blocking(self.start, op, request)).id
+        job_id = (await blocking(self.start, op, request, caller)).id
         await self.watches.until_final(job_id)
         return await blocking(self._fetch_and_erase, op, job_id)
 
@@ -117,13 +132,14 @@ class JobManager:
 
     # ------------------------------------------------------------------ XRuntime
 
-    async def watch(self, job_id: str, progress_update_period=None, maximum_polling_period=None) -> Job:
+    async def watch(self, job_id: str, progress_update_period=None, maximum_polling_period=None,
+                    caller=ANONYMOUS) -> Job:
         """Answer at once on a terminal or unknown job; else at the first change once
         ``progressUpdatePeriod`` has passed (a change seen earlier is answered the
         moment the period is over), at the latest after ``maximumPollingPeriod``
         (``Watches.watch``).  Watchers woken by one change get one shared answer."""
         update_ms, maximum_ms = watch_periods(progress_update_period, maximum_polling_period)
-        snap, woken = await self.watches.watch(job_id, update_ms, maximum_ms)
+        snap, woken = await self.watches.watch(job_id, update_ms, maximum_ms, caller.sees)
         if snap.rec is None:
             return self.unknown_job(job_id)
         if not woken:
@@ -132,9 +148,9 @@ class JobManager:
             snap.view = self.job_view(snap.rec)
         return snap.view
 
-    def stop(self, job_id: str) -> Job:
+    def stop(self, job_id: str, caller=ANONYMOUS) -> Job:
         for _ in range(RACE_RETRIES):
-            rec = self.store.peek(job_id)
+            rec = self._seen(self.store.peek(job_id), caller)
             status = rec.status if rec else states.UNKNOWN
             decision = states.STOP[status]
             if decision == states.UNKNOWN_JOB:
@@ -153,9 +169,9 @@ class JobManager:
                 return self.job_view(rec)
         raise AssertionError("stopJob lost too many races")
 
-    def delete(self, job_id: str) -> Job:
+    def delete(self, job_id: str, caller=ANONYMOUS) -> Job:
         for _ in range(RACE_RETRIES):
-            rec = self.store.peek(job_id)
+            rec = self._seen(self.store.peek(job_id), caller)
             status = rec.status if rec else states.UNKNOWN
             decision = states.DELETE[status]
             if decision == states.UNCHANGED:
@@ -171,8 +187,13 @@ class JobManager:
                 return self._deleted_view(rec)
         raise AssertionError("deleteJob lost too many races")
 
-    def runtime_information(self, services, with_job_counts: bool = True) -> RuntimeInformation:
-        counts = self.store.counts_by_status() if with_job_counts else None
+    def runtime_information(self, services, with_job_counts: bool = True,
+                            caller=ANONYMOUS) -> RuntimeInformation:
+        """The server's information; the job counts are the caller's own jobs', or
+        every job's for an admin."""
+        counts = None
+        if with_job_counts:
+            counts = self.store.counts_by_status(None if caller.admin else caller.name)
         return RuntimeInformation(
             version=__version__,
             uptime=int((time.time() - self.started_at) * 1000),

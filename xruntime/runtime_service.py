@@ -11,23 +11,24 @@ _REQUEST_FAULTS = (InvalidRequestFault, InvalidValueFault, MissingParameterFault
 
 
 @xruntime.call(request=WatchRequest, response=Job, faults=_REQUEST_FAULTS)
-async def watchJob(jobs, request):
-    return await jobs.watch(request.id, request.progressUpdatePeriod, request.maximumPollingPeriod)
+async def watchJob(jobs, request, caller):
+    return await jobs.watch(request.id, request.progressUpdatePeriod, request.maximumPollingPeriod,
+                            caller=caller)
 
 
 @xruntime.call(request=JobRequest, response=Job,
                faults=_REQUEST_FAULTS + (UnknownJobFault, JobStateFault))
-def stopJob(jobs, request):
-    return jobs.stop(request.id)
+def stopJob(jobs, request, caller):
+    return jobs.stop(request.id, caller)
 
 
 @xruntime.call(request=JobRequest, response=Job, faults=_REQUEST_FAULTS)
-def deleteJob(jobs, request):
-    return jobs.delete(request.id)
+def deleteJob(jobs, request, caller):
+    return jobs.delete(request.id, caller)
 
 
 @xruntime.call(request=RuntimeInformationRequest, response=RuntimeInformation, faults=_REQUEST_FAULTS)
-def getRuntimeInformation(jobs, request):
+def getRuntimeInformation(jobs, request, caller):
     enabled = jobs.settings()
     return jobs.runtime_information([s for s in jobs.services.values() if enabled.service_enabled(s.name)],
-                                    with_job_counts=request.withJobCounts is not False)
+                                    with_job_counts=request.withJobCounts is not False, caller=caller)

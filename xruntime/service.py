@@ -78,7 +78,7 @@ class Operation:
     """One operation as the bindings see it: a name, typed in and out, and its faults.
 
     ``target`` is the LongOperation (for start, fetch, run) or, for CALL, a function
-    ``(jobs, request) -> response`` run in the pool for blocking work; a coroutine
+    ``(jobs, request, caller) -> response`` run in the pool for blocking work; a coroutine
     function (watchJob) is awaited on the event loop instead, holding no thread.
     """
     service: str

@@ -42,6 +42,10 @@ class Snapshot:
         return self.rec is None or self.rec.status in states.TERMINAL
 
 
+#: What a watcher who may not see the job is answered: no job (UNKNOWN).
+UNSEEN = Snapshot(None)
+
+
 class JobWatch:
     """The waiters of one job, and the last snapshot of it."""
 
@@ -153,9 +157,9 @@ class Watches:
 
     # ------------------------------------------------------------------ waiting
 
-    async def watch(self, job_id: str, update_ms: int, maximum_ms: int):
+    async def watch(self, job_id: str, update_ms: int, maximum_ms: int, sees=None):
         """Wait by the rules of PROTOCOL §4 (periods already clamped): at once on a
-        terminal or unknown job; else at the first change once ``update_ms`` has
+        terminal or unknown job (a job whose owner ``sees(owner)`` denies is unknown); else at the first change once ``update_ms`` has
         passed (a change seen earlier is answered the moment the period is over), at
         the latest after ``maximum_ms``.  Answers ``(snapshot, woken)``: ``woken``
         when a change (or the job's end) is what is answered, so that every watcher
@@ -166,6 +170,8 @@ class Watches:
         job = self._join(job_id)
         try:
             snap = await job.current(STALE_AFTER)
+            if snap.rec is not None and sees is not None and not sees(snap.rec.owner):
+                return UNSEEN, True
             if snap.final:
                 return snap, True
             seen = (snap.rec.status, snap.rec.progress)

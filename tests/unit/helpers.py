@@ -108,8 +108,8 @@ class BlockingJobs:
         import asyncio
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(120)
 
-    def watch(self, *args):
-        return self._await(self.manager.watch(*args))
+    def watch(self, *args, **kwargs):
+        return self._await(self.manager.watch(*args, **kwargs))
 
     def run(self, op, request):
         return self._await(self.manager.run(op, request))

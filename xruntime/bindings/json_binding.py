@@ -114,7 +114,11 @@ class JsonBinding:
     def refusal(self, path: str, fault: XServerFault) -> Response:
         return fault_response(fault)
 
-    async def handle(self, request: Request) -> Response:
+    @staticmethod
+    def is_public(method: str, query: bytes) -> bool:
+        return False                     # every operation needs the caller's credentials
+
+    async def handle(self, request: Request, caller) -> Response:
         parts = [p for p in request.path.split("/") if p]
         where = "/".join(parts) or "/"
         try:
@@ -129,7 +133,7 @@ class JsonBinding:
             data = await sized(request.content_length, read_json_body, request,
                                self.settings().max_request_bytes, empty={})
             del request                  # a held watch keeps nothing of the request
-            answer = await self.dispatcher.call(op, data)
+            answer = await self.dispatcher.call(op, data, caller)
             # one Response for all the watchers sharing the answer
             return await sized(len(answer.text), answer.rendered, "json", lambda: Response(
                 answer.text.encode("utf-8"), content_type=JSON_TYPE))

@@ -46,7 +46,11 @@ class JsonRpcBinding:
         self.dispatcher = dispatcher
         self.settings = settings
 
-    async def handle(self, request: Request) -> Response:
+    @staticmethod
+    def is_public(method: str, query: bytes) -> bool:
+        return False                     # every method needs the caller's credentials
+
+    async def handle(self, request: Request, caller) -> Response:
         service = request.path.strip("/")
         try:
             if not self.dispatcher.has_service(service):
@@ -64,18 +68,19 @@ class JsonRpcBinding:
             if not body:
                 return self._answer(error(None, INVALID_REQUEST,
                                           InvalidRequestFault("an empty batch is not a request")))
-            answers = [a for a in await asyncio.gather(*(self._one(service, item) for item in body))
+            answers = [a for a in await asyncio.gather(*(self._one(service, item, caller) for item in body))
                        if a is not None]
             return self._text("[" + ",".join(answers) + "]") if answers else Response(status=204)
-        answer = await self._one(service, body)
+        answer = await self._one(service, body, caller)
         if answer is None:
             return Response(status=204)
         return await sized(len(answer), self._text, answer)
 
     def refusal(self, path: str, fault: XServerFault) -> Response:
-        return self._answer(error(None, INVALID_REQUEST, fault))
+        code = INVALID_REQUEST if isinstance(fault, InvalidRequestFault) else error_code(fault)
+        return self._answer(error(None, code, fault))
 
-    async def _one(self, service, item):
+    async def _one(self, service, item, caller):
         """One request object → its answer as JSON text, or None for a notification.
         A result is spliced in as the text the dispatcher answers (for a fetch, the
         stored text; for watchers woken by one change, one text), not parsed and
@@ -98,7 +103,7 @@ class JsonRpcBinding:
             if not isinstance(params, dict):
                 raise InvalidRequestFault("params must be the request object (by name)",
                                           hint="Send \"params\": {...} with the request's fields.")
-            result = (await self.dispatcher.call(op, params)).text
+            result = (await self.dispatcher.call(op, params, caller)).text
         except Exception as exc:
             fault = as_fault(exc, f"JSON-RPC {service}.{item['method']}")
             return None if notification else codec.dumps(error(request_id, error_code(fault), fault))

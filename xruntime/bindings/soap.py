@@ -10,6 +10,7 @@ with the typed fault element, declared in the WSDL, inside ``<detail>``.
 import json
 import re
 from functools import lru_cache
+from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
 from lxml import etree
@@ -83,10 +84,15 @@ class SoapBinding:
         for svc in dispatcher.services.values():
             wsdl_template(svc)                     # built once, at start-up
 
-    async def handle(self, request: Request) -> Response:
+    @staticmethod
+    def is_public(method: str, query: bytes) -> bool:
+        """A WSDL may be public ([auth] public_wsdl), so that clients can be generated."""
+        return method == "GET" and _asks_wsdl(parse_qs(query.decode("latin-1"), keep_blank_values=True))
+
+    async def handle(self, request: Request, caller) -> Response:
         name = request.path.strip("/")
         soap = self.services.get(name)
-        if request.method == "GET" and ("wsdl" in request.args or "WSDL" in request.args):
+        if request.method == "GET" and _asks_wsdl(request.args):
             if soap is None or not self.settings().service_enabled(name):
                 return Response(f"no WSDL here: the service {name} is not served\n", status=404,
                                 content_type="text/plain; charset=utf-8")
@@ -101,7 +107,7 @@ class SoapBinding:
             self.dispatcher.check_enabled(name)
             op, (data, sent) = await sized(request.content_length, self._read, request, soap)
             del request                  # a held watch keeps nothing of the request
-            answer = await self.dispatcher.call(op, data, sent)
+            answer = await self.dispatcher.call(op, data, caller, sent)
         except Exception as exc:
             return self._fault(soap, as_fault(exc, f"SOAP {name}"))
         if len(answer.text) > INLINE_BYTES:           # a large result: streamed from the pool
@@ -187,6 +193,10 @@ class SoapBinding:
                                      prefixes),
                 "</detail></soap:Fault>"]
         return self._envelope(soap, fill, status=500)
+
+
+def _asks_wsdl(args) -> bool:
+    return "wsdl" in args or "WSDL" in args
 
 
 def _envelope_ends(declarations: str):

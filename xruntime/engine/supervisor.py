@@ -143,7 +143,8 @@ class WorkerSlot(threading.Thread):
                     self.spawn()
                 sup.work.clear()
                 self.claiming = True
-                job = sup.store.claim(sup.node, now_ms(), LEASE_MS, sup.served_services())
+                job = sup.store.claim(sup.node, now_ms(), LEASE_MS, sup.served_services(),
+                                      sup.settings().running_limits())
                 if job is None:
                     self.claiming = False
                     sup.work.wait(IDLE_CLAIM_PERIOD)

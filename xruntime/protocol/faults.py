@@ -110,6 +110,13 @@ class QueueOverflowFault(RejectedRequestFault):
     default_hint = "Too many jobs are waiting; try again later."
 
 
+class QuotaExceededFault(RejectedRequestFault):
+    """The caller has as many jobs of this service queued as their ``max_queued``
+    allows (PROTOCOL §10); others' jobs are still accepted."""
+    http_status = 429
+    default_hint = "Wait until some of your queued jobs have started, then try again."
+
+
 class RequestTimedOutFault(RejectedRequestFault):
     http_status = 504
     default_hint = "Allow more time, or make the request smaller."

@@ -40,6 +40,7 @@ class JobRecord:
     lease_until: Optional[int] = None
     queueing_timeout: Optional[int] = None      # ms asked by the request, if any
     computation_timeout: Optional[int] = None   # ms asked by the request, if any
+    owner: str = ""                      # the user who started it ("": anonymous)
 
     def elapsed_ms(self, now: int) -> int:
         end = self.finished_at if self.finished_at is not None else now
@@ -55,18 +56,24 @@ class Recovered:
 
 
 class JobStore(Protocol):
-    def create(self, job: JobRecord, max_queued: int, scope: Optional[str] = None) -> bool:
+    def create(self, job: JobRecord, max_queued: int, scope: Optional[str] = None,
+               owner_max_queued: int = 0) -> bool:
         """Insert a QUEUING job; False when ``max_queued`` jobs are queued already
-        (of service ``scope`` only, when given)."""
+        (of service ``scope`` only, when given), or ``owner_max_queued`` of the job's
+        owner and service."""
+
+    def count_queued(self, service: str, owner: str) -> int:
+        """How many jobs of ``owner`` and ``service`` are queued."""
 
     def get(self, job_id: str) -> Optional[JobRecord]: ...
 
     def peek(self, job_id: str) -> Optional[JobRecord]:
         """Like get, without request, result and fault."""
 
-    def claim(self, node: str, now: int, lease_ms: int,
-              services: Optional[Iterable[str]] = None) -> Optional[JobRecord]:
-        """Move the oldest QUEUING job to RUNNING on ``node``; None when none waits."""
+    def claim(self, node: str, now: int, lease_ms: int, services: Optional[Iterable[str]] = None,
+              running_limits: tuple = ()) -> Optional[JobRecord]:
+        """Move the oldest QUEUING job to RUNNING on ``node`` (the oldest whose owner is
+        under ``running_limits`` for its service); None when none may start."""
 
     def set_progress(self, job_id: str, progress: str) -> bool: ...
 
@@ -101,7 +108,7 @@ class JobStore(Protocol):
 
     def fail_timed_out_queued(self, now: int, default_timeout_ms: int, fault: str) -> list: ...
 
-    def counts_by_status(self) -> dict: ...
+    def counts_by_status(self, owner: Optional[str] = None) -> dict: ...
 
     def erase_expired(self, now: int, unfetched_ms: int, fetched_ms: int, limit: int,
                       services: Optional[Iterable[str]] = None,

@@ -2,6 +2,9 @@
 
 ``seq`` orders the queue (first in, first out); ``id`` is the public UUID4.  Payloads
 (request, result, fault, progress) are the codec's JSON, zlib-compressed when large.
+``owner`` is the user who started the job ("" for the anonymous user); ``lane`` is
+"service/owner", the queue within the queue that fair shares count by (PROTOCOL §10):
+its index lets a claim visit the first job of each lane instead of every queued job.
 """
 from sqlalchemy import (BigInteger, Column, Index, Integer, LargeBinary, MetaData, String,
                         Table)
@@ -29,7 +32,11 @@ jobs = Table(
     Column("lease_until", BigInteger),
     Column("queueing_timeout", BigInteger),
     Column("computation_timeout", BigInteger),
+    Column("owner", String(100), nullable=False, server_default=""),
+    Column("lane", String(201), nullable=False, server_default=""),
     Index("ix_jobs_status_seq", "status", "seq"),
+    Index("ix_jobs_status_lane_seq", "status", "lane", "seq"),
+    Index("ix_jobs_owner_status", "owner", "status"),
     Index("ix_jobs_node", "node"),
     Index("ix_jobs_finished_at", "finished_at"),
 )
@@ -46,3 +53,8 @@ feed_members = Table(
     Column("origin", String(200), nullable=False),
     Column("since", BigInteger, nullable=False),
 )
+
+
+def lane_of(service: str, owner: str) -> str:
+    """The lane of a job: its service and its owner (neither holds a "/")."""
+    return f"{service}/{owner}"

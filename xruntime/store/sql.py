@@ -17,34 +17,37 @@ from contextlib import contextmanager, nullcontext
 from typing import Iterable, Optional
 
 from sqlalchemy import (LargeBinary, bindparam, case, create_engine, delete, event, func, insert,
-                        literal_column, select, text, update)
+                        literal, literal_column, select, text, update)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from .base import JobRecord, Recovered, StoreUnavailable
+from .migrate import upgrade
 from .payload import pack, unpack
-from .schema import feed_metadata, jobs, metadata
+from .schema import feed_metadata, jobs, lane_of, metadata
 
 ACTIVE_RUNNING = ("RUNNING", "STOPPING")
+#: States in which a job holds a worker (a deleted one until its worker lets go).
+HOLDING_WORKER = ACTIVE_RUNNING + ("DELETED",)
 BUSY_TIMEOUT_S = 10.0             # how long an SQLite write waits for another process's
 SCHEMA_LOCK_KEY = 0x78727430      # advisory lock serialising the schema's creation
 QUEUE_LOCK_KEY = 0x78727431        # advisory lock serialising max_queued checks on PostgreSQL
 
 
 _PAYLOADS = ("request", "result", "fault", "progress")
-_LIGHT = [c for c in jobs.c if c.name not in ("seq", "request", "result", "fault")]
+_LIGHT = [c for c in jobs.c if c.name not in ("seq", "lane", "request", "result", "fault")]
 
 # The hot path: SQLAlchemy Core statements compiled once for the dialect and run on a
 # pooled DBAPI connection.  SQLAlchemy's per-execution work costs ten times what
 # SQLite needs to run these statements, and every job cycle runs a dozen of them.
 
-def _states(states):
+def _states(states, table=jobs):
     """A fixed state list, rendered into the SQL (our own constants, never input)."""
-    return jobs.c.status.in_([literal_column(repr(str(s))) for s in states])
+    return table.c.status.in_([literal_column(repr(str(s))) for s in states])
 
 
 _ID = bindparam("job_id")
-_ALL = [c.name for c in jobs.c if c.name != "seq"]
+_ALL = [c.name for c in jobs.c if c.name not in ("seq", "lane")]
 _LIGHT_NAMES = [c.name for c in _LIGHT]
 
 
@@ -74,22 +77,28 @@ def _statements():
         "count_queued_of": (lambda: select(func.count()).select_from(jobs)
                             .where(jobs.c.status == "QUEUING", jobs.c.service == bindparam("service")),
                             None, None),
+        "count_queued_in_lane": (lambda: select(func.count()).select_from(jobs)
+                                 .where(jobs.c.status == "QUEUING", jobs.c.lane == bindparam("lane")),
+                                 ["n"], None),
         "insert": (lambda: insert(jobs), None, _INSERT_KEYS),
-        "insert_below": (lambda: _insert_below(scoped=False), None, None),
-        "insert_below_of": (lambda: _insert_below(scoped=True), None, None),
         "mark_fetched": (lambda: update(jobs).where(jobs.c.id == _ID, jobs.c.first_fetched_at.is_(None))
                          .values(first_fetched_at=bindparam("now")), None, None),
     }
 
 
-def _insert_below(scoped: bool):
-    """Insert a job only while fewer than ``max_queued`` jobs (of ``service`` when
-    ``scoped``) are queued: the check and the insert in one statement (SQLite)."""
+def _insert_below(limited: bool, scoped: bool, lane_limited: bool):
+    """Insert a job only while fewer than ``max_queued`` jobs (``limited``; of
+    ``service`` when ``scoped``) and fewer than ``owner_max_queued`` of its lane
+    (``lane_limited``) are queued: the checks and the insert in one statement (SQLite)."""
     queued = select(func.count()).select_from(jobs).where(jobs.c.status == "QUEUING")
-    if scoped:
-        queued = queued.where(jobs.c.service == bindparam("service"))
-    row = select(*[bindparam(k, type_=jobs.c[k].type) for k in _INSERT_KEYS]) \
-        .where(queued.scalar_subquery() < bindparam("max_queued"))
+    below = []
+    if limited:
+        of = queued.where(jobs.c.service == bindparam("service")) if scoped else queued
+        below.append(of.scalar_subquery() < bindparam("max_queued"))
+    if lane_limited:
+        below.append(queued.where(jobs.c.lane == bindparam("lane")).scalar_subquery()
+                     < bindparam("owner_max_queued"))
+    row = select(*[bindparam(k, type_=jobs.c[k].type) for k in _INSERT_KEYS]).where(*below)
     return insert(jobs).from_select(_INSERT_KEYS, row)
 
 
@@ -109,16 +118,21 @@ def _guarded_statements(states):
 
 
 _INSERT_KEYS = ["id", "service", "operation", "fetch_type", "status", "queued_at", "attempts",
-                "queueing_timeout", "computation_timeout", "request"]
+                "queueing_timeout", "computation_timeout", "request", "owner", "lane"]
 
 
-def _claim_statement(dialect, services=None):
-    oldest = select(jobs.c.seq).where(jobs.c.status == "QUEUING")
-    if services is not None:
-        oldest = oldest.where(jobs.c.service.in_(list(services)))
-    oldest = oldest.order_by(jobs.c.seq).limit(1)
+def _claim_statement(dialect, services=None, running_limits=()):
+    """Move the next job to RUNNING: the oldest queued one (of ``services``), or with
+    ``running_limits`` the oldest whose lane is under its owner's max_running."""
+    if running_limits:
+        oldest = _fair_oldest(services, running_limits)
+    else:
+        oldest = select(jobs.c.seq).where(jobs.c.status == "QUEUING")
+        if services is not None:
+            oldest = oldest.where(jobs.c.service.in_([literal(name) for name in services]))
+        oldest = oldest.order_by(jobs.c.seq).limit(1)
     if dialect == "postgresql":
-        oldest = oldest.with_for_update(skip_locked=True)
+        oldest = oldest.with_for_update(skip_locked=True, of=oldest.selected_columns[0].table)
     return (update(jobs)
             .where(jobs.c.seq == oldest.scalar_subquery(), jobs.c.status == "QUEUING")
             .values(status="RUNNING", node=bindparam("node"), started_at=bindparam("now_ms"),
@@ -126,10 +140,42 @@ def _claim_statement(dialect, services=None):
             .returning(*jobs.c))
 
 
+def _fair_oldest(services, running_limits):
+    """The oldest queued job whose lane runs fewer jobs than its owner's max_running
+    (PROTOCOL §10).  Only the first job of each lane is a candidate, and the lanes are
+    found by a walk over the (status, lane, seq) index, one step a lane: the cost
+    grows with the number of lanes, not of the jobs queued in them (100 000 jobs of
+    one user over quota do not slow anyone's claim).  On PostgreSQL, as the first job
+    of a lane is the only candidate, two nodes never take two jobs of a lane at once:
+    the one that finds it locked skips the lane until its next claim."""
+    step = jobs.alias("step")
+    lanes = select(func.min(jobs.c.lane).label("lane")).where(jobs.c.status == "QUEUING") \
+        .cte("lanes", recursive=True)
+    following = select(func.min(step.c.lane)).where(step.c.status == "QUEUING",
+                                                     step.c.lane > lanes.c.lane).scalar_subquery()
+    lanes = lanes.union_all(select(following).where(lanes.c.lane.is_not(None)))
+    head = jobs.alias("head")
+    first = select(head.c.seq).where(head.c.status == "QUEUING", head.c.lane == lanes.c.lane) \
+        .order_by(head.c.seq).limit(1).scalar_subquery()
+    heads = select(first.label("seq")).where(lanes.c.lane.is_not(None)).subquery("heads")
+    job, held = jobs.alias("candidate"), jobs.alias("held")
+    limit = case(*[((job.c.owner == literal(owner)) & (job.c.service == literal(service))
+                    if service is not None else job.c.owner == literal(owner), literal(most))
+                   for owner, service, most in running_limits], else_=literal(0))
+    running = select(func.count()).select_from(held) \
+        .where(_states(HOLDING_WORKER, held), held.c.lane == job.c.lane).scalar_subquery()
+    oldest = select(job.c.seq).join(heads, job.c.seq == heads.c.seq) \
+        .where(job.c.status == "QUEUING", (limit == 0) | (running < limit))
+    if services is not None:
+        oldest = oldest.where(job.c.service.in_([literal(name) for name in services]))
+    return oldest.order_by(job.c.seq).limit(1)
+
+
 def _record(data: Optional[dict]) -> Optional[JobRecord]:
     if data is None:
         return None
     data.pop("seq", None)
+    data.pop("lane", None)
     for name in _PAYLOADS:
         if name in data:
             data[name] = unpack(data[name])
@@ -157,12 +203,14 @@ class SqlJobStore:
             if self.dialect == "postgresql":      # nodes starting together create it once
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
             metadata.create_all(conn)
+            upgrade(conn)
             if self.dialect == "sqlite":
                 feed_metadata.create_all(conn)
         dialect = self.engine.dialect
         self._prepared = {key: Prepared(build(), dialect, columns, keys)
                           for key, (build, columns, keys) in _statements().items()}
-        self._prepared["claim"] = Prepared(_claim_statement(self.dialect), dialect, [c.name for c in jobs.c])
+        self._claims = {}                 # (services, running limits) → Prepared claim
+        self._inserts = {}                # (limited, scoped, lane limited) → Prepared insert
         self._guarded_cache = {}
 
     # ----------------------------------------------------------------- helpers
@@ -211,8 +259,9 @@ class SqlJobStore:
                 conn.close()
 
     def _run(self, key, write: bool, **params):
-        """Run a prepared statement; answers (rowcount, first row as a dict or None)."""
-        p = self._prepared[key]
+        """Run a prepared statement (its key, or a Prepared); answers (rowcount, first
+        row as a dict or None)."""
+        p = key if isinstance(key, Prepared) else self._prepared[key]
         with self._cursor(write) as cur:
             cur.execute(p.sql, p.args(params))
             rows = cur.fetchall() if p.columns else ()    # to its end: the statement is done
@@ -232,29 +281,44 @@ class SqlJobStore:
 
     # ----------------------------------------------------------------- the interface
 
-    def create(self, job: JobRecord, max_queued: int, scope: Optional[str] = None) -> bool:
+    def create(self, job: JobRecord, max_queued: int, scope: Optional[str] = None,
+               owner_max_queued: int = 0) -> bool:
         """Insert a QUEUING job; False when ``max_queued`` jobs are queued already (jobs
-        of service ``scope`` only, when given)."""
-        values = {k: getattr(job, k) for k in _INSERT_KEYS}
+        of service ``scope`` only, when given), or ``owner_max_queued`` jobs of its
+        owner and service (0: no such limit)."""
+        values = {k: getattr(job, k) for k in _INSERT_KEYS if k != "lane"}
         values["request"] = pack(job.request)
+        values["lane"] = lane_of(job.service, job.owner)
         if self.dialect == "sqlite":             # one statement: count and insert at once
-            if not max_queued:
+            if not max_queued and not owner_max_queued:
                 return self._run("insert", True, **values)[0] == 1
-            if scope is None:
-                return self._run("insert_below", True, max_queued=max_queued, **values)[0] == 1
+            key = (bool(max_queued), scope is not None, bool(owner_max_queued))
+            p = self._inserts.get(key)
+            if p is None:
+                p = self._inserts[key] = Prepared(_insert_below(*key), self.engine.dialect)
             # the insert's own ``service`` is the job's, which is the scope's
-            return self._run("insert_below_of", True, max_queued=max_queued, **values)[0] == 1
-        count = self._prepared["count_queued" if scope is None else "count_queued_of"]
+            return self._run(p, True, max_queued=max_queued, owner_max_queued=owner_max_queued,
+                             **values)[0] == 1
+        count, of_lane = (self._prepared["count_queued" if scope is None else "count_queued_of"],
+                          self._prepared["count_queued_in_lane"])
         insert_ = self._prepared["insert"]
         with self._cursor(True) as cur:
+            if max_queued or owner_max_queued:     # count-then-insert must not interleave
+                cur.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": QUEUE_LOCK_KEY})
             if max_queued:
-                if self.dialect == "postgresql":   # count-then-insert must not interleave
-                    cur.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": QUEUE_LOCK_KEY})
                 cur.execute(count.sql, count.args({} if scope is None else {"service": scope}))
                 if cur.fetchone()[0] >= max_queued:
                     return False
+            if owner_max_queued:
+                cur.execute(of_lane.sql, of_lane.args({"lane": values["lane"]}))
+                if cur.fetchone()[0] >= owner_max_queued:
+                    return False
             cur.execute(insert_.sql, insert_.args(values))
         return True
+
+    def count_queued(self, service: str, owner: str) -> int:
+        """How many jobs of ``owner`` and ``service`` are queued."""
+        return self._run("count_queued_in_lane", False, lane=lane_of(service, owner))[1]["n"]
 
     def get(self, job_id: str) -> Optional[JobRecord]:
         return _record(self._run("get", False, job_id=job_id)[1])
@@ -264,14 +328,21 @@ class SqlJobStore:
         need, without reading a large result."""
         return _record(self._run("peek", False, job_id=job_id)[1])
 
-    def claim(self, node: str, now: int, lease_ms: int,
-              services: Optional[Iterable[str]] = None) -> Optional[JobRecord]:
+    def claim(self, node: str, now: int, lease_ms: int, services: Optional[Iterable[str]] = None,
+              running_limits: tuple = ()) -> Optional[JobRecord]:
+        """Move the next queued job (of ``services``) to RUNNING on ``node``: the oldest,
+        or with ``running_limits`` ((owner, service or None, max_running), ...: a user's
+        per-service limit before their own) the oldest whose owner runs fewer of that
+        service's jobs than allowed.  None when no job may start."""
+        key = (None if services is None else tuple(services), tuple(running_limits))
+        p = self._claims.get(key)
+        if p is None:
+            if len(self._claims) > 32:        # limits changed many times: start afresh
+                self._claims.clear()
+            p = self._claims[key] = Prepared(_claim_statement(self.dialect, *key), self.engine.dialect,
+                                             [c.name for c in jobs.c])
         params = {"node": node, "now_ms": now, "lease_until": now + lease_ms}
-        if services is None:
-            return _record(self._run("claim", True, **params)[1])
-        with self._write() as conn:
-            row = conn.execute(_claim_statement(self.dialect, services), params).first()
-        return _record(dict(row._mapping)) if row is not None else None
+        return _record(self._run(p, True, **params)[1])
 
     def set_progress(self, job_id: str, progress: str) -> bool:
         return self._guarded("set_progress", job_id, ACTIVE_RUNNING, progress_blob=pack(progress))
@@ -366,9 +437,13 @@ class SqlJobStore:
                              .values(status="FAILED", finished_at=now, fault=pack(fault)))
         return ids
 
-    def counts_by_status(self) -> dict:
+    def counts_by_status(self, owner: Optional[str] = None) -> dict:
+        """Stored jobs by status: every job's, or only ``owner``'s."""
+        query = select(jobs.c.status, func.count()).group_by(jobs.c.status)
+        if owner is not None:
+            query = query.where(jobs.c.owner == owner)
         with unavailable_as_store_error(), self.engine.connect() as conn:
-            rows = conn.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status)).all()
+            rows = conn.execute(query).all()
         return {status: count for status, count in rows}
 
     def erase_expired(self, now: int, unfetched_ms: int, fetched_ms: int, limit: int,

@@ -1,0 +1,30 @@
+"""A database made by an earlier xruntime, brought up to this schema when a node opens it.
+
+``metadata.create_all`` makes missing tables only; columns and indexes added since
+(accounts: ``owner``, ``lane`` and their indexes) are added here, once, in the
+transaction that creates the schema (on PostgreSQL under its advisory lock, so nodes
+starting together upgrade it once).  Jobs stored before accounts belong to the
+anonymous user.
+"""
+from sqlalchemy import inspect, text, update
+
+from .schema import jobs
+
+#: Columns added after the first release, with the SQL that adds them to old tables.
+ADDED_COLUMNS = {
+    "owner": "VARCHAR(100) NOT NULL DEFAULT ''",
+    "lane": "VARCHAR(201) NOT NULL DEFAULT ''",
+}
+
+
+def upgrade(conn) -> list:
+    """Add what an older ``jobs`` table lacks; answers the names of the columns added."""
+    present = {column["name"] for column in inspect(conn).get_columns("jobs")}
+    added = [name for name in ADDED_COLUMNS if name not in present]
+    for name in added:
+        conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {ADDED_COLUMNS[name]}"))
+    if "lane" in added:
+        conn.execute(update(jobs).values(lane=jobs.c.service + "/" + jobs.c.owner))
+    for index in jobs.indexes:
+        index.create(conn, checkfirst=True)
+    return added
