@@ -301,3 +301,13 @@ def test_max_queued_of_a_user_is_quota_exceeded_and_the_queues_own_is_overflow(j
     with pytest.raises(QueueOverflowFault):
         jobs.start(simulate_op, SimulateRequest(steps=1), bob)
     assert jobs.store.counts_by_status() == {"QUEUING": 5}
+
+
+def test_another_users_job_is_not_even_read(any_store):
+    """fetch reads a whole job (its result may be large); for another user's id the
+    store answers nothing, as for an unknown id, without reading it."""
+    rec = new_record(owner="alice")
+    any_store.create(rec, 0)
+    assert any_store.get(rec.id, "bob") is None
+    assert any_store.get(rec.id, "alice").owner == "alice"
+    assert any_store.get(rec.id).owner == "alice"

@@ -65,7 +65,8 @@ class JobStore(Protocol):
     def count_queued(self, service: str, owner: str) -> int:
         """How many jobs of ``owner`` and ``service`` are queued."""
 
-    def get(self, job_id: str) -> Optional[JobRecord]: ...
+    def get(self, job_id: str, owner: Optional[str] = None) -> Optional[JobRecord]:
+        """The whole job (only if it belongs to ``owner``, when given)."""
 
     def peek(self, job_id: str) -> Optional[JobRecord]:
         """Like get, without request, result and fault."""

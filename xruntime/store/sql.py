@@ -71,6 +71,8 @@ def _statements():
     """key → (statement builder, result columns, insert column keys)."""
     return {
         "get": (lambda: select(*[jobs.c[n] for n in _ALL]).where(jobs.c.id == _ID), _ALL, None),
+        "get_owned": (lambda: select(*[jobs.c[n] for n in _ALL])
+                      .where(jobs.c.id == _ID, jobs.c.owner == bindparam("owner")), _ALL, None),
         "peek": (lambda: select(*_LIGHT).where(jobs.c.id == _ID), _LIGHT_NAMES, None),
         "count_queued": (lambda: select(func.count()).select_from(jobs)
                          .where(jobs.c.status == "QUEUING"), None, None),
@@ -320,8 +322,12 @@ class SqlJobStore:
         """How many jobs of ``owner`` and ``service`` are queued."""
         return self._run("count_queued_in_lane", False, lane=lane_of(service, owner))[1]["n"]
 
-    def get(self, job_id: str) -> Optional[JobRecord]:
-        return _record(self._run("get", False, job_id=job_id)[1])
+    def get(self, job_id: str, owner: Optional[str] = None) -> Optional[JobRecord]:
+        """The whole job; with ``owner``, only if it is theirs (another's job is not
+        even read, so answering "no such job" takes the time it takes for an unknown id)."""
+        if owner is None:
+            return _record(self._run("get", False, job_id=job_id)[1])
+        return _record(self._run("get_owned", False, job_id=job_id, owner=owner)[1])
 
     def peek(self, job_id: str) -> Optional[JobRecord]:
         """The job without its request, result and fault: what watch, stop and delete
