@@ -35,6 +35,14 @@ class JobSettings:
     max_queued: int = 10000
     max_attempts: int = 3
     cleanup_interval_ms: int = 60_000
+    max_retries: int = 3                 # retries of a transient failure (PROTOCOL §11)
+    retry_backoff_ms: int = 30_000       # the first retry's delay; doubled for each next one
+    retry_max_delay_ms: int = 3600_000   # the longest delay between two runs
+
+    def retry_delay_ms(self, retry: int) -> int:
+        """The delay before the ``retry``-th retry of a transient failure, without
+        its jitter: ``min(retry_backoff × 2^(retry-1), retry_max_delay)``."""
+        return min(self.retry_backoff_ms * 2 ** min(retry - 1, 62), self.retry_max_delay_ms)
 
 
 @dataclass(frozen=True)
@@ -229,6 +237,9 @@ _JOB_KEYS = {
     "max_queued": ("max_queued", _integer(0)),
     "max_attempts": ("max_attempts", _integer(1)),
     "cleanup_interval": ("cleanup_interval_ms", _positive_duration),
+    "max_retries": ("max_retries", _integer(0, 1000)),
+    "retry_backoff": ("retry_backoff_ms", parse_duration),
+    "retry_max_delay": ("retry_max_delay_ms", parse_duration),
 }
 
 _TABLES = {

@@ -5,25 +5,30 @@ information, following the state table in ``protocol.states``.  Every change goe
 through one guarded store call; when a guard loses a race (the job moved on
 meanwhile), the decision is taken again on the job's new state.
 """
+import base64
+import binascii
 import json
 import logging
 import time
 import uuid
+from datetime import datetime, timezone
 
 from . import __version__
 from .accounts import ANONYMOUS
 from .blocking import blocking
 from .protocol import codec
 from .protocol import states
-from .protocol.faults import (InvalidFetchTypeFault, JobStateFault, QueueOverflowFault,
-                              QuotaExceededFault, UnknownJobFault)
-from .protocol.types import Job, JobCount, JobProgress, RuntimeInformation, ServiceInformation
+from .protocol.faults import (AccessDeniedFault, InvalidFetchTypeFault, InvalidValueFault, JobStateFault,
+                              QueueOverflowFault, QuotaExceededFault, UnknownJobFault)
+from .protocol.types import (Job, JobCount, JobEvent, JobEvents, JobList, JobProgress, JobSummary,
+                             RuntimeInformation, ServiceInformation)
 from .protocol.watch import watch_periods
 from .store import JobRecord, now_ms
 
 log = logging.getLogger("xruntime.jobs")
 
 RACE_RETRIES = 10
+LIST_LIMIT, LIST_LIMIT_MAX = 100, 1000     # listJobs' page size: by default, at most
 
 
 class JobManager:
@@ -187,6 +192,46 @@ class JobManager:
                 return self._deleted_view(rec)
         raise AssertionError("deleteJob lost too many races")
 
+    # ------------------------------------------------------------------ history, listing
+
+    def events(self, job_id: str, caller=ANONYMOUS) -> JobEvents:
+        """The job's history, oldest first (PROTOCOL §11)."""
+        rows = self.store.events(job_id, None if caller.admin else caller.name)
+        if rows is None:
+            raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
+        return JobEvents(id=job_id, events=[
+            JobEvent(time=iso_time(r["time"]), status=r["status"], attempt=r["attempt"],
+                     node=r["node"], message=r["message"]) for r in rows])
+
+    def list_jobs(self, request, caller=ANONYMOUS) -> JobList:
+        """A page of the jobs the caller may see, newest first (PROTOCOL §12)."""
+        limit = LIST_LIMIT if request.limit is None else request.limit
+        if not 1 <= limit <= LIST_LIMIT_MAX:
+            raise InvalidValueFault(f"limit must be between 1 and {LIST_LIMIT_MAX}",
+                                    parameter="limit", value=str(limit))
+        owner = request.user
+        if not caller.admin:
+            if owner is not None and owner != caller.name:
+                raise AccessDeniedFault("only an admin may list another user's jobs",
+                                        hint="Leave out user, or give your own name.")
+            owner = caller.name
+        statuses = [s for s in request.status or () if s in states.STORED_STATES] \
+            if request.status else None
+        page, more = self.store.list_jobs(statuses, request.service, owner, limit,
+                                          _cursor_seq(request.cursor))
+        return JobList(jobs=[self._summary(rec) for _, rec in page],
+                       nextCursor=_cursor(page[-1][0]) if more and page else None)
+
+    def _summary(self, rec) -> JobSummary:
+        progress = None
+        if rec.progress and states.SHOWS_PROGRESS[rec.status]:
+            progress = codec.decode(json.loads(rec.progress), JobProgress)
+        return JobSummary(id=rec.id, service=rec.service, operation=rec.operation, status=rec.status,
+                          user=rec.owner, queuedAt=iso_time(rec.queued_at),
+                          startedAt=iso_time(rec.started_at), finishedAt=iso_time(rec.finished_at),
+                          fetched=rec.first_fetched_at is not None, attempts=rec.attempts,
+                          progress=progress)
+
     def runtime_information(self, services, with_job_counts: bool = True,
                             caller=ANONYMOUS) -> RuntimeInformation:
         """The server's information; the job counts are the caller's own jobs', or
@@ -202,3 +247,30 @@ class JobManager:
                       for s in services],
             jobs=None if counts is None else [JobCount(status=s, count=counts.get(s, 0))
                                               for s in states.STORED_STATES])
+
+
+def iso_time(ms):
+    """ms since the epoch as ISO 8601 UTC with milliseconds (None stays None)."""
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms // 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+
+
+def _cursor(seq: int) -> str:
+    """The opaque cursor of the page after the job ``seq``."""
+    return base64.urlsafe_b64encode(f"before:{seq}".encode()).decode().rstrip("=")
+
+
+def _cursor_seq(cursor):
+    if cursor is None or cursor == "":
+        return None
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, _, seq = text.partition(":")
+        if kind == "before" and seq.isdigit():
+            return int(seq)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise InvalidValueFault("cursor is not a nextCursor this server gave out", parameter="cursor",
+                            value=cursor, hint="Send the nextCursor of the previous page as it is, "
+                                               "or no cursor for the first page.")

@@ -1,7 +1,9 @@
-"""XRuntime: the job operations every client uses (PROTOCOL §4)."""
+"""XRuntime: the job operations every client uses (PROTOCOL §4, §11, §12)."""
 from .protocol.faults import (InvalidRequestFault, JobStateFault, MissingParameterFault,
                               UnknownJobFault, InvalidValueFault)
-from .protocol.types import Job, JobRequest, RuntimeInformation, RuntimeInformationRequest, WatchRequest
+from .protocol.faults import AccessDeniedFault
+from .protocol.types import (Job, JobEvents, JobList, JobRequest, ListJobsRequest, RuntimeInformation,
+                             RuntimeInformationRequest, WatchRequest)
 from .service import Service
 
 xruntime = Service("XRuntime", "Watch, stop and delete jobs; information about this server.",
@@ -32,3 +34,13 @@ def getRuntimeInformation(jobs, request, caller):
     enabled = jobs.settings()
     return jobs.runtime_information([s for s in jobs.services.values() if enabled.service_enabled(s.name)],
                                     with_job_counts=request.withJobCounts is not False, caller=caller)
+
+
+@xruntime.call(request=JobRequest, response=JobEvents, faults=_REQUEST_FAULTS + (UnknownJobFault,))
+def getJobEvents(jobs, request, caller):
+    return jobs.events(request.id, caller)
+
+
+@xruntime.call(request=ListJobsRequest, response=JobList, faults=_REQUEST_FAULTS + (AccessDeniedFault,))
+def listJobs(jobs, request, caller):
+    return jobs.list_jobs(request, caller)

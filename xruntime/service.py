@@ -8,6 +8,7 @@
     def simulate(request, job):
         job.report_progress(BulkProgress(...))
         if job.stop_requested: ...
+        if backend_down: raise TransientFault(...)   # or: raise RetryLater(60, "backend busy")
         return SimulateResponse(...)
 
 From that one declaration the framework derives ``startSimulate``,
@@ -23,8 +24,31 @@ from .protocol.faults import XServerFault
 from .protocol.types import Job, JobProgress, JobRequest, link_base
 
 
+class RetryLater(Exception):
+    """Raise it from a long operation's function to be run again, from the start, no
+    earlier than ``after`` seconds from now (PROTOCOL §11): the job waits ``QUEUING``
+    meanwhile, holding no worker.  Counts against ``max_retries`` like a
+    ``TransientFault``; past it the job fails with a ``TransientFault`` naming ``reason``."""
+
+    def __init__(self, after: float, reason: str = ""):
+        if not after >= 0:
+            raise ValueError("RetryLater needs a delay of 0 s or more")
+        super().__init__(f"retry later (in {after:g} s): {reason}")
+        self.after = after
+        self.reason = reason
+
+
 class JobContext(Protocol):
     """What a long operation's function sees of its job."""
+
+    @property
+    def attempt(self) -> int:
+        """This run's number: 1 for the first, counting retries and runs again after
+        a node died."""
+
+    @property
+    def retries(self) -> int:
+        """How many times the job was retried before this run (TransientFault, RetryLater)."""
 
     def report_progress(self, progress: JobProgress) -> None:
         """Publish progress; watchers are woken by it."""

@@ -2,13 +2,14 @@
 
 ``simulate`` runs ``steps`` steps over ``durationMs``, reporting a BulkProgress after
 each, sleeping (or, with ``busy``, burning CPU), and notices a stop at once, also in
-the middle of a step.
+the middle of a step.  ``transientFailures`` and ``retryLaterMs`` show retries
+(PROTOCOL §11): its first runs fail with a TransientFault, or ask RetryLater.
 """
 import time
 
-from xruntime.protocol.faults import ProcessingFault
+from xruntime.protocol.faults import ProcessingFault, TransientFault
 from xruntime.protocol.types import BulkProgress
-from xruntime.service import Service
+from xruntime.service import RetryLater, Service
 
 from .types import SimulateRequest, SimulateResponse
 
@@ -35,6 +36,11 @@ def payload(size: int) -> str:
 @service.long_operation(request=SimulateRequest, response=SimulateResponse,
                         faults=(ProcessingFault,))
 def simulate(request: SimulateRequest, job) -> SimulateResponse:
+    if request.retryLaterMs and job.retries == 0:
+        raise RetryLater(request.retryLaterMs / 1000, "the request asked XDemo to run later")
+    if job.retries < (request.transientFailures or 0):
+        raise TransientFault(f"transient failure {job.retries + 1} of {request.transientFailures}, "
+                             "as the request asked")
     steps = request.steps or 1
     step_seconds = (request.durationMs or 0) / 1000 / steps
     done = 0

@@ -21,6 +21,8 @@ class SimulateRequest(RequestBase):
     failAtStep = Long(ge=1)
     resultSize = Long(ge=0, le=100 * 1024 * 1024)
     busy = Boolean
+    transientFailures = Long(ge=0, le=1000)        # the first N runs fail with a TransientFault
+    retryLaterMs = Long(ge=0, le=MAX_DURATION_MS)  # the first run asks RetryLater with this delay
 
 
 class SimulateResponse(ResponseBase):

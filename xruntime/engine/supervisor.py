@@ -18,8 +18,10 @@ delete and timeout rules:
 
 Processes are started with ``spawn``: the server has threads, and fork would copy them.
 """
+import json
 import logging
 import multiprocessing
+import random
 import socket
 import threading
 import time
@@ -27,7 +29,7 @@ from multiprocessing.connection import wait as wait_for_ready
 
 from ..logs import OncePerPeriod
 from ..protocol.codec import dumps, encode_fault
-from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
+from ..protocol.faults import InternalErrorFault, RequestTimedOutFault, TransientFault
 from ..store import StoreUnavailable, now_ms
 from .worker import ABORTED, STOPPED, TIMED_OUT, worker_main
 
@@ -144,10 +146,10 @@ class WorkerSlot(threading.Thread):
                 sup.work.clear()
                 self.claiming = True
                 job = sup.store.claim(sup.node, now_ms(), LEASE_MS, sup.served_services(),
-                                      sup.settings().running_limits())
+                                      sup.settings().running_limits(), f"running on worker {self.index}")
                 if job is None:
                     self.claiming = False
-                    sup.work.wait(IDLE_CLAIM_PERIOD)
+                    sup.work.wait(sup.idle_wait())
                     continue
                 self.execute(job)
             except StoreUnavailable as exc:      # the claim: nothing is held, wait for the store
@@ -174,7 +176,7 @@ class WorkerSlot(threading.Thread):
     def execute(self, job):
         sup = self.sup
         limits = sup.limits_for(job)
-        queued_for = job.started_at - job.queued_at
+        queued_for = job.started_at - (job.not_before or job.queued_at)   # a retry: since it was due
         if limits.queueing_timeout_ms and queued_for > limits.queueing_timeout_ms:
             self.claiming = False
             fault = RequestTimedOutFault(
@@ -197,7 +199,8 @@ class WorkerSlot(threading.Thread):
         log.info("job %s %s.%s RUNNING on worker %d (attempt %d)",
                  job.id, job.service, job.operation, self.index, job.attempts)
         try:
-            self.conn.send(("run", job.id, job.service, job.operation, job.request))
+            self.conn.send(("run", job.id, job.service, job.operation, job.request, job.attempts,
+                            job.retries))
             self._drive(job, limits)
         finally:
             with self._lock:
@@ -256,7 +259,7 @@ class WorkerSlot(threading.Thread):
             if deadline is not None and now >= deadline:
                 deadline = None
                 try:
-                    if sup.store.request_stop(job.id):
+                    if sup.store.request_stop(job.id, "stop asked: computation timeout"):
                         sup.notifier.notify(job.id)
                         log.info("job %s STOPPING (computation timeout of %d ms)",
                                  job.id, limits.computation_timeout_ms)
@@ -271,6 +274,10 @@ class WorkerSlot(threading.Thread):
         if self.discard:
             sup.erase_deleted(job.id)
             return
+        if kind in ("transient", "retry"):
+            kind, payload = self._retry(job, kind, payload)
+            if kind is None:
+                return
         status = "SUCCEEDED" if kind == "result" else "FAILED"
         won = sup.persist(lambda: sup.store.finish(
             job.id, status, now_ms(), result=payload if kind == "result" else None,
@@ -282,6 +289,38 @@ class WorkerSlot(threading.Thread):
             sup.erase_deleted(job.id)
             return
         sup.finished(job, True, status)
+
+    def _retry(self, job, kind, payload):
+        """Plan the job's next run (PROTOCOL §11); answers ("fault", fault JSON) when
+        it is not retried: past ``max_retries``, or stopped meanwhile (a stopped job is
+        not run again).  Answers (None, None) when the retry is written."""
+        sup = self.sup
+        cfg = sup.settings().jobs_for(job.service)
+        retry = job.retries + 1
+        if kind == "retry":
+            asked = json.loads(payload)
+            delay_ms, reason = asked["after_ms"], asked["reason"] or "the operation asked to run later"
+            payload = fault_json(TransientFault(f"the operation asked to run again later: {reason}"))
+        else:
+            delay_ms = int(cfg.retry_delay_ms(retry) * random.uniform(0.9, 1.1))
+            fault = json.loads(payload)
+            reason = f"{fault['faultInfo']['$type']}: {fault['message']}"
+        if retry > cfg.max_retries:
+            log.info("job %s: no retry left (max_retries = %d); it fails", job.id, cfg.max_retries)
+            return "fault", payload
+        due = now_ms() + delay_ms
+        won = sup.persist(lambda: sup.store.retry(
+            job.id, due, f"retry {retry} of {cfg.max_retries} planned in {delay_ms / 1000:.1f} s: {reason}"),
+            f"the retry of job {job.id}")
+        if won is None:                  # given up at shutdown: recovered later
+            return None, None
+        if not won:                      # stopped or deleted meanwhile: the fault stands
+            return "fault", payload
+        log.info("job %s QUEUING: retry %d of %d in %.1f s (%s)", job.id, retry, cfg.max_retries,
+                 delay_ms / 1000, reason)
+        sup.notifier.notify(job.id)
+        sup.retry_due(due)
+        return None, None
 
     def _died(self, job):
         sup = self.sup
@@ -328,11 +367,29 @@ class Supervisor:
         self.pending_signals = {}         # job id → (reason, time): signals no slot took yet
         self.slots = []
         self._housekeeper = None
+        self._next_retry = None           # time.time() when the earliest planned retry is due
 
     # ---------------------------------------------------------------- settings
 
     def limits_for(self, job):
         return self.settings().limits_for(job.service, job.queueing_timeout, job.computation_timeout)
+
+    def retry_due(self, due_ms: int):
+        """A retry was planned: idle slots look for work again at ``due_ms``."""
+        due = due_ms / 1000
+        if self._next_retry is None or due < self._next_retry or self._next_retry < time.time():
+            self._next_retry = due
+
+    def idle_wait(self) -> float:
+        """How long an idle slot waits before it looks for work again, unless woken:
+        IDLE_CLAIM_PERIOD, or less when a retry planned here falls due sooner."""
+        due = self._next_retry
+        if due is None:
+            return IDLE_CLAIM_PERIOD
+        if due <= time.time():           # due: the claim just made has seen it
+            self._next_retry = None
+            return IDLE_CLAIM_PERIOD
+        return min(IDLE_CLAIM_PERIOD, due - time.time() + 0.001)
 
     def served_services(self):
         """The services whose jobs this node runs; None when it runs every service's."""
@@ -411,7 +468,8 @@ class Supervisor:
         """Fail the running job with ``fault``, written once the store answers; answers
         whether it was still running (False: deleted meanwhile; None: given up at
         shutdown)."""
-        won = self.persist(lambda: self.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault)),
+        won = self.persist(lambda: self.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault),
+                                                     note=why),
                            f"the outcome of job {job.id}")
         self.finished(job, won, f"FAILED ({why})")
         return won

@@ -1,8 +1,10 @@
 """A worker process: runs one job at a time, talking to its slot over a pipe.
 
-Messages from the slot: ``("run", job_id, service, operation, request_json)`` and
-``("exit",)``.  Messages to the slot: ``("progress", job_id, progress_json)`` and
-``("done", job_id, "result" | "fault", json_text)``.  Progress is coalesced here, at
+Messages from the slot: ``("run", job_id, service, operation, request_json, attempt,
+retries)`` and ``("exit",)``.  Messages to the slot: ``("progress", job_id,
+progress_json)`` and ``("done", job_id, kind, json_text)``: kind "result", "fault",
+"transient" (a TransientFault: the slot retries the job or fails it) or "retry"
+(RetryLater: ``{"after_ms": …, "reason": …}``).  Progress is coalesced here, at
 the source: at most one message per ``PROGRESS_PERIOD`` (the latest value wins), so a
 function that reports without pause cannot flood the pipe or the server.  A stop arrives through a shared
 event (set from the server process), so the function sees it at once, also while it
@@ -16,7 +18,8 @@ import threading
 import time
 
 from ..protocol import codec
-from ..protocol.faults import InternalErrorFault, RequestStoppedFault, RequestTimedOutFault, XServerFault
+from ..protocol.faults import (InternalErrorFault, RequestStoppedFault, RequestTimedOutFault,
+                               TransientFault, XServerFault)
 from ..protocol.types import IntermediateResponseLimitation
 
 log = logging.getLogger("xruntime.worker")
@@ -30,9 +33,11 @@ PROGRESS_PERIOD = 0.2     # s between two progress messages of one job
 class WorkerJobContext:
     """The ``job`` argument of a long operation's function (see xruntime.service)."""
 
-    def __init__(self, conn, job_id, stop_event, stop_reason):
+    def __init__(self, conn, job_id, stop_event, stop_reason, attempt=1, retries=0):
         self._conn = conn
         self._job_id = job_id
+        self.attempt = attempt            # this run's number (1: the first)
+        self.retries = retries            # retries before this run
         self._stop_event = stop_event
         self._stop_reason = stop_reason
         self._lock = threading.Lock()     # the function's thread and the timer both send
@@ -122,10 +127,12 @@ def mark_intermediate(response, job: WorkerJobContext):
     return response
 
 
-def run_one(conn, stop_event, stop_reason, job_id, service, operation, request_json):
-    """Run one job and send its outcome: ("done", id, "result"|"fault", json)."""
+def run_one(conn, stop_event, stop_reason, job_id, service, operation, request_json,
+            attempt=1, retries=0):
+    """Run one job and send its outcome: ("done", id, kind, json)."""
     from ..registry import long_operation
-    job = WorkerJobContext(conn, job_id, stop_event, stop_reason)
+    from ..service import RetryLater
+    job = WorkerJobContext(conn, job_id, stop_event, stop_reason, attempt, retries)
     try:
         op = long_operation(service, operation)
         request = codec.decode(json.loads(request_json), op.request)
@@ -136,8 +143,11 @@ def run_one(conn, stop_event, stop_reason, job_id, service, operation, request_j
         if job.stop_requested:
             response = mark_intermediate(response, job)
         outcome = ("result", codec.dumps(codec.encode(response, op.response)))
+    except RetryLater as asked:
+        outcome = ("retry", json.dumps({"after_ms": int(asked.after * 1000), "reason": asked.reason}))
     except XServerFault as fault:
-        outcome = ("fault", codec.dumps(codec.encode_fault(fault)))
+        kind = "transient" if isinstance(fault, TransientFault) else "fault"
+        outcome = (kind, codec.dumps(codec.encode_fault(fault)))
     except BaseException as exc:  # a bug in the service: log it here, tell the client plainly
         log.exception("job %s: %s.%s raised", job_id, service, operation)
         fault = InternalErrorFault(f"the operation {service}.{operation} failed with an internal "
@@ -162,5 +172,4 @@ def worker_main(conn, stop_event, stop_reason):
             return
         if message[0] == "exit":
             return
-        _, job_id, service, operation, request_json = message
-        run_one(conn, stop_event, stop_reason, job_id, service, operation, request_json)
+        run_one(conn, stop_event, stop_reason, *message[1:])

@@ -145,6 +145,13 @@ class ProcessingFault(XServerFault):
     """The operation failed on valid input; services add subtypes."""
 
 
+class TransientFault(ProcessingFault):
+    """A failure that may pass (a backend briefly down): the job is run again from the
+    start after a growing delay, up to ``max_retries`` times (PROTOCOL §11).  Services
+    raise it, or their own subtypes of it."""
+    default_hint = "The job was retried and failed each time; try again later."
+
+
 class InternalErrorFault(XServerFault):
     default_hint = "This is a fault of the server; the administrator finds the details in its log."
 

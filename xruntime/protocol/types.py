@@ -118,12 +118,54 @@ class RuntimeInformation(XModel):
     jobs = repeated(JobCount)
 
 
+class JobEvent(XModel):
+    """One change in a job's life (PROTOCOL §11)."""
+    time = Unicode        # ISO 8601 UTC with milliseconds: 2026-11-23T06:41:38.123Z
+    status = JobStatus    # the job's status after the change
+    attempt = Long        # the job's runs so far
+    node = Unicode        # where it ran (or runs)
+    message = Unicode
+
+
+class JobEvents(XModel):
+    id = Unicode
+    events = repeated(JobEvent)
+
+
+class ListJobsRequest(XModel):
+    """All optional (PROTOCOL §12): every job the caller may see, newest first."""
+    status = repeated(JobStatus)
+    service = Unicode
+    user = Unicode
+    limit = Long          # 100 unless given; at most 1000
+    cursor = Unicode      # a previous answer's nextCursor: the page after it
+
+
+class JobSummary(XModel):
+    id = Unicode
+    service = Unicode
+    operation = Unicode
+    status = JobStatus
+    user = Unicode
+    queuedAt = Unicode    # ISO 8601 UTC with milliseconds, as JobEvent.time
+    startedAt = Unicode
+    finishedAt = Unicode
+    fetched = Boolean
+    attempts = Long
+    progress = JobProgress
+
+
+class JobList(XModel):
+    jobs = repeated(JobSummary)
+    nextCursor = Unicode  # absent on the last page
+
+
 __all__ = [
     "NAMESPACE", "XModel", "required", "repeated", "JobStatus", "ResultLimitationReason",
     "JobProgress", "BulkProgress", "Job", "Timeouts", "RequestBase", "ResultLimitation",
     "IntermediateResponseLimitation", "ResponseBase", "JobRequest", "WatchRequest",
     "RuntimeInformationRequest", "ServiceInformation", "JobCount", "RuntimeInformation",
-    "link_base",
+    "JobEvent", "JobEvents", "ListJobsRequest", "JobSummary", "JobList", "link_base",
 ]
 
 

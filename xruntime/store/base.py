@@ -41,6 +41,8 @@ class JobRecord:
     queueing_timeout: Optional[int] = None      # ms asked by the request, if any
     computation_timeout: Optional[int] = None   # ms asked by the request, if any
     owner: str = ""                      # the user who started it ("": anonymous)
+    not_before: Optional[int] = None     # waiting for a retry until then (ms)
+    retries: int = 0                     # retries planned so far
 
     def elapsed_ms(self, now: int) -> int:
         end = self.finished_at if self.finished_at is not None else now

@@ -1,19 +1,24 @@
 """A database made by an earlier xruntime, brought up to this schema when a node opens it.
 
 ``metadata.create_all`` makes missing tables only; columns and indexes added since
-(accounts: ``owner``, ``lane`` and their indexes) are added here, once, in the
+(accounts: ``owner``, ``lane``; retries: ``not_before``, ``retries``; the history:
+``event_note`` and its triggers) are added here, once, in the
 transaction that creates the schema (on PostgreSQL under its advisory lock, so nodes
 starting together upgrade it once).  Jobs stored before accounts belong to the
 anonymous user.
 """
 from sqlalchemy import inspect, text, update
 
+from .events import install_triggers
 from .schema import jobs
 
 #: Columns added after the first release, with the SQL that adds them to old tables.
 ADDED_COLUMNS = {
     "owner": "VARCHAR(100) NOT NULL DEFAULT ''",
     "lane": "VARCHAR(201) NOT NULL DEFAULT ''",
+    "not_before": "BIGINT",
+    "retries": "INTEGER NOT NULL DEFAULT 0",
+    "event_note": "VARCHAR(500)",
 }
 
 
@@ -27,4 +32,5 @@ def upgrade(conn) -> list:
         conn.execute(update(jobs).values(lane=jobs.c.service + "/" + jobs.c.owner))
     for index in jobs.indexes:
         index.create(conn, checkfirst=True)
+    install_triggers(conn, conn.dialect.name)
     return added

@@ -6,8 +6,8 @@
 "service/owner", the queue within the queue that fair shares count by (PROTOCOL §10):
 its index lets a claim visit the first job of each lane instead of every queued job.
 """
-from sqlalchemy import (BigInteger, Column, Index, Integer, LargeBinary, MetaData, String,
-                        Table)
+from sqlalchemy import (BigInteger, Column, ForeignKey, Index, Integer, LargeBinary, MetaData,
+                        String, Table, text)
 
 metadata = MetaData()
 
@@ -34,11 +34,31 @@ jobs = Table(
     Column("computation_timeout", BigInteger),
     Column("owner", String(100), nullable=False, server_default=""),
     Column("lane", String(201), nullable=False, server_default=""),
+    Column("not_before", BigInteger),          # a retry waits QUEUING until then (ms)
+    Column("retries", Integer, nullable=False, server_default="0"),   # retries planned so far
+    Column("event_note", String(500)),         # what the change being written is: its event's message
     Index("ix_jobs_status_seq", "status", "seq"),
     Index("ix_jobs_status_lane_seq", "status", "lane", "seq"),
-    Index("ix_jobs_owner_status", "owner", "status"),
     Index("ix_jobs_node", "node"),
     Index("ix_jobs_finished_at", "finished_at"),
+    Index("ix_jobs_owner_seq", "owner", "seq"),
+    Index("ix_jobs_service_seq", "service", "seq"),
+    Index("ix_jobs_not_before", "not_before", sqlite_where=text("not_before IS NOT NULL"),
+          postgresql_where=text("not_before IS NOT NULL")),
+)
+
+#: Each job's history (PROTOCOL §11): one row per change, written by the database
+#: itself in the statement that makes the change (``store.events``), erased with the job.
+job_events = Table(
+    "job_events", metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("job_seq", Integer, ForeignKey("jobs.seq", ondelete="CASCADE"), nullable=False),
+    Column("time", BigInteger, nullable=False),          # ms since the epoch, the database's clock
+    Column("status", String(10), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("node", String(200)),
+    Column("message", String(500), nullable=False),
+    Index("ix_job_events_job", "job_seq", "seq"),
 )
 
 

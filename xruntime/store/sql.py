@@ -9,6 +9,7 @@ node write to SQLite: a write transaction takes the database's write lock when i
 begins (``BEGIN IMMEDIATE``), so a read-then-write (the ``max_queued`` check) is
 atomic across processes too.
 """
+import json
 import os
 import sqlite3
 import threading
@@ -24,7 +25,7 @@ from sqlalchemy.engine import make_url
 from .base import JobRecord, Recovered, StoreUnavailable
 from .migrate import upgrade
 from .payload import pack, unpack
-from .schema import feed_metadata, jobs, lane_of, metadata
+from .schema import feed_metadata, job_events, jobs, lane_of, metadata
 
 ACTIVE_RUNNING = ("RUNNING", "STOPPING")
 #: States in which a job holds a worker (a deleted one until its worker lets go).
@@ -35,7 +36,9 @@ QUEUE_LOCK_KEY = 0x78727431        # advisory lock serialising max_queued checks
 
 
 _PAYLOADS = ("request", "result", "fault", "progress")
-_LIGHT = [c for c in jobs.c if c.name not in ("seq", "lane", "request", "result", "fault")]
+#: Columns the store keeps for itself: never part of a JobRecord.
+_INTERNAL = ("seq", "lane", "event_note")
+_LIGHT = [c for c in jobs.c if c.name not in _INTERNAL + ("request", "result", "fault")]
 
 # The hot path: SQLAlchemy Core statements compiled once for the dialect and run on a
 # pooled DBAPI connection.  SQLAlchemy's per-execution work costs ten times what
@@ -47,7 +50,7 @@ def _states(states, table=jobs):
 
 
 _ID = bindparam("job_id")
-_ALL = [c.name for c in jobs.c if c.name not in ("seq", "lane")]
+_ALL = [c.name for c in jobs.c if c.name not in _INTERNAL]
 _LIGHT_NAMES = [c.name for c in _LIGHT]
 
 
@@ -109,9 +112,10 @@ def _guarded_statements(states):
     guard = (jobs.c.id == _ID, _states(states))
     return {
         "set_progress": update(jobs).where(*guard).values(progress=bindparam("progress_blob")),
-        "set_status": update(jobs).where(*guard).values(status=bindparam("new_status")),
+        "set_status": update(jobs).where(*guard).values(status=bindparam("new_status"),
+                                                        event_note=bindparam("note")),
         "finish": update(jobs).where(*guard).values(
-            status=bindparam("new_status"), finished_at=bindparam("now"),
+            status=bindparam("new_status"), finished_at=bindparam("now"), event_note=bindparam("note"),
             result=bindparam("result_blob"), fault=bindparam("fault_blob"),
             progress=func.coalesce(bindparam("progress_blob", type_=LargeBinary), jobs.c.progress),
             lease_until=None),
@@ -129,7 +133,7 @@ def _claim_statement(dialect, services=None, running_limits=()):
     if running_limits:
         oldest = _fair_oldest(services, running_limits)
     else:
-        oldest = select(jobs.c.seq).where(jobs.c.status == "QUEUING")
+        oldest = select(jobs.c.seq).where(jobs.c.status == "QUEUING", _due(jobs))
         if services is not None:
             oldest = oldest.where(jobs.c.service.in_([literal(name) for name in services]))
         oldest = oldest.order_by(jobs.c.seq).limit(1)
@@ -138,8 +142,14 @@ def _claim_statement(dialect, services=None, running_limits=()):
     return (update(jobs)
             .where(jobs.c.seq == oldest.scalar_subquery(), jobs.c.status == "QUEUING")
             .values(status="RUNNING", node=bindparam("node"), started_at=bindparam("now_ms"),
+                    event_note=bindparam("note"),
                     attempts=jobs.c.attempts + 1, lease_until=bindparam("lease_until"))
             .returning(*jobs.c))
+
+
+def _due(table):
+    """Not waiting for a retry (or its time has come)."""
+    return table.c.not_before.is_(None) | (table.c.not_before <= bindparam("now_ms"))
 
 
 def _fair_oldest(services, running_limits):
@@ -157,7 +167,7 @@ def _fair_oldest(services, running_limits):
                                                      step.c.lane > lanes.c.lane).scalar_subquery()
     lanes = lanes.union_all(select(following).where(lanes.c.lane.is_not(None)))
     head = jobs.alias("head")
-    first = select(head.c.seq).where(head.c.status == "QUEUING", head.c.lane == lanes.c.lane) \
+    first = select(head.c.seq).where(head.c.status == "QUEUING", head.c.lane == lanes.c.lane, _due(head)) \
         .order_by(head.c.seq).limit(1).scalar_subquery()
     heads = select(first.label("seq")).where(lanes.c.lane.is_not(None)).subquery("heads")
     job, held = jobs.alias("candidate"), jobs.alias("held")
@@ -176,8 +186,8 @@ def _fair_oldest(services, running_limits):
 def _record(data: Optional[dict]) -> Optional[JobRecord]:
     if data is None:
         return None
-    data.pop("seq", None)
-    data.pop("lane", None)
+    for name in _INTERNAL:
+        data.pop(name, None)
     for name in _PAYLOADS:
         if name in data:
             data[name] = unpack(data[name])
@@ -335,11 +345,12 @@ class SqlJobStore:
         return _record(self._run("peek", False, job_id=job_id)[1])
 
     def claim(self, node: str, now: int, lease_ms: int, services: Optional[Iterable[str]] = None,
-              running_limits: tuple = ()) -> Optional[JobRecord]:
+              running_limits: tuple = (), note: str = "running") -> Optional[JobRecord]:
         """Move the next queued job (of ``services``) to RUNNING on ``node``: the oldest,
         or with ``running_limits`` ((owner, service or None, max_running), ...: a user's
         per-service limit before their own) the oldest whose owner runs fewer of that
-        service's jobs than allowed.  None when no job may start."""
+        service's jobs than allowed.  A job waiting for its retry is not taken before
+        its time.  None when no job may start; ``note`` is the event's message."""
         key = (None if services is None else tuple(services), tuple(running_limits))
         p = self._claims.get(key)
         if p is None:
@@ -347,24 +358,43 @@ class SqlJobStore:
                 self._claims.clear()
             p = self._claims[key] = Prepared(_claim_statement(self.dialect, *key), self.engine.dialect,
                                              [c.name for c in jobs.c])
-        params = {"node": node, "now_ms": now, "lease_until": now + lease_ms}
+        params = {"node": node, "now_ms": now, "lease_until": now + lease_ms, "note": note_of(note)}
         return _record(self._run(p, True, **params)[1])
+
+    def next_due(self, now: int) -> Optional[int]:
+        """When the first job waiting for its retry may run (ms), or None."""
+        with unavailable_as_store_error(), self.engine.connect() as conn:
+            return conn.execute(select(func.min(jobs.c.not_before)).where(
+                jobs.c.not_before.is_not(None), jobs.c.not_before > now,
+                jobs.c.status == "QUEUING")).scalar()
+
+    def retry(self, job_id: str, not_before: int, note: str) -> bool:
+        """A running job back to QUEUING until ``not_before`` (ms), its retry counted."""
+        with self._write() as conn:
+            return conn.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "RUNNING").values(
+                status="QUEUING", node=None, started_at=None, progress=None, lease_until=None,
+                not_before=not_before, retries=jobs.c.retries + 1,
+                event_note=note_of(note))).rowcount == 1
 
     def set_progress(self, job_id: str, progress: str) -> bool:
         return self._guarded("set_progress", job_id, ACTIVE_RUNNING, progress_blob=pack(progress))
 
-    def request_stop(self, job_id: str) -> bool:
-        return self._guarded("set_status", job_id, ("RUNNING",), new_status="STOPPING")
+    def request_stop(self, job_id: str, note: str = "stop asked") -> bool:
+        return self._guarded("set_status", job_id, ("RUNNING",), new_status="STOPPING", note=note_of(note))
 
     def finish(self, job_id: str, status: str, now: int, *, result: Optional[str] = None,
                fault: Optional[str] = None, progress: Optional[str] = None,
-               from_states=ACTIVE_RUNNING) -> bool:
+               from_states=ACTIVE_RUNNING, note: Optional[str] = None) -> bool:
+        """An active job → SUCCEEDED (with result) or FAILED (with fault); the event
+        says "succeeded", or "failed: <fault type>" and ``note``."""
+        message = "succeeded" if status == "SUCCEEDED" else f"failed: {fault_type(fault)}"
         return self._guarded("finish", job_id, from_states, new_status=status, now=now,
                              result_blob=pack(result), fault_blob=pack(fault),
-                             progress_blob=pack(progress))
+                             progress_blob=pack(progress),
+                             note=note_of(f"{message} ({note})" if note else message))
 
     def mark_deleted(self, job_id: str) -> bool:
-        return self._guarded("set_status", job_id, ACTIVE_RUNNING, new_status="DELETED")
+        return self._guarded("set_status", job_id, ACTIVE_RUNNING, new_status="DELETED", note="deleted")
 
     def erase(self, job_id: str, statuses: Iterable[str]) -> bool:
         return self._guarded("erase", job_id, statuses)
@@ -378,7 +408,8 @@ class SqlJobStore:
                 update(jobs).where(jobs.c.id == job_id, jobs.c.node == node,
                                    jobs.c.status.in_(ACTIVE_RUNNING))
                 .values(status="QUEUING", node=None, started_at=None, progress=None,
-                        lease_until=None, attempts=jobs.c.attempts - 1))
+                        lease_until=None, attempts=jobs.c.attempts - 1,
+                        event_note="handed back: its node shut down"))
             if res.rowcount == 0:
                 conn.execute(delete(jobs).where(jobs.c.id == job_id, jobs.c.node == node,
                                                 jobs.c.status == "DELETED"))
@@ -396,26 +427,32 @@ class SqlJobStore:
         return [tuple(r) for r in rows]
 
     def recover(self, node: Optional[str], now: int, max_attempts: int, fault_for) -> list:
+        """Runs lost with their node count against ``max_attempts``: a job's runs
+        (``attempts``) less those that ended in a retry (``retries``)."""
         held = jobs.c.status.in_(ACTIVE_RUNNING + ("DELETED",))
         lost = (jobs.c.node == node) if node is not None else (jobs.c.lease_until < now)
         found = []
         with self._write() as conn:
-            query = select(jobs.c.id, jobs.c.status, jobs.c.attempts).where(held, lost)
+            query = select(jobs.c.id, jobs.c.status, jobs.c.attempts, jobs.c.retries, jobs.c.node) \
+                .where(held, lost)
             if self.dialect == "postgresql":
                 query = query.with_for_update(skip_locked=True)
-            for job_id, status, attempts in conn.execute(query).all():
+            for job_id, status, attempts, retries, on in conn.execute(query).all():
+                lost_runs = attempts - retries
                 if status == "DELETED":
                     conn.execute(delete(jobs).where(jobs.c.id == job_id))
-                elif attempts >= max_attempts:
+                elif lost_runs >= max_attempts:
+                    fault = fault_for(lost_runs)
                     conn.execute(update(jobs).where(jobs.c.id == job_id).values(
-                        status="FAILED", finished_at=now, lease_until=None,
-                        fault=pack(fault_for(attempts))))
-                    found.append(Recovered(job_id, False, attempts))
+                        status="FAILED", finished_at=now, lease_until=None, fault=pack(fault),
+                        event_note=note_of(f"failed: {fault_type(fault)} (its node {on} died; "
+                                           f"{lost_runs} runs lost)")))
+                    found.append(Recovered(job_id, False, lost_runs))
                 else:
                     conn.execute(update(jobs).where(jobs.c.id == job_id).values(
                         status="QUEUING", node=None, started_at=None, progress=None,
-                        lease_until=None))
-                    found.append(Recovered(job_id, True, attempts))
+                        lease_until=None, event_note=note_of(f"queued again: its node {on} died")))
+                    found.append(Recovered(job_id, True, lost_runs))
         return found
 
     def fail_timed_out_queued(self, now: int, default_timeout_ms: int, fault: str,
@@ -423,14 +460,16 @@ class SqlJobStore:
                               exclude: Optional[Iterable[str]] = None) -> list:
         """Fail QUEUING jobs waiting longer than their queueing timeout: the configured
         ``default_timeout_ms`` (0: none), shortened by the request's own when it asked
-        for less; a request never lengthens it."""
+        for less; a request never lengthens it.  A job waiting for a retry counts from
+        when its retry was due."""
         own = jobs.c.queueing_timeout
         asked = (own.is_not(None)) & (own > 0)
         if default_timeout_ms:
             timeout = case((asked & (own < default_timeout_ms), own), else_=default_timeout_ms)
         else:
             timeout = case((asked, own), else_=0)
-        cond = (jobs.c.status == "QUEUING") & (timeout > 0) & (jobs.c.queued_at + timeout <= now)
+        since = func.coalesce(jobs.c.not_before, jobs.c.queued_at)
+        cond = (jobs.c.status == "QUEUING") & (timeout > 0) & (since + timeout <= now)
         query = select(jobs.c.id).where(cond)
         if services is not None:
             query = query.where(jobs.c.service.in_(list(services)))
@@ -440,8 +479,44 @@ class SqlJobStore:
             ids = [r[0] for r in conn.execute(query.limit(1000)).all()]
             if ids:
                 conn.execute(update(jobs).where(jobs.c.id.in_(ids), jobs.c.status == "QUEUING")
-                             .values(status="FAILED", finished_at=now, fault=pack(fault)))
+                             .values(status="FAILED", finished_at=now, fault=pack(fault),
+                                     event_note=f"failed: {fault_type(fault)} (queueing timeout)"))
         return ids
+
+    def events(self, job_id: str, owner: Optional[str] = None) -> Optional[list]:
+        """The job's history, oldest first, as dicts (time, status, attempt, node,
+        message); None when there is no such job (of ``owner``, when given)."""
+        job = select(jobs.c.seq).where(jobs.c.id == job_id)
+        if owner is not None:
+            job = job.where(jobs.c.owner == owner)
+        query = select(job_events.c.time, job_events.c.status, job_events.c.attempt, job_events.c.node,
+                       job_events.c.message) \
+            .where(job_events.c.job_seq == bindparam("seq")).order_by(job_events.c.seq)
+        with unavailable_as_store_error(), self.engine.connect() as conn:
+            seq = conn.execute(job).scalar()
+            if seq is None:
+                return None
+            return [dict(row._mapping) for row in conn.execute(query, {"seq": seq})]
+
+    def list_jobs(self, statuses=None, service: Optional[str] = None, owner: Optional[str] = None,
+                  limit: int = 100, before: Optional[int] = None):
+        """A page of jobs, newest first: ([(seq, JobRecord without request, result and
+        fault)], whether more follow).  ``before``: only jobs older than that seq (the
+        keyset of the page before), so pages neither miss nor repeat a job however many
+        are added meanwhile."""
+        query = select(jobs.c.seq, *_LIGHT).order_by(jobs.c.seq.desc()).limit(limit + 1)
+        if statuses is not None:
+            query = query.where(jobs.c.status.in_(list(statuses)))
+        if service is not None:
+            query = query.where(jobs.c.service == service)
+        if owner is not None:
+            query = query.where(jobs.c.owner == owner)
+        if before is not None:
+            query = query.where(jobs.c.seq < before)
+        with unavailable_as_store_error(), self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        page = [(row[0], _record(dict(zip(_LIGHT_NAMES, row[1:])))) for row in rows[:limit]]
+        return page, len(rows) > limit
 
     def counts_by_status(self, owner: Optional[str] = None) -> dict:
         """Stored jobs by status: every job's, or only ``owner``'s."""
@@ -477,6 +552,19 @@ class SqlJobStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def note_of(text_: str) -> str:
+    """An event's message as stored (at most 500 characters)."""
+    return text_ if len(text_) <= 500 else text_[:497] + "..."
+
+
+def fault_type(fault_json: Optional[str]) -> str:
+    """The type name of a stored fault (the codec's JSON)."""
+    try:
+        return json.loads(fault_json)["faultInfo"]["$type"]
+    except (TypeError, ValueError, KeyError):
+        return "a fault"
 
 
 #: SQLite's answers when the database, not the statement, is the trouble.
@@ -568,6 +656,7 @@ def _sqlite_pragmas(dbapi_connection, _record):
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA busy_timeout=0")        # retry_while_busy waits instead
+    cur.execute("PRAGMA foreign_keys=ON")       # a job's events go with it
     cur.close()
     # each statement commits itself; several statements that belong together are
     # wrapped in BEGIN IMMEDIATE … COMMIT (SqlJobStore._write)

@@ -1,0 +1,80 @@
+"""Each job's history (PROTOCOL §11), written by the database in the same statement.
+
+A trigger on ``jobs`` adds a row to ``job_events`` when a job is inserted, when its
+status changes and at its first fetch, inside the statement that makes the change:
+there is never a change without its event nor an event without its change, whichever
+code (or node) makes it, and the hot path stays one statement per change.  The event's
+message is the ``event_note`` the statement writes with the change (each statement
+that changes a status sets it); its time is the database's clock, one clock for every
+node.  ``job_events`` rows go with their job (``ON DELETE CASCADE``).
+"""
+from sqlalchemy import text
+
+#: Time in ms since the epoch, by the database's clock.
+_NOW_MS = {
+    "sqlite": "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+    "postgresql": "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
+}
+
+_COLUMNS = "job_seq, time, status, attempt, node, message"
+
+
+def _values(now: str, message: str, node: str = "NEW.node") -> str:
+    return f"NEW.seq, {now}, NEW.status, NEW.attempts, {node}, {message}"
+
+
+#: A change that takes a job off its node (a retry, a hand-back, a re-queue) names the
+#: node it left.
+_NODE = "COALESCE(NEW.node, OLD.node)"
+
+
+def _sqlite_triggers():
+    now = _NOW_MS["sqlite"]
+    return [
+        "DROP TRIGGER IF EXISTS job_queued",
+        f"""CREATE TRIGGER job_queued AFTER INSERT ON jobs BEGIN
+            INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, 'queued')")});
+        END""",
+        "DROP TRIGGER IF EXISTS job_changed",
+        f"""CREATE TRIGGER job_changed AFTER UPDATE OF status ON jobs
+            WHEN NEW.status IS NOT OLD.status BEGIN
+            INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, NEW.status)", _NODE)});
+        END""",
+        "DROP TRIGGER IF EXISTS job_fetched",
+        f"""CREATE TRIGGER job_fetched AFTER UPDATE OF first_fetched_at ON jobs
+            WHEN OLD.first_fetched_at IS NULL AND NEW.first_fetched_at IS NOT NULL BEGIN
+            INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "'fetched'", _NODE)});
+        END""",
+    ]
+
+
+def _postgresql_triggers():
+    now = _NOW_MS["postgresql"]
+    return [
+        f"""CREATE OR REPLACE FUNCTION xruntime_job_event() RETURNS trigger AS $$
+        BEGIN
+            IF TG_OP = 'INSERT' THEN
+                INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, 'queued')")});
+            ELSIF NEW.status IS DISTINCT FROM OLD.status THEN
+                INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, NEW.status)", _NODE)});
+            ELSIF OLD.first_fetched_at IS NULL AND NEW.first_fetched_at IS NOT NULL THEN
+                INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "'fetched'", _NODE)});
+            END IF;
+            RETURN NULL;
+        END $$ LANGUAGE plpgsql""",
+    ]
+
+
+_PG_TRIGGER = ("CREATE TRIGGER job_event AFTER INSERT OR UPDATE OF status, first_fetched_at ON jobs "
+               "FOR EACH ROW EXECUTE FUNCTION xruntime_job_event()")
+
+
+def install_triggers(conn, dialect: str) -> None:
+    """Create the triggers as this version defines them (SQLite's are made anew; the
+    function behind PostgreSQL's is replaced, which takes no lock on the table, and its
+    trigger made where missing); run where the schema is made."""
+    for statement in (_sqlite_triggers() if dialect == "sqlite" else _postgresql_triggers()):
+        conn.execute(text(statement))
+    if dialect == "postgresql" and conn.execute(text(
+            "SELECT 1 FROM pg_trigger WHERE tgname = 'job_event' AND tgrelid = 'jobs'::regclass")).first() is None:
+        conn.execute(text(_PG_TRIGGER))
