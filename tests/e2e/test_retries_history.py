@@ -10,7 +10,7 @@ import uuid
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.clients import BINDINGS, RemoteFault, make_client, start, wait_done, wait_status
+from tests.clients import BINDINGS, RemoteFault, make_client, start, wait_done
 from xruntime.store.payload import pack
 
 RETRIES = """
@@ -177,9 +177,8 @@ def test_listing_pages_while_jobs_are_added(node):
     stop, added = threading.Event(), []
 
     def add():
-        from tests.harness import Server  # noqa: F401  (the node's own session is not shared)
         import requests
-        session = requests.Session()
+        session = requests.Session()          # its own: the node's session is the test's
         while not stop.is_set():
             added.append(session.post(node.url("XDemo", "startSimulate"), json={"steps": 1}).json()["id"])
 
