@@ -519,10 +519,11 @@ def test_fair_shares_on_one_node(fresh_server):
 @pytest.mark.skipif(not PG_URL, reason="XRUNTIME_TEST_DATABASE_URL is not set")
 def test_fair_shares_across_two_nodes_on_postgresql(tmp_path):
     """Two nodes of 2 workers on one database: alice's max_running holds for both together."""
-    from sqlalchemy import create_engine
-    from xruntime.store.schema import metadata
+    from sqlalchemy import MetaData, create_engine
     engine = create_engine(PG_URL)
-    metadata.drop_all(engine)
+    tables = MetaData()
+    tables.reflect(engine)       # every table, those of other versions too (job_events...)
+    tables.drop_all(engine)
     engine.dispose()
     nodes = []
     try:
