@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -32,6 +33,8 @@ AT_ONCE = 0.5           # s: "at once" for an answer that must not wait for any 
 TOKENS = {name: secrets.token_urlsafe(24) for name in ("alice", "bob", "carol", "dave", "quinn", "root")}
 #: Tokens nobody has, sent as wrong credentials.
 WRONG = [secrets.token_urlsafe(24) for _ in range(3)]
+#: alice's token after a rotation (test_users_removed_rotated_and_added_live).
+ROTATED = secrets.token_urlsafe(24)
 
 #: The module's node: plain users, an admin, and quinn with quotas.
 USERS = {"alice": {}, "bob": {}, "carol": {}, "dave": {}, "root": {"admin": True},
@@ -106,7 +109,7 @@ def parts(fault):
 def secrets_in(text):
     """The tokens (and Basic encodings of them) found in ``text``."""
     found = []
-    for token in list(TOKENS.values()) + WRONG:
+    for token in list(TOKENS.values()) + WRONG + [ROTATED]:
         if token in text:
             found.append(token)
         for user in list(TOKENS) + ["xtok"]:
@@ -181,6 +184,13 @@ def assert_refused(r, binding):
         assert body["error"]["message"]
 
 
+def refusal_message(r, binding):
+    if binding == "soap":
+        return etree.fromstring(r.content).findtext(".//faultstring")
+    body = r.json()
+    return body["message"] if binding == "json" else body["error"]["message"]
+
+
 def assert_served(r, binding):
     assert r.status_code == 200, (r.status_code, r.text)
     if binding == "soap":
@@ -213,6 +223,11 @@ def test_missing_or_wrong_credentials_are_refused_in_the_bindings_form(srv, bind
             assert_refused(r, binding)
         except AssertionError as exc:
             raise AssertionError(f"{case}: {exc}") from exc
+    # which part was wrong is not told
+    messages = {case: refusal_message(raw_call(srv, binding, **WRONG_CREDENTIALS[case]), binding)
+                for case in ("wrong token", "other user's name with alice's token",
+                             "unknown user with alice's token", "Bearer with a wrong token")}
+    assert len(set(messages.values())) == 1, messages
     # the same request with credentials is served: only the credentials were wrong
     assert_served(raw_call(srv, binding, user="alice", token=TOKENS["alice"]), binding)
     assert_served(raw_call(srv, binding, authorization=f"Bearer {TOKENS['alice']}"), binding)
@@ -282,7 +297,8 @@ def test_another_users_job_is_an_id_never_used(srv, binding):
             assert seen == {"id": id_, "status": "UNKNOWN", "elapsedTime": 0}
         assert bob.call("XRuntime", "deleteJob", {"id": job}) == \
             swapped(bob.call("XRuntime", "deleteJob", {"id": never}), never, job)
-        for service, operation in (("XRuntime", "stopJob"), ("XDemo", "fetchSimulateResponse")):
+        for service, operation in (("XRuntime", "stopJob"), ("XDemo", "fetchSimulateResponse"),
+                                   ("XCrashy", "fetchCrashResponse")):    # (not InvalidFetchType)
             for_job = parts(fault_of(bob.call, service, operation, {"id": job}))
             for_never = parts(fault_of(bob.call, service, operation, {"id": never}))
             assert for_job["type"] == "UnknownJobFault", for_job
@@ -364,6 +380,15 @@ def test_past_max_queued_start_is_quota_exceeded_and_others_still_start(srv):
     time.sleep(0.3)                      # a free worker would have taken them by now
     mine = {**counts(quinn)}
     assert (mine["RUNNING"], mine["QUEUING"]) == (1, 2), mine
+    # queued, running: to bob her jobs are still ids never used, and stay as they are
+    never, bob = str(uuid.uuid4()), make_client("json", srv.base, creds("bob"))
+    for job in (queued[0], running):
+        assert watch(bob, job) == swapped(watch(bob, never), never, job)
+        assert bob.call("XRuntime", "deleteJob", {"id": job}) == \
+            swapped(bob.call("XRuntime", "deleteJob", {"id": never}), never, job)
+        assert parts(fault_of(bob.call, "XRuntime", "stopJob", {"id": job})) == \
+            swapped(parts(fault_of(bob.call, "XRuntime", "stopJob", {"id": never})), never, job)
+    assert counts(quinn) == mine
     everyone = counts(root)
     for binding in BINDINGS:
         fault = fault_of(start, client(binding, srv, "quinn"), durationMs=0)
@@ -386,9 +411,30 @@ def test_past_max_queued_start_is_quota_exceeded_and_others_still_start(srv):
     queued[0] = start(quinn, durationMs=0)["id"]
     assert counts(quinn) == mine
     assert fault_of(start, quinn, durationMs=0).type == "QuotaExceededFault"
-    for job in [running] + queued:
+    for job in queued:
         assert root.call("XRuntime", "deleteJob", {"id": job})["status"] == "DELETED"
+    # starts at once, through both HTTP processes: exactly max_queued are taken
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: try_start(client("json", srv, "quinn")), range(8)))
+    assert sorted(answers, key=str) == ["QUEUING", "QUEUING"] + ["QuotaExceededFault"] * 6, answers
+    assert (counts(quinn)["RUNNING"], counts(quinn)["QUEUING"]) == (1, 2)
+    for job in quinn_jobs(srv):
+        root.call("XRuntime", "deleteJob", {"id": job})
     quiet(srv)
+    assert counts(quinn) == dict.fromkeys(mine, 0)
+
+
+def try_start(c):
+    try:
+        return start(c, durationMs=0)["status"]
+    except RemoteFault as fault:
+        return fault.type
+
+
+def quinn_jobs(srv):
+    """The ids of quinn's jobs the log names as queued."""
+    return [line.split("job ")[1].split()[0] for line in srv.log().splitlines()
+            if line.endswith("QUEUING (user quinn)")]
 
 
 # ----------------------------------------------------------------------- real clients
@@ -567,26 +613,34 @@ def test_fair_shares_across_two_nodes_on_postgresql(tmp_path):
 
 # ----------------------------------------------------------------------- nodes of their own
 
-def test_a_removed_user_is_refused_within_2_s(fresh_server):
+def wait_for_edit(node, user, token, want, others=()):
+    """Call as ``user`` until the answer's status is ``want`` (the edit is in force);
+    each ``others`` (user, token) is served meanwhile.  Answers the seconds it took."""
+    t0 = time.monotonic()
+    while True:
+        r = raw_call(node, "json", user=user, token=token)
+        took = time.monotonic() - t0
+        if r.status_code == want:
+            return took
+        assert r.status_code in (200, 401), r.text
+        assert took < IN_FORCE, f"{user}: still {r.status_code} {took:.1f} s after the edit"
+        for other in others:
+            assert_served(raw_call(node, "json", user=other[0], token=other[1]), "json")
+        time.sleep(0.05)
+
+
+def test_users_removed_rotated_and_added_live(fresh_server):
     users = {"alice": {}, "bob": {}, "root": {"admin": True}}
     node = fresh_server(extra=accounts_toml(users), auth=creds("root")).start()
     alice, bob = make_client("json", node.base, creds("alice")), make_client("json", node.base, creds("bob"))
     root = make_client("json", node.base, creds("root"))
-    his = start(bob, durationMs=1500, steps=3)["id"]
+    his, hers = start(bob, durationMs=1500, steps=3)["id"], start(alice, durationMs=0)["id"]
     now = counts(bob)
     assert now["QUEUING"] + now["RUNNING"] == 1, now
+    # bob's table removed: refused within 2 s, alice served all along
     del users["bob"]
     rewrite_config(node, accounts_toml(users))
-    t0 = time.monotonic()
-    while True:
-        r = raw_call(node, "json", user="bob", token=TOKENS["bob"])
-        took = time.monotonic() - t0
-        if r.status_code == 401:
-            break
-        assert r.status_code == 200, r.text
-        assert took < IN_FORCE, "bob was not refused within 2 s of the edit"
-        assert_served(raw_call(node, "json", user="alice", token=TOKENS["alice"]), "json")
-        time.sleep(0.05)
+    wait_for_edit(node, "bob", TOKENS["bob"], 401, others=[creds("alice")])
     for binding in BINDINGS:
         assert_refused(raw_call(node, binding, user="bob", token=TOKENS["bob"]), binding)
         assert_refused(raw_call(node, binding, authorization=f"Bearer {TOKENS['bob']}"), binding)
@@ -595,6 +649,16 @@ def test_a_removed_user_is_refused_within_2_s(fresh_server):
     assert wait_done(root, his)["status"] == "SUCCEEDED"
     assert fetch(root, his)["stepsDone"] == 3
     assert watch(alice, his)["status"] == "UNKNOWN"
+    # alice's token rotated and carol added: the old token refused, her jobs still hers
+    text = accounts_toml({**users, "carol": {}}).replace(token_sha256(TOKENS["alice"]), token_sha256(ROTATED))
+    rewrite_config(node, text)
+    wait_for_edit(node, "carol", TOKENS["carol"], 200)
+    wait_for_edit(node, "alice", TOKENS["alice"], 401)
+    assert_refused(raw_call(node, "soap", user="alice", token=TOKENS["alice"]), "soap")
+    rotated = make_client("json", node.base, ("alice", ROTATED))
+    assert watch(rotated, hers)["status"] == "SUCCEEDED"
+    assert fetch(rotated, hers)["stepsDone"] == 1
+    assert watch(make_client("json", node.base, creds("carol")), hers)["status"] == "UNKNOWN"
     assert "refused POST /services/rs/XRuntime/getRuntimeInformation from 127.0.0.1" in node.log()
     assert_no_token_logged(node)
 
