@@ -27,6 +27,7 @@ import suds.client
 import suds.plugin
 import suds.sudsobject
 import suds.transport.http
+import suds.transport.https
 import zeep
 import zeep.transports
 import zeep.helpers
@@ -171,15 +172,23 @@ class _ZeepRecorder(zeep.plugins.Plugin):
 
 
 class SudsClient(_WsdlClient):
-    """suds-community."""
+    """suds-community.  With ``auth``, suds' two HttpAuthenticated transports:
+    ``challenge`` (suds.transport.https', suds' own default for a username and
+    password) sends the credentials only in answer to a 401 challenge; without it
+    (suds.transport.http's) they go with every request."""
     name = "suds"
     Fault = suds.WebFault
 
+    def __init__(self, base, auth=None, challenge=True):
+        super().__init__(base, auth)
+        self.challenge = challenge
+
     def build(self, url, service):
         extra = {}
-        if self.auth is not None:         # answers the server's 401 challenge
-            extra["transport"] = suds.transport.http.HttpAuthenticated(username=self.auth[0],
-                                                                       password=self.auth[1])
+        if self.auth is not None:
+            transport = (suds.transport.https.HttpAuthenticated if self.challenge
+                         else suds.transport.http.HttpAuthenticated)
+            extra["transport"] = transport(username=self.auth[0], password=self.auth[1])
         return suds.client.Client(url, cache=None, plugins=[_SudsRecorder(self.sent, service)], **extra)
 
     def typed_fault(self, client, fault):
