@@ -297,13 +297,18 @@ def test_another_users_job_is_an_id_never_used(srv, binding):
         assert bob.call("XRuntime", "deleteJob", {"id": job}) == \
             swapped(bob.call("XRuntime", "deleteJob", {"id": never}), never, job)
         for service, operation in (("XRuntime", "stopJob"), ("XDemo", "fetchSimulateResponse"),
-                                   ("XCrashy", "fetchCrashResponse")):    # (not InvalidFetchType)
+                                   ("XCrashy", "fetchCrashResponse"),    # (not InvalidFetchType)
+                                   ("XRuntime", "getJobEvents")):
             for_job = parts(fault_of(bob.call, service, operation, {"id": job}))
             for_never = parts(fault_of(bob.call, service, operation, {"id": never}))
             assert for_job["type"] == "UnknownJobFault", for_job
             assert for_job == swapped(for_never, never, job), operation
 
     as_never_used()                      # while it runs
+    assert job not in [j["id"] for j in bob.call("XRuntime", "listJobs", {"limit": 1000}).get("jobs", [])]
+    assert job in [j["id"] for j in alice.call("XRuntime", "listJobs", {"limit": 1000})["jobs"]]
+    refused = fault_of(bob.call, "XRuntime", "listJobs", {"user": "alice"})
+    assert refused.type == "AccessDeniedFault" and refused.status in (403, None)
     assert watch(alice, job, progressUpdatePeriod=250)["status"] == "RUNNING"
     assert wait_done(alice, job)["status"] == "SUCCEEDED"
     as_never_used()                      # and once it has its result
@@ -330,6 +335,13 @@ def test_an_admin_sees_and_manages_every_users_jobs(srv, binding):
     assert root.call("XRuntime", "stopJob", {"id": a_run})["status"] == "STOPPING"
     assert root.call("XRuntime", "deleteJob", {"id": b_run})["status"] == "DELETED"
     assert wait_done(alice, a_run)["status"] == "SUCCEEDED"
+    assert [e["message"] for e in root.call("XRuntime", "getJobEvents", {"id": a_run})["events"]][2] == \
+        "stop asked"
+    listed = {j["id"]: j.get("user") for j in
+              root.call("XRuntime", "listJobs", {"limit": 1000, "status": ["SUCCEEDED"]})["jobs"]}
+    assert listed[done["alice"]] == "alice" and listed[done["bob"]] == "bob"
+    of_bob = [j["id"] for j in root.call("XRuntime", "listJobs", {"user": "bob", "limit": 1000})["jobs"]]
+    assert done["bob"] in of_bob and done["alice"] not in of_bob
     stopped = fetch(alice, a_run)
     assert 0 < stopped["stepsDone"] < 40 and stopped["resultLimitations"], stopped
     assert watch(bob, b_run)["status"] in ("DELETED", "UNKNOWN")

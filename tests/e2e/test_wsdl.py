@@ -32,7 +32,7 @@ FAULTS = {
     "UnknownJobFault": ("jobId",), "JobStateFault": ("jobId", "status"),
     "RejectedRequestFault": (), "AccessDeniedFault": (), "QueueOverflowFault": (),
     "RequestTimedOutFault": (), "RequestStoppedFault": (), "ServiceNotConfiguredFault": ("service",),
-    "ProcessingFault": (), "InternalErrorFault": (),
+    "ProcessingFault": (), "InternalErrorFault": (), "QuotaExceededFault": (), "TransientFault": (),
 }
 
 
@@ -71,7 +71,8 @@ def test_zeep_accepts_the_served_wsdl(server, service, query):
     if service == "XDemo":
         assert operations == {"startSimulate", "fetchSimulateResponse", "simulate"}
     if service == "XRuntime":
-        assert operations == {"watchJob", "stopJob", "deleteJob", "getRuntimeInformation"}
+        assert operations == {"watchJob", "stopJob", "deleteJob", "getRuntimeInformation", "getJobEvents",
+                              "listJobs"}
     assert client.service._binding_options["address"] == f"{server.base}/services/ws/{service}"
     for name in ("BulkProgress", "IntermediateResponseLimitation"):
         assert client.get_type(f"{{{TYPES_NS}}}{name}") is not None
