@@ -161,6 +161,16 @@ def test_per_service_values_and_served_services(any_store):
     assert claim(store, limits, services=["XTour"]) == ("alice", tours[2])
 
 
+def test_a_lane_whose_jobs_all_wait_for_a_retry_neither_hides_nor_doubles_the_next(any_store):
+    store, limits = any_store, (("alice", None, 1), ("bob", None, 1))
+    waiting = queue(store, "alice", 1)[0]
+    assert claim(store, limits) == ("alice", waiting)
+    assert store.retry(waiting, now_ms() + 60_000, "later")
+    bob = queue(store, "bob", 2)
+    assert claim(store, limits) == ("bob", bob[0])
+    assert claim(store, limits) is None                     # bob at his limit, alice not due
+
+
 def test_a_stopping_or_deleted_job_still_holds_its_workers_share(any_store):
     store, limits = any_store, (("alice", None, 1),)
     first, second = queue(store, "alice", 2)
@@ -227,6 +237,44 @@ def test_nodes_never_run_more_than_max_running_together():
     finally:
         for s in stores:
             s.close()
+
+
+@pytest.mark.skipif(not os.environ.get(PG_ENV), reason=f"{PG_ENV} is not set")
+def test_a_flooded_lane_does_not_slow_a_claim_on_postgresql():
+    """20 000 of alice's jobs queued behind her one running (max_running = 1), bob's one
+    after them: his claim reads a few pages, not her lane, both before the table is
+    analysed (the planner takes it for small) and after (it knows her lane holds nearly
+    every job).  benchmarks/fairness.py times the same with 100 000."""
+    from sqlalchemy import insert
+
+    from xruntime.store.schema import jobs, lane_of
+    store, limits = fresh_postgres_store(os.environ[PG_ENV]), (("alice", None, 1),)
+    try:
+        queue(store, "alice", 1)
+        assert claim(store, limits)[0] == "alice"
+        flood = [dict(id=f"flood-{i}", service="XDemo", operation="simulate", fetch_type="SimulateResponse",
+                      status="QUEUING", request=b"{}", queued_at=now_ms(), attempts=0, owner="alice",
+                      lane=lane_of("XDemo", "alice")) for i in range(20_000)]
+        with store.engine.begin() as conn:
+            conn.execute(insert(jobs), flood)
+        bob = queue(store, "bob", 1)[0]
+        statement = store._claims[(None, limits)]
+        for analysed in (False, True):
+            with store.engine.connect() as conn:
+                if analysed:
+                    conn.exec_driver_sql("ANALYZE jobs")
+                    conn.commit()
+                plan = conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement.sql,
+                                            statement.args({"node": NODE, "now_ms": now_ms(),
+                                                            "lease_until": now_ms() + LEASE_MS})).scalar()
+                conn.rollback()                  # EXPLAIN ANALYZE ran the claim: undo it
+            top = plan[0]["Plan"]
+            assert top["Actual Rows"] == 1       # bob's job was the one taken
+            pages = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+            assert pages < 200, f"the claim read {pages} pages (analysed: {analysed})"
+        assert claim(store, limits) == ("bob", bob)
+    finally:
+        store.close()
 
 
 def test_an_old_database_is_upgraded_and_its_jobs_are_anonymous(tmp_path):

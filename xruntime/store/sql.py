@@ -18,7 +18,7 @@ from contextlib import contextmanager, nullcontext
 from typing import Iterable, Optional
 
 from sqlalchemy import (LargeBinary, bindparam, case, create_engine, delete, event, func, insert,
-                        literal, literal_column, select, text, update)
+                        literal, literal_column, select, text, true, update)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
@@ -131,14 +131,14 @@ def _claim_statement(dialect, services=None, running_limits=()):
     """Move the next job to RUNNING: the oldest queued one (of ``services``), or with
     ``running_limits`` the oldest whose lane is under its owner's max_running."""
     if running_limits:
-        oldest = _fair_oldest(services, running_limits)
+        oldest = _fair_oldest(dialect, services, running_limits)
     else:
         oldest = select(jobs.c.seq).where(jobs.c.status == "QUEUING", _due(jobs))
         if services is not None:
             oldest = oldest.where(jobs.c.service.in_([literal(name) for name in services]))
         oldest = oldest.order_by(jobs.c.seq).limit(1)
-    if dialect == "postgresql":
-        oldest = oldest.with_for_update(skip_locked=True, of=oldest.selected_columns[0].table)
+        if dialect == "postgresql":
+            oldest = oldest.with_for_update(skip_locked=True, of=jobs)
     return (update(jobs)
             .where(jobs.c.seq == oldest.scalar_subquery(), jobs.c.status == "QUEUING")
             .values(status="RUNNING", node=bindparam("node"), started_at=bindparam("now_ms"),
@@ -152,14 +152,22 @@ def _due(table):
     return table.c.not_before.is_(None) | (table.c.not_before <= bindparam("now_ms"))
 
 
-def _fair_oldest(services, running_limits):
+def _fair_oldest(dialect, services, running_limits):
     """The oldest queued job whose lane runs fewer jobs than its owner's max_running
     (PROTOCOL §10).  Only the first job of each lane is a candidate, and the lanes are
     found by a walk over the (status, lane, seq) index, one step a lane: the cost
     grows with the number of lanes, not of the jobs queued in them (100 000 jobs of
     one user over quota do not slow anyone's claim).  On PostgreSQL, as the first job
     of a lane is the only candidate, two nodes never take two jobs of a lane at once:
-    the one that finds it locked skips the lane until its next claim."""
+    the one that finds it locked skips the lane until its next claim.
+
+    The statement's shape keeps PostgreSQL's planner on that path whatever its
+    statistics say (benchmarks/fairness.py: a flood of one lane, not yet analysed,
+    made a claim read every queued job; analysed, it read the lane's jobs in ``seq``
+    order to find its first): a lane's first job is read from the index alone
+    (``_first_due_pg``), and each head is checked and locked in a LATERAL subquery of
+    its own, in ``seq`` order, so the checks run on the heads alone (on the head's own
+    lane) and only the job taken is locked."""
     step = jobs.alias("step")
     lanes = select(func.min(jobs.c.lane).label("lane")).where(jobs.c.status == "QUEUING") \
         .cte("lanes", recursive=True)
@@ -167,20 +175,48 @@ def _fair_oldest(services, running_limits):
                                                      step.c.lane > lanes.c.lane).scalar_subquery()
     lanes = lanes.union_all(select(following).where(lanes.c.lane.is_not(None)))
     head = jobs.alias("head")
-    first = select(head.c.seq).where(head.c.status == "QUEUING", head.c.lane == lanes.c.lane, _due(head)) \
-        .order_by(head.c.seq).limit(1).scalar_subquery()
-    heads = select(first.label("seq")).where(lanes.c.lane.is_not(None)).subquery("heads")
+    if dialect == "postgresql":
+        first = _first_due_pg(lanes.c.lane)
+    else:
+        first = select(head.c.seq).where(head.c.status == "QUEUING", head.c.lane == lanes.c.lane,
+                                         _due(head)).order_by(head.c.seq).limit(1).scalar_subquery()
+    heads = select(first.label("seq")).where(lanes.c.lane.is_not(None))
+    if dialect == "postgresql":          # sorted here: the LATERAL below runs in this order
+        heads = heads.order_by(literal_column("seq"))
+    heads = heads.subquery("heads")
     job, held = jobs.alias("candidate"), jobs.alias("held")
     limit = case(*[((job.c.owner == literal(owner)) & (job.c.service == literal(service))
                     if service is not None else job.c.owner == literal(owner), literal(most))
                    for owner, service, most in running_limits], else_=literal(0))
     running = select(func.count()).select_from(held) \
         .where(_states(HOLDING_WORKER, held), held.c.lane == job.c.lane).scalar_subquery()
-    oldest = select(job.c.seq).join(heads, job.c.seq == heads.c.seq) \
-        .where(job.c.status == "QUEUING", (limit == 0) | (running < limit))
+    allowed = [job.c.seq == heads.c.seq, job.c.status == "QUEUING", (limit == 0) | (running < limit)]
     if services is not None:
-        oldest = oldest.where(job.c.service.in_([literal(name) for name in services]))
-    return oldest.order_by(job.c.seq).limit(1)
+        allowed.append(job.c.service.in_([literal(name) for name in services]))
+    if dialect == "postgresql":
+        taken = select(job.c.seq).where(*allowed).with_for_update(skip_locked=True) \
+            .lateral("taken")
+        return select(taken.c.seq).select_from(heads).join(taken, true()) \
+            .order_by(heads.c.seq).limit(1)
+    return select(job.c.seq).select_from(heads).join(job, allowed[0]).where(*allowed[1:]) \
+        .order_by(job.c.seq).limit(1)
+
+
+def _first_due_pg(lane):
+    """The first due job of ``lane`` on PostgreSQL, found the same way whatever the
+    planner's statistics: the lane's first entry in the (status, lane, seq) index (the
+    first at or after the lane in (lane, seq) order, which no other index gives, read
+    from the index alone), taken if it is due.  Only when it waits for a retry are
+    the lane's jobs read in turn for the first due one: the first due entry at or
+    after the lane, this lane's or, if none of its jobs is due, the next lane's, which
+    the check on each candidate's own lane then treats as that lane's."""
+    entry, checked, later = jobs.alias("entry"), jobs.alias("checked"), jobs.alias("later")
+    first_entry = select(entry.c.seq).where(entry.c.status == "QUEUING", entry.c.lane >= lane) \
+        .order_by(entry.c.lane, entry.c.seq).limit(1).correlate_except(entry).scalar_subquery()
+    if_due = select(checked.c.seq).where(checked.c.seq == first_entry, _due(checked)).scalar_subquery()
+    first_due = select(later.c.seq).where(later.c.status == "QUEUING", later.c.lane >= lane, _due(later)) \
+        .order_by(later.c.lane, later.c.seq).limit(1).scalar_subquery()
+    return func.coalesce(if_due, first_due)
 
 
 def _record(data: Optional[dict]) -> Optional[JobRecord]:
