@@ -161,45 +161,55 @@ def _fair_oldest(dialect, services, running_limits):
     of a lane is the only candidate, two nodes never take two jobs of a lane at once:
     the one that finds it locked skips the lane until its next claim.
 
-    The statement's shape keeps PostgreSQL's planner on that path whatever its
-    statistics say (benchmarks/fairness.py: a flood of one lane, not yet analysed,
-    made a claim read every queued job; analysed, it read the lane's jobs in ``seq``
-    order to find its first): a lane's first job is read from the index alone
-    (``_first_due_pg``), and each head is checked and locked in a LATERAL subquery of
-    its own, in ``seq`` order, so the checks run on the heads alone (on the head's own
-    lane) and only the job taken is locked."""
+    The statement's shape keeps the planners on that path whatever their statistics
+    say (benchmarks/fairness.py found each way off it: PostgreSQL, before it had
+    analysed a flood of one lane, read every queued job, and after, read the lane's
+    jobs in ``seq`` order to find its first; SQLite, once analysed, built a Bloom
+    filter over the whole table for the join to the candidates).  On PostgreSQL a
+    lane's first job is read from the index alone (``_first_due_pg``), and each head
+    is checked and locked in a LATERAL subquery of its own, the heads sorted by
+    ``seq`` beforehand, so the checks run on the heads alone (on the head's own lane)
+    and only the job taken is locked.  SQLite, which needs no lock, joins nothing: a
+    lane names its service and owner ("service/owner", neither holding a "/"), so the
+    checks are on the lane."""
     step = jobs.alias("step")
     lanes = select(func.min(jobs.c.lane).label("lane")).where(jobs.c.status == "QUEUING") \
         .cte("lanes", recursive=True)
     following = select(func.min(step.c.lane)).where(step.c.status == "QUEUING",
                                                      step.c.lane > lanes.c.lane).scalar_subquery()
     lanes = lanes.union_all(select(following).where(lanes.c.lane.is_not(None)))
-    head = jobs.alias("head")
-    if dialect == "postgresql":
-        first = _first_due_pg(lanes.c.lane)
-    else:
+    held = jobs.alias("held")
+    if dialect != "postgresql":
+        head = jobs.alias("head")
         first = select(head.c.seq).where(head.c.status == "QUEUING", head.c.lane == lanes.c.lane,
                                          _due(head)).order_by(head.c.seq).limit(1).scalar_subquery()
-    heads = select(first.label("seq")).where(lanes.c.lane.is_not(None))
-    if dialect == "postgresql":          # sorted here: the LATERAL below runs in this order
-        heads = heads.order_by(literal_column("seq"))
-    heads = heads.subquery("heads")
-    job, held = jobs.alias("candidate"), jobs.alias("held")
+        heads = select(lanes.c.lane, first.label("seq")).where(lanes.c.lane.is_not(None)).subquery("heads")
+        lane = heads.c.lane
+        limit = case(*[(lane == literal(lane_of(service, owner)) if service is not None
+                        else func.substr(lane, -len(owner) - 1) == literal("/" + owner), literal(most))
+                       for owner, service, most in running_limits], else_=literal(0))
+        running = select(func.count()).select_from(held) \
+            .where(_states(HOLDING_WORKER, held), held.c.lane == lane).scalar_subquery()
+        oldest = select(heads.c.seq).where(heads.c.seq.is_not(None), (limit == 0) | (running < limit))
+        if services is not None:
+            oldest = oldest.where(func.substr(lane, 1, func.instr(lane, "/") - 1)
+                                  .in_([literal(name) for name in services]))
+        return oldest.order_by(heads.c.seq).limit(1)
+    heads = select(_first_due_pg(lanes.c.lane).label("seq")).where(lanes.c.lane.is_not(None)) \
+        .order_by(literal_column("seq")).subquery("heads")     # the LATERAL below runs in this order
+    job = jobs.alias("candidate")
     limit = case(*[((job.c.owner == literal(owner)) & (job.c.service == literal(service))
                     if service is not None else job.c.owner == literal(owner), literal(most))
                    for owner, service, most in running_limits], else_=literal(0))
     running = select(func.count()).select_from(held) \
         .where(_states(HOLDING_WORKER, held), held.c.lane == job.c.lane).scalar_subquery()
-    allowed = [job.c.seq == heads.c.seq, job.c.status == "QUEUING", (limit == 0) | (running < limit)]
+    taken = select(job.c.seq).where(job.c.seq == heads.c.seq, job.c.status == "QUEUING",
+                                    (limit == 0) | (running < limit))
     if services is not None:
-        allowed.append(job.c.service.in_([literal(name) for name in services]))
-    if dialect == "postgresql":
-        taken = select(job.c.seq).where(*allowed).with_for_update(skip_locked=True) \
-            .lateral("taken")
-        return select(taken.c.seq).select_from(heads).join(taken, true()) \
-            .order_by(heads.c.seq).limit(1)
-    return select(job.c.seq).select_from(heads).join(job, allowed[0]).where(*allowed[1:]) \
-        .order_by(job.c.seq).limit(1)
+        taken = taken.where(job.c.service.in_([literal(name) for name in services]))
+    taken = taken.with_for_update(skip_locked=True).lateral("taken")
+    return select(taken.c.seq).select_from(heads).join(taken, true()) \
+        .order_by(heads.c.seq).limit(1)
 
 
 def _first_due_pg(lane):
