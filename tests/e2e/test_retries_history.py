@@ -8,9 +8,9 @@ import time
 import uuid
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from tests.clients import BINDINGS, RemoteFault, make_client, start, wait_done
+from tests.fixtures.released_schema import released_database
 from xruntime.store.payload import pack
 
 RETRIES = """
@@ -202,44 +202,20 @@ def test_listing_pages_while_jobs_are_added(node):
 
 # --------------------------------------------------------------------------- upgrade
 
-PREVIOUS_RELEASE_SCHEMA = """
-CREATE TABLE jobs (seq INTEGER NOT NULL, id VARCHAR(36) NOT NULL, service VARCHAR(100) NOT NULL,
-    operation VARCHAR(100) NOT NULL, fetch_type VARCHAR(100) NOT NULL, status VARCHAR(10) NOT NULL,
-    request BLOB NOT NULL, result BLOB, fault BLOB, progress BLOB, queued_at BIGINT NOT NULL,
-    started_at BIGINT, finished_at BIGINT, first_fetched_at BIGINT, attempts INTEGER NOT NULL,
-    node VARCHAR(200), lease_until BIGINT, queueing_timeout BIGINT, computation_timeout BIGINT,
-    PRIMARY KEY (seq), UNIQUE (id));
-CREATE INDEX ix_jobs_status_seq ON jobs (status, seq);
-CREATE INDEX ix_jobs_node ON jobs (node);
-CREATE INDEX ix_jobs_finished_at ON jobs (finished_at);
-CREATE TABLE feed_members (address VARCHAR(200) NOT NULL, origin VARCHAR(200) NOT NULL,
-    since BIGINT NOT NULL, PRIMARY KEY (address));
-"""
-
-
 def test_a_node_on_a_database_of_the_previous_release_keeps_its_jobs(fresh_server, tmp_path):
     """The schema as the last release made it (before accounts and history): its
     finished job is fetched with its result, its queued job runs."""
     srv = fresh_server()
     db = os.path.join(srv.folder, "data", "xruntime.db")
     os.makedirs(os.path.dirname(db))
-    engine = create_engine("sqlite:///" + db)
     now = int(time.time() * 1000)
     result = json.dumps({"stepsDone": 7, "payload": "kept"})
-    with engine.begin() as conn:
-        for statement in PREVIOUS_RELEASE_SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(text(statement))
-        insert = text("INSERT INTO jobs (id, service, operation, fetch_type, status, request, result, "
-                      "queued_at, started_at, finished_at, attempts) VALUES (:id, 'XDemo', 'simulate', "
-                      "'SimulateResponse', :status, :request, :result, :t, :started, :finished, :attempts)")
-        conn.execute(insert, dict(id="11111111-1111-4111-8111-111111111111", status="SUCCEEDED",
-                                  request=pack('{"steps":7}'), result=pack(result), t=now - 5000,
-                                  started=now - 4000, finished=now - 1000, attempts=1))
-        conn.execute(insert, dict(id="22222222-2222-4222-8222-222222222222", status="QUEUING",
-                                  request=pack('{"steps":1}'), result=None, t=now - 500, started=None,
-                                  finished=None, attempts=0))
-    engine.dispose()
+    released_database("sqlite:///" + db, [
+        dict(id="11111111-1111-4111-8111-111111111111", status="SUCCEEDED", request=pack('{"steps":7}'),
+             result=pack(result), queued_at=now - 5000, started_at=now - 4000, finished_at=now - 1000,
+             attempts=1),
+        dict(id="22222222-2222-4222-8222-222222222222", status="QUEUING", request=pack('{"steps":1}'),
+             queued_at=now - 500)])
     srv.start()
     fetched = srv.call("XDemo", "fetchSimulateResponse", {"id": "11111111-1111-4111-8111-111111111111"})
     assert (fetched["stepsDone"], fetched["payload"]) == (7, "kept")

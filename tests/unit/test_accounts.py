@@ -6,12 +6,13 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from xruntime import config
 from xruntime.accounts import ANONYMOUS, Caller, NotAuthenticated, authenticate, token_sha256
 from xruntime.protocol.faults import QueueOverflowFault, QuotaExceededFault, UnknownJobFault
 from xruntime.store import SqlJobStore, now_ms
+
+from tests.fixtures.released_schema import released_database
 
 from .conftest import PG_ENV, fresh_postgres_store, sqlite_url
 from .helpers import LEASE_MS, NODE, new_record
@@ -299,19 +300,7 @@ def test_a_flooded_lane_does_not_slow_a_claim(any_store):
 
 def test_an_old_database_is_upgraded_and_its_jobs_are_anonymous(tmp_path):
     url = sqlite_url(tmp_path)
-    engine = create_engine(url)
-    with engine.begin() as conn:        # the jobs table as the release before accounts made it
-        conn.execute(text(
-            "CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id VARCHAR(36) NOT NULL UNIQUE, "
-            "service VARCHAR(100) NOT NULL, operation VARCHAR(100) NOT NULL, fetch_type VARCHAR(100) NOT NULL, "
-            "status VARCHAR(10) NOT NULL, request BLOB NOT NULL, result BLOB, fault BLOB, progress BLOB, "
-            "queued_at BIGINT NOT NULL, started_at BIGINT, finished_at BIGINT, first_fetched_at BIGINT, "
-            "attempts INTEGER NOT NULL, node VARCHAR(200), lease_until BIGINT, queueing_timeout BIGINT, "
-            "computation_timeout BIGINT)"))
-        conn.execute(text("INSERT INTO jobs (id, service, operation, fetch_type, status, request, queued_at, "
-                          "attempts) VALUES ('old-job', 'XDemo', 'simulate', 'SimulateResponse', 'QUEUING', "
-                          "x'7b7d', 1, 0)"))
-    engine.dispose()
+    released_database(url, [dict(id="old-job", status="QUEUING", request=b"{}", queued_at=1)])
     store = SqlJobStore(url)
     try:
         assert store.peek("old-job").owner == ""

@@ -4,7 +4,7 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from xruntime import config
 from xruntime.accounts import Caller
@@ -14,6 +14,8 @@ from xruntime.protocol.types import ListJobsRequest
 from xruntime.store import SqlJobStore, now_ms
 
 from services.xdemo.types import SimulateRequest
+
+from tests.fixtures.released_schema import released_database
 
 from .conftest import sqlite_url
 from .helpers import (LEASE_MS, NODE, BlockingJobs, claim_exactly, fault_json, new_record,
@@ -278,23 +280,10 @@ def test_bad_limits_and_cursors(jobs, request_, parameter):
 
 
 def test_a_database_of_the_previous_release_is_upgraded(tmp_path, simulate_op, notifier):
-    """The jobs table as the release with accounts made it: its jobs stay, with no
-    history before the upgrade, and every change after it is recorded."""
+    """Its jobs stay, with no history before the upgrade, and every change after it is
+    recorded."""
     url = sqlite_url(tmp_path)
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(text(
-            "CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id VARCHAR(36) NOT NULL UNIQUE, "
-            "service VARCHAR(100) NOT NULL, operation VARCHAR(100) NOT NULL, fetch_type VARCHAR(100) NOT NULL, "
-            "status VARCHAR(10) NOT NULL, request BLOB NOT NULL, result BLOB, fault BLOB, progress BLOB, "
-            "queued_at BIGINT NOT NULL, started_at BIGINT, finished_at BIGINT, first_fetched_at BIGINT, "
-            "attempts INTEGER NOT NULL, node VARCHAR(200), lease_until BIGINT, queueing_timeout BIGINT, "
-            "computation_timeout BIGINT, owner VARCHAR(100) DEFAULT '' NOT NULL, "
-            "lane VARCHAR(201) DEFAULT '' NOT NULL)"))
-        conn.execute(text("INSERT INTO jobs (id, service, operation, fetch_type, status, request, queued_at, "
-                          "attempts, owner, lane) VALUES ('old-job', 'XDemo', 'simulate', 'SimulateResponse', "
-                          "'QUEUING', x'7b7d', 1, 0, 'alice', 'XDemo/alice')"))
-    engine.dispose()
+    released_database(url, [dict(id="old-job", status="QUEUING", request=b"{}", queued_at=1)])
     store = SqlJobStore(url)
     jobs = BlockingJobs(store, notifier, lambda: config.Settings())
     try:
