@@ -538,11 +538,13 @@ def cleanup(folder, port, url, database_url, recent, baseline_s, timeout_s):
             loop.stopped.set()
         for loop in loops:
             loop.join()
-        warm.ok("XRuntime", "deleteJob", {"id": long_job})
+        Client(server.port).ok("XRuntime", "deleteJob", {"id": long_job})     # warm's connection timed out idle
+        log_ = server.log()[offset:]
+        server.stop()                  # the events are read below by a store of this process
         if erased_line is None:
             say(f"cleanup: no 'retention: erased' line within {timeout_s:g} s")
             return
-        reloaded = re.search(r"^(.{23}) .*reloaded;", server.log()[offset:], re.M)
+        reloaded = re.search(r"^(.{23}) .*reloaded;", log_, re.M)
         end = log_time(erased_line.group(1))
         start = log_time(reloaded.group(1)) if reloaded else edited     # the cleaner starts within 1 s
         took = end - (first_drop or start)
