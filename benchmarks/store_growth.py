@@ -1,45 +1,52 @@
 """How request times grow with the number of stored jobs, and what the retention cleaner
 costs the requests while it erases a million expired jobs.
 
-A real node (``python -m xruntime serve``, 2 workers, SQLite in a temporary folder) is
-measured over real HTTP (JSON binding, one keep-alive connection, one request at a
-time) with 10**3, 10**5 and 10**6 jobs stored (``--sizes``).
+A real node (``python -m xruntime serve``, 2 workers, SQLite) is measured over real HTTP
+(JSON binding, one keep-alive connection, one request at a time) with 10**3, 10**5 and
+10**6 jobs stored (``--sizes``), each size in a store of its own (a folder under one
+temporary folder).
 
-The store is filled directly (node stopped) with SQLAlchemy Core in big transactions,
-with what the node itself would have written (``store/sql.py`` ``_INSERT_KEYS`` and the
-columns the later changes write; ``pack``ed payloads): XDemo jobs, 10 % FAILED
-(ProcessingFault, fetched), 40 % SUCCEEDED unfetched (stopped: an intermediate result),
-50 % SUCCEEDED fetched, each with 10 rows in ``job_events`` (queued, running, two
-retries planned after a TransientFault, a hand-back, stop asked or fetched, ...), and
-20 QUEUING jobs waiting for a retry due in an hour (older than every new job: a claim
-passes them).  The ``job_queued`` trigger is dropped during the fill (its events are
-written explicitly, with the jobs' own times) and installed again after it.  Stored
-jobs finished between 29 and 7 days ago; the node keeps them (``unfetched_retention``
-and ``fetched_retention`` "30d", ``cleanup_interval`` "1h", so that no cleaner pass
-runs while requests are timed).
+Each store is filled once, directly, with SQLAlchemy Core in big transactions (no node
+running), with what the node itself would have written (``store/sql.py``
+``_INSERT_KEYS`` and the columns the later changes write; ``pack``ed payloads): XDemo
+jobs, 10 % FAILED (ProcessingFault, fetched), 40 % SUCCEEDED unfetched (stopped: an
+intermediate result), 50 % SUCCEEDED fetched, each with 10 rows in ``job_events``
+(queued, running, two retries planned after a TransientFault, a hand-back, stop asked
+or fetched, ...), and 20 QUEUING jobs waiting for a retry due in an hour (older than
+every new job: a claim passes them).  The ``job_queued`` trigger is dropped during the
+fill (its events are written explicitly, with the jobs' own times) and installed again
+after it.  Stored jobs finished between 29 and 7 days ago; the node keeps them
+(``unfetched_retention`` and ``fetched_retention`` "30d", ``cleanup_interval`` "1h", so
+that no cleaner pass runs while requests are timed).
 
-At each size, after a restart and a warm-up, ``--requests`` (default 1000) of each:
+The sizes take turns (``--rounds``, default 3: a node start on each store per round,
+a warm-up, then a third of the requests), so that a slow spell of the machine (2 cores,
+shared with the client and whatever else runs) falls on every size alike.  Per size,
+``--requests`` (default 1000) of each:
 
 - watchJob of a random stored finished job (answers at once);
 - fetchSimulateResponse of a random stored SUCCEEDED job fetched before (a read), and of
-  one never fetched (first fetch: a read and the write that stamps it, with its event);
+  one never fetched (first fetch: a read and the write that stamps it, with its event;
+  at 10**3 there are only about 400 such jobs);
 - getJobEvents of a random stored finished job (10 events);
 - listJobs, first page (limit 100): no filter; service XDemo; status SUCCEEDED; status
   SUCCEEDED + FAILED; status QUEUING + RUNNING;
 - startSimulate (durationMs 0; the node's workers run the jobs meanwhile);
 - start → watch → fetch cycles (``--requests`` / 5), and from their events the time from
-  queued to RUNNING (the claim, end to end, by the database's clock);
+  queued to RUNNING (the claim, end to end, by the database's clock, in whole ms);
 - with the node stopped, in this process: ``SqlJobStore.claim`` of one newly queued job
-  (the call itself), the ``create`` before it, and one retention cleaner pass with
-  nothing expired (``erase_expired``, the write lock held meanwhile).
+  (the call itself), the ``create`` before it, a retention cleaner pass with nothing
+  expired (``erase_expired``) and a ``create`` made while that pass runs (it waits if
+  the pass holds the write lock).
 
-Median (p50) and p99 per operation and size, and their growth from the smallest size to
-the largest.  Target (the issue): growth <= 1.2x from 10**3 to 10**6 (judged on p50).
+Median (p50), p99 and max per operation and size, and the growth of p50 and p99 from
+the smallest size to the largest.  Target (the issue): growth <= 1.2x from 10**3 to
+10**6 (judged on p50).
 
-Cleanup (``--cleanup``, default 100000 1000000: after measuring at those sizes): the
-node runs with the configuration above; four client threads send, each on its own
-connection with 10 ms between requests, watchJob of a recent finished job,
-startSimulate, fetchSimulateResponse of a recent fetched job and listJobs (first
+Cleanup (``--cleanup``, default 100000 1000000), after the growth figures, on the store
+of that size: the node runs with the configuration above; four client threads send,
+each on its own connection with 10 ms between requests, watchJob of a recent finished
+job, startSimulate, fetchSimulateResponse of a recent fetched job and listJobs (first
 page); one 10-minute job runs, holding a lease.  After ``--baseline`` seconds (the
 figures without cleanup) the file is edited to ``unfetched_retention`` and
 ``fetched_retention`` "5d" and ``cleanup_interval`` "1s": the node re-reads it and its
@@ -51,13 +58,13 @@ issue): no request stalled more than 100 ms by the cleaner erasing 10**6 expired
 with 100 000 expired jobs, no request slower than without cleanup.
 
     python benchmarks/store_growth.py [--sizes 1000 100000 1000000] [--requests 1000]
-                                      [--cleanup 100000 1000000] [--baseline 10]
-                                      [--database-url URL] [--keep]
+                                      [--rounds 3] [--cleanup 100000 1000000]
+                                      [--baseline 10] [--database-url URL] [--keep]
 
-The store is filled at each size up to that many jobs (a cleanup empties it, the next
-size fills it again).  10**6 jobs with 10**7 events take about 1.5 GB of disk in SQLite.
-``--database-url`` runs on another database; it must be one of its own (the script
-adds and erases millions of rows); only SQLite has been measured.
+The stores take about 1.7 GB of disk (10**6 jobs with 10**7 events: 1.5 GB); the
+folder is removed at the end unless ``--keep``.  ``--database-url`` runs on another
+database, one size per run; it must be a database of its own (the script adds and
+erases millions of rows); only SQLite has been measured.
 """
 import argparse
 import http.client
@@ -355,13 +362,14 @@ def cycle(client):
     return job["id"]
 
 
-def measure_http(server, ids, n, rng, rounds=5):
-    """{operation: [ms]} over HTTP, and the ids of the cycles' jobs.  The read-only
-    operations take turns in ``rounds`` rounds, so that a passing disturbance (the
-    machine has 2 cores, shared with the client) spreads over all of them."""
+def measure_http(server, ids, n, rng, first_fetches):
+    """{operation: [ms]} of ``n`` requests each over HTTP, and the ids of the cycles' jobs.
+    The read-only operations take turns in five parts, so that a passing disturbance
+    (the machine's 2 cores are shared with the client and anything else running) spreads
+    over all of them."""
     c = Client(server.port)
     pick = lambda pool, k: [rng.choice(pool) for _ in range(k)]          # noqa: E731
-    warm = max(20, n // 5)
+    warm = max(20, n // 10)
     for body in pick(ids["finished"], warm):                             # warm up every path
         c.ok("XRuntime", "watchJob", {"id": body})
         c.ok("XDemo", "fetchSimulateResponse", {"id": rng.choice(ids["fetched"])})
@@ -373,23 +381,22 @@ def measure_http(server, ids, n, rng, rounds=5):
         ("watchJob (finished job)", lambda i: c.ok("XRuntime", "watchJob", {"id": i}), pick(ids["finished"], n)),
         ("fetch (fetched before)", lambda i: c.ok("XDemo", "fetchSimulateResponse", {"id": i}),
          pick(ids["fetched"], n)),
-        ("fetch (first fetch)", lambda i: c.ok("XDemo", "fetchSimulateResponse", {"id": i}),
-         ids["unfetched"][:n]),
+        ("fetch (first fetch)", lambda i: c.ok("XDemo", "fetchSimulateResponse", {"id": i}), first_fetches),
         ("getJobEvents (10 events)", lambda i: c.ok("XRuntime", "getJobEvents", {"id": i}),
          pick(ids["finished"], n)),
     ] + [(name, lambda q: c.ok("XRuntime", "listJobs", q), [dict(query, limit=100)] * n)
          for name, query in LISTS]
     found = {name: [] for name, _, _ in operations}
-    for r in range(rounds):
+    parts = 5
+    for r in range(parts):
         for name, fn, bodies in operations:
-            part = len(bodies) * r // rounds, len(bodies) * (r + 1) // rounds
-            found[name] += timed(fn, bodies[part[0]:part[1]])
+            found[name] += timed(fn, bodies[len(bodies) * r // parts:len(bodies) * (r + 1) // parts])
     started = []
     found["startSimulate"] = timed(lambda b: started.append(c.ok("XDemo", "startSimulate", b)["id"]),
                                    [{"durationMs": 0}] * n)
     server.wait_done(started[-1])                  # the workers ran what was started (first in, first out)
     made = []
-    found["cycle start→watch→fetch"] = timed(lambda _: made.append(cycle(c)), range(max(20, n // 5)))
+    found["cycle start→watch→fetch"] = timed(lambda _: made.append(cycle(c)), range(max(10, n // 5)))
     return found, made
 
 
@@ -410,7 +417,7 @@ def measure_store(url, n):
     """Store-level, the node stopped: create, claim, and a cleaner pass with nothing expired."""
     store = SqlJobStore(url)
     found = {"create (store)": [], "claim (store)": []}
-    warm = max(20, n // 5)
+    warm = max(20, n // 10)
     try:
         while True:                       # a job the node handed back at its shutdown runs first
             left = store.claim("bench:1", now_ms(), 30_000, None, (), "running on worker 0")
@@ -432,14 +439,32 @@ def measure_store(url, n):
             if i >= warm:
                 found["create (store)"].append((t1 - t) * 1000)
                 found["claim (store)"].append((t2 - t1) * 1000)
-        passes = []
-        for _ in range(3):
-            t = time.perf_counter()
-            erased = store.erase_expired(now_ms(), 30 * DAY_MS, 30 * DAY_MS, 1000)
-            passes.append((time.perf_counter() - t) * 1000)
-            if erased:
-                raise RuntimeError(f"the cleaner pass erased {erased} jobs")
+        passes, during = [], []
+        for _ in range(3):                  # and a write meanwhile, as a request would make
+            done = threading.Event()
+
+            def clean_pass():
+                t = time.perf_counter()
+                try:
+                    if store.erase_expired(now_ms(), 30 * DAY_MS, 30 * DAY_MS, 100):
+                        raise RuntimeError("the cleaner pass erased jobs")
+                finally:
+                    passes.append((time.perf_counter() - t) * 1000)
+                    done.set()
+            cleaning = threading.Thread(target=clean_pass)
+            cleaning.start()
+            while not done.is_set():
+                rec = JobRecord(id=str(uuid.uuid4()), service="XDemo", operation="simulate",
+                                fetch_type="SimulateResponse", status="QUEUING", request='{"durationMs":0}',
+                                queued_at=now_ms())
+                t = time.perf_counter()
+                store.create(rec, 10000)
+                during.append((time.perf_counter() - t) * 1000)
+                store.erase(rec.id, ("QUEUING",))
+                time.sleep(0.002)
+            cleaning.join()
         found["cleaner pass, nothing expired"] = passes
+        found["create during that pass"] = during
     finally:
         store.close()
     return found
@@ -601,68 +626,83 @@ def main():
     parser.add_argument("--requests", type=int, default=1000, help="per operation and size")
     parser.add_argument("--cleanup", type=int, nargs="*", default=[100_000, 1_000_000],
                         help="sizes after which the cleaner erases every stored job (none: no cleanup)")
+    parser.add_argument("--rounds", type=int, default=3, help="turns of the sizes (a node start each)")
     parser.add_argument("--baseline", type=float, default=10, help="seconds of the loops before the cleanup")
     parser.add_argument("--cleanup-timeout", type=float, default=1800)
     parser.add_argument("--database-url", help="default: SQLite in a temporary folder")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args()
-    sizes = sorted(args.sizes)
+    sizes = sorted(set(args.sizes))
+    if args.database_url and len(sizes) > 1:
+        parser.error("with --database-url give one size per run: each size needs a database of its own")
     folder = tempfile.mkdtemp(prefix="store_growth-")
-    url = args.database_url or f"sqlite:///{os.path.join(folder, 'data', 'xruntime.db')}"
-    say(f"store_growth: {make_url(url).get_backend_name()} ({folder}), sizes {sizes}, "
-        f"{args.requests} requests per operation, cleanup at {args.cleanup or 'none'}; {os.cpu_count()} cores")
-    positions, have = 0, 0
-    for size in sizes:
-        positions += size - have if have < size else 0
-        have = 0 if size in args.cleanup else size
-    fill = Fill(url, positions)
+    say(f"store_growth: {make_url(database_url(args, folder)).get_backend_name()} ({folder}), sizes {sizes}, "
+        f"{args.requests} requests per operation and size in {args.rounds} rounds, cleanup at "
+        f"{args.cleanup or 'none'}; {os.cpu_count()} cores")
     port = free_port()
-    figures = {}
     rng = random.Random(1)
+    stores = {}
     try:
+        for size in sizes:                    # one store per size, each filled once
+            where = os.path.join(folder, str(size))
+            url_ = database_url(args, where)
+            Fill(url_, size).to(size)
+            ids = sample_ids(url_, args.requests, rng)
+            stores[size] = dict(folder=where, url=url_, ids=ids, figures={}, made=[])
+        for r in range(args.rounds):          # the sizes take turns: a slow spell of the machine
+            for size in sizes:                # falls on every size alike
+                st = stores[size]
+                n = args.requests * (r + 1) // args.rounds - args.requests * r // args.rounds
+                unfetched = st["ids"]["unfetched"]
+                firsts = unfetched[len(unfetched) * r // args.rounds:len(unfetched) * (r + 1) // args.rounds][:n]
+                server = Server(st["folder"], port=port, database_url=args.database_url, extra=KEEP, workers=2)
+                say(f"round {r + 1} of {args.rounds}, {spaced(size)} stored: node starting")
+                server.start(timeout=180)
+                try:
+                    found, made = measure_http(server, st["ids"], n, rng, firsts)
+                finally:
+                    server.stop()
+                store = SqlJobStore(st["url"])
+                try:
+                    found["queued → RUNNING (events)"] = queued_to(store, made)
+                finally:
+                    store.close()
+                found.update(measure_store(st["url"], n))
+                st["made"] += made
+                for name, ms in found.items():
+                    st["figures"].setdefault(name, []).extend(ms)
         for size in sizes:
-            fill.to(size)
-            ids = sample_ids(url, args.requests, rng)
-            server = Server(folder, port=port, database_url=args.database_url, extra=KEEP, workers=2)
-            say(f"{size} stored: node starting")
-            server.start(timeout=180)
-            try:
-                say(f"{size} stored: measuring over HTTP")
-                found, made = measure_http(server, ids, args.requests, rng)
-            finally:
-                server.stop()
-            say(f"{size} stored: measuring the store (node stopped)")
-            store = SqlJobStore(url)
-            try:
-                found["queued → RUNNING (events)"] = queued_to(store, made)
-            finally:
-                store.close()
-            found.update(measure_store(url, args.requests))
-            figures[size] = found
             print(f"\n{spaced(size)} stored jobs")
-            print(f"  {'operation':36} {'n':>6} {'p50 ms':>8} {'p99 ms':>8}")
-            for name, ms in found.items():
-                print(f"  {name:36} {len(ms):6d} {pct(ms, 50):8.2f} {pct(ms, 99):8.2f}")
-            print(flush=True)
-            if size in args.cleanup:
-                cleanup(folder, port, url, args.database_url, made, args.baseline, args.cleanup_timeout)
+            print(f"  {'operation':36} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+            for name, ms in stores[size]["figures"].items():
+                print(f"  {name:36} {len(ms):6d} {pct(ms, 50):8.2f} {pct(ms, 99):8.2f} {max(ms):8.2f}")
         if len(sizes) > 1:
-            lo, hi = sizes[0], sizes[-1]
-            print(f"growth from {spaced(lo)} to {spaced(hi)} stored jobs (target: at most 1.2x, judged on p50):")
-            for name in figures[lo]:
-                a, b = figures[lo][name], figures[hi].get(name)
+            lo, hi = stores[sizes[0]]["figures"], stores[sizes[-1]]["figures"]
+            print(f"\ngrowth from {spaced(sizes[0])} to {spaced(sizes[-1])} stored jobs "
+                  "(target: at most 1.2x, judged on p50):")
+            for name in lo:
+                a, b = lo[name], hi.get(name)
                 if not a or not b:
                     continue
                 floor = 1.0 if "(events)" in name else 1e-6      # the database's clock counts whole ms
                 r50 = max(pct(b, 50), floor) / max(pct(a, 50), floor)
                 r99 = max(pct(b, 99), floor) / max(pct(a, 99), floor)
-                print(f"  {name:36} p50 {r50:5.2f}x   p99 {r99:5.2f}x   {'met' if r50 <= 1.2 else 'NOT met'}")
+                print(f"  {name:36} p50 {r50:6.2f}x   p99 {r99:6.2f}x   {'met' if r50 <= 1.2 else 'NOT met'}")
+        print(flush=True)
+        for size in sizes:
+            if size in args.cleanup:
+                st = stores[size]
+                cleanup(st["folder"], port, st["url"], args.database_url, st["made"], args.baseline,
+                        args.cleanup_timeout)
     finally:
         if args.keep:
             say(f"kept {folder}")
         else:
             shutil.rmtree(folder, ignore_errors=True)
 
+
+def database_url(args, where):
+    return args.database_url or f"sqlite:///{os.path.join(where, 'data', 'xruntime.db')}"
 
 if __name__ == "__main__":
     main()
