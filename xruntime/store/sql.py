@@ -576,7 +576,11 @@ class SqlJobStore:
     def erase_expired(self, now: int, unfetched_ms: int, fetched_ms: int, limit: int,
                       services: Optional[Iterable[str]] = None,
                       exclude: Optional[Iterable[str]] = None) -> int:
-        """Erase up to ``limit`` finished jobs past their retention (0 ms: kept for ever)."""
+        """Erase up to ``limit`` finished jobs past their retention (0 ms: kept for ever).
+        They are looked for before the write transaction, which then erases those still
+        expired: when few have expired the search reads every finished job (no index
+        answers "fetched long enough ago"; 0.5 s for a million on SQLite), and on SQLite
+        a write transaction would hold every writer of every process meanwhile."""
         conds = []
         if unfetched_ms:
             conds.append(jobs.c.first_fetched_at.is_(None) & (jobs.c.finished_at <= now - unfetched_ms))
@@ -586,15 +590,18 @@ class SqlJobStore:
         if not conds:
             return 0
         expired = conds[0] if len(conds) == 1 else (conds[0] | conds[1])
-        query = select(jobs.c.seq).where(jobs.c.status.in_(("SUCCEEDED", "FAILED")), expired)
+        expired = jobs.c.status.in_(("SUCCEEDED", "FAILED")) & expired
+        query = select(jobs.c.seq).where(expired)
         if services is not None:
             query = query.where(jobs.c.service.in_(list(services)))
         if exclude:
             query = query.where(jobs.c.service.not_in(list(exclude)))
-        query = query.limit(limit)
-        with self._write() as conn:
-            res = conn.execute(delete(jobs).where(jobs.c.seq.in_(query.scalar_subquery())))
-            return res.rowcount
+        with unavailable_as_store_error(), self.engine.connect() as conn:
+            found = [row[0] for row in conn.execute(query.limit(limit))]
+        if not found:
+            return 0
+        with self._write() as conn:       # checked again: a job fetched meanwhile stays
+            return conn.execute(delete(jobs).where(jobs.c.seq.in_(found), expired)).rowcount
 
     def close(self) -> None:
         self.engine.dispose()
