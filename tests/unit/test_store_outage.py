@@ -146,3 +146,25 @@ def test_only_the_jobs_a_slot_holds_keep_their_lease(store):
     assert [r.id for r in recovered] == [lost.id]
     assert store.peek(lost.id).status == "QUEUING"
     assert store.peek(held.id).status == "RUNNING"
+
+
+def test_opening_a_store_waits_for_a_writer_and_changes_no_schema(tmp_path):
+    """A process of the node (or a second node on the file) opening the store while
+    another writes waits for the write lock instead of failing at start; opening an
+    up-to-date database rewrites nothing of its schema."""
+    import sqlite3
+    import threading
+    import time as clock
+
+    from xruntime.store import SqlJobStore
+    path = str(tmp_path / "db")
+    SqlJobStore("sqlite:///" + path).close()
+    writer = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    version = writer.execute("PRAGMA schema_version").fetchone()[0]
+    writer.execute("BEGIN IMMEDIATE")
+    threading.Timer(1.0, lambda: writer.execute("COMMIT")).start()
+    began = clock.monotonic()
+    SqlJobStore("sqlite:///" + path).close()
+    assert clock.monotonic() - began >= 0.9
+    assert writer.execute("PRAGMA schema_version").fetchone()[0] == version
+    writer.close()

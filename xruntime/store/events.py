@@ -28,24 +28,22 @@ def _values(now: str, message: str, node: str = "NEW.node") -> str:
 _NODE = "COALESCE(NEW.node, OLD.node)"
 
 
-def _sqlite_triggers():
+def _sqlite_triggers() -> dict:
+    """name → the CREATE TRIGGER statement."""
     now = _NOW_MS["sqlite"]
-    return [
-        "DROP TRIGGER IF EXISTS job_queued",
-        f"""CREATE TRIGGER job_queued AFTER INSERT ON jobs BEGIN
+    return {
+        "job_queued": f"""CREATE TRIGGER job_queued AFTER INSERT ON jobs BEGIN
             INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, 'queued')")});
         END""",
-        "DROP TRIGGER IF EXISTS job_changed",
-        f"""CREATE TRIGGER job_changed AFTER UPDATE OF status ON jobs
+        "job_changed": f"""CREATE TRIGGER job_changed AFTER UPDATE OF status ON jobs
             WHEN NEW.status IS NOT OLD.status BEGIN
             INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, NEW.status)", _NODE)});
         END""",
-        "DROP TRIGGER IF EXISTS job_fetched",
-        f"""CREATE TRIGGER job_fetched AFTER UPDATE OF first_fetched_at ON jobs
+        "job_fetched": f"""CREATE TRIGGER job_fetched AFTER UPDATE OF first_fetched_at ON jobs
             WHEN OLD.first_fetched_at IS NULL AND NEW.first_fetched_at IS NOT NULL BEGIN
             INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "'fetched'", _NODE)});
         END""",
-    ]
+    }
 
 
 def _postgresql_triggers():
@@ -70,11 +68,20 @@ _PG_TRIGGER = ("CREATE TRIGGER job_event AFTER INSERT OR UPDATE OF status, first
 
 
 def install_triggers(conn, dialect: str) -> None:
-    """Create the triggers as this version defines them (SQLite's are made anew; the
-    function behind PostgreSQL's is replaced, which takes no lock on the table, and its
-    trigger made where missing); run where the schema is made."""
-    for statement in (_sqlite_triggers() if dialect == "sqlite" else _postgresql_triggers()):
+    """Create the triggers as this version defines them, where missing or different
+    (SQLite keeps each trigger's text: one that matches is left alone, so opening a
+    store changes no schema; the function behind PostgreSQL's is replaced, which takes
+    no lock on the table, and its trigger made where missing); run where the schema is
+    made."""
+    if dialect == "sqlite":
+        present = dict(conn.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")).all())
+        for name, create in _sqlite_triggers().items():
+            if present.get(name) != create:
+                conn.execute(text(f"DROP TRIGGER IF EXISTS {name}"))
+                conn.execute(text(create))
+        return
+    for statement in _postgresql_triggers():
         conn.execute(text(statement))
-    if dialect == "postgresql" and conn.execute(text(
+    if conn.execute(text(
             "SELECT 1 FROM pg_trigger WHERE tgname = 'job_event' AND tgrelid = 'jobs'::regclass")).first() is None:
         conn.execute(text(_PG_TRIGGER))

@@ -32,6 +32,7 @@ ACTIVE_RUNNING = ("RUNNING", "STOPPING")
 HOLDING_WORKER = ACTIVE_RUNNING + ("DELETED",)
 BUSY_TIMEOUT_S = 10.0             # how long an SQLite write waits for another process's
 SCHEMA_LOCK_KEY = 0x78727430      # advisory lock serialising the schema's creation
+SCHEMA_WAIT_S = 30.0              # how long opening an SQLite store waits for the write lock
 QUEUE_LOCK_KEY = 0x78727431        # advisory lock serialising max_queued checks on PostgreSQL
 
 
@@ -257,19 +258,33 @@ class SqlJobStore:
         else:
             self.engine = create_engine(url, pool_size=20, max_overflow=100, pool_pre_ping=True)
             self._write_lock = None        # row locks keep PostgreSQL's writers apart
-        with self.engine.begin() as conn:
-            if self.dialect == "postgresql":      # nodes starting together create it once
-                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
-            metadata.create_all(conn)
-            upgrade(conn)
-            if self.dialect == "sqlite":
-                feed_metadata.create_all(conn)
+        self._make_schema()
         dialect = self.engine.dialect
         self._prepared = {key: Prepared(build(), dialect, columns, keys)
                           for key, (build, columns, keys) in _statements().items()}
         self._claims = {}                 # (services, running limits) → Prepared claim
         self._inserts = {}                # (limited, scoped, lane limited) → Prepared insert
         self._guarded_cache = {}
+
+    def _make_schema(self):
+        """Create the tables (or bring an older database up to date) in one transaction:
+        on PostgreSQL under an advisory lock, so that nodes starting together do it
+        once; on SQLite with the write lock, waited for (up to SCHEMA_WAIT_S) while the
+        node's other processes or a cleanup are writing."""
+        deadline = time.monotonic() + SCHEMA_WAIT_S
+
+        def attempt():
+            with self.engine.begin() as conn:
+                if self.dialect == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+                else:
+                    begin_immediate(conn.exec_driver_sql, deadline)
+                metadata.create_all(conn)
+                upgrade(conn)
+                if self.dialect == "sqlite":
+                    feed_metadata.create_all(conn)
+
+        retry_while_busy(attempt, deadline)
 
     # ----------------------------------------------------------------- helpers
 
