@@ -2,7 +2,8 @@
 
 Now and then the fuzz sends a valid startSimulate, of any size: the node's jobs are
 therefore bounded (one worker, a 250 ms computation timeout, a 1 s queueing timeout, 50
-queued at most) so that whatever the fuzz started is soon over and the node can run a
+queued at most, no retries: a ``retryLaterMs`` of days would otherwise keep a job
+queued for days) so that whatever the fuzz started is soon over and the node can run a
 job of ours again.  Its requests are limited to ``MAX_REQUEST_BYTES``, so that the
 fuzz sends bodies over the limit too.
 """
@@ -17,6 +18,7 @@ JOBS = """
 computation_timeout = "250ms"
 queueing_timeout = "1s"
 max_queued = 50
+max_retries = 0
 """
 CLOSE_WAIT = "08"
 
