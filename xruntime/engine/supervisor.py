@@ -145,11 +145,12 @@ class WorkerSlot(threading.Thread):
                     self.spawn()
                 sup.work.clear()
                 self.claiming = True
-                job = sup.store.claim(sup.node, now_ms(), LEASE_MS, sup.served_services(),
+                claimed_at = now_ms()
+                job = sup.store.claim(sup.node, claimed_at, LEASE_MS, sup.served_services(),
                                       sup.settings().running_limits(), f"running on worker {self.index}")
                 if job is None:
                     self.claiming = False
-                    sup.work.wait(sup.idle_wait())
+                    sup.work.wait(sup.idle_wait(claimed_at))
                     continue
                 self.execute(job)
             except StoreUnavailable as exc:      # the claim: nothing is held, wait for the store
@@ -319,7 +320,7 @@ class WorkerSlot(threading.Thread):
         log.info("job %s QUEUING: retry %d of %d in %.1f s (%s)", job.id, retry, cfg.max_retries,
                  delay_ms / 1000, reason)
         sup.notifier.notify(job.id)
-        sup.retry_due(due)
+        sup.work.set()                   # an idle slot learns the new due time from the store
         return None, None
 
     def _died(self, job):
@@ -367,29 +368,21 @@ class Supervisor:
         self.pending_signals = {}         # job id → (reason, time): signals no slot took yet
         self.slots = []
         self._housekeeper = None
-        self._next_retry = None           # time.time() when the earliest planned retry is due
 
     # ---------------------------------------------------------------- settings
 
     def limits_for(self, job):
         return self.settings().limits_for(job.service, job.queueing_timeout, job.computation_timeout)
 
-    def retry_due(self, due_ms: int):
-        """A retry was planned: idle slots look for work again at ``due_ms``."""
-        due = due_ms / 1000
-        if self._next_retry is None or due < self._next_retry or self._next_retry < time.time():
-            self._next_retry = due
-
-    def idle_wait(self) -> float:
-        """How long an idle slot waits before it looks for work again, unless woken:
-        IDLE_CLAIM_PERIOD, or less when a retry planned here falls due sooner."""
-        due = self._next_retry
+    def idle_wait(self, claimed_at: int) -> float:
+        """How long an idle slot whose claim at ``claimed_at`` (ms) found nothing waits
+        before it looks again, unless woken: IDLE_CLAIM_PERIOD, or less when a job
+        waiting for its retry (planned on any node) falls due sooner, or fell due since
+        that claim; the store knows when."""
+        due = self.store.next_due(claimed_at)
         if due is None:
             return IDLE_CLAIM_PERIOD
-        if due <= time.time():           # due: the claim just made has seen it
-            self._next_retry = None
-            return IDLE_CLAIM_PERIOD
-        return min(IDLE_CLAIM_PERIOD, due - time.time() + 0.001)
+        return min(IDLE_CLAIM_PERIOD, max(0.0, (due - now_ms()) / 1000) + 0.001)
 
     def served_services(self):
         """The services whose jobs this node runs; None when it runs every service's."""
