@@ -19,8 +19,9 @@ from .blocking import blocking
 from .protocol import codec
 from .protocol import states
 from .protocol.faults import (AccessDeniedFault, InvalidFetchTypeFault, InvalidValueFault, JobStateFault,
-                              QueueOverflowFault, QuotaExceededFault, UnknownJobFault)
-from .protocol.types import (Job, JobCount, JobEvent, JobEvents, JobList, JobProgress, JobSummary,
+                              QueueOverflowFault, QuotaExceededFault, RequestStoppedFault,
+                              UnknownJobFault)
+from .protocol.types import (BulkProgress, Job, JobCount, JobEvent, JobEvents, JobList, JobProgress, JobSummary,
                              RuntimeInformation, ServiceInformation)
 from .protocol.watch import watch_periods
 from .store import JobRecord, now_ms
@@ -160,6 +161,7 @@ class JobManager:
             decision = states.STOP[status]
             if decision == states.UNKNOWN_JOB:
                 raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
+            self._refuse_child(rec, "stopped")
             if decision == states.REFUSE:
                 hint = ("A queued job cannot be stopped; delete it instead." if status == states.QUEUING
                         else None)
@@ -170,6 +172,7 @@ class JobManager:
             if self.store.request_stop(job_id):
                 self.notifier.notify(job_id)
                 log.info("job %s STOPPING (stopJob)", job_id)
+                self._stop_children(job_id)
                 rec.status = states.STOPPING
                 return self.job_view(rec)
         raise AssertionError("stopJob lost too many races")
@@ -181,25 +184,47 @@ class JobManager:
             decision = states.DELETE[status]
             if decision == states.UNCHANGED:
                 return self.unknown_job(job_id) if rec is None else self._deleted_view(rec)
-            if decision == states.ERASE_NOW:
-                if self.store.erase(job_id, (status,)):
-                    self.notifier.notify(job_id)
+            self._refuse_child(rec, "deleted")
+            # a parent's running descendants let go of their workers; every child is
+            # erased with it (PROTOCOL §13)
+            children = self.store.delete_children(job_id)
+            if decision == states.ERASE_NOW or rec.node is None:    # no worker holds it
+                erased = self.store.erase(job_id, (status,))
+                if erased:
                     log.info("job %s DELETED and erased (was %s)", job_id, status)
-                    return self._deleted_view(rec)
-            elif self.store.mark_deleted(job_id):
+            else:
+                erased = self.store.mark_deleted(job_id)
+                if erased:
+                    log.info("job %s DELETED (was %s); its computation is aborted", job_id, status)
+            for child_id in children:
+                self.notifier.notify(child_id)
+            if erased:
                 self.notifier.notify(job_id)
-                log.info("job %s DELETED (was %s); its computation is aborted", job_id, status)
+                if children:
+                    log.info("job %s: %d running child jobs aborted with it", job_id, len(children))
                 return self._deleted_view(rec)
         raise AssertionError("deleteJob lost too many races")
+
+    @staticmethod
+    def _refuse_child(rec, what: str):
+        """A child job is stopped or deleted with its parent, never on its own."""
+        if rec is not None and rec.parent_id is not None:
+            raise JobStateFault(f"job {rec.id} is a child of job {rec.parent_id}; it is {what} with "
+                                "its parent, not on its own", jobId=rec.id, status=rec.status,
+                                hint=f"Stop or delete job {rec.parent_id} instead.")
+
+    def _stop_children(self, job_id: str):
+        stop_children(self.store, self.notifier, job_id, "its parent job was stopped")
 
     # ------------------------------------------------------------------ history, listing
 
     def events(self, job_id: str, caller=ANONYMOUS) -> JobEvents:
         """The job's history, oldest first (PROTOCOL §11)."""
-        rows = self.store.events(job_id, None if caller.admin else caller.name)
-        if rows is None:
+        found = self.store.events(job_id, None if caller.admin else caller.name)
+        if found is None:
             raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
-        return JobEvents(id=job_id, events=[
+        parent_id, rows = found
+        return JobEvents(id=job_id, parentId=parent_id, events=[
             JobEvent(time=iso_time(r["time"]), status=r["status"], attempt=r["attempt"],
                      node=r["node"], message=r["message"]) for r in rows])
 
@@ -218,7 +243,7 @@ class JobManager:
         statuses = [s for s in request.status or () if s in states.STORED_STATES] \
             if request.status else None
         page, more = self.store.list_jobs(statuses, request.service, owner, limit,
-                                          _cursor_seq(request.cursor))
+                                          _cursor_seq(request.cursor), parent=request.parentId)
         return JobList(jobs=[self._summary(rec) for _, rec in page],
                        nextCursor=_cursor(page[-1][0]) if more and page else None)
 
@@ -230,7 +255,7 @@ class JobManager:
                           user=rec.owner, queuedAt=iso_time(rec.queued_at),
                           startedAt=iso_time(rec.started_at), finishedAt=iso_time(rec.finished_at),
                           fetched=rec.first_fetched_at is not None, attempts=rec.attempts,
-                          progress=progress)
+                          progress=progress, parentId=rec.parent_id)
 
     def runtime_information(self, services, with_job_counts: bool = True,
                             caller=ANONYMOUS) -> RuntimeInformation:
@@ -247,6 +272,19 @@ class JobManager:
                       for s in services],
             jobs=None if counts is None else [JobCount(status=s, count=counts.get(s, 0))
                                               for s in states.STORED_STATES])
+
+
+def stop_children(store, notifier, parent_id: str, why: str) -> None:
+    """Stop a parent's tree (PROTOCOL §13): running children wind down and hand back
+    what they have; those not started yet fail with RequestStoppedFault saying ``why``."""
+    fault = codec.dumps(codec.encode_fault(RequestStoppedFault(f"{why} before this child job started")))
+    for child_id in store.stop_children(parent_id, now_ms(), fault):
+        notifier.notify(child_id)
+
+
+def bulk_progress(successful: int, failed: int, remaining: int) -> str:
+    """A waiting parent's progress over its children, as stored (JSON text)."""
+    return codec.dumps(codec.encode(BulkProgress(successful=successful, failed=failed, remaining=remaining)))
 
 
 def iso_time(ms):

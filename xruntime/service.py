@@ -9,6 +9,7 @@
         job.report_progress(BulkProgress(...))
         if job.stop_requested: ...
         if backend_down: raise TransientFault(...)   # or: raise RetryLater(60, "backend busy")
+        outcomes = job.run_children([Child("XDemo", "simulate", ...), ...])   # child jobs
         return SimulateResponse(...)
 
 From that one declaration the framework derives ``startSimulate``,
@@ -20,8 +21,12 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
 
+from .children import Child, ChildOutcome
 from .protocol.faults import XServerFault
 from .protocol.types import Job, JobProgress, JobRequest, link_base
+
+
+__all__ = ["Service", "JobContext", "RetryLater", "Child", "ChildOutcome", "LongOperation", "Operation"]
 
 
 class RetryLater(Exception):
@@ -63,6 +68,16 @@ class JobContext(Protocol):
     def stop_fault(self) -> XServerFault:
         """The fault to raise when stopped with nothing to return yet
         (``RequestStoppedFault`` or ``RequestTimedOutFault``)."""
+
+    def run_children(self, children: list, failures: str = "raise") -> list:
+        """Start child jobs (``Child(service, operation, request)``) and answer their
+        ``ChildOutcome``s in order; the job holds no worker while they run, and its
+        function runs again from the start once they are done (xruntime.children).
+        ``failures="raise"``: a child's fault ends this job; ``"return"``: you decide."""
+
+    def join(self, response, field: str, outcomes: list):
+        """Return this instead of ``response``: its list ``field`` made of the
+        successful children's own ``field`` lists, joined without decoding them."""
 
 
 def _cap(name: str) -> str:

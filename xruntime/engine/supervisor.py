@@ -25,12 +25,14 @@ import random
 import socket
 import threading
 import time
+import uuid
 from multiprocessing.connection import wait as wait_for_ready
 
 from ..logs import OncePerPeriod
 from ..protocol.codec import dumps, encode_fault
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault, TransientFault
-from ..store import StoreUnavailable, now_ms
+from ..jobs import bulk_progress, stop_children
+from ..store import JobRecord, StoreUnavailable, now_ms
 from .worker import ABORTED, STOPPED, TIMED_OUT, worker_main
 
 log = logging.getLogger("xruntime.supervisor")
@@ -146,13 +148,18 @@ class WorkerSlot(threading.Thread):
                 sup.work.clear()
                 self.claiming = True
                 claimed_at = now_ms()
-                job = sup.store.claim(sup.node, claimed_at, LEASE_MS, sup.served_services(),
-                                      sup.settings().running_limits(), f"running on worker {self.index}")
+                # a parent whose children are done goes first: it is running already
+                job = sup.store.resume(sup.node, claimed_at, LEASE_MS, sup.served_services(),
+                                       f"resumed on worker {self.index}: its child jobs are done")
+                resumed = job is not None
+                if job is None:
+                    job = sup.store.claim(sup.node, claimed_at, LEASE_MS, sup.served_services(),
+                                          sup.settings().running_limits(), f"running on worker {self.index}")
                 if job is None:
                     self.claiming = False
                     sup.work.wait(sup.idle_wait(claimed_at))
                     continue
-                self.execute(job)
+                self.execute(job, resumed)
             except StoreUnavailable as exc:      # the claim: nothing is held, wait for the store
                 self.claiming = False
                 outage_log.warning("worker slot %d cannot claim jobs: %s", self.index, exc)
@@ -174,11 +181,11 @@ class WorkerSlot(threading.Thread):
         if sup.fail(job, fault, "server error") is False:
             sup.erase_deleted(job.id)
 
-    def execute(self, job):
+    def execute(self, job, resumed=False):
         sup = self.sup
         limits = sup.limits_for(job)
         queued_for = job.started_at - (job.not_before or job.queued_at)   # a retry: since it was due
-        if limits.queueing_timeout_ms and queued_for > limits.queueing_timeout_ms:
+        if not resumed and limits.queueing_timeout_ms and queued_for > limits.queueing_timeout_ms:
             self.claiming = False
             fault = RequestTimedOutFault(
                 f"the job waited {queued_for} ms in the queue, longer than its queueing timeout "
@@ -197,11 +204,20 @@ class WorkerSlot(threading.Thread):
         if early is not None:            # a stop or delete came between the claim and now
             self.signal(job.id, early[0])
         sup.notifier.notify(job.id)
-        log.info("job %s %s.%s RUNNING on worker %d (attempt %d)",
-                 job.id, job.service, job.operation, self.index, job.attempts)
+        try:
+            children = sup.store.children_of(job.id)     # what its earlier runs started (§13)
+        except StoreUnavailable as exc:     # claimed, not started: back to the queue
+            outage_log.warning("job %s: its child jobs cannot be read: %s", job.id, exc)
+            with self._lock:
+                self.current = None
+            sup.persist(lambda: sup.store.hand_back(job.id, sup.node), f"the hand-back of job {job.id}")
+            return
+        log.info("job %s %s.%s %s on worker %d (attempt %d%s)", job.id, job.service, job.operation,
+                 "RUNNING again" if resumed else "RUNNING", self.index, job.attempts,
+                 f", {len(children)} child jobs done" if children else "")
         try:
             self.conn.send(("run", job.id, job.service, job.operation, job.request, job.attempts,
-                            job.retries))
+                            job.retries, children))
             self._drive(job, limits)
         finally:
             with self._lock:
@@ -275,6 +291,9 @@ class WorkerSlot(threading.Thread):
         if self.discard:
             sup.erase_deleted(job.id)
             return
+        if kind == "children":
+            self._wait_for_children(job, json.loads(payload))
+            return
         if kind in ("transient", "retry"):
             kind, payload = self._retry(job, kind, payload)
             if kind is None:
@@ -322,6 +341,34 @@ class WorkerSlot(threading.Thread):
         sup.notifier.notify(job.id)
         sup.work.set()                   # an idle slot learns the new due time from the store
         return None, None
+
+    def _wait_for_children(self, job, asked):
+        """The function called run_children (PROTOCOL §13): store the children and let
+        the parent wait for them holding no worker; ``resume`` takes it once they are
+        done.  A parent stopped meanwhile stops them at once."""
+        sup = self.sup
+        now = now_ms()
+        children = [JobRecord(id=str(uuid.uuid4()), service=c["service"], operation=c["operation"],
+                              fetch_type=c["fetch_type"], status="QUEUING", request=c["request"],
+                              queued_at=now, queueing_timeout=c["queueing_timeout"],
+                              computation_timeout=c["computation_timeout"])
+                    for c in asked["children"]]
+        note = f"waiting for {len(children)} child jobs"
+        status = sup.persist(lambda: sup.store.suspend(
+            job.id, sup.node, asked["stage"], asked["fail_fast"], children, bulk_progress(0, 0, len(children)),
+            note), f"the child jobs of job {job.id}")
+        if status is None:               # given up at shutdown: the parent is recovered, runs again
+            return
+        if status is False:              # deleted while it fanned out
+            sup.erase_deleted(job.id)
+            return
+        log.info("job %s waits for %d child jobs (stage %d), holding no worker",
+                 job.id, len(children), asked["stage"])
+        sup.notifier.notify(job.id)
+        sup.notifier.notify_queued()     # idle slots here and on other nodes claim them
+        sup.work.set()
+        if status == "STOPPING":
+            stop_children(sup.store, sup.notifier, job.id, "its parent job was stopped")
 
     def _died(self, job):
         sup = self.sup
@@ -456,6 +503,22 @@ class Supervisor:
         if won:
             log.info("job %s %s.%s %s", job.id, job.service, job.operation, status)
         self.notifier.notify(job.id)
+        if won and job.parent_id is not None:
+            self._child_finished(job, status)
+
+    def _child_finished(self, job, status: str):
+        """A child finished: its parent's BulkProgress counts it; with failures raised,
+        a failed child stops its siblings, so that the parent fails soon; the parent
+        may now be ready to run again (a slot looks)."""
+        try:
+            fail_fast = self.store.refresh_waiting_progress(job.parent_id, bulk_progress)
+            if fail_fast is not None:
+                self.notifier.notify(job.parent_id)
+            if fail_fast and status.startswith("FAILED"):
+                stop_children(self.store, self.notifier, job.parent_id, "a sibling child job failed")
+        except StoreUnavailable as exc:   # the count is only progress; the resume needs none
+            outage_log.warning("job %s: its parent's progress is not updated: %s", job.id, exc)
+        self.work.set()
 
     def fail(self, job, fault, why: str):
         """Fail the running job with ``fault``, written once the store answers; answers
@@ -551,8 +614,11 @@ class Supervisor:
         holds must run out of lease to be recovered), and act on stops and deletes
         asked for on other nodes (or between a claim and the start of the run)."""
         held = [job_id for job_id in (slot.current for slot in self.slots) if job_id]
-        for job_id, status in self.store.renew_leases(self.node, now_ms() + LEASE_MS, held):
+        found = self.store.renew_leases(self.node, now_ms() + LEASE_MS, held)
+        for job_id, status in found:
             if status == "STOPPING":
                 self.stop(job_id)
             elif status == "DELETED" and not self.abort(job_id):
                 self.erase_deleted(job_id)
+        for job_id in set(held) - {job_id for job_id, _ in found}:
+            self.abort(job_id)            # erased meanwhile (with its parent): let go

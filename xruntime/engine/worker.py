@@ -1,10 +1,12 @@
 """A worker process: runs one job at a time, talking to its slot over a pipe.
 
 Messages from the slot: ``("run", job_id, service, operation, request_json, attempt,
-retries)`` and ``("exit",)``.  Messages to the slot: ``("progress", job_id,
-progress_json)`` and ``("done", job_id, kind, json_text)``: kind "result", "fault",
-"transient" (a TransientFault: the slot retries the job or fails it) or "retry"
-(RetryLater: ``{"after_ms": …, "reason": …}``).  Progress is coalesced here, at
+retries, children)`` (children: the FinishedChild records of the children earlier runs
+started) and ``("exit",)``.  Messages to the slot: ``("progress", job_id,
+progress_json)`` and ``("done", job_id, kind, payload)``: kind "result" (the response
+already in the store's form, bytes), "fault", "transient" (a TransientFault: the slot
+retries the job or fails it), "retry" (RetryLater: ``{"after_ms": …, "reason": …}``)
+or "children" (``run_children``: ``{"stage", "fail_fast", "children"}``).  Progress is coalesced here, at
 the source: at most one message per ``PROGRESS_PERIOD`` (the latest value wins), so a
 function that reports without pause cannot flood the pipe or the server.  A stop arrives through a shared
 event (set from the server process), so the function sees it at once, also while it
@@ -17,10 +19,12 @@ import signal
 import threading
 import time
 
+from ..children import Joined, Stages, WaitForChildren
 from ..protocol import codec
 from ..protocol.faults import (InternalErrorFault, RequestStoppedFault, RequestTimedOutFault,
                                TransientFault, XServerFault)
 from ..protocol.types import IntermediateResponseLimitation
+from ..store.payload import join_lists, pack
 
 log = logging.getLogger("xruntime.worker")
 
@@ -33,9 +37,10 @@ PROGRESS_PERIOD = 0.2     # s between two progress messages of one job
 class WorkerJobContext:
     """The ``job`` argument of a long operation's function (see xruntime.service)."""
 
-    def __init__(self, conn, job_id, stop_event, stop_reason, attempt=1, retries=0):
+    def __init__(self, conn, job_id, stop_event, stop_reason, attempt=1, retries=0, children=()):
         self._conn = conn
         self._job_id = job_id
+        self._stages = Stages(children)  # the children earlier runs started (PROTOCOL §13)
         self.attempt = attempt            # this run's number (1: the first)
         self.retries = retries            # retries before this run
         self._stop_event = stop_event
@@ -108,6 +113,20 @@ class WorkerJobContext:
             return RequestTimedOutFault("the computation timeout ended the job before it had any result")
         return RequestStoppedFault("the job was stopped before it had any result")
 
+    def run_children(self, children, failures: str = "raise"):
+        """Start ``children`` (``Child``s) and answer their outcomes, in order: see
+        xruntime.children.  ``failures="raise"``: a failed child's fault ends this job
+        too (its running siblings are stopped); ``"return"``: every outcome is answered,
+        the service decides.  After a stop every outcome is answered."""
+        return self._stages.run(children, failures, self.stop_requested, self.stop_fault)
+
+    @staticmethod
+    def join(response, field: str, outcomes):
+        """Return this from the function: ``response`` with its list ``field`` made of
+        the successful ``outcomes``' own ``field`` lists, in order, joined in the
+        store's form without decoding them (a large result assembled at no cost)."""
+        return Joined(response, field, [o for o in outcomes if o.succeeded])
+
     def intermediate_limitation(self) -> IntermediateResponseLimitation:
         if self.timed_out:
             return IntermediateResponseLimitation(
@@ -127,22 +146,37 @@ def mark_intermediate(response, job: WorkerJobContext):
     return response
 
 
+def stored_result(response, op) -> bytes:
+    """The response in the store's form, made here, in the worker (a ``Joined`` one
+    from its parts, which are never decoded)."""
+    if isinstance(response, Joined):
+        outer = response.response
+        setattr(outer, response.field, [])
+        return join_lists(codec.dumps(codec.encode(outer, op.response)), response.field,
+                          [part.stored for part in response.parts])
+    return pack(codec.dumps(codec.encode(response, op.response)))
+
+
 def run_one(conn, stop_event, stop_reason, job_id, service, operation, request_json,
-            attempt=1, retries=0):
-    """Run one job and send its outcome: ("done", id, kind, json)."""
+            attempt=1, retries=0, children=()):
+    """Run one job and send its outcome: ("done", id, kind, payload)."""
     from ..registry import long_operation
     from ..service import RetryLater
-    job = WorkerJobContext(conn, job_id, stop_event, stop_reason, attempt, retries)
+    job = WorkerJobContext(conn, job_id, stop_event, stop_reason, attempt, retries, children)
     try:
         op = long_operation(service, operation)
         request = codec.decode(json.loads(request_json), op.request)
         response = op.function(request, job)
-        if not isinstance(response, op.response):
-            raise TypeError(f"{service}.{operation} returned {type(response).__name__}, "
+        given = response.response if isinstance(response, Joined) else response
+        if not isinstance(given, op.response):
+            raise TypeError(f"{service}.{operation} returned {type(given).__name__}, "
                             f"not {op.response.__name__}")
         if job.stop_requested:
-            response = mark_intermediate(response, job)
-        outcome = ("result", codec.dumps(codec.encode(response, op.response)))
+            mark_intermediate(given, job)
+        outcome = ("result", stored_result(response, op))
+    except WaitForChildren as fan_out:
+        outcome = ("children", json.dumps({"stage": fan_out.stage, "fail_fast": fan_out.fail_fast,
+                                           "children": fan_out.children}))
     except RetryLater as asked:
         outcome = ("retry", json.dumps({"after_ms": int(asked.after * 1000), "reason": asked.reason}))
     except XServerFault as fault:

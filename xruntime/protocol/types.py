@@ -129,6 +129,7 @@ class JobEvent(XModel):
 
 class JobEvents(XModel):
     id = Unicode
+    parentId = Unicode    # a child job's parent (PROTOCOL §13)
     events = repeated(JobEvent)
 
 
@@ -139,6 +140,7 @@ class ListJobsRequest(XModel):
     user = Unicode
     limit = Long          # 100 unless given; at most 1000
     cursor = Unicode      # a previous answer's nextCursor: the page after it
+    parentId = Unicode    # only the children of this job (PROTOCOL §13)
 
 
 class JobSummary(XModel):
@@ -153,6 +155,7 @@ class JobSummary(XModel):
     fetched = Boolean
     attempts = Long
     progress = JobProgress
+    parentId = Unicode    # a child job's parent (PROTOCOL §13)
 
 
 class JobList(XModel):

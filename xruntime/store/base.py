@@ -43,10 +43,30 @@ class JobRecord:
     owner: str = ""                      # the user who started it ("": anonymous)
     not_before: Optional[int] = None     # waiting for a retry until then (ms)
     retries: int = 0                     # retries planned so far
+    parent_id: Optional[str] = None      # a child job's parent (PROTOCOL §13)
+    child_stage: Optional[int] = None    # a child: the parent's run_children it belongs to
+    child_index: Optional[int] = None    # a child: its place in that run_children
+    waiting_for: Optional[int] = None    # a parent waiting for the children of this stage
+    fail_fast: int = 0                   # a waiting parent: one child failing ends the wait
 
     def elapsed_ms(self, now: int) -> int:
         end = self.finished_at if self.finished_at is not None else now
         return max(0, end - self.queued_at)
+
+
+@dataclass
+class FinishedChild:
+    """How a child job ended, as its parent is given it: ``result`` in the stored form
+    (bytes, ``store.payload``), ``fault`` as JSON text."""
+    id: str
+    stage: int
+    index: int
+    service: str
+    operation: str
+    status: str
+    result: Optional[bytes]
+    fault: Optional[str]
+    finished_at: Optional[int]
 
 
 @dataclass

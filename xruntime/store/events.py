@@ -39,6 +39,10 @@ def _sqlite_triggers() -> dict:
             WHEN NEW.status IS NOT OLD.status BEGIN
             INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, NEW.status)", _NODE)});
         END""",
+        "job_waiting": f"""CREATE TRIGGER job_waiting AFTER UPDATE OF waiting_for ON jobs
+            WHEN NEW.waiting_for IS NOT OLD.waiting_for AND NEW.status IS OLD.status BEGIN
+            INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, 'waiting')", _NODE)});
+        END""",
         "job_fetched": f"""CREATE TRIGGER job_fetched AFTER UPDATE OF first_fetched_at ON jobs
             WHEN OLD.first_fetched_at IS NULL AND NEW.first_fetched_at IS NOT NULL BEGIN
             INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "'fetched'", _NODE)});
@@ -55,6 +59,8 @@ def _postgresql_triggers():
                 INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, 'queued')")});
             ELSIF NEW.status IS DISTINCT FROM OLD.status THEN
                 INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, NEW.status)", _NODE)});
+            ELSIF NEW.waiting_for IS DISTINCT FROM OLD.waiting_for THEN
+                INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, 'waiting')", _NODE)});
             ELSIF OLD.first_fetched_at IS NULL AND NEW.first_fetched_at IS NOT NULL THEN
                 INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "'fetched'", _NODE)});
             END IF;
@@ -63,7 +69,7 @@ def _postgresql_triggers():
     ]
 
 
-_PG_TRIGGER = ("CREATE TRIGGER job_event AFTER INSERT OR UPDATE OF status, first_fetched_at ON jobs "
+_PG_TRIGGER = ("CREATE TRIGGER job_event AFTER INSERT OR UPDATE OF status, first_fetched_at, waiting_for ON jobs "
                "FOR EACH ROW EXECUTE FUNCTION xruntime_job_event()")
 
 
@@ -82,6 +88,8 @@ def install_triggers(conn, dialect: str) -> None:
         return
     for statement in _postgresql_triggers():
         conn.execute(text(statement))
-    if conn.execute(text(
-            "SELECT 1 FROM pg_trigger WHERE tgname = 'job_event' AND tgrelid = 'jobs'::regclass")).first() is None:
+    found = conn.execute(text("SELECT pg_get_triggerdef(oid) FROM pg_trigger "
+                              "WHERE tgname = 'job_event' AND tgrelid = 'jobs'::regclass")).scalar()
+    if found is None or "waiting_for" not in found:     # missing, or made before child jobs
+        conn.execute(text("DROP TRIGGER IF EXISTS job_event ON jobs"))
         conn.execute(text(_PG_TRIGGER))

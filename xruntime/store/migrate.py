@@ -2,7 +2,8 @@
 
 ``metadata.create_all`` makes missing tables only; columns and indexes added since
 (accounts: ``owner``, ``lane``; retries: ``not_before``, ``retries``; the history:
-``event_note`` and its triggers) are added here, once, in the
+``event_note`` and its triggers; child jobs: ``parent_id``, ``child_stage``,
+``child_index``, ``waiting_for``, ``fail_fast``) are added here, once, in the
 transaction that creates the schema (on PostgreSQL under its advisory lock, so nodes
 starting together upgrade it once).  Jobs stored before accounts belong to the
 anonymous user.
@@ -19,6 +20,11 @@ ADDED_COLUMNS = {
     "not_before": "BIGINT",
     "retries": "INTEGER NOT NULL DEFAULT 0",
     "event_note": "VARCHAR(500)",
+    "parent_id": "VARCHAR(36) REFERENCES jobs(id) ON DELETE CASCADE",
+    "child_stage": "INTEGER",
+    "child_index": "INTEGER",
+    "waiting_for": "INTEGER",
+    "fail_fast": "INTEGER NOT NULL DEFAULT 0",
 }
 
 

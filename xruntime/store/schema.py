@@ -37,6 +37,15 @@ jobs = Table(
     Column("not_before", BigInteger),          # a retry waits QUEUING until then (ms)
     Column("retries", Integer, nullable=False, server_default="0"),   # retries planned so far
     Column("event_note", String(500)),         # what the change being written is: its event's message
+    # child jobs (PROTOCOL §13): a child names its parent, erased with it, and its place
+    # among the children its parent started at one ``run_children`` (the stage)
+    Column("parent_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE")),
+    Column("child_stage", Integer),
+    Column("child_index", Integer),
+    # a parent waiting for its children: the stage it waits for (no node holds it
+    # meanwhile), and whether one child's failure ends the wait (its siblings are stopped)
+    Column("waiting_for", Integer),
+    Column("fail_fast", Integer, nullable=False, server_default="0"),
     Index("ix_jobs_status_seq", "status", "seq"),
     Index("ix_jobs_status_lane_seq", "status", "lane", "seq"),
     Index("ix_jobs_node", "node"),
@@ -45,6 +54,10 @@ jobs = Table(
     Index("ix_jobs_service_seq", "service", "seq"),
     Index("ix_jobs_not_before", "not_before", sqlite_where=text("not_before IS NOT NULL"),
           postgresql_where=text("not_before IS NOT NULL")),
+    Index("ix_jobs_parent", "parent_id", "child_stage", "child_index",
+          sqlite_where=text("parent_id IS NOT NULL"), postgresql_where=text("parent_id IS NOT NULL")),
+    Index("ix_jobs_waiting", "seq", sqlite_where=text("waiting_for IS NOT NULL"),
+          postgresql_where=text("waiting_for IS NOT NULL")),
 )
 
 #: Each job's history (PROTOCOL §11): one row per change, written by the database

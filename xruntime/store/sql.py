@@ -22,7 +22,7 @@ from sqlalchemy import (LargeBinary, bindparam, case, create_engine, delete, eve
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
-from .base import JobRecord, Recovered, StoreUnavailable
+from .base import FinishedChild, JobRecord, Recovered, StoreUnavailable
 from .migrate import upgrade
 from .payload import pack, unpack
 from .schema import feed_metadata, job_events, jobs, lane_of, metadata
@@ -39,6 +39,11 @@ QUEUE_LOCK_KEY = 0x78727431        # advisory lock serialising max_queued checks
 _PAYLOADS = ("request", "result", "fault", "progress")
 #: Columns the store keeps for itself: never part of a JobRecord.
 _INTERNAL = ("seq", "lane", "event_note")
+#: The lane of a parent waiting for its children: none, so that max_running, which
+#: counts the jobs of a lane that hold a worker, does not count it (it holds none).
+WAITING_LANE = ""
+#: States in which a child still has to finish (a deleted one until its worker lets go).
+UNFINISHED = ("QUEUING",) + HOLDING_WORKER
 _LIGHT = [c for c in jobs.c if c.name not in _INTERNAL + ("request", "result", "fault")]
 
 # The hot path: SQLAlchemy Core statements compiled once for the dialect and run on a
@@ -148,6 +153,27 @@ def _claim_statement(dialect, services=None, running_limits=()):
             .returning(*jobs.c))
 
 
+def _resume_statement(dialect, services=None):
+    """Take the oldest parent whose children are all finished (PROTOCOL §13): it runs
+    again on this node, where it left off (its status, attempts and start unchanged)."""
+    parent, child = jobs.alias("parent"), jobs.alias("child")
+    unfinished = select(child.c.seq).where(child.c.parent_id == parent.c.id,
+                                           _states(UNFINISHED, child)).exists()
+    ready = select(parent.c.seq).where(parent.c.waiting_for.is_not(None), parent.c.node.is_(None),
+                                       _states(ACTIVE_RUNNING, parent), ~unfinished)
+    if services is not None:
+        ready = ready.where(parent.c.service.in_([literal(name) for name in services]))
+    ready = ready.order_by(parent.c.seq).limit(1)
+    if dialect == "postgresql":
+        ready = ready.with_for_update(skip_locked=True, of=parent)
+    return (update(jobs)
+            .where(jobs.c.seq == ready.scalar_subquery(), jobs.c.waiting_for.is_not(None),
+                   jobs.c.node.is_(None))
+            .values(node=bindparam("node"), lease_until=bindparam("lease_until"), waiting_for=None,
+                    lane=jobs.c.service + "/" + jobs.c.owner, event_note=bindparam("note"))
+            .returning(*jobs.c))
+
+
 def _due(table):
     """Not waiting for a retry (or its time has come)."""
     return table.c.not_before.is_(None) | (table.c.not_before <= bindparam("now_ms"))
@@ -155,7 +181,8 @@ def _due(table):
 
 def _fair_oldest(dialect, services, running_limits):
     """The oldest queued job whose lane runs fewer jobs than its owner's max_running
-    (PROTOCOL §10).  Only the first job of each lane is a candidate, and the lanes are
+    (PROTOCOL §10); a parent waiting for its children holds no worker and is not
+    counted (it leaves its lane meanwhile, see ``suspend``).  Only the first job of each lane is a candidate, and the lanes are
     found by a walk over the (status, lane, seq) index, one step a lane: the cost
     grows with the number of lanes, not of the jobs queued in them (100 000 jobs of
     one user over quota do not slow anyone's claim).  On PostgreSQL, as the first job
@@ -437,6 +464,138 @@ class SqlJobStore:
                 not_before=not_before, retries=jobs.c.retries + 1,
                 event_note=note_of(note))).rowcount == 1
 
+    # ----------------------------------------------------------------- child jobs
+
+    def suspend(self, parent_id: str, node: str, stage: int, fail_fast: bool, children: list,
+                progress: str, note: str):
+        """The running parent waits for ``children`` (JobRecords, stored QUEUING as its
+        own, in its owner's lane): in one transaction they are inserted and the parent
+        lets go of its node and its lane, holding no worker until ``resume`` takes it.  Answers the
+        parent's status (RUNNING or STOPPING), or False when it no longer runs on
+        ``node`` (deleted meanwhile): then nothing is stored."""
+        with self._write() as conn:
+            query = select(jobs.c.status, jobs.c.owner).where(
+                jobs.c.id == parent_id, jobs.c.node == node, jobs.c.status.in_(ACTIVE_RUNNING))
+            if self.dialect == "postgresql":
+                query = query.with_for_update()
+            row = conn.execute(query).first()
+            if row is None:
+                return False
+            status, owner = row
+            rows = []
+            for index, child in enumerate(children):
+                values = {k: getattr(child, k) for k in _INSERT_KEYS if k not in ("lane", "owner")}
+                values.update(request=pack(child.request), owner=owner, lane=lane_of(child.service, owner),
+                              parent_id=parent_id, child_stage=stage, child_index=index,
+                              event_note=note_of(f"queued: child {index + 1} of {len(children)} "
+                                                 f"of job {parent_id}"))
+                rows.append(values)
+            if rows:
+                conn.execute(insert(jobs), rows)
+            conn.execute(update(jobs).where(jobs.c.id == parent_id).values(
+                node=None, lease_until=None, waiting_for=stage, fail_fast=int(bool(fail_fast)), lane=WAITING_LANE,
+                progress=pack(progress), event_note=note_of(note)))
+            return status
+
+    def resume(self, node: str, now: int, lease_ms: int, services: Optional[Iterable[str]] = None,
+               note: str = "resumed: its child jobs are done") -> Optional[JobRecord]:
+        """Take the oldest waiting parent (of ``services``) whose children have all
+        finished: it runs again on ``node``; None when there is none."""
+        key = ("resume", None if services is None else tuple(services))
+        p = self._claims.get(key)
+        if p is None:
+            p = self._claims[key] = Prepared(_resume_statement(self.dialect, key[1]), self.engine.dialect,
+                                             [c.name for c in jobs.c])
+        return _record(self._run(p, True, node=node, lease_until=now + lease_ms, note=note_of(note))[1])
+
+    def children_of(self, parent_id: str) -> list:
+        """Every finished child of the parent, as ChildOutcomes in the order its function
+        asked for them (stage, then place)."""
+        query = select(jobs.c.id, jobs.c.child_stage, jobs.c.child_index, jobs.c.service, jobs.c.operation,
+                       jobs.c.status, jobs.c.result, jobs.c.fault, jobs.c.finished_at) \
+            .where(jobs.c.parent_id == parent_id, jobs.c.status.in_(("SUCCEEDED", "FAILED"))) \
+            .order_by(jobs.c.child_stage, jobs.c.child_index)
+        with unavailable_as_store_error(), self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [FinishedChild(id=r[0], stage=r[1], index=r[2], service=r[3], operation=r[4], status=r[5],
+                              result=None if r[6] is None else bytes(r[6]), fault=unpack(r[7]),
+                              finished_at=r[8]) for r in rows]
+
+    def refresh_waiting_progress(self, parent_id: str, make_progress) -> Optional[bool]:
+        """Set a waiting parent's progress to ``make_progress(successful, failed,
+        remaining)`` (JSON text) over the children it waits for, counted and written in
+        one transaction (two children finishing at once cannot write their counts in
+        the wrong order).  Answers None when the parent does not wait, else whether it
+        waits with ``fail_fast`` and a child failed (its siblings should be stopped)."""
+        with self._write() as conn:
+            query = select(jobs.c.waiting_for, jobs.c.fail_fast).where(
+                jobs.c.id == parent_id, jobs.c.waiting_for.is_not(None))
+            if self.dialect == "postgresql":
+                query = query.with_for_update()
+            row = conn.execute(query).first()
+            if row is None:
+                return None
+            stage, fail_fast = row
+            counts = dict(conn.execute(
+                select(jobs.c.status, func.count()).where(jobs.c.parent_id == parent_id,
+                                                          jobs.c.child_stage == stage)
+                .group_by(jobs.c.status)).all())
+            successful, failed = counts.pop("SUCCEEDED", 0), counts.pop("FAILED", 0)
+            conn.execute(update(jobs).where(jobs.c.id == parent_id).values(
+                progress=pack(make_progress(successful, failed, sum(counts.values())))))
+            return bool(fail_fast) and failed > 0
+
+    def stop_children(self, parent_id: str, now: int, fault: str) -> list:
+        """Stop the parent's tree (PROTOCOL §13): its running children (and theirs)
+        move to STOPPING and wind down; those that have not started fail with
+        ``fault`` (they have nothing to hand back).  Answers the ids changed."""
+        changed = []
+        with self._write() as conn:
+            pending = [parent_id]
+            while pending:
+                parent = pending.pop()
+                query = select(jobs.c.id, jobs.c.status, jobs.c.waiting_for).where(
+                    jobs.c.parent_id == parent, jobs.c.status.in_(("QUEUING", "RUNNING")))
+                if self.dialect == "postgresql":
+                    query = query.with_for_update()
+                for child_id, status, waiting_for in conn.execute(query).all():
+                    if status == "QUEUING":
+                        conn.execute(update(jobs).where(jobs.c.id == child_id, jobs.c.status == "QUEUING")
+                                     .values(status="FAILED", finished_at=now, fault=pack(fault),
+                                             event_note=note_of(f"failed: {fault_type(fault)} (its parent "
+                                                                "was stopped before it started)")))
+                    else:
+                        conn.execute(update(jobs).where(jobs.c.id == child_id, jobs.c.status == "RUNNING")
+                                     .values(status="STOPPING",
+                                             event_note="stop asked: its parent was stopped"))
+                        if waiting_for is not None:
+                            pending.append(child_id)
+                    changed.append(child_id)
+        return changed
+
+    def delete_children(self, parent_id: str) -> list:
+        """Before a parent is erased (its children go with it, ``ON DELETE
+        CASCADE``): mark its descendants that hold a worker DELETED, so that their
+        workers let go at once.  Answers their ids, to be told of the change."""
+        with unavailable_as_store_error(), self.engine.connect() as conn:
+            if conn.execute(select(jobs.c.seq).where(jobs.c.parent_id == parent_id).limit(1)).first() is None:
+                return []                           # not a parent: no write transaction
+        running = []
+        with self._write() as conn:
+            pending = [parent_id]
+            while pending:
+                parent = pending.pop()
+                query = select(jobs.c.id, jobs.c.node).where(jobs.c.parent_id == parent,
+                                                             jobs.c.status.in_(ACTIVE_RUNNING))
+                for child_id, node in conn.execute(query).all():
+                    if node is None:                # a parent waiting for children of its own
+                        pending.append(child_id)
+                        continue
+                    conn.execute(update(jobs).where(jobs.c.id == child_id, jobs.c.status.in_(ACTIVE_RUNNING))
+                                 .values(status="DELETED", event_note="deleted: its parent was deleted"))
+                    running.append(child_id)
+        return running
+
     def set_progress(self, job_id: str, progress: str) -> bool:
         return self._guarded("set_progress", job_id, ACTIVE_RUNNING, progress_blob=pack(progress))
 
@@ -446,11 +605,13 @@ class SqlJobStore:
     def finish(self, job_id: str, status: str, now: int, *, result: Optional[str] = None,
                fault: Optional[str] = None, progress: Optional[str] = None,
                from_states=ACTIVE_RUNNING, note: Optional[str] = None) -> bool:
-        """An active job → SUCCEEDED (with result) or FAILED (with fault); the event
-        says "succeeded", or "failed: <fault type>" and ``note``."""
+        """An active job → SUCCEEDED (with result: JSON text, or bytes already in the
+        stored form) or FAILED (with fault); the event says "succeeded", or "failed:
+        <fault type>" and ``note``."""
         message = "succeeded" if status == "SUCCEEDED" else f"failed: {fault_type(fault)}"
         return self._guarded("finish", job_id, from_states, new_status=status, now=now,
-                             result_blob=pack(result), fault_blob=pack(fault),
+                             result_blob=result if isinstance(result, bytes) else pack(result),
+                             fault_blob=pack(fault),
                              progress_blob=pack(progress),
                              note=note_of(f"{message} ({note})" if note else message))
 
@@ -544,27 +705,28 @@ class SqlJobStore:
                                      event_note=f"failed: {fault_type(fault)} (queueing timeout)"))
         return ids
 
-    def events(self, job_id: str, owner: Optional[str] = None) -> Optional[list]:
-        """The job's history, oldest first, as dicts (time, status, attempt, node,
-        message); None when there is no such job (of ``owner``, when given)."""
-        job = select(jobs.c.seq).where(jobs.c.id == job_id)
+    def events(self, job_id: str, owner: Optional[str] = None) -> Optional[tuple]:
+        """The job's parent id (None for a job started by a client) and its history,
+        oldest first, as dicts (time, status, attempt, node, message); None when there
+        is no such job (of ``owner``, when given)."""
+        job = select(jobs.c.seq, jobs.c.parent_id).where(jobs.c.id == job_id)
         if owner is not None:
             job = job.where(jobs.c.owner == owner)
         query = select(job_events.c.time, job_events.c.status, job_events.c.attempt, job_events.c.node,
                        job_events.c.message) \
             .where(job_events.c.job_seq == bindparam("seq")).order_by(job_events.c.seq)
         with unavailable_as_store_error(), self.engine.connect() as conn:
-            seq = conn.execute(job).scalar()
-            if seq is None:
+            found = conn.execute(job).first()
+            if found is None:
                 return None
-            return [dict(row._mapping) for row in conn.execute(query, {"seq": seq})]
+            return found[1], [dict(row._mapping) for row in conn.execute(query, {"seq": found[0]})]
 
     def list_jobs(self, statuses=None, service: Optional[str] = None, owner: Optional[str] = None,
-                  limit: int = 100, before: Optional[int] = None):
+                  limit: int = 100, before: Optional[int] = None, parent: Optional[str] = None):
         """A page of jobs, newest first: ([(seq, JobRecord without request, result and
         fault)], whether more follow).  ``before``: only jobs older than that seq (the
         keyset of the page before), so pages neither miss nor repeat a job however many
-        are added meanwhile."""
+        are added meanwhile.  ``parent``: only the children of that job."""
         query = select(jobs.c.seq, *_LIGHT).order_by(jobs.c.seq.desc()).limit(limit + 1)
         if statuses is not None:
             query = query.where(jobs.c.status.in_(list(statuses)))
@@ -574,6 +736,8 @@ class SqlJobStore:
             query = query.where(jobs.c.owner == owner)
         if before is not None:
             query = query.where(jobs.c.seq < before)
+        if parent is not None:
+            query = query.where(jobs.c.parent_id == parent)
         with unavailable_as_store_error(), self.engine.connect() as conn:
             rows = conn.execute(query).all()
         page = [(row[0], _record(dict(zip(_LIGHT_NAMES, row[1:])))) for row in rows[:limit]]
@@ -605,7 +769,8 @@ class SqlJobStore:
         if not conds:
             return 0
         expired = conds[0] if len(conds) == 1 else (conds[0] | conds[1])
-        expired = jobs.c.status.in_(("SUCCEEDED", "FAILED")) & expired
+        # a child goes with its parent, however long it has been finished
+        expired = jobs.c.status.in_(("SUCCEEDED", "FAILED")) & jobs.c.parent_id.is_(None) & expired
         query = select(jobs.c.seq).where(expired)
         if services is not None:
             query = query.where(jobs.c.service.in_(list(services)))

@@ -1,0 +1,1 @@
+"""Example services, loaded with XRUNTIME_SERVICE_MODULES (not served by default)."""
