@@ -8,6 +8,11 @@ answer is parsed only to check the number of rows), and prints VmHWM (peak resid
 memory) of the server process and of each worker process from /proc/<pid>/status.
 
     python benchmarks/xdima.py [--size 2000] [--repeat 1]
+
+With ``--parallel`` it times the same matrix with ``parallelism`` 1 and 2 on a node of
+2 workers (PROTOCOL §13: the row blocks are child jobs), checks that both answer the
+same matrix, and prints the ratio; with ``--database-url`` (default: the environment's
+XRUNTIME_TEST_DATABASE_URL) also on two PostgreSQL nodes of one worker each.
 """
 import argparse
 import http.client
@@ -115,12 +120,89 @@ def run(size, repeat):
             server.stop()
 
 
+def compute_time(port, points, parallelism, watch_port=None):
+    """start → SUCCEEDED of one matrix (s), and its fetched JSON answer."""
+    began = time.perf_counter()
+    job = call(port, "startCreateDistanceMatrix", {"startLocations": points, "parallelism": parallelism})
+    while True:
+        answer = call(watch_port or port, "watchJob", {"id": job["id"], "maximumPollingPeriod": 5000},
+                      service="XRuntime")
+        if answer["status"] in ("SUCCEEDED", "FAILED"):
+            break
+    took = time.perf_counter() - began
+    assert answer["status"] == "SUCCEEDED", answer
+    result = call(port, "fetchDistanceMatrixResponse", {"id": job["id"]})
+    call(port, "deleteJob", {"id": job["id"]}, service="XRuntime")
+    return took, result
+
+
+def same_matrix(a, b):
+    """Whether two answers hold the same matrix and summary (but the computing time)."""
+    sa, sb = dict(a["summary"]), dict(b["summary"])
+    sa.pop("computationTimeMs"), sb.pop("computationTimeMs")
+    return a["rows"] == b["rows"] and sa == sb
+
+
+def parallel(size, repeat, database_url=None):
+    """parallelism 1 and 2 on 2 workers (one SQLite node), and on two PostgreSQL nodes
+    of one worker each when ``database_url`` is given."""
+    rng = random.Random(2000)
+    points = [{"longitude": rng.uniform(6.0, 15.0), "latitude": rng.uniform(47.3, 55.0)}
+              for _ in range(size)]
+    with tempfile.TemporaryDirectory() as folder:
+        server = Server(folder).start()
+        try:
+            times = {1: [], 2: []}
+            for _ in range(repeat):
+                for p in (1, 2):
+                    took, result = compute_time(server.port, points, p)
+                    times[p].append(took)
+                    if p == 1:
+                        single = result
+                    else:
+                        assert same_matrix(single, result), "parallelism 2 gave another matrix"
+                    del result
+            best = {p: min(t) for p, t in times.items()}
+            print(f"{size} × {size}, one node (SQLite), 2 workers, best of {repeat}:")
+            print(f"  parallelism 1: {best[1]:.2f} s   (runs: {', '.join(f'{t:.2f}' for t in times[1])})")
+            print(f"  parallelism 2: {best[2]:.2f} s   (runs: {', '.join(f'{t:.2f}' for t in times[2])})")
+            print(f"  ratio: {best[2] / best[1]:.2f} (target ≤ 0.60); the same matrix: yes")
+        finally:
+            server.stop()
+    if not database_url:
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        nodes = [Server(os.path.join(folder, name), database_url=database_url, workers=1).start()
+                 for name in ("a", "b")]
+        try:
+            times = {1: [], 2: []}
+            for _ in range(repeat):
+                for p in (1, 2):
+                    times[p].append(compute_time(nodes[0].port, points, p, nodes[1].port)[0])
+            best = {p: min(t) for p, t in times.items()}
+            both = all("XDima.createDistanceMatrix RUNNING on worker" in n.log() for n in nodes)
+            print(f"{size} × {size}, two nodes on PostgreSQL, 1 worker each (the same 2 cores), "
+                  f"best of {repeat}:")
+            print(f"  parallelism 1: {best[1]:.2f} s; parallelism 2: {best[2]:.2f} s; "
+                  f"ratio {best[2] / best[1]:.2f}; children ran on both nodes: {'yes' if both else 'no'}")
+        finally:
+            for node in nodes:
+                node.stop()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--parallel", action="store_true",
+                        help="time parallelism 1 against 2 instead of the fetches")
+    parser.add_argument("--database-url", default=os.environ.get("XRUNTIME_TEST_DATABASE_URL"),
+                        help="with --parallel: also two nodes on this PostgreSQL database")
     args = parser.parse_args()
-    run(args.size, args.repeat)
+    if args.parallel:
+        parallel(args.size, args.repeat, args.database_url)
+    else:
+        run(args.size, args.repeat)
 
 
 if __name__ == "__main__":

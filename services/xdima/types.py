@@ -28,6 +28,7 @@ class CreateDistanceMatrixRequest(RequestBase):
     destinationLocations = repeated(Location)  # default: the start locations
     profile = DistanceMatrixProfile
     blockPauseMs = Double(ge=0, le=60_000)     # testing aid: sleep after each row block
+    parallelism = Long(ge=1, le=64)            # row blocks computed as child jobs (default 1)
 
 
 class DistanceMatrixRow(XModel):
