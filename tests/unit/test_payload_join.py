@@ -217,3 +217,26 @@ def test_join_equals_the_text_level_join_for_random_objects(outer, first, texts)
         if "rows" in data:
             data["rows"] = []
         assert without_list(blob, "rows") == dump(data)
+
+
+def test_large_children_lists_are_copied_as_their_compressed_pieces(monkeypatch):
+    """A child's rows holding all its arrays, over a piece: its compressed pieces go into
+    the parent's result as they are (nothing of them decompressed), and the result reads
+    back exactly as the slow path's."""
+    parts = [matrix_part(0, 160, 2000), matrix_part(160, 150, 2000)]
+    for part in parts:
+        del part["summary"]["perRow"]              # every array in the rows
+    blobs = [pack(dump(part)) for part in parts]
+    assert all(kind(blob) == "compact" and len(payload._read_table(blob)[0]) > 2 for blob in blobs)
+    outer = dump({"rows": [], "summary": {"numberOfRowsComputed": 310}})
+    expected = text_join(outer, "rows", blobs)
+    read = []
+    monkeypatch.setattr(payload, "_read_compact", lambda blob: read.append(blob) or 1 / 0)
+    joined = join_lists(outer, "rows", blobs)
+    summaries = [without_list(blob, "rows") for blob in blobs]
+    assert read == []                              # the fast path, for both
+    monkeypatch.undo()
+    assert unpack(joined) == expected and kind(joined) == "compact"
+    assert summaries == [dump(dict(part, rows=[])) for part in parts]
+    copied = {bytes(piece) for blob in blobs for piece, _, _ in payload._read_table(blob)[0][1:]}
+    assert copied <= {bytes(piece) for piece, _, _ in payload._read_table(joined)[0]}

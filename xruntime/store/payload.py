@@ -36,7 +36,12 @@ from typing import Optional
 COMPRESS_ABOVE = 4096
 #: Arrays shorter than this stay as text.
 MIN_PACKED_ITEMS = 32
-MAGIC = b"\x00XJP1"
+#: The compact form as written now: its zlib stream made of independent pieces, listed
+#: before it (``_PIECE``), so that a join can copy a child's pieces as they are.
+MAGIC = b"\x00XJP2"
+#: The compact form as written before (one zlib stream); still read.
+MAGIC_V1 = b"\x00XJP1"
+_PIECE = struct.Struct("<III")          # a piece's deflated length, raw length, Adler-32
 
 # A JSON string (skipped whole), or an array of at least 64 characters of number text.
 _SCAN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|\[([0-9eE.+\-,]{64,})\]')
@@ -111,14 +116,44 @@ def _cut_arrays(text: str):
 
 
 def _compose(skeleton: str, index, binaries) -> bytes:
-    """The compact form of a skeleton, its index and its arrays' little-endian bytes."""
-    compressor = zlib.compressobj(1)
-    parts = [MAGIC, compressor.compress(_index_head(index)),
-             compressor.compress(skeleton.encode("utf-8"))]
-    for binary in binaries:
-        parts.append(compressor.compress(binary))
-    parts.append(compressor.flush())
-    return b"".join(parts)
+    """The compact form of a skeleton, its index and its arrays' little-endian bytes:
+    the index and skeleton one piece, the arrays' bytes pieces of PIECE_BYTES."""
+    pieces = [_deflate_piece(_index_head(index) + skeleton.encode("utf-8"))]
+    pieces += [_deflate_piece(piece) for piece in _pieces(b"".join(binaries))]
+    return _write_pieces(pieces)
+
+
+def _write_pieces(pieces) -> bytes:
+    """MAGIC, the table of pieces, and a zlib stream of the pieces: zlib's header, the
+    raw deflate pieces (each ends on a byte boundary, a sync flush, and refers to no
+    other), an empty final block and the Adler-32 of the whole, so that
+    zlib.decompress reads the stream as any, and a piece can be read or copied alone."""
+    table = [struct.pack("<I", len(pieces))]
+    out, checksum = [b"\x78\x01"], 1              # the header zlib writes at level 1
+    for deflated, piece_checksum, length in pieces:
+        table.append(_PIECE.pack(sum(len(d) for d in deflated), length, piece_checksum))
+        out += deflated
+        checksum = _adler32_combine(checksum, piece_checksum, length)
+    out += [_FINAL_BLOCK, struct.pack(">I", checksum)]
+    return b"".join([MAGIC] + table + out)
+
+
+def _read_table(blob) -> tuple:
+    """The pieces of a compact blob as written now: [(deflated, raw length, Adler-32)]
+    and where its zlib stream starts."""
+    (count,) = struct.unpack_from("<I", blob, len(MAGIC))
+    at = len(MAGIC) + 4
+    table = [_PIECE.unpack_from(blob, at + i * _PIECE.size) for i in range(count)]
+    stream = at + count * _PIECE.size
+    pieces, offset = [], stream + 2                # after zlib's header
+    for deflated_length, length, checksum in table:
+        pieces.append((blob[offset:offset + deflated_length], length, checksum))
+        offset += deflated_length
+    return pieces, stream
+
+
+def _is_compact(blob) -> bool:
+    return blob[:len(MAGIC)] in (MAGIC, MAGIC_V1)
 
 
 def _index_head(index) -> bytes:
@@ -131,7 +166,7 @@ def unpack(blob) -> Optional[str]:
     if blob is None:
         return None
     blob = bytes(blob)
-    if blob[:len(MAGIC)] == MAGIC:
+    if _is_compact(blob):
         return _unpack_compact(blob)
     if blob[:1] == b"x":
         blob = zlib.decompress(blob)
@@ -150,7 +185,8 @@ def _unpack_compact(blob: bytes) -> str:
 def _read_compact(blob: bytes):
     """A compact blob's skeleton, index, decompressed body and where each array's bytes
     start in it."""
-    body = memoryview(zlib.decompress(memoryview(blob)[len(MAGIC):]))
+    stream = len(MAGIC_V1) if blob[:len(MAGIC)] == MAGIC_V1 else _read_table(blob)[1]
+    body = memoryview(zlib.decompress(memoryview(blob)[stream:]))
     (head_len,) = struct.unpack_from("<I", body)
     index = json.loads(bytes(body[4:4 + head_len]))
     binary = sum(_SIZES[code] * count for _, code, count in index)
@@ -244,10 +280,46 @@ class _Items:
         return _Items(_format(_array_at(self.binary, 0, code, count))[1:-1])
 
 
+class _Copied:
+    """A piece copied as it is, answering as a deflating piece does."""
+    __slots__ = ("piece",)
+
+    def __init__(self, deflated, length, checksum):
+        self.piece = ([deflated], checksum, length)
+
+    def result(self):
+        return self.piece
+
+
+def _head_piece(blob):
+    """The skeleton, index and other pieces of a compact blob as written now, with only
+    its first piece (index and skeleton) decompressed."""
+    pieces, _ = _read_table(blob)
+    head = zlib.decompressobj(-15).decompress(pieces[0][0])
+    (head_len,) = struct.unpack_from("<I", head)
+    index = json.loads(head[4:4 + head_len])
+    return head[4 + head_len:].decode("utf-8"), index, pieces[1:]
+
+
 def _list_items(blob, field: str) -> _Items:
-    """The items of a stored payload's top-level list ``field``, not decoded."""
+    """The items of a stored payload's top-level list ``field``, not decoded; when the
+    list holds every packed array of the payload (a child's rows), its compressed
+    pieces are copied as they are, not even decompressed."""
     blob = bytes(blob)
-    if blob[:len(MAGIC)] != MAGIC:
+    if blob[:len(MAGIC)] == MAGIC:
+        skeleton, index, pieces = _head_piece(blob)
+        positions = [position for position, _, _ in index]
+        span = _member_span(skeleton, field, set(positions))
+        if span is None:
+            return _Items()
+        start, end = span
+        large = sum(length for _, length, _ in pieces) >= PIECE_BYTES   # never stored as text
+        if large and start != end and start < positions[0] and positions[-1] < end:
+            items = _Items(skeleton[start + 1:end - 1],
+                           [[position - start - 1, code, count] for position, code, count in index])
+            items.deflating = [_Copied(*piece) for piece in pieces]
+            return items
+    if not _is_compact(blob):
         text = unpack(blob)
         span = _member_span(text, field)
         if span is None:
@@ -308,7 +380,8 @@ def join_lists(outer: str, field: str, parts) -> bytes:
         for future in reading:
             part = future.result()
             if part.text or part.index:
-                if part.numbers is None and part.index:     # its bytes go out as they are
+                if part.numbers is None and part.index and part.deflating is None:
+                    # its bytes go out as they are
                     part.deflating = [pool.submit(_deflate_piece, piece)
                                       for piece in _pieces(part.binary)]
                 items.append(part)
@@ -357,13 +430,7 @@ def _joined(outer: str, start: int, items, pool) -> bytes:
         else:
             deflating += [pool.submit(_deflate_piece, piece)
                           for piece in _pieces(_bytes_of(binary))]
-    out, checksum = [MAGIC, b"\x78\x01"], 1         # the header zlib writes at level 1
-    for future in deflating:
-        deflated, piece_checksum, length = future.result()
-        out += deflated
-        checksum = _adler32_combine(checksum, piece_checksum, length)
-    out += [_FINAL_BLOCK, struct.pack(">I", checksum)]
-    return b"".join(out)
+    return _write_pieces([future.result() for future in deflating])
 
 
 def _bytes_of(binary):
@@ -400,10 +467,17 @@ def without_list(blob, field: str) -> str:
     """The JSON text of a stored payload with its top-level list ``field`` emptied: a
     child's summary, read without formatting its large list."""
     blob = bytes(blob)
-    if blob[:len(MAGIC)] != MAGIC:
+    if not _is_compact(blob):
         text = unpack(blob)
         span = _member_span(text, field)
         return text if span is None else text[:span[0] + 1] + text[span[1] - 1:]
+    if blob[:len(MAGIC)] == MAGIC:                  # every array in the list: one piece read
+        skeleton, index, _ = _head_piece(blob)
+        positions = [position for position, _, _ in index]
+        span = _member_span(skeleton, field, set(positions))
+        if span is not None and span[0] != span[1] and index \
+                and span[0] < positions[0] and positions[-1] < span[1]:
+            return skeleton[:span[0] + 1] + skeleton[span[1] - 1:]
     skeleton, index, body, offsets = _read_compact(blob)
     span = _member_span(skeleton, field, {position for position, _, _ in index})
     arrays = [(position, offset, code, count)
