@@ -236,14 +236,10 @@ def _member_span(text: str, field: str, holes=()) -> Optional[tuple]:
         raise ValueError("not a JSON object")
     depth, tokens = 0, _TOKEN.finditer(text)
     for m in tokens:
-        char = text[m.start()]
-        if char in "[{":
-            depth += 1
-        elif char in "]}":
-            depth -= 1
-            if depth == 0:
-                return None
-        elif depth == 1 and m.group(2) and json.loads(m.group(1)) == field:
+        depth += _NESTING.get(text[m.start()], 0)
+        if depth == 0:
+            return None
+        if depth == 1 and m.group(2) and json.loads(m.group(1)) == field:
             start = m.end()
             if start in holes and text[start:start + 1] != "[":
                 return start, start
@@ -251,15 +247,14 @@ def _member_span(text: str, field: str, holes=()) -> Optional[tuple]:
                 raise ValueError(f"member {field!r} is not a list")
             depth = 0
             for m in tokens:
-                char = text[m.start()]
-                if char in "[{":
-                    depth += 1
-                elif char in "]}":
-                    depth -= 1
-                    if depth == 0:
-                        return start, m.end()
+                depth += _NESTING.get(text[m.start()], 0)
+                if depth == 0:
+                    return start, m.end()
             break
     raise ValueError("unbalanced JSON text")
+
+
+_NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 class _Items:
