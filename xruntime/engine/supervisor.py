@@ -203,6 +203,9 @@ class WorkerSlot(threading.Thread):
             early = sup.pending_signals.pop(job.id, None)
         if early is not None:            # a stop or delete came between the claim and now
             self.signal(job.id, early[0])
+        if job.status == "STOPPING":     # a parent stopped while it waited for its children
+            over = limits.computation_timeout_ms and now_ms() >= job.started_at + limits.computation_timeout_ms
+            self.signal(job.id, TIMED_OUT if over else STOPPED)
         sup.notifier.notify(job.id)
         try:
             children = sup.store.children_of(job.id)     # what its earlier runs started (§13)
@@ -586,6 +589,7 @@ class Supervisor:
                 now = time.time()
                 cfg = self.settings()
                 self._fail_timed_out_queued(cfg)
+                self._stop_timed_out_parents(cfg)
                 if now - last_lease >= LEASE_RENEW_PERIOD:
                     last_lease = now
                     self._renew_leases()
@@ -608,6 +612,17 @@ class Supervisor:
                                                            fault, only, exclude):
                 log.info("job %s FAILED (queueing timeout)", job_id)
                 self.notifier.notify(job_id)
+
+    def _stop_timed_out_parents(self, cfg):
+        """A parent waiting for its children past its computation timeout holds no
+        worker to notice it: stop it and its tree here; it then runs again and hands
+        back its intermediate result, as a job on a worker would."""
+        for jobs, only, exclude in cfg.job_setting_groups():
+            for job_id in self.store.waiting_timed_out(now_ms(), jobs.computation_timeout_ms, only, exclude):
+                if self.store.request_stop(job_id, "stop asked: computation timeout"):
+                    log.info("job %s STOPPING (computation timeout, waiting for its child jobs)", job_id)
+                    self.notifier.notify(job_id)
+                    stop_children(self.store, self.notifier, job_id, "its parent job's computation timeout ended")
 
     def _renew_leases(self):
         """Keep alive the leases of the jobs the slots hold (only those: a job no slot

@@ -684,12 +684,7 @@ class SqlJobStore:
         ``default_timeout_ms`` (0: none), shortened by the request's own when it asked
         for less; a request never lengthens it.  A job waiting for a retry counts from
         when its retry was due."""
-        own = jobs.c.queueing_timeout
-        asked = (own.is_not(None)) & (own > 0)
-        if default_timeout_ms:
-            timeout = case((asked & (own < default_timeout_ms), own), else_=default_timeout_ms)
-        else:
-            timeout = case((asked, own), else_=0)
+        timeout = _timeout(jobs.c.queueing_timeout, default_timeout_ms)
         since = func.coalesce(jobs.c.not_before, jobs.c.queued_at)
         cond = (jobs.c.status == "QUEUING") & (timeout > 0) & (since + timeout <= now)
         query = select(jobs.c.id).where(cond)
@@ -704,6 +699,22 @@ class SqlJobStore:
                              .values(status="FAILED", finished_at=now, fault=pack(fault),
                                      event_note=f"failed: {fault_type(fault)} (queueing timeout)"))
         return ids
+
+    def waiting_timed_out(self, now: int, default_timeout_ms: int,
+                          services: Optional[Iterable[str]] = None,
+                          exclude: Optional[Iterable[str]] = None) -> list:
+        """Parents waiting for their children past their computation timeout (counted
+        from their first start, shortened by the request's own as for any job): the
+        ids, to be stopped (no worker holds them to notice)."""
+        timeout = _timeout(jobs.c.computation_timeout, default_timeout_ms)
+        query = select(jobs.c.id).where(jobs.c.waiting_for.is_not(None), jobs.c.status == "RUNNING",
+                                        timeout > 0, jobs.c.started_at + timeout <= now)
+        if services is not None:
+            query = query.where(jobs.c.service.in_(list(services)))
+        if exclude:
+            query = query.where(jobs.c.service.not_in(list(exclude)))
+        with unavailable_as_store_error(), self.engine.connect() as conn:
+            return [row[0] for row in conn.execute(query.limit(1000))]
 
     def events(self, job_id: str, owner: Optional[str] = None) -> Optional[tuple]:
         """The job's parent id (None for a job started by a client) and its history,
@@ -785,6 +796,15 @@ class SqlJobStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _timeout(own, default_timeout_ms: int):
+    """A job's timeout in SQL: the configured ``default_timeout_ms`` (0: none),
+    shortened by the request's own (the column ``own``) when it asked for less."""
+    asked = (own.is_not(None)) & (own > 0)
+    if default_timeout_ms:
+        return case((asked & (own < default_timeout_ms), own), else_=default_timeout_ms)
+    return case((asked, own), else_=0)
 
 
 def note_of(text_: str) -> str:
