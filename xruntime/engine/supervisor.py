@@ -203,6 +203,8 @@ class WorkerSlot(threading.Thread):
             early = sup.pending_signals.pop(job.id, None)
         if early is not None:            # a stop or delete came between the claim and now
             self.signal(job.id, early[0])
+        if job.status == "STOPPING":     # a parent stopped while it waited for its children (§13)
+            self.signal(job.id, STOPPED)
         sup.notifier.notify(job.id)
         try:
             children = sup.store.children_of(job.id)     # what its earlier runs started (§13)
