@@ -232,3 +232,17 @@ def test_children_run_on_both_nodes_of_postgresql(tmp_path):
     finally:
         for srv in (a, b):
             srv.kill()
+
+
+def test_a_waiting_parent_past_its_computation_timeout_stops_with_its_tree(node):
+    """The timeout counts while the parent waits (no worker holds it to notice): its
+    tree is stopped then, not after every child ran, and it answers what it has."""
+    began = time.monotonic()
+    parent = sweep(node, scenarios=40, durationMs=300, timeouts={"computationTimeout": 1000})
+    assert node.wait_done(parent)["status"] == "SUCCEEDED"
+    assert time.monotonic() - began < 5                 # 40 × 300 ms on 2 workers: 6 s
+    result = node.call("XSweep", "fetchSweepResponse", {"id": parent})
+    assert [x["reason"] for x in result["resultLimitations"]] == ["REQUEST_TIMED_OUT"]
+    assert 1 <= result["scenariosRun"] < 40
+    assert result["scenariosRun"] + result["failedScenarios"] == 40
+    assert any(e["message"] == "stop asked: computation timeout" for e in events(node, parent)["events"])

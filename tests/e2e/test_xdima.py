@@ -175,3 +175,50 @@ def test_fetching_with_another_services_fetch_is_refused(client, server):
         assert fault.value.type == "InvalidFetchTypeFault"
         assert fault.value.fields["jobId"] == job["id"]
     assert client.call("XDima", "fetchDistanceMatrixResponse", {"id": dima["id"]})["rows"]
+
+
+def _grid(rows, columns):
+    rng = random.Random(rows * 1000 + columns)
+    return (locations([(rng.uniform(6, 15), rng.uniform(47, 55)) for _ in range(rows)]),
+            locations([(rng.uniform(6, 15), rng.uniform(47, 55)) for _ in range(columns)]))
+
+
+def _without_time(result):
+    result = dict(result, summary=dict(result["summary"]))
+    del result["summary"]["computationTimeMs"]
+    return result
+
+
+@pytest.mark.parametrize("parallelism", (2, 3, 7))
+def test_parallelism_answers_the_same_matrix_as_one_job(server, parallelism):
+    """Row blocks computed as child jobs, joined in the store's form: the same answer
+    (but the computing time), whatever the blocks, over every binding."""
+    starts, destinations = _grid(401, 130)
+    request = {"startLocations": starts, "destinationLocations": destinations}
+    single = server.call("XDima", "createDistanceMatrix", request)
+    job = server.call("XDima", "startCreateDistanceMatrix", dict(request, parallelism=parallelism))
+    assert server.wait_done(job["id"])["status"] == "SUCCEEDED"
+    assert len(server.call("XRuntime", "listJobs", {"parentId": job["id"]})["jobs"]) == parallelism
+    for binding in BINDINGS:
+        result = make_client(binding, server.base).call("XDima", "fetchDistanceMatrixResponse", {"id": job["id"]})
+        assert plain(_without_time(result)) == plain(_without_time(single))
+
+
+def test_a_stopped_parallel_matrix_answers_the_rows_of_the_blocks_done(server):
+    starts, destinations = _grid(900, 2)          # 2 children of 450 rows: blocks of 250 and 200
+    job = server.call("XDima", "startCreateDistanceMatrix", {
+        "startLocations": starts, "destinationLocations": destinations, "parallelism": 2,
+        "blockPauseMs": 1000})
+    server.wait_status(job["id"], "RUNNING")
+    while not any(c["status"] == "RUNNING" for c in
+                  server.call("XRuntime", "listJobs", {"parentId": job["id"]}).get("jobs", [])):
+        pass
+    assert server.call("XRuntime", "stopJob", {"id": job["id"]})["status"] == "STOPPING"
+    assert server.wait_done(job["id"])["status"] == "SUCCEEDED"
+    result = server.call("XDima", "fetchDistanceMatrixResponse", {"id": job["id"]})
+    done = result["summary"]["numberOfRowsComputed"]
+    assert 0 < done < 900 and len(result["rows"]) == done
+    assert [x["reason"] for x in result["resultLimitations"]] == ["REQUEST_STOPPED"]
+    whole = server.call("XDima", "createDistanceMatrix",
+                        {"startLocations": starts[:done], "destinationLocations": destinations})
+    assert result["rows"] == whole["rows"]         # the first rows, in order
