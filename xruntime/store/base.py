@@ -133,6 +133,12 @@ class JobStore(Protocol):
 
     def counts_by_status(self, owner: Optional[str] = None) -> dict: ...
 
+    def counts_by_service(self) -> dict:
+        """{(service, status): count} of every stored job."""
+
+    def busy_workers(self, node: str) -> int:
+        """Worker slots of ``node`` that hold a job now."""
+
     def erase_expired(self, now: int, unfetched_ms: int, fetched_ms: int, limit: int,
                       services: Optional[Iterable[str]] = None,
                       exclude: Optional[Iterable[str]] = None) -> int: ...

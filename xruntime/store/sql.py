@@ -763,6 +763,22 @@ class SqlJobStore:
             rows = conn.execute(query).all()
         return {status: count for status, count in rows}
 
+    def counts_by_service(self) -> dict:
+        """Stored jobs by (service, status), for the operator's view (metrics, status page)."""
+        query = select(jobs.c.service, jobs.c.status, func.count()).group_by(jobs.c.service, jobs.c.status)
+        with unavailable_as_store_error(), self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return {(service, status): count for service, status, count in rows}
+
+    def busy_workers(self, node: str) -> int:
+        """How many of ``node``'s worker slots hold a job now: a job it runs or winds
+        down, or a deleted one its worker has not let go of yet (a parent waiting for
+        its children holds none)."""
+        query = select(func.count()).select_from(jobs).where(
+            jobs.c.node == node, jobs.c.status.in_(HOLDING_WORKER), jobs.c.waiting_for.is_(None))
+        with unavailable_as_store_error(), self.engine.connect() as conn:
+            return conn.execute(query).scalar_one()
+
     def erase_expired(self, now: int, unfetched_ms: int, fetched_ms: int, limit: int,
                       services: Optional[Iterable[str]] = None,
                       exclude: Optional[Iterable[str]] = None) -> int:
