@@ -1,7 +1,8 @@
 """The ASGI application of an HTTP process: bytes in, a binding, bytes out.
 
 It routes ``/services/rs``, ``/services/ws`` and ``/services/rpc`` to the JSON, SOAP
-and JSON-RPC bindings, with the caller its credentials name (``accounts``).  A body larger than ``[server] max_request_bytes`` is refused
+and JSON-RPC bindings, with the caller its credentials name (``accounts``), and the
+operator's pages (``Page``: the status page, the metrics) by their exact paths.  A body larger than ``[server] max_request_bytes`` is refused
 before it is read (by its Content-Length, or as soon as a chunked body passes the
 limit), with a fault in the form of the binding its path names.  The bindings keep
 werkzeug's Request and Response: each request is handed over as a werkzeug Request
@@ -41,17 +42,34 @@ class Refused(Exception):
         self.headers = headers or {}
 
 
-class XRuntimeApp:
-    """ASGI application over the three bindings (``bindings``: path prefix → binding)."""
+class Page:
+    """Something of the operator's view served beside the bindings (``/status``,
+    ``/metrics``): it answers HTTP itself, in its own form.  With accounts on, only an
+    admin is let in when ``admin_only`` (others get 403); missing or wrong credentials
+    get the same 401 challenge as the bindings, so a browser asks for them."""
+    admin_only = True
 
-    def __init__(self, bindings: dict, settings):
+    async def serve(self, scope, receive, send, caller) -> None:
+        raise NotImplementedError
+
+
+class XRuntimeApp:
+    """ASGI application over the three bindings (``bindings``: path prefix → binding)
+    and the operator's pages (``pages``: exact path → Page)."""
+
+    def __init__(self, bindings: dict, settings, pages=None):
         self.bindings = bindings
         self.settings = settings            # a callable answering the settings in force
+        self.pages = pages or {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":         # lifespan is off; websockets are not served
             return
         path = scope["path"]
+        page = self.pages.get(path)
+        if page is not None:
+            await self._serve_page(page, scope, receive, send)
+            return
         prefix, binding = self._route(path)
         try:
             if binding is None:
@@ -74,13 +92,42 @@ class XRuntimeApp:
             response = fault_response(as_fault(exc, path))
         await _send(response, send)
 
+    async def _serve_page(self, page, scope, receive, send):
+        try:
+            caller = self._authenticated(scope)
+            if page.admin_only and not caller.admin:
+                raise Refused(AccessDeniedFault(f"only an admin may see {scope['path']}",
+                                                hint="Ask the administrator for an admin's token."))
+        except Refused as refused:
+            response = fault_response(refused.fault)
+            response.status_code = refused.status or response.status_code
+            response.headers.update(refused.headers)
+            response.headers["Connection"] = "close"      # the body (if any) is not read
+            await _send(response, send)
+            return
+        try:
+            await page.serve(scope, receive, send, caller)
+        except Exception:                                  # a bug: logged, never shown
+            log.exception("%s failed", scope["path"])
+            # (if the page had begun its answer, the server closes the connection)
+            await _send(Response("internal error; see the server log\n", status=500,
+                                 content_type="text/plain; charset=utf-8"), send)
+
     def _caller(self, scope, binding):
         """Who calls (PROTOCOL §10); missing or wrong credentials are refused with 401
         and a Basic challenge (clients that send credentials only when challenged, as
         suds does, then send them), before the body is read."""
         settings = self.settings()
-        if not settings.auth.required or (settings.auth.public_wsdl and binding.is_public(
-                scope["method"], scope.get("query_string", b""))):
+        if settings.auth.required and settings.auth.public_wsdl and binding.is_public(
+                scope["method"], scope.get("query_string", b"")):
+            return ANONYMOUS
+        return self._authenticated(scope)
+
+    def _authenticated(self, scope):
+        """The caller its credentials name (ANONYMOUS with accounts off); Refused with
+        401 and the challenge when they are missing or wrong."""
+        settings = self.settings()
+        if not settings.auth.required:
             return ANONYMOUS
         try:
             return authenticate(_header(scope, b"authorization"), settings)

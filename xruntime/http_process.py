@@ -66,7 +66,7 @@ class HttpProcess:
             "/services/rs": JsonBinding(dispatcher, self.settings),
             "/services/ws": SoapBinding(dispatcher, self.settings),
             "/services/rpc": JsonRpcBinding(dispatcher, self.settings),
-        }, self.settings)
+        }, self.settings, pages={})
         self.server = None
 
     def settings(self):
