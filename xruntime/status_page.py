@@ -214,7 +214,7 @@ function tick() {                               // counts on between snapshots
   for (const job of last.running) {
     const li = document.querySelector('li[data-job-id="' + CSS.escape(job.id) + '"]');
     if (!li) continue;
-    li.querySelector(".who").textContent = [job.user || "anonymous", "on " + (job.node || "?"),
+    li.querySelector(".who").textContent = [job.user || "anonymous", job.node ? "on " + job.node : "waiting for its child jobs",
                                             duration(job.elapsedMs + since)].join(" · ");
   }
 }

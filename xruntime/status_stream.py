@@ -140,7 +140,7 @@ class Subscription:
         while True:
             if self.ended or self.feed.closed:
                 return _END
-            if self.feed.version > self.sent:
+            if self.feed.latest is not None and self.feed.version > self.sent:
                 self.sent = self.feed.version
                 return self.feed.latest
             loop = asyncio.get_running_loop()
