@@ -7,7 +7,7 @@ import threading
 import time
 
 from xruntime.engine.notifier import Notifier
-from xruntime.status_stream import StatusFeed, _END
+from xruntime.status_stream import StatusEvents, StatusFeed, _END
 
 PERIOD = 0.2
 
@@ -127,4 +127,31 @@ def test_a_store_that_cannot_be_read_gives_an_error_snapshot():
         snap = await next_snapshot(stream)
         assert "cannot be read" in snap["error"] and "database is away" not in snap["error"]
         feed.unsubscribe(stream)
+    run(scenario())
+
+
+def test_a_page_closed_ends_its_stream():
+    """The client going away (``http.disconnect``) ends the stream at once: uvicorn
+    drops what is sent to a closed connection without a word, so a stream that did not
+    watch for it would stay subscribed for ever."""
+    async def scenario():
+        feed = StatusFeed(Counting(), Notifier(), period=PERIOD)
+        sent, gone = [], asyncio.Event()
+
+        async def receive():
+            if not sent:
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+        scope = {"type": "http", "method": "GET", "path": "/status/events", "headers": []}
+        serving = asyncio.ensure_future(StatusEvents(feed).serve(scope, receive, send, None))
+        while not any(b"data: " in m.get("body", b"") for m in sent):
+            await asyncio.sleep(0.01)
+        assert len(feed._streams) == 1
+        gone.set()
+        await asyncio.wait_for(serving, 1.0)
+        assert not feed._streams
     run(scenario())
