@@ -82,11 +82,18 @@ h2 { font-size: .8rem; margin: 0 0 6px; color: var(--muted); text-transform: upp
                   padding: 12px 14px; min-width: 0; }
 .big { font-size: 1.6rem; font-weight: 600; margin: 0 0 6px; font-variant-numeric: tabular-nums; }
 .big small { font-size: .9rem; font-weight: 400; color: var(--muted); }
-.counts { display: grid; grid-template-columns: repeat(3, auto); gap: 2px 14px; margin: 0;
+.counts { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 8px 12px;
           font-variant-numeric: tabular-nums; }
-.counts dt { color: var(--muted); font-size: .85rem; }
-.counts dd { margin: 0 0 4px; font-weight: 600; }
-progress { width: 100%; height: 12px; accent-color: var(--accent); }
+.counts span { display: block; color: var(--muted); font-size: .75rem; overflow-wrap: anywhere; }
+.counts b { font-size: 1.15rem; }
+progress { appearance: none; -webkit-appearance: none; display: block; width: 100%; height: 10px;
+           border: 0; border-radius: 5px; background: var(--line); overflow: hidden; }
+progress::-webkit-progress-bar { background: var(--line); border-radius: 5px; }
+progress::-webkit-progress-value { background: var(--accent); border-radius: 5px;
+                                   transition: width .4s ease; }
+progress::-moz-progress-bar { background: var(--accent); border-radius: 5px; }
+progress:indeterminate { background: repeating-linear-gradient(-45deg, var(--line) 0 8px,
+                                                                  transparent 8px 16px); }
 .running { margin-top: 12px; }
 #jobs { list-style: none; margin: 0; padding: 0; }
 .job { display: grid; grid-template-columns: minmax(0, 2fr) minmax(0, 2fr) minmax(0, 3fr);
@@ -99,8 +106,8 @@ progress { width: 100%; height: 12px; accent-color: var(--accent); }
 .who { color: var(--muted); font-size: .9rem; overflow-wrap: anywhere; }
 .bar { display: flex; align-items: center; gap: 10px; min-width: 0; }
 .bar progress { flex: 1 1 auto; min-width: 40px; }
-.ptext { flex: 0 1 auto; max-width: 60%; font-size: .9rem; font-variant-numeric: tabular-nums;
-         overflow-wrap: anywhere; }
+.ptext { flex: 0 0 auto; max-width: 60%; font-size: .9rem; font-variant-numeric: tabular-nums;
+         overflow-wrap: break-word; }
 .id { grid-column: 1 / -1; font: .75rem ui-monospace, monospace; color: var(--muted);
       overflow-wrap: anywhere; }
 .quiet { color: var(--muted); margin: 4px 0; }
@@ -125,7 +132,7 @@ progress { width: 100%; height: 12px; accent-color: var(--accent); }
       <progress id="workload" max="1" value="0"></progress></div>
     <div class="card"><h2>Queue</h2>
       <p class="big"><span id="queued">–</span> <small>jobs waiting</small></p></div>
-    <div class="card"><h2>Jobs by status</h2><dl class="counts" id="counts"></dl></div>
+    <div class="card"><h2>Jobs by status</h2><div class="counts" id="counts"></div></div>
   </section>
   <section class="running"><h2>Running jobs</h2>
     <p class="quiet" id="none">No job is running.</p>
@@ -194,8 +201,9 @@ function render(s) {
   const counts = $("counts");
   counts.replaceChildren();
   for (const [status, n] of Object.entries(s.jobs)) {
-    el("dt", "", counts).textContent = status;
-    el("dd", "", counts).textContent = n;
+    const cell = el("div", "", counts);
+    el("span", "", cell).textContent = status;
+    el("b", "", cell).textContent = n;
   }
   const list = $("jobs");
   const rows = s.running.map(jobRow);
