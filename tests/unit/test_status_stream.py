@@ -24,6 +24,12 @@ class Counting:
         return {"read": self.reads, "state": self.state}
 
 
+def new_feed(source=None):
+    """A feed on a real Notifier (and the Counting source it reads)."""
+    notifier, source = Notifier(), source or Counting()
+    return notifier, source, StatusFeed(source, notifier, period=PERIOD)
+
+
 def run(coro):
     return asyncio.run(coro)
 
@@ -41,8 +47,7 @@ async def next_snapshot(stream, timeout=5.0):
 
 def test_a_burst_of_changes_gives_a_few_snapshots_and_the_last_state():
     async def scenario():
-        notifier, source = Notifier(), Counting()
-        feed = StatusFeed(source, notifier, period=PERIOD)
+        notifier, source, feed = new_feed()
         stream = feed.subscribe()
         assert (await next_snapshot(stream))["state"] == "before"     # at once, read now
 
@@ -68,8 +73,7 @@ def test_a_burst_of_changes_gives_a_few_snapshots_and_the_last_state():
 
 def test_every_open_stream_gets_the_same_read():
     async def scenario():
-        notifier, source = Notifier(), Counting()
-        feed = StatusFeed(source, notifier, period=PERIOD)
+        notifier, source, feed = new_feed()
         streams = [feed.subscribe() for _ in range(50)]
         firsts = [await next_snapshot(s) for s in streams]
         assert {f["read"] for f in firsts} == {1}
@@ -85,8 +89,7 @@ def test_every_open_stream_gets_the_same_read():
 
 def test_nothing_is_read_while_no_page_is_open():
     async def scenario():
-        notifier, source = Notifier(), Counting()
-        feed = StatusFeed(source, notifier, period=PERIOD)
+        notifier, source, feed = new_feed()
         stream = feed.subscribe()
         await next_snapshot(stream)
         feed.unsubscribe(stream)
@@ -103,8 +106,7 @@ def test_nothing_is_read_while_no_page_is_open():
 
 def test_closing_the_notifier_ends_every_stream_at_once():
     async def scenario():
-        notifier = Notifier()
-        feed = StatusFeed(Counting(), notifier, period=PERIOD)
+        notifier, _, feed = new_feed()
         streams = [feed.subscribe() for _ in range(5)]
         for s in streams:
             await next_snapshot(s)
@@ -122,7 +124,7 @@ def test_a_store_that_cannot_be_read_gives_an_error_snapshot():
     async def scenario():
         def broken():
             raise OSError("database is away")
-        feed = StatusFeed(broken, Notifier(), period=PERIOD)
+        _, _, feed = new_feed(broken)
         stream = feed.subscribe()
         snap = await next_snapshot(stream)
         assert "cannot be read" in snap["error"] and "database is away" not in snap["error"]
@@ -135,7 +137,7 @@ def test_a_page_closed_ends_its_stream():
     drops what is sent to a closed connection without a word, so a stream that did not
     watch for it would stay subscribed for ever."""
     async def scenario():
-        feed = StatusFeed(Counting(), Notifier(), period=PERIOD)
+        _, _, feed = new_feed()
         sent, gone = [], asyncio.Event()
 
         async def receive():
