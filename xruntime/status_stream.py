@@ -21,6 +21,7 @@ from .asgi import Page
 from .blocking import blocking
 from .logs import OncePerPeriod
 from .status_page import answer, refuse_method
+from .store import StoreUnavailable
 
 log = logging.getLogger("xruntime.status")
 _trouble_log = OncePerPeriod(log, 60.0)
@@ -84,8 +85,11 @@ class StatusFeed:
             began = loop.time()
             try:
                 text = json.dumps(await blocking(self._compute), separators=(",", ":"))
-            except Exception as exc:               # the store is away: say so, try again later
-                _trouble_log.warning("status page: no snapshot: %s", exc)
+            except Exception as exc:               # say so on the page, try again later
+                if isinstance(exc, StoreUnavailable):
+                    _trouble_log.warning("status page: no snapshot: %s", exc)
+                else:                              # a bug: logged whole, never shown
+                    _trouble_log.exception("status page: no snapshot")
                 text = json.dumps({"error": "the job store cannot be read now; retrying"})
                 loop.call_later(RETRY_AFTER, self._dirty.set)
             self.latest, self.version = text, self.version + 1
@@ -204,8 +208,14 @@ class StatusJson(Page):
     async def serve(self, scope, receive, send, caller):
         if await refuse_method(scope, send):
             return
-        body = json.dumps(await blocking(self.compute), indent=1).encode() + b"\n"
-        await answer(scope, send, 200, "application/json", body)
+        try:
+            snapshot = await blocking(self.compute)
+        except StoreUnavailable:
+            await answer(scope, send, 503, "application/json",
+                         json.dumps({"error": "the job store cannot be read now; try again"}).encode(),
+                         [(b"retry-after", b"5")])
+            return
+        await answer(scope, send, 200, "application/json", json.dumps(snapshot, indent=1).encode() + b"\n")
 
 
 async def _body(send, text: str):

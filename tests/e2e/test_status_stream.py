@@ -159,6 +159,44 @@ def test_open_streams_share_one_read(node):
             s.close()
 
 
+PG_URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_job_queued_behind_busy_workers_shows_in_the_queue(tmp_path, database):
+    """The only change a queued job makes is "a job was queued" (no job id goes out):
+    the page learns of it too, on either database's change feed, from another HTTP
+    process than the one that took the start."""
+    url = None
+    if database == "postgresql":
+        if not PG_URL:
+            pytest.skip("XRUNTIME_TEST_DATABASE_URL is not set")
+        from sqlalchemy import MetaData, create_engine
+        engine = create_engine(PG_URL)
+        tables = MetaData()
+        tables.reflect(engine)
+        tables.drop_all(engine)
+        engine.dispose()
+        url = PG_URL
+    srv = Server(str(tmp_path / "node"), database_url=url, workers=1,
+                 server_keys={"processes": 2}).start()
+    try:
+        busy = srv.start_job(durationMs=8000, steps=1)     # no progress until it ends
+        srv.wait_status(busy["id"], "RUNNING")
+        streams = [EventStream(srv.base) for _ in range(4)]     # as the kernel spreads them
+        for s in streams:
+            s.until(lambda snap: snap["workers"]["busy"] == 1 and snap["queued"] == 0)
+        srv.start_job(durationMs=0, steps=1)
+        started = time.monotonic()
+        for s in streams:
+            s.until(lambda snap: snap["queued"] == 1, timeout=5)
+        assert time.monotonic() - started < SOON + PERIOD
+        for s in streams:
+            s.close()
+    finally:
+        srv.stop()
+
+
 def test_uptime_is_the_nodes_even_after_an_http_process_was_replaced(tmp_path):
     srv = Server(str(tmp_path / "node"), server_keys={"processes": 1}).start()
     try:
