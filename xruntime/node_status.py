@@ -4,7 +4,9 @@ No HTTP here: ``snapshot`` reads the store (three queries) and answers a dict re
 JSON, which the status page's stream sends to every open page (``status_stream``) and
 ``/status.json`` answers as it is.  The workers are this node's (the busy ones are the
 worker slots holding a job, ``store.busy_workers``); the job counts and the running jobs
-are the store's, i.e. of every node sharing the database.
+are the store's, i.e. of every node sharing the database.  The three reads are not one
+transaction: a snapshot read while a job changes may count it in its old state and
+list it in its new one, and the change, told meanwhile, brings the next snapshot.
 """
 import json
 import time
