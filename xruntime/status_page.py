@@ -89,8 +89,8 @@ h2 { font-size: .8rem; margin: 0 0 6px; color: var(--muted); text-transform: upp
 progress { appearance: none; -webkit-appearance: none; display: block; width: 100%; height: 10px;
            border: 0; border-radius: 5px; background: var(--line); overflow: hidden; }
 progress::-webkit-progress-bar { background: var(--line); border-radius: 5px; }
-progress::-webkit-progress-value { background: var(--accent); border-radius: 5px;
-                                   transition: width .4s ease; }
+progress::-webkit-progress-value { background: var(--accent); border-radius: 5px; }
+.bar progress::-webkit-progress-value { transition: width .4s ease; }   /* a job's bar glides */
 progress::-moz-progress-bar { background: var(--accent); border-radius: 5px; }
 progress:indeterminate { background: repeating-linear-gradient(-45deg, var(--line) 0 8px,
                                                                   transparent 8px 16px); }
