@@ -25,9 +25,12 @@ from .dispatch import Dispatcher
 from .engine.notifier import Notifier
 from .jobs import JobManager
 from .logs import setup_logging
+from .node_status import snapshot
 from .registry import discover
+from .status_page import StatusPage, ToStatus
+from .status_stream import StatusEvents, StatusFeed, StatusJson
 from .store import open_store
-from .store.feed import open_feed
+from .store.feed import QUEUE, open_feed
 from .watching import Watches
 
 log = logging.getLogger("xruntime.http")
@@ -47,7 +50,7 @@ class _Server(uvicorn.Server):
 
 
 class HttpProcess:
-    def __init__(self, sock, settings, node_name: str, index: int, control):
+    def __init__(self, sock, settings, node_name: str, index: int, control, node_started_at: float):
         self.sock = sock
         self._settings = settings
         self.control = control
@@ -58,15 +61,25 @@ class HttpProcess:
         self.watches = Watches(self.store, self.notifier)
         self.jobs = JobManager(self.store, self.notifier, self.settings, node_name, self.watches,
                                services=services)
+        self.jobs.started_at = node_started_at        # uptime is the node's, not this process's
         self.feed = open_feed(self.store, f"{node_name}/http{index}/{os.getpid()}",
-                              on_job=self.notifier.notify_local, on_queue=lambda: None)
+                              on_job=self.notifier.notify_local,
+                              on_queue=lambda: self.notifier.notify_local(QUEUE))
         self.notifier.bridge = self.feed
         dispatcher = Dispatcher(self.jobs, services)
+
+        def node_snapshot():
+            return snapshot(self.store, node_name, settings.workers, node_started_at)
         self.app = XRuntimeApp({
             "/services/rs": JsonBinding(dispatcher, self.settings),
             "/services/ws": SoapBinding(dispatcher, self.settings),
             "/services/rpc": JsonRpcBinding(dispatcher, self.settings),
-        }, self.settings, pages={})
+        }, self.settings, pages={
+            "/": ToStatus(),
+            "/status": StatusPage(),
+            "/status/events": StatusEvents(StatusFeed(node_snapshot, self.notifier)),
+            "/status.json": StatusJson(node_snapshot),
+        })
         self.server = None
 
     def settings(self):
@@ -112,9 +125,9 @@ class HttpProcess:
             self.shutdown()
 
 
-def http_main(sock, settings, node_name: str, index: int, control) -> None:
+def http_main(sock, settings, node_name: str, index: int, control, node_started_at: float) -> None:
     """Entry point of an HTTP process (started by ``node.HttpProcesses``)."""
     setup_logging()
     import uvloop
-    process = HttpProcess(sock, settings, node_name, index, control)
+    process = HttpProcess(sock, settings, node_name, index, control, node_started_at)
     uvloop.run(process.serve())

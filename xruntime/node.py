@@ -40,6 +40,7 @@ class Node:
     def __init__(self, settings, services, node_name=None):
         self._settings = settings
         self.name = node_name or default_node_name(settings.port)
+        self.started_at = time.time()        # the node's uptime counts from here
         self.store = open_store(settings.database_url)
         self.notifier = Notifier()
         self.cleaner = RetentionCleaner(self.store, self.settings)
@@ -89,7 +90,8 @@ class HttpProcesses:
     def _start(self, index: int):
         receiver, sender = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=_http_main, name=f"xruntime-http-{index}",
-                                args=(self.sock, self.node.settings(), self.node.name, index, receiver))
+                                args=(self.sock, self.node.settings(), self.node.name, index, receiver,
+                                      self.node.started_at))
         proc.start()
         receiver.close()
         self.procs[index] = (proc, sender)

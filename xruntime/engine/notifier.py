@@ -22,8 +22,8 @@ class Notifier:
     bridge = None
 
     def listen(self, on_change, on_close=None) -> None:
-        """Call ``on_change(job_id)`` (from any thread) for every change seen here, and
-        ``on_close()`` when the process shuts down."""
+        """Call ``on_change(job_id)`` (from any thread) for every change seen here
+        (``QUEUE`` for "a job was queued"), and ``on_close()`` when the process shuts down."""
         with self._lock:
             self._listeners.append(on_change)
             if on_close is not None:
@@ -37,6 +37,7 @@ class Notifier:
 
     def notify_queued(self) -> None:
         """A job was queued: idle worker slots, on this node and others, claim it now."""
+        self.notify_local(QUEUE)
         if self.bridge is not None:
             self.bridge.publish(QUEUE)
 
