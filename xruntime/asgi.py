@@ -14,6 +14,7 @@ import logging
 
 from werkzeug.wrappers import Request, Response
 
+from . import metrics
 from .accounts import ANONYMOUS, NotAuthenticated, authenticate
 from .blocking import blocking
 from .bindings.json_binding import fault_response
@@ -53,6 +54,28 @@ class Page:
         raise NotImplementedError
 
 
+#: The methods a page answers (others: 405).
+PAGE_METHODS = ("GET", "HEAD")
+
+
+async def answer(scope, send, status: int, content_type: str, body: bytes, headers=()):
+    """A whole answer (the headers alone for HEAD)."""
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store"), *headers]})
+    await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+
+
+async def refuse_method(scope, send) -> bool:
+    """Answer 405 to anything but GET and HEAD; True when it did."""
+    if scope["method"] in PAGE_METHODS:
+        return False
+    await answer(scope, send, 405, "text/plain; charset=utf-8",
+                 f"{scope['method']} is not served here; use GET\n".encode(),
+                 [(b"allow", ", ".join(PAGE_METHODS).encode())])
+    return True
+
+
 class XRuntimeApp:
     """ASGI application over the three bindings (``bindings``: path prefix → binding)
     and the operator's pages (``pages``: exact path → Page)."""
@@ -71,6 +94,7 @@ class XRuntimeApp:
             await self._serve_page(page, scope, receive, send)
             return
         prefix, binding = self._route(path)
+        began = metrics.request_began(binding.name if binding is not None else "(none)")
         try:
             if binding is None:
                 await self._read_body(scope, receive)
@@ -90,7 +114,10 @@ class XRuntimeApp:
             response.headers["Connection"] = "close"      # the body is not read
         except Exception as exc:                           # a bug: logged, never shown
             response = fault_response(as_fault(exc, path))
-        await _send(response, send)
+        try:
+            await _send(response, send)
+        finally:
+            metrics.request_answered(began)
 
     async def _serve_page(self, page, scope, receive, send):
         try:

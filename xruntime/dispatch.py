@@ -8,6 +8,7 @@ for blocking work.
 """
 import collections
 
+from . import metrics
 from .blocking import blocking
 from .protocol import codec
 from .protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
@@ -45,7 +46,10 @@ class Dispatcher:
 
     def operation(self, service: str, name: str):
         """The Operation, or None when the service or operation does not exist."""
-        return self._operations.get(service, {}).get(name)
+        op = self._operations.get(service, {}).get(name)
+        if op is not None:
+            metrics.operation_named(op.name)
+        return op
 
     def operations_of(self, service: str) -> dict:
         return self._operations[service]
@@ -71,6 +75,7 @@ class Dispatcher:
         """Plain request data of any binding, from ``caller`` (``accounts.Caller``) →
         the Answer.  Validation is the codec's, so every binding refuses the same input
         the same way (``sent``: see ``codec.decode``)."""
+        metrics.operation_named(op.name)
         if not op.waits:
             return Answer(await blocking(self.call_json, op, data, caller, sent))
         self.check_enabled(op.service)

@@ -25,6 +25,7 @@ from .dispatch import Dispatcher
 from .engine.notifier import Notifier
 from .jobs import JobManager
 from .logs import setup_logging
+from .metrics_page import MetricsPage
 from .node_status import snapshot
 from .registry import discover
 from .status_page import StatusPage, ToStatus
@@ -79,6 +80,7 @@ class HttpProcess:
             "/status": StatusPage(),
             "/status/events": StatusEvents(StatusFeed(node_snapshot, self.notifier)),
             "/status.json": StatusJson(node_snapshot),
+            "/metrics": MetricsPage(self.store, node_name, self.settings),
         })
         self.server = None
 

@@ -19,6 +19,7 @@ import threading
 import time
 from multiprocessing.connection import wait as wait_for_any
 
+from . import metrics
 from .engine.cleaner import RetentionCleaner
 from .engine.notifier import Notifier
 from .engine.supervisor import Supervisor, default_node_name
@@ -111,6 +112,7 @@ class HttpProcesses:
             proc, conn = self.procs[index]
             proc.join(1)
             conn.close()
+            metrics.process_died(proc.pid)
             if not self.stopping:
                 log.error("HTTP process %d (pid %s) exited with %s; starting another",
                           index, proc.pid, proc.exitcode)
@@ -155,6 +157,7 @@ def serve(settings, services, reload_path=None) -> None:
     ``reload_path``, edits of that file are applied live, in every process
     (xruntime.reload)."""
     sock = listen(settings.host, settings.port)   # first: a taken port stops us here
+    metrics.use_directory()                       # before any process records a metric
     _raise_file_limit()
     # helper processes (workers, the HTTP processes, the resource tracker) ignore SIGHUP,
     # which means "re-read the configuration" to the main process alone
@@ -196,6 +199,7 @@ def serve(settings, services, reload_path=None) -> None:
         node.close()
         stopping.join()
         sock.close()
+        metrics.release_directory()
         log.info("xruntime node %s stopped", node.name)
 
 

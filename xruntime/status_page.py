@@ -6,28 +6,7 @@ go into the page with ``textContent`` only, so a service, user or progress text 
 never become markup.  Between snapshots the browser counts the uptime and the
 elapsed times on by itself.  One column under 600 px wide, for a phone.
 """
-from .asgi import Page
-
-ALLOWED = ("GET", "HEAD")
-
-
-async def answer(scope, send, status: int, content_type: str, body: bytes, headers=()):
-    """A whole answer (the headers alone for HEAD)."""
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
-        (b"cache-control", b"no-store"), *headers]})
-    await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
-
-
-async def refuse_method(scope, send) -> bool:
-    """Answer 405 to anything but GET and HEAD; True when it did."""
-    if scope["method"] in ALLOWED:
-        return False
-    await answer(scope, send, 405, "text/plain; charset=utf-8",
-                 f"{scope['method']} is not served here; use GET\n".encode(),
-                 [(b"allow", ", ".join(ALLOWED).encode())])
-    return True
-
+from .asgi import Page, answer, refuse_method
 
 class StatusPage(Page):
     """``/status``: the page; its data arrive over ``/status/events``."""

@@ -17,10 +17,9 @@ import json
 import logging
 import threading
 
-from .asgi import Page
+from .asgi import Page, answer, refuse_method
 from .blocking import blocking
 from .logs import OncePerPeriod
-from .status_page import answer, refuse_method
 from .store import StoreUnavailable
 
 log = logging.getLogger("xruntime.status")

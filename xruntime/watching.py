@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 
+from . import metrics
 from .blocking import blocking
 from .protocol import states
 
@@ -164,6 +165,10 @@ class Watches:
         the latest after ``maximum_ms``.  Answers ``(snapshot, woken)``: ``woken``
         when a change (or the job's end) is what is answered, so that every watcher
         woken by it can share one answer."""
+        with metrics.held_watch():
+            return await self._watch(job_id, update_ms, maximum_ms, sees)
+
+    async def _watch(self, job_id, update_ms, maximum_ms, sees):
         loop = self._enter()
         arrived = loop.time()
         earliest, latest = arrived + update_ms / 1000, arrived + maximum_ms / 1000

@@ -13,6 +13,7 @@ import re
 from werkzeug.wrappers import Request, Response
 
 
+from .. import metrics
 from ..protocol.faults import InvalidRequestFault, XServerFault, as_fault
 from ..blocking import sized
 from ..protocol import codec
@@ -25,6 +26,7 @@ def dumps(data) -> bytes:
 
 
 def fault_response(fault: XServerFault) -> Response:
+    metrics.fault_answered(fault)
     response = Response(dumps(codec.encode_fault(fault)), status=fault.http_status,
                         content_type=JSON_TYPE)
     if fault.retry_after_s is not None:
@@ -106,6 +108,7 @@ def _has_lone_surrogate(data) -> bool:
 
 class JsonBinding:
     """The JSON binding at ``/services/rs``: ``handle(request)`` answers a Response."""
+    name = "json"               # in metrics
 
     def __init__(self, dispatcher, settings):
         self.dispatcher = dispatcher

@@ -11,6 +11,7 @@ import asyncio
 from werkzeug.wrappers import Request, Response
 
 
+from .. import metrics
 from ..protocol.faults import (InvalidRequestFault, ProcessingFault, RejectedRequestFault, as_fault,
                                XServerFault)
 from ..blocking import sized
@@ -34,6 +35,7 @@ def error_code(fault: XServerFault) -> int:
 
 
 def error(request_id, code: int, fault: XServerFault) -> dict:
+    metrics.fault_answered(fault)
     encoded = codec.encode_fault(fault)
     return {"jsonrpc": "2.0", "id": request_id,
             "error": {"code": code, "message": encoded["message"], "data": encoded["faultInfo"]}}
@@ -41,6 +43,7 @@ def error(request_id, code: int, fault: XServerFault) -> dict:
 
 class JsonRpcBinding:
     """The JSON-RPC 2.0 binding at ``/services/rpc``: ``handle(request)`` answers a Response."""
+    name = "jsonrpc"            # in metrics
 
     def __init__(self, dispatcher, settings):
         self.dispatcher = dispatcher

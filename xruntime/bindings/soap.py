@@ -17,6 +17,7 @@ from lxml import etree
 from werkzeug.wrappers import Request, Response
 
 
+from .. import metrics
 from ..protocol.faults import InvalidRequestFault, XServerFault, as_fault
 from ..protocol.types import NAMESPACE as TYPES_NS
 from ..blocking import INLINE_BYTES, sized
@@ -75,7 +76,8 @@ def _declarations(prefixes) -> str:
 
 
 class SoapBinding:
-    """WSGI application for ``/services/ws``."""
+    """The SOAP binding at ``/services/ws``: ``handle(request)`` answers a Response."""
+    name = "soap"               # in metrics
 
     def __init__(self, dispatcher, settings):
         self.dispatcher = dispatcher
@@ -181,6 +183,7 @@ class SoapBinding:
         return Response(text.encode("utf-8"), status=status, content_type=XML_TYPE)
 
     def _fault(self, soap, fault: XServerFault) -> Response:
+        metrics.fault_answered(fault)
         data = codec.encode_fault(fault)["faultInfo"]
         data.pop(codec.TYPE_KEY)
         # the service's WSDL declares its fault elements in its namespace; with no

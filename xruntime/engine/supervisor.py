@@ -28,6 +28,7 @@ import time
 import uuid
 from multiprocessing.connection import wait as wait_for_ready
 
+from .. import metrics
 from ..logs import OncePerPeriod
 from ..protocol.codec import dumps, encode_fault
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault, TransientFault
@@ -185,6 +186,8 @@ class WorkerSlot(threading.Thread):
         sup = self.sup
         limits = sup.limits_for(job)
         queued_for = job.started_at - (job.not_before or job.queued_at)   # a retry: since it was due
+        if not resumed:
+            metrics.job_started(job.service, queued_for / 1000)
         if not resumed and limits.queueing_timeout_ms and queued_for > limits.queueing_timeout_ms:
             self.claiming = False
             fault = RequestTimedOutFault(
@@ -505,6 +508,7 @@ class Supervisor:
     def finished(self, job, won: bool, status: str):
         if won:
             log.info("job %s %s.%s %s", job.id, job.service, job.operation, status)
+            metrics.job_finished(job.service, status.split()[0], (now_ms() - job.started_at) / 1000)
         self.notifier.notify(job.id)
         if won and job.parent_id is not None:
             self._child_finished(job, status)

@@ -1,0 +1,176 @@
+"""The node's Prometheus metrics, served at ``/metrics`` (docs/operations.md lists them).
+
+Two kinds, so that a scrape is right whichever of the node's processes answers it:
+
+- **Recorded** where things happen, in several processes: requests, their latency and
+  faults per binding (HTTP processes), held watches (HTTP processes), job run time
+  and queue wait (the supervisor, in the main process).  They use prometheus_client's
+  multiprocess mode: ``serve`` gives the node a directory (``use_directory``) before
+  any metric exists, its processes write there, and a scrape adds them all up.
+- **Read from the store** at scrape time (``metrics_page.StoreCollector``): jobs per
+  service and status, queue length, this node's busy and idle workers.  The store is
+  the one truth for those; no process has to keep a copy.
+
+prometheus_client is imported on first use, not with this module: its multiprocess
+mode is decided at its import, which must come after ``use_directory``.  Operation
+and fault labels only ever take names the server defines (an operation a client
+made up is ``(unknown)``), so no client can grow the number of series.
+"""
+import contextvars
+import glob
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+
+log = logging.getLogger("xruntime.metrics")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+UNKNOWN_OPERATION = "(unknown)"
+
+#: s: a request's answer time, from a cached answer to a long synchronous run.
+REQUEST_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300)
+#: s: jobs run from milliseconds (XDemo) to hours (a large tour plan).
+JOB_BUCKETS = (.01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600)
+
+
+# ---------------------------------------------------------------------- the node's folder
+
+def use_directory() -> str:
+    """Give this node's processes a folder to write their metrics to: the
+    administrator's ``PROMETHEUS_MULTIPROC_DIR`` (emptied of an earlier run's files),
+    or a fresh temporary one (``release_directory`` removes it).  Called by ``serve``
+    before the HTTP processes start: they inherit the environment."""
+    path = os.environ.get(MULTIPROC_ENV)
+    if path:
+        os.makedirs(path, exist_ok=True)
+        for stale in glob.glob(os.path.join(path, "*.db")):
+            os.remove(stale)
+    else:
+        path = os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="xruntime-metrics-")
+        _own_directory.append(path)
+    return path
+
+
+_own_directory = []
+
+
+def release_directory() -> None:
+    """The node stops: remove the temporary folder ``use_directory`` made."""
+    while _own_directory:
+        shutil.rmtree(_own_directory.pop(), ignore_errors=True)
+
+
+def process_died(pid: int) -> None:
+    """An HTTP process died: its live gauges (held watches) no longer count."""
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client import multiprocess
+        multiprocess.mark_process_dead(pid)
+
+
+# ---------------------------------------------------------------------- recorded metrics
+
+_made = {}
+_making = threading.Lock()
+
+
+def recorded() -> dict:
+    """The recorded metrics by short name, made on first use (once, whichever of the
+    process's threads comes first: a metric registers itself under its name)."""
+    if not _made:
+        with _making:
+            if not _made:
+                _made.update(_make())
+    return _made
+
+
+def _make() -> dict:
+    from prometheus_client import Counter, Gauge, Histogram
+    return {
+        "requests": Counter("xruntime_requests", "Requests answered, per binding and operation.",
+                            ["binding", "operation"]),
+        "latency": Histogram("xruntime_request_duration_seconds",
+                             "Time to answer a request (a held watchJob: as long as it is held).",
+                             ["binding", "operation"], buckets=REQUEST_BUCKETS),
+        "faults": Counter("xruntime_faults", "Faults answered, per binding and fault type.",
+                          ["binding", "fault"]),
+        "held": Gauge("xruntime_held_watches", "watchJob calls held open now.",
+                      multiprocess_mode="livesum"),
+        "run": Histogram("xruntime_job_run_seconds",
+                         "Run time of finished jobs (from their start), per service and outcome.",
+                         ["service", "status"], buckets=JOB_BUCKETS),
+        "wait": Histogram("xruntime_job_queue_wait_seconds",
+                          "Time jobs waited in the queue before a worker took them, per service.",
+                          ["service"], buckets=JOB_BUCKETS),
+    }
+
+
+class RequestRecord:
+    """What one HTTP request did, filled in by the shared points every binding passes
+    (the dispatcher, the fault renderers) and recorded when it is answered."""
+    __slots__ = ("binding", "operations", "faults")
+
+    def __init__(self, binding: str):
+        self.binding = binding
+        self.operations = []
+        self.faults = []
+
+
+_current = contextvars.ContextVar("xruntime_request", default=None)
+
+
+def request_began(binding: str):
+    """A request for ``binding`` (``json``, ``soap``, ``jsonrpc``) arrived; answers the
+    token ``request_answered`` takes (each request runs in its own task, so its own
+    context)."""
+    return _current.set(RequestRecord(binding)), time.perf_counter()
+
+
+def request_answered(began) -> None:
+    token, started = began
+    record = _current.get()
+    _current.reset(token)
+    if record is None:
+        return
+    seconds = time.perf_counter() - started
+    metrics = recorded()
+    for operation in record.operations or [UNKNOWN_OPERATION]:
+        metrics["requests"].labels(record.binding, operation).inc()
+        metrics["latency"].labels(record.binding, operation).observe(seconds)
+    for fault in record.faults:
+        metrics["faults"].labels(record.binding, fault).inc()
+
+
+def operation_named(name: str) -> None:
+    """The request names this operation of ours (counted once per request)."""
+    record = _current.get()
+    if record is not None and name not in record.operations:
+        record.operations.append(name)
+
+
+def fault_answered(fault) -> None:
+    """A fault is being sent to the client of the current request."""
+    record = _current.get()
+    if record is not None:
+        record.faults.append(type(fault).__name__)
+
+
+class held_watch:
+    """``with held_watch():`` around a watchJob while it is held."""
+
+    def __enter__(self):
+        recorded()["held"].inc()
+
+    def __exit__(self, *exc):
+        recorded()["held"].dec()
+
+
+def job_started(service: str, queued_s: float) -> None:
+    recorded()["wait"].labels(service).observe(max(0.0, queued_s))
+
+
+def job_finished(service: str, status: str, run_s: float) -> None:
+    recorded()["run"].labels(service, status).observe(max(0.0, run_s))
