@@ -1,9 +1,10 @@
-"""The ``xruntime`` command: serve, check-config, wsdl, token new."""
+"""The ``xruntime`` command: serve, check-config, wsdl, token new; and the client
+commands start, watch, fetch, stop, delete, jobs (``client_cli``)."""
 import argparse
 import logging
 import sys
 
-from . import __version__, config
+from . import __version__, client_cli, config
 from .logs import setup_logging
 
 
@@ -97,6 +98,7 @@ def main(argv=None) -> int:
     p = tokens.add_parser("new", help="print a fresh token for a user and the [users.NAME] lines to paste")
     p.add_argument("name", help="the user's name")
     p.set_defaults(func=cmd_token_new)
+    client_cli.add_commands(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 
