@@ -1,0 +1,250 @@
+"""The command-line client (``xruntime start/watch/fetch/stop/delete/jobs``) against a
+real node: run as a person runs it, in its own process, on a pseudo-terminal (a rich
+progress bar) or piped (plain lines), with the exit codes a script reads."""
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.e2e.test_accounts import accounts_toml, creds
+from tests.harness import ROOT, Server, free_port
+
+ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def cli_env(server=None, **extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XRUNTIME_")}
+    env.update(PYTHONPATH=ROOT, **extra)
+    if server is not None:
+        env["XRUNTIME_URL"] = server.base
+    return env
+
+
+def run(server, *args, env=None, input=None, timeout=60):
+    """The command piped: (exit code, stdout, stderr)."""
+    done = subprocess.run([sys.executable, "-m", "xruntime", *args], cwd=ROOT, input=input,
+                          env=env or cli_env(server), capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr
+
+
+def run_on_terminal(server, *args, timeout=60):
+    """The command on a pseudo-terminal (stdout and stderr both), as in a shell:
+    (exit code, everything it wrote, escape sequences included)."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "xruntime", *args], cwd=ROOT,
+                            env=cli_env(server, TERM="xterm-256color", COLUMNS="100"),
+                            stdin=follower, stdout=follower, stderr=follower, close_fds=True)
+    os.close(follower)
+    output = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:             # the terminal closed: the command ended
+                break
+            if not chunk:
+                break
+            output += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(leader)
+    return proc.wait(timeout=10), output.decode("utf-8", "replace")
+
+
+def start(server, **request):
+    code, out, err = run(server, "start", "XDemo", "startSimulate", "--json", json.dumps(request))
+    assert code == 0, err
+    return out.strip()
+
+
+def test_start_wait_on_a_terminal_draws_a_bar_then_prints_the_result(server):
+    code, output = run_on_terminal(server, "start", "XDemo", "simulate", "--wait",
+                                   "--json", '{"durationMs": 2000, "steps": 5, "resultSize": 7}')
+    assert code == 0, output
+    assert "━" in output, "a progress bar is drawn"
+    assert "\r" in output and "\x1b[2K" in output, "the bar is redrawn in place"
+    text = ESCAPE.sub("", output)
+    assert "RUNNING" in text and "SUCCEEDED" in text
+    moved = {int(n) for n in re.findall(r"\b([1-4])/5\b", text)}
+    assert len(moved) >= 2, f"the bar moves through the steps: {sorted(moved)}"
+    result = json.loads(text[text.index("{"):].replace("\r\n", "\n"))
+    assert result["stepsDone"] == 5 and len(result["payload"]) == 7
+
+
+def test_start_wait_piped_prints_plain_lines_and_only_the_result_on_stdout(server):
+    code, out, err = run(server, "start", "XDemo", "startSimulate", "--wait",
+                         "--json", '{"durationMs": 1200, "steps": 4, "resultSize": 3}')
+    assert code == 0, err
+    assert json.loads(out) == {"stepsDone": 4, "payload": json.loads(out)["payload"]}
+    assert len(json.loads(out)["payload"]) == 3
+    assert "\x1b" not in err and "━" not in err, "no terminal drawing when piped"
+    lines = err.splitlines()
+    assert lines[0].startswith("QUEUING") or lines[0].startswith("RUNNING")
+    assert any(re.match(r"RUNNING [1-3]/4 \(\d+\.\d s\)$", line) for line in lines), lines
+    assert re.match(r"SUCCEEDED 4/4 \(\d+\.\d s\)$", lines[-1]), lines
+    assert len(lines) == len(set(lines)), "a line only for a change"
+
+
+def test_start_prints_the_id_and_watch_fetch_delete_follow_it(server, tmp_path):
+    job_id = start(server, durationMs=600, steps=2, resultSize=5)
+    assert re.fullmatch(r"[0-9a-f-]{36}", job_id)
+    code, out, err = run(server, "watch", job_id)
+    assert code == 0, err
+    assert re.fullmatch(rf"{job_id} SUCCEEDED \d+\.\d s\n", out)
+    assert server.watch(job_id)["status"] == "SUCCEEDED"
+    assert not server.call("XRuntime", "listJobs", {})["jobs"][0]["fetched"], "watching is not fetching"
+    code, out, err = run(server, "fetch", job_id, "-o", str(tmp_path / "result.json"))
+    assert code == 0 and out == "", err
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["stepsDone"] == 2 and len(result["payload"]) == 5
+    code, out, _ = run(server, "fetch", job_id)
+    assert code == 0 and json.loads(out) == result
+    code, out, _ = run(server, "delete", job_id)
+    assert (code, out) == (0, f"{job_id} DELETED\n")
+    code, out, err = run(server, "fetch", job_id)
+    assert code == 1 and out == ""
+    assert err.startswith("UnknownJobFault: ") and job_id in err
+
+
+def test_fetch_finds_the_fetch_operation_of_another_service(server):
+    job = server.call("XDima", "startCreateDistanceMatrix", {"startLocations": [
+        {"longitude": 8.4, "latitude": 49.0}, {"longitude": 8.5, "latitude": 49.1}]})
+    server.wait_done(job["id"])
+    code, out, err = run(server, "fetch", job["id"])
+    assert code == 0, err
+    assert json.loads(out) == server.call("XDima", "fetchDistanceMatrixResponse", {"id": job["id"]})
+
+
+def test_stop_keeps_the_intermediate_result(server):
+    job_id = start(server, durationMs=6000, steps=6)
+    server.wait_status(job_id, "RUNNING")
+    while server.watch(job_id, progressUpdatePeriod=250).get("progress", {}).get("successful", 0) < 1:
+        pass
+    code, out, err = run(server, "stop", job_id)
+    assert (code, out) == (0, f"{job_id} STOPPING\n"), err
+    code, out, err = run(server, "watch", job_id)
+    assert code == 0 and " SUCCEEDED " in out
+    code, out, _ = run(server, "fetch", job_id)
+    result = json.loads(out)
+    assert 1 <= result["stepsDone"] < 6
+    assert result["resultLimitations"][0]["reason"] == "REQUEST_STOPPED"
+
+
+def test_a_failed_job_exits_1_with_its_fault_on_stderr(server):
+    code, out, err = run(server, "start", "XDemo", "simulate", "--wait",
+                         "--json", '{"durationMs": 300, "steps": 3, "failAtStep": 2}')
+    assert code == 1 and out == ""
+    assert err.splitlines()[-1].startswith("ProcessingFault: ")
+    job_id = server.call("XRuntime", "listJobs", {"limit": 1})["jobs"][0]["id"]
+    code, out, err = run(server, "watch", job_id)
+    assert code == 1 and out.startswith(f"{job_id} FAILED ")
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["start", "XDemo", "simulate", "--json", '{"durationMs": "soon"}'], 1, "InvalidValueFault: "),
+    (["start", "XDemo", "simulate", "--json", '{"durationMs": '], 2, "xruntime: the request in --json is not JSON"),
+    (["start", "XDemo", "simulate", "--json", "[1]"], 2, "xruntime: the request in --json must be a JSON object"),
+    (["start", "XDemo", "simulate", "no-such-file.json"], 2, "xruntime: cannot read no-such-file.json"),
+    (["start", "XDemo", "noSuchOperation"], 1, "InvalidRequestFault: "),
+    (["stop", "0bd3b5e4-2c4e-4d31-9fb3-2f1e3a0c0a11"], 1, "UnknownJobFault: "),
+    (["watch", "0bd3b5e4-2c4e-4d31-9fb3-2f1e3a0c0a11"], 1, ""),
+    (["jobs", "--status", "DONE"], 1, "InvalidValueFault: "),
+    (["fetch"], 2, "usage: "),
+])
+def test_exit_codes_and_one_line_on_stderr(server, args, code, message):
+    before = server.call("XRuntime", "getRuntimeInformation", {})["jobs"]
+    got, out, err = run(server, *args)
+    assert got == code, err
+    assert err.startswith(message), err
+    assert "Traceback" not in err
+    if code == 1 and message:
+        assert len(err.splitlines()) == 1
+    assert server.call("XRuntime", "getRuntimeInformation", {})["jobs"] == before, "nothing was stored"
+
+
+def test_no_server_exits_3(server):
+    url = f"http://127.0.0.1:{free_port()}"
+    code, out, err = run(server, "jobs", "--url", url)
+    assert code == 3 and out == ""
+    assert err.startswith(f"xruntime: cannot reach {url}: ") and "Traceback" not in err
+    code, _, err = run(None, "start", "XDemo", "simulate", env=cli_env(XRUNTIME_URL=url))
+    assert code == 3, err
+
+
+def test_the_request_from_a_file_and_from_stdin(server, tmp_path):
+    (tmp_path / "request.json").write_text('{"durationMs": 100, "steps": 1, "resultSize": 4}')
+    code, out, err = run(server, "start", "XDemo", "simulate", str(tmp_path / "request.json"), "--wait")
+    assert code == 0 and len(json.loads(out)["payload"]) == 4, err
+    code, out, err = run(server, "start", "XDemo", "simulate", "-", "--wait",
+                         input='{"durationMs": 100, "steps": 1, "resultSize": 6}')
+    assert code == 0 and len(json.loads(out)["payload"]) == 6, err
+
+
+def test_jobs_lists_newest_first_tab_separated_when_piped(server):
+    ids = [start(server, durationMs=100, steps=2) for _ in range(3)]
+    for job_id in ids:
+        server.wait_done(job_id)
+    code, out, err = run(server, "jobs", "--limit", "3")
+    assert code == 0, err
+    header, *rows = [line.split("\t") for line in out.splitlines()]
+    assert header == ["id", "service", "operation", "status", "user", "queuedAt", "progress",
+                      "attempts", "fetched"]
+    assert [row[0] for row in rows] == ids[::-1]
+    assert all(row[1:5] == ["XDemo", "simulate", "SUCCEEDED", "-"] and row[6] == "2/2" for row in rows)
+    running = start(server, durationMs=5000, steps=5)
+    server.wait_status(running, "RUNNING")
+    code, out, _ = run(server, "jobs", "--status", "running,queuing")
+    assert [line.split("\t")[0] for line in out.splitlines()[1:]] == [running]
+    run(server, "delete", running)
+    code, out, _ = run(server, "jobs", "--limit", "0")
+    assert len(out.splitlines()) - 1 == len(server.call("XRuntime", "listJobs", {"limit": 1000})["jobs"])
+
+
+def test_jobs_on_a_terminal_is_a_table_with_whole_ids(server):
+    job_id = start(server, durationMs=100, steps=1)
+    server.wait_done(job_id)
+    code, output = run_on_terminal(server, "jobs", "--limit", "1")
+    assert code == 0
+    text = ESCAPE.sub("", output)
+    assert "\t" not in text and job_id in text and "SUCCEEDED" in text
+    assert re.search(r"\bqueued\b.*\n.*\b\d\d:\d\d:\d\d\b", text), text
+
+
+@pytest.fixture(scope="module")
+def accounts_server(tmp_path_factory):
+    users = {"alice": {}, "bob": {}}
+    srv = Server(str(tmp_path_factory.mktemp("accounts")), extra=accounts_toml(users),
+                 auth=creds("alice")).start()
+    yield srv
+    srv.stop()
+
+
+def test_credentials_from_options_and_the_environment(accounts_server):
+    srv = accounts_server
+    alice, token = creds("alice")
+    code, out, err = run(srv, "jobs")
+    assert code == 1 and err.startswith("AccessDeniedFault: ")
+    code, out, err = run(srv, "start", "XDemo", "simulate", "--user", alice, "--token", token,
+                         "--json", '{"durationMs": 100}')
+    assert code == 0, err
+    job_id = out.strip()
+    as_alice = cli_env(srv, XRUNTIME_TOKEN=token)                    # Bearer
+    code, out, err = run(srv, "watch", job_id, env=as_alice)
+    assert code == 0 and " SUCCEEDED " in out, err
+    code, out, _ = run(srv, "jobs", env=as_alice)
+    assert out.splitlines()[1].split("\t")[:5] == [job_id, "XDemo", "simulate", "SUCCEEDED", "alice"]
+    as_bob = cli_env(srv, XRUNTIME_USER="bob", XRUNTIME_TOKEN=creds("bob")[1])
+    code, out, err = run(srv, "fetch", job_id, env=as_bob)
+    assert code == 1 and err.startswith("UnknownJobFault: "), "another user's job is not there"
+    code, out, _ = run(srv, "jobs", env=as_bob)
+    assert out.splitlines()[1:] == []
+    code, out, err = run(srv, "fetch", job_id, "--token", "wrong", env=as_alice)
+    assert code == 1 and err.startswith("AccessDeniedFault: ")
