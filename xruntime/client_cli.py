@@ -81,6 +81,8 @@ def add_commands(sub) -> None:
     p.add_argument("--service", help="only this service's jobs")
     p.add_argument("--for-user", dest="for_user", metavar="NAME", help="an admin: only this user's jobs")
     p.add_argument("--limit", type=int, default=20, help="at most this many (default 20; 0 for all)")
+    p.add_argument("--json", action="store_true", dest="as_json",
+                   help="print the jobs as one JSON array, as listJobs answers them")
     p.set_defaults(func=partial(run, cmd_jobs))
 
 
@@ -165,6 +167,9 @@ def cmd_jobs(args) -> int:
         if not cursor or (args.limit and len(jobs) >= args.limit):
             break
         request["cursor"] = cursor
+    if args.as_json:
+        print(json.dumps(jobs, indent=2))
+        return OK
     from .client_view import print_jobs
     print_jobs(jobs)
     return OK

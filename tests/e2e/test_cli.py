@@ -199,6 +199,11 @@ def test_jobs_lists_newest_first_tab_separated_when_piped(server):
                       "attempts", "fetched"]
     assert [row[0] for row in rows] == ids[::-1]
     assert all(row[1:5] == ["XDemo", "simulate", "SUCCEEDED", "-"] and row[6] == "2/2" for row in rows)
+    code, out, err = run(server, "jobs", "--limit", "3", "--json")
+    assert code == 0, err
+    listed = json.loads(out)
+    assert [job["id"] for job in listed] == ids[::-1]
+    assert {job["status"] for job in listed} == {"SUCCEEDED"}
     running = start(server, durationMs=5000, steps=5)
     server.wait_status(running, "RUNNING")
     code, out, _ = run(server, "jobs", "--status", "running,queuing")
