@@ -11,6 +11,7 @@ in the pool for blocking work, chunk by chunk.
 """
 import io
 import logging
+from functools import partial
 
 from werkzeug.wrappers import Request, Response
 
@@ -47,10 +48,12 @@ class Page:
     """Something of the operator's view served beside the bindings (``/status``,
     ``/metrics``): it answers HTTP itself, in its own form.  With accounts on, only an
     admin is let in when ``admin_only`` (others get 403); missing or wrong credentials
-    get the same 401 challenge as the bindings, so a browser asks for them."""
+    get the same 401 challenge as the bindings, so a browser asks for them.  ``admitted()``
+    asks again, under the settings in force now: a page that streams for hours ends
+    when its credentials are revoked."""
     admin_only = True
 
-    async def serve(self, scope, receive, send, caller) -> None:
+    async def serve(self, scope, receive, send, admitted) -> None:
         raise NotImplementedError
 
 
@@ -122,7 +125,7 @@ class XRuntimeApp:
     async def _serve_page(self, page, scope, receive, send):
         try:
             caller = self._authenticated(scope)
-            if page.admin_only and not caller.admin:
+            if not self._may_see(page, caller):
                 raise Refused(AccessDeniedFault(f"only an admin may see {scope['path']}",
                                                 hint="Ask the administrator for an admin's token."))
         except Refused as refused:
@@ -133,12 +136,27 @@ class XRuntimeApp:
             await _send(response, send)
             return
         try:
-            await page.serve(scope, receive, send, caller)
+            await page.serve(scope, receive, send, partial(self._admits, scope, page))
         except Exception:                                  # a bug: logged, never shown
             log.exception("%s failed", scope["path"])
             # (if the page had begun its answer, the server closes the connection)
             await _send(Response("internal error; see the server log\n", status=500,
                                  content_type="text/plain; charset=utf-8"), send)
+
+    @staticmethod
+    def _may_see(page, caller) -> bool:
+        return caller.admin or not page.admin_only
+
+    def _admits(self, scope, page) -> bool:
+        """Whether the request's credentials still let it see ``page`` (quietly: a
+        stream asks this at each event)."""
+        settings = self.settings()
+        if not settings.auth.required:
+            return True
+        try:
+            return self._may_see(page, authenticate(_header(scope, b"authorization"), settings))
+        except NotAuthenticated:
+            return False
 
     def _caller(self, scope, binding):
         """Who calls (PROTOCOL §10); missing or wrong credentials are refused with 401

@@ -64,7 +64,7 @@ class MetricsPage(Page):
         registry.register(self.store_collector)
         return generate_latest(registry), CONTENT_TYPE_LATEST
 
-    async def serve(self, scope, receive, send, caller) -> None:
+    async def serve(self, scope, receive, send, admitted) -> None:
         if not await refuse_method(scope, send):
             body, content_type = await blocking(self.exposition)
             await answer(scope, send, 200, content_type, body)

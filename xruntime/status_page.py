@@ -11,7 +11,7 @@ from .asgi import Page, answer, refuse_method
 class StatusPage(Page):
     """``/status``: the page; its data arrive over ``/status/events``."""
 
-    async def serve(self, scope, receive, send, caller):
+    async def serve(self, scope, receive, send, admitted):
         if not await refuse_method(scope, send):
             await answer(scope, send, 200, "text/html; charset=utf-8", HTML.encode("utf-8"),
                          [(b"content-security-policy",
@@ -22,7 +22,7 @@ class ToStatus(Page):
     """``/``: a redirect to the status page (relative, so it works behind a proxy's
     path prefix too)."""
 
-    async def serve(self, scope, receive, send, caller):
+    async def serve(self, scope, receive, send, admitted):
         if not await refuse_method(scope, send):
             await answer(scope, send, 303, "text/plain; charset=utf-8", b"see status\n",
                          [(b"location", b"status")])

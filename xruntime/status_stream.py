@@ -9,8 +9,9 @@ if longer: at most half of one thread goes to a slow store), so a job reporting 
 progress 200 times a second, or 1 000 open pages, still cost at most a few reads a
 second per process.  Nothing is read while nothing changes; a comment line every
 ``HEARTBEAT`` s keeps proxies from closing an idle stream.  A stream ends when its
-client goes away (``http.disconnect``) and when the process shuts down (Notifier
-``on_close``), so an open page never holds up a node's shutdown.
+client goes away (``http.disconnect``), when the process shuts down (Notifier
+``on_close``), so an open page never holds up a node's shutdown, and at its next event
+or heartbeat once its credentials no longer admit it.
 """
 import asyncio
 import json
@@ -171,7 +172,7 @@ class StatusEvents(Page):
     def __init__(self, feed: StatusFeed):
         self.feed = feed
 
-    async def serve(self, scope, receive, send, caller):
+    async def serve(self, scope, receive, send, admitted):
         if await refuse_method(scope, send):
             return
         await send({"type": "http.response.start", "status": 200, "headers": [
@@ -190,6 +191,10 @@ class StatusEvents(Page):
                 event = await stream.next(HEARTBEAT)
                 if event is _END:
                     break
+                if not admitted():                  # revoked meanwhile (a reload of the file)
+                    log.info("status stream from %s ended: its credentials no longer admit it",
+                             (scope.get("client") or ("an unknown address",))[0])
+                    break
                 await _body(send, ": still here\n\n" if event is None else f"data: {event}\n\n")
             if not stream.ended:                    # (a client gone is sent nothing more)
                 await send({"type": "http.response.body", "body": b""})
@@ -204,7 +209,7 @@ class StatusJson(Page):
     def __init__(self, compute):
         self.compute = compute
 
-    async def serve(self, scope, receive, send, caller):
+    async def serve(self, scope, receive, send, admitted):
         if await refuse_method(scope, send):
             return
         try:

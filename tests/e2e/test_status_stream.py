@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from tests.harness import Server
+from tests.harness import Server, write_config
 from tests.e2e.test_accounts import accounts_toml, creds
 
 SOON = 1.0                  # s: a change shows on the stream this soon
@@ -229,7 +229,7 @@ def test_a_node_with_open_streams_stops_promptly(tmp_path):
         assert s.ended.wait(5), "the stream must end with the node"
 
 
-def test_with_accounts_on_only_an_admin_sees_the_status(tmp_path):
+def test_with_accounts_on_only_an_admin_sees_the_status_and_a_demoted_admins_stream_ends(tmp_path):
     users = {"alice": {}, "root": {"admin": True}}
     srv = Server(str(tmp_path / "node"), extra=accounts_toml(users), auth=creds("root")).start()
     try:
@@ -250,6 +250,20 @@ def test_with_accounts_on_only_an_admin_sees_the_status(tmp_path):
         try:
             snap, _ = stream.until(lambda s: job["id"] in running_ids(s))
             assert next(j for j in snap["running"] if j["id"] == job["id"])["user"] == "root"
+            # the administrator takes root's admin away: the open page is told nothing more
+            reloaded = srv.log().count("reloaded")
+            aside = write_config(str(tmp_path / "edit"), srv.port, extra=accounts_toml(
+                {"alice": {}, "root": {}}))
+            os.replace(aside, srv.config)
+            deadline = time.monotonic() + 5
+            while srv.log().count("reloaded") == reloaded:
+                assert time.monotonic() < deadline, srv.log()[-2000:]
+                time.sleep(0.05)
+            srv.start_job(durationMs=100, steps=1)              # a change: the next event
+            assert stream.ended.wait(5), "the stream must end once its admin is demoted"
+            assert "its credentials no longer admit it" in srv.log()
+            assert requests.get(f"{srv.base}/status/events", auth=creds("root"),
+                                timeout=10).status_code == 403
         finally:
             stream.close()
     finally:

@@ -149,7 +149,7 @@ def test_a_page_closed_ends_its_stream():
         async def send(message):
             sent.append(message)
         scope = {"type": "http", "method": "GET", "path": "/status/events", "headers": []}
-        serving = asyncio.ensure_future(StatusEvents(feed).serve(scope, receive, send, None))
+        serving = asyncio.ensure_future(StatusEvents(feed).serve(scope, receive, send, lambda: True))
         while not any(b"data: " in m.get("body", b"") for m in sent):
             await asyncio.sleep(0.01)
         assert len(feed._streams) == 1
