@@ -150,11 +150,8 @@ class XRuntimeApp:
     def _admits(self, scope, page) -> bool:
         """Whether the request's credentials still let it see ``page`` (quietly: a
         stream asks this at each event)."""
-        settings = self.settings()
-        if not settings.auth.required:
-            return True
-        try:
-            return self._may_see(page, authenticate(_header(scope, b"authorization"), settings))
+        try:                           # (with accounts off: ANONYMOUS, who sees every page)
+            return self._may_see(page, authenticate(_header(scope, b"authorization"), self.settings()))
         except NotAuthenticated:
             return False
 
