@@ -20,6 +20,7 @@ import os
 import select
 import subprocess
 import time
+from urllib.parse import urljoin
 
 import requests
 import requests.auth
@@ -89,6 +90,24 @@ class JsonRpcClient:
             raise RemoteFault(info.pop("$type"), body["error"]["message"], info,
                               code=body["error"]["code"])
         return body["result"]
+
+
+def wsdl_documents(url, **kwargs) -> dict:
+    """{address: parsed document} of a WSDL and every schema document it imports,
+    theirs and so on, fetched as a client generator fetches them (relative addresses
+    against the importing document's)."""
+    found, pending = {}, [url]
+    while pending:
+        address = pending.pop()
+        if address in found:
+            continue
+        answer = requests.get(address, timeout=10, **kwargs)
+        assert answer.status_code == 200, (address, answer.status_code, answer.text[:200])
+        found[address] = root = etree.fromstring(answer.content)
+        for imported in root.iter("{http://www.w3.org/2001/XMLSchema}import"):
+            if imported.get("schemaLocation"):
+                pending.append(urljoin(address, imported.get("schemaLocation")))
+    return found
 
 
 class _WsdlClient:

@@ -105,7 +105,7 @@ class XRuntimeApp:
                     f"nothing is served at {path}",
                     hint="Operations are at /services/rs/<Service>/<operation>."))
             else:       # (no name keeps the request: a held watch holds none of it)
-                caller = self._caller(scope, binding)
+                caller = self._caller(scope, binding, path[len(prefix):])
                 response = await binding.handle(Request(_environ(
                     scope, prefix, path[len(prefix):], await self._read_body(scope, receive))), caller)
         except Refused as refused:
@@ -155,13 +155,13 @@ class XRuntimeApp:
         except NotAuthenticated:
             return False
 
-    def _caller(self, scope, binding):
+    def _caller(self, scope, binding, path):
         """Who calls (PROTOCOL §10); missing or wrong credentials are refused with 401
         and a Basic challenge (clients that send credentials only when challenged, as
         suds does, then send them), before the body is read."""
         settings = self.settings()
         if settings.auth.required and settings.auth.public_wsdl and binding.is_public(
-                scope["method"], scope.get("query_string", b"")):
+                scope["method"], path, scope.get("query_string", b"")):
             return ANONYMOUS
         return self._authenticated(scope)
 

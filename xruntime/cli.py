@@ -40,16 +40,21 @@ def cmd_check_config(args) -> int:
 
 
 def cmd_wsdl(args) -> int:
-    """Write every service's WSDL (the files kept in wsdl/)."""
+    """Write every service's WSDL and the schema documents they import (the files kept
+    in wsdl/: <Service>.wsdl and schemas/<name>.xsd)."""
     import os
     from .bindings.soap import wsdl_for
+    from .bindings.wsdl import SCHEMA_FOLDER, schema_documents
     from .registry import discover
-    os.makedirs(args.out, exist_ok=True)
     base = args.base_url.rstrip("/")
-    for name, service in discover().items():
-        path = os.path.join(args.out, f"{name}.wsdl")
+    os.makedirs(os.path.join(args.out, SCHEMA_FOLDER), exist_ok=True)
+    written = {f"{name}.wsdl": wsdl_for(service, f"{base}/services/ws/{name}")
+               for name, service in discover().items()}
+    written.update({f"{SCHEMA_FOLDER}/{name}": document for name, document in schema_documents().items()})
+    for name, document in written.items():
+        path = os.path.join(args.out, name)
         with open(path, "wb") as f:
-            f.write(wsdl_for(service, f"{base}/services/ws/{name}"))
+            f.write(document)
         print(path)
     return 0
 
@@ -88,8 +93,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("check-config", help="validate a configuration file")
     p.add_argument("path")
     p.set_defaults(func=cmd_check_config)
-    p = sub.add_parser("wsdl", help="write every service's WSDL into a folder")
-    p.add_argument("--out", required=True, help="folder to write <Service>.wsdl into")
+    p = sub.add_parser("wsdl", help="write every service's WSDL and the schemas they import into a folder")
+    p.add_argument("--out", required=True, help="folder to write <Service>.wsdl and schemas/*.xsd into")
     p.add_argument("--base-url", default="http://localhost:50000",
                    help="base URL for soap:address (default http://localhost:50000)")
     p.set_defaults(func=cmd_wsdl)

@@ -271,6 +271,9 @@ def test_the_wsdl_is_public_by_default(srv):
         r = requests.get(f"{srv.base}/services/ws/{service}?wsdl", timeout=10)
         assert r.status_code == 200, r.text
         assert etree.fromstring(r.content).get("name") == service
+    # and the schema documents the WSDLs import, for the generators
+    r = requests.get(f"{srv.base}/services/ws/schemas/types.xsd", timeout=10)
+    assert r.status_code == 200 and b"JobStatus" in r.content
     # only the WSDL: the same path's operations need credentials
     assert_refused(raw_call(srv, "soap"), "soap")
 
@@ -686,6 +689,9 @@ def test_a_private_wsdl_needs_credentials(fresh_server):
                     {"Authorization": f"Bearer {TOKENS['alice']}"}):
         r = requests.get(url, headers=headers, timeout=10)
         assert r.status_code == 200 and etree.fromstring(r.content).get("name") == "XDemo"
+    schema = f"{node.base}/services/ws/schemas/types.xsd"        # private as the WSDL is
+    assert requests.get(schema, timeout=10).status_code == 401
+    assert requests.get(schema, auth=creds("alice"), timeout=10).status_code == 200
     # zeep fetches the WSDL with its session's credentials; suds answers the challenge
     for c in (make_client("soap", node.base, auth=creds("alice")), SudsClient(node.base, auth=creds("alice"))):
         job = start(c, durationMs=0)["id"]

@@ -5,6 +5,9 @@ computation timeout stopped after some steps.
 
 One node serves the module: one worker, at most one queued job, XCrashy switched off.
 """
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -13,7 +16,7 @@ import zeep
 
 from tests.clients import (BINDINGS, RemoteFault, make_client, start, wait_done,
                            wait_status, watch)
-from tests.harness import Server
+from tests.harness import ROOT, Server
 
 CONFIG = """\
 [jobs]
@@ -39,14 +42,16 @@ def client(request, node):
 
 @pytest.fixture(scope="module")
 def crashy_wsdl(node, tmp_path_factory):
-    """XCrashy's WSDL, pointed at the node.  The node does not serve it (the service is
-    off), so it is generated here, as for a client built before the administrator
-    switched the service off."""
-    from tests.fixtures.crashy import service
-    from xruntime.bindings.soap import wsdl_for
-    path = tmp_path_factory.mktemp("wsdl") / "XCrashy.wsdl"
-    path.write_bytes(wsdl_for(service, f"{node.base}/services/ws/XCrashy"))
-    return str(path)
+    """XCrashy's WSDL, pointed at the node, with the schema documents it imports beside
+    it.  The node does not serve it (the service is off), so ``xruntime wsdl`` writes it
+    here, as for a client built before the administrator switched the service off."""
+    folder = tmp_path_factory.mktemp("wsdl")
+    env = {**os.environ, "PYTHONPATH": ROOT, "XRUNTIME_SERVICE_MODULES": "tests.fixtures.crashy"}
+    done = subprocess.run([sys.executable, "-m", "xruntime", "wsdl", "--out", str(folder),
+                           "--base-url", node.base], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return str(folder / "XCrashy.wsdl")
 
 
 def fault_of(call, *args):

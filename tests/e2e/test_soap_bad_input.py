@@ -15,6 +15,7 @@ import pytest
 import requests
 from lxml import etree
 
+from tests.clients import wsdl_documents
 from tests.harness import Server
 
 LIMIT = 2048
@@ -92,13 +93,12 @@ _declared = {}
 
 
 def declared_elements(node, service):
-    """The global elements of the service's served WSDL, as (namespace, name)."""
+    """The global elements of the service's served WSDL and the schemas it imports, as
+    (namespace, name)."""
     if service not in _declared:
-        r = requests.get(f"{node.base}/services/ws/{service}?wsdl", timeout=10)
-        assert r.status_code == 200
-        root = etree.fromstring(r.content)
+        documents = wsdl_documents(f"{node.base}/services/ws/{service}?wsdl").values()
         _declared[service] = {(schema.get("targetNamespace"), e.get("name"))
-                              for schema in root.iter(f"{{{XSD_NS}}}schema")
+                              for root in documents for schema in root.iter(f"{{{XSD_NS}}}schema")
                               for e in schema.findall(f"{{{XSD_NS}}}element")}
     return _declared[service]
 

@@ -20,7 +20,7 @@ import pytest
 import requests
 from lxml import etree
 
-from tests.clients import NODE_DIR, NodeSoapClient, RemoteFault, SoapClient, SudsClient
+from tests.clients import NODE_DIR, NodeSoapClient, RemoteFault, SoapClient, SudsClient, wsdl_documents
 from tests.fixtures.instances import random_instance
 from xruntime.bindings.xml_codec import plan
 from xruntime.protocol.typeinfo import OBJ
@@ -246,19 +246,18 @@ class Schemas:
 
     def __call__(self, service):
         if service not in self.cache:
-            document = requests.get(f"{self.base}/services/ws/{service}?wsdl", timeout=10).content
-            self.cache[service] = schema_of(document, os.path.join(self.folder, service))
+            self.cache[service] = schema_of(f"{self.base}/services/ws/{service}?wsdl",
+                                            os.path.join(self.folder, service))
         return self.cache[service]
 
 
-def schema_of(wsdl: bytes, folder: str) -> etree.XMLSchema:
-    """The WSDL's schemas as files importing one another, and one schema that imports
-    them all."""
+def schema_of(wsdl_url: str, folder: str) -> etree.XMLSchema:
+    """The schema documents a WSDL imports, as files importing one another, and one
+    schema that imports them all."""
     os.makedirs(folder, exist_ok=True)
-    schemas = etree.fromstring(wsdl).findall(f"{{{WSDL_NS}}}types/{{{XSD_NS}}}schema")
+    schemas = [d for d in wsdl_documents(wsdl_url).values() if etree.QName(d).localname == "schema"]
     files = {s.get("targetNamespace"): f"schema{i}.xsd" for i, s in enumerate(schemas)}
     for schema in schemas:
-        schema = etree.fromstring(etree.tostring(schema))      # with the WSDL's prefixes
         for imported in schema.findall(f"{{{XSD_NS}}}import"):
             imported.set("schemaLocation", files[imported.get("namespace")])
         with open(os.path.join(folder, files[schema.get("targetNamespace")]), "wb") as f:

@@ -1,7 +1,9 @@
 """The WSDL of each service (PROTOCOL §7): a real SOAP client (zeep) accepts it, its
 ``soap:address`` names the address the client used (or the configured public URL), it
-declares the polymorphic types and every fault on every operation, and the files kept
-in ``wsdl/`` are what ``xruntime wsdl`` writes today."""
+declares the polymorphic types and every fault on every operation, it imports one
+schema document per namespace (the same ``schemas/types.xsd`` in every WSDL) with
+global elements only for operations and faults, and the files kept in ``wsdl/`` are
+what ``xruntime wsdl`` writes today."""
 import os
 import subprocess
 import sys
@@ -11,6 +13,7 @@ import requests
 import zeep
 from lxml import etree
 
+from tests.clients import wsdl_documents
 from tests.harness import ROOT, Server
 from xruntime.registry import discover
 
@@ -77,7 +80,7 @@ def test_zeep_accepts_the_served_wsdl(server, service, query):
     for name in ("BulkProgress", "IntermediateResponseLimitation"):
         assert client.get_type(f"{{{TYPES_NS}}}{name}") is not None
     for name in FAULTS:          # the typed faults a generated client raises
-        assert client.get_element(f"{{{SERVICE_NS[service]}}}{name}") is not None
+        assert client.get_element(f"{{{TYPES_NS}}}{name}") is not None
 
 
 def test_zeep_calls_through_the_address_it_was_given(server):
@@ -126,10 +129,17 @@ def test_public_url_wins(public_node, service, host):
 
 # --------------------------------------------------------------------------- content
 
-def declarations(root):
+def served(base, service):
+    """The served WSDL of ``service`` (parsed) and every schema document it imports."""
+    url = f"{base}/services/ws/{service}?wsdl"
+    documents = wsdl_documents(url)
+    return documents[url], list(documents.values())
+
+
+def declarations(documents):
     """{(namespace, kind, name): element} of every schema's top-level declarations."""
     found = {}
-    for schema in root.iter(f"{{{XSD_NS}}}schema"):
+    for schema in (s for root in documents for s in root.iter(f"{{{XSD_NS}}}schema")):
         for child in schema:
             if isinstance(child.tag, str) and child.get("name"):
                 kind = etree.QName(child).localname
@@ -156,8 +166,8 @@ def fields_of(decls, namespace, type_name):
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_polymorphic_types_are_declared(server, service):
-    root = etree.fromstring(fetch_wsdl(server.base, service))
-    decls = declarations(root)
+    _, documents = served(server.base, service)
+    decls = declarations(documents)
     for name, base, fields in (("BulkProgress", "JobProgress", {"remaining", "successful", "failed"}),
                                ("IntermediateResponseLimitation", "ResultLimitation", {"reason", "message"})):
         ctype = decls.get((TYPES_NS, "complexType", name))
@@ -172,9 +182,9 @@ def test_polymorphic_types_are_declared(server, service):
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_every_operation_declares_every_fault(server, service):
-    root = etree.fromstring(fetch_wsdl(server.base, service))
+    root, documents = served(server.base, service)
     tns = root.get("targetNamespace")
-    decls = declarations(root)
+    decls = declarations(documents)
     messages = {m.get("name"): m for m in root.findall("wsdl:message", NS)}
     [port_type] = root.findall("wsdl:portType", NS)
     operations = port_type.findall("wsdl:operation", NS)
@@ -214,9 +224,17 @@ def generated(tmp_path_factory):
     return out
 
 
+def kept_schemas():
+    return sorted(os.listdir(os.path.join(CHECKED_IN, "schemas")))
+
+
 def test_the_files_are_one_per_service(generated):
-    assert sorted(os.listdir(generated)) == sorted(f"{s}.wsdl" for s in SERVICES)
-    assert sorted(f for f in os.listdir(CHECKED_IN)) == sorted(f"{s}.wsdl" for s in SERVICES)
+    wsdls = sorted(f"{s}.wsdl" for s in SERVICES)
+    assert sorted(f for f in os.listdir(generated) if f != "schemas") == wsdls
+    assert sorted(f for f in os.listdir(CHECKED_IN) if f != "schemas") == wsdls
+    # one schema document per namespace: the protocol's types and each service's
+    assert kept_schemas() == sorted(["types.xsd", *(f"{s}.xsd" for s in SERVICES)])
+    assert sorted(os.listdir(generated / "schemas")) == kept_schemas()
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -230,6 +248,14 @@ def test_checked_in_wsdl_is_current(generated, service):
                            "`python -m xruntime wsdl --out wsdl`")
 
 
+def test_checked_in_schemas_are_current(generated):
+    for name in kept_schemas():
+        with open(os.path.join(CHECKED_IN, "schemas", name), "rb") as kept:
+            assert (generated / "schemas" / name).read_bytes() == kept.read(), (
+                f"wsdl/schemas/{name} is out of date; regenerate it with "
+                "`python -m xruntime wsdl --out wsdl`")
+
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_served_wsdl_is_the_checked_in_one(server, service):
     """Apart from its address, what a node serves is the kept file — also on this node,
@@ -239,3 +265,60 @@ def test_served_wsdl_is_the_checked_in_one(server, service):
         kept = f.read()
     here = f"{server.base}/services/ws/{service}".encode()
     assert served.replace(here, b"@") == kept.replace(f"{DEFAULT_BASE}/services/ws/{service}".encode(), b"@")
+
+
+def test_served_schemas_are_the_checked_in_ones(server):
+    """The schema documents have no address in them: served, they are the kept files,
+    byte for byte, whatever other services a node loads."""
+    for name in kept_schemas():
+        with open(os.path.join(CHECKED_IN, "schemas", name), "rb") as kept:
+            answer = requests.get(f"{server.base}/services/ws/schemas/{name}", timeout=10)
+            assert answer.status_code == 200 and answer.headers["Content-Type"].startswith("text/xml")
+            assert answer.content == kept.read(), name
+    missing = requests.get(f"{server.base}/services/ws/schemas/nothing.xsd", timeout=10)
+    assert missing.status_code == 404
+
+
+# --------------------------------------------------------------------------- one definition
+
+def test_one_definition_of_every_type(server):
+    """Every WSDL holds no type of its own, only imports, and every namespace is one
+    document at one address: a client generated from all the WSDLs in one run (JAX-WS
+    wsimport, Mono's wsdl) reads each type once, and ``Job`` is one class."""
+    address_of = {}            # {namespace: the one address its schema is at}
+    for service in SERVICES:
+        root, _ = served(server.base, service)
+        [schema] = root.findall("wsdl:types/xs:schema", NS)
+        assert [etree.QName(c).localname for c in schema] == ["import"] * len(schema), \
+            f"{service}'s WSDL defines types inline"
+        imported = {i.get("namespace"): i.get("schemaLocation") for i in schema}
+        assert imported[TYPES_NS] == "schemas/types.xsd"
+        assert SERVICE_NS[service] in imported
+        for address, document in wsdl_documents(f"{server.base}/services/ws/{service}?wsdl").items():
+            if etree.QName(document).localname == "schema":
+                namespace = document.get("targetNamespace")
+                assert address_of.setdefault(namespace, address) == address, namespace
+    assert address_of[TYPES_NS] == f"{server.base}/services/ws/schemas/types.xsd"
+    assert set(address_of) >= set(SERVICE_NS.values())
+
+
+def test_global_elements_are_only_operations_and_faults(server):
+    """A global element per type made JAXB (wsimport) refuse every WSDL: its factory
+    method for the element ``JobProgress`` collided with the one for the optional field
+    ``Job/progress``.  Only the operations' elements and the faults' exist, and an
+    optional field is not ``nillable`` (JAXB would wrap it in JAXBElement)."""
+    operations = {(SERVICE_NS[name], element) for name, service in discover().items()
+                  for op in service.operations() for element in (op, op + "Response")}
+    documents = {}
+    for service in SERVICES:
+        documents.update(wsdl_documents(f"{server.base}/services/ws/{service}?wsdl"))
+    schemas = [d for d in documents.values() if etree.QName(d).localname == "schema"]
+    elements = {(ns, name) for (ns, kind, name) in declarations(schemas) if kind == "element"}
+    faults = elements - operations
+    assert {name for _, name in faults} >= set(FAULTS)
+    assert all(name.endswith("Fault") for _, name in faults), sorted(faults)
+    assert operations <= elements
+    for schema in schemas:
+        for field in schema.iter(f"{{{XSD_NS}}}element"):
+            assert not (field.get("minOccurs") == "0" and field.get("nillable") == "true"), \
+                (schema.get("targetNamespace"), field.get("name"))

@@ -118,7 +118,7 @@ class JsonBinding:
         return fault_response(fault)
 
     @staticmethod
-    def is_public(method: str, query: bytes) -> bool:
+    def is_public(method: str, path: str, query: bytes) -> bool:
         return False                     # every operation needs the caller's credentials
 
     async def handle(self, request: Request, caller) -> Response:

@@ -50,7 +50,7 @@ class JsonRpcBinding:
         self.settings = settings
 
     @staticmethod
-    def is_public(method: str, query: bytes) -> bool:
+    def is_public(method: str, path: str, query: bytes) -> bool:
         return False                     # every method needs the caller's credentials
 
     async def handle(self, request: Request, caller) -> Response:

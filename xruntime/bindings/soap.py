@@ -24,7 +24,7 @@ from ..blocking import INLINE_BYTES, sized
 from ..protocol import codec
 from ..protocol.typeinfo import complex_types
 from . import xml_codec
-from .wsdl import build_wsdl, declared_faults, polymorphic_types
+from .wsdl import SCHEMA_FOLDER, build_wsdl, polymorphic_types, schema_documents
 
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
 XML_TYPE = "text/xml; charset=utf-8"
@@ -40,15 +40,8 @@ _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=Fals
 
 @lru_cache(maxsize=None)
 def wsdl_template(service) -> str:
-    """The service's WSDL with a placeholder address, built once.  (spyne moves every
-    fault it declares into the service's namespace; that is undone afterwards so that
-    one service's WSDL never changes another's.)"""
-    originals = {cls: cls.__dict__.get("__namespace__") for cls in declared_faults(service)}
-    try:
-        return build_wsdl(service, _ADDRESS_PLACEHOLDER).decode("utf-8")
-    finally:
-        for cls, namespace in originals.items():
-            cls.__namespace__ = namespace
+    """The service's WSDL with a placeholder address, built once."""
+    return build_wsdl(service, _ADDRESS_PLACEHOLDER).decode("utf-8")
 
 
 def wsdl_for(service, address: str) -> bytes:
@@ -85,14 +78,24 @@ class SoapBinding:
         self.services = {name: SoapService(svc, dispatcher) for name, svc in dispatcher.services.items()}
         for svc in dispatcher.services.values():
             wsdl_template(svc)                     # built once, at start-up
+        schema_documents()
 
     @staticmethod
-    def is_public(method: str, query: bytes) -> bool:
-        """A WSDL may be public ([auth] public_wsdl), so that clients can be generated."""
-        return method == "GET" and _asks_wsdl(parse_qs(query.decode("latin-1"), keep_blank_values=True))
+    def is_public(method: str, path: str, query: bytes) -> bool:
+        """A WSDL and its schemas may be public ([auth] public_wsdl), so that clients
+        can be generated."""
+        return method == "GET" and (_schema_name(path) is not None or _asks_wsdl(
+            parse_qs(query.decode("latin-1"), keep_blank_values=True)))
 
     async def handle(self, request: Request, caller) -> Response:
         name = request.path.strip("/")
+        schema = _schema_name(name)
+        if schema is not None and request.method == "GET":
+            document = schema_documents().get(schema)
+            if document is None:
+                return Response(f"no schema {schema} here; a WSDL names the ones it imports\n",
+                                status=404, content_type="text/plain; charset=utf-8")
+            return Response(document, content_type=XML_TYPE)
         soap = self.services.get(name)
         if request.method == "GET" and _asks_wsdl(request.args):
             if soap is None or not self.settings().service_enabled(name):
@@ -186,16 +189,22 @@ class SoapBinding:
         metrics.fault_answered(fault)
         data = codec.encode_fault(fault)["faultInfo"]
         data.pop(codec.TYPE_KEY)
-        # the service's WSDL declares its fault elements in its namespace; with no
-        # service (an unknown one), the protocol's namespace
-        ns = soap.service.namespace if soap is not None else TYPES_NS
-        prefixes = soap.prefixes if soap is not None else _BARE_PREFIXES
+        # the protocol's faults are declared in the types namespace, a service's own in
+        # its namespace (schemas/<Service>.xsd)
+        ns = fault.get_namespace()
+        prefixes = soap.prefixes if soap is not None and ns in soap.prefixes else _BARE_PREFIXES
         fill = [f"<soap:Fault><faultcode>soap:{fault.soap_faultcode}</faultcode>"
                 f"<faultstring>{xml_codec.escaped(fault.faultstring)}</faultstring><detail>",
                 *xml_codec.iter_text(f"{prefixes[ns]}:{fault.get_type_name()}", data, type(fault),
                                      prefixes),
                 "</detail></soap:Fault>"]
         return self._envelope(soap, fill, status=500)
+
+
+def _schema_name(path: str):
+    """The file a path asks for under schemas/ (``schemas/types.xsd``), else None."""
+    folder, _, name = path.strip("/").partition("/")
+    return name if folder == SCHEMA_FOLDER and name else None
 
 
 def _asks_wsdl(args) -> bool:
