@@ -40,16 +40,17 @@ def cmd_check_config(args) -> int:
 
 
 def cmd_wsdl(args) -> int:
-    """Write every service's WSDL and the schema documents they import (the files kept
-    in wsdl/: <Service>.wsdl and schemas/<name>.xsd)."""
+    """Write every service's WSDL, the schema documents they import and the WSDL of all
+    services (the files kept in wsdl/: <Service>.wsdl, schemas/<name>.xsd, XServices.wsdl)."""
     import os
     from .bindings.soap import wsdl_for
-    from .bindings.wsdl import SCHEMA_FOLDER, schema_documents
+    from .bindings.wsdl import ALL_SERVICES_FILE, SCHEMA_FOLDER, build_all_wsdl, schema_documents
     from .registry import discover
     base = args.base_url.rstrip("/")
     os.makedirs(os.path.join(args.out, SCHEMA_FOLDER), exist_ok=True)
     written = {f"{name}.wsdl": wsdl_for(service, f"{base}/services/ws/{name}")
                for name, service in discover().items()}
+    written[ALL_SERVICES_FILE] = build_all_wsdl(list(discover().values()), f"{base}/services/ws")
     written.update({f"{SCHEMA_FOLDER}/{name}": document for name, document in schema_documents().items()})
     for name, document in written.items():
         path = os.path.join(args.out, name)

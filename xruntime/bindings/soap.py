@@ -24,7 +24,7 @@ from ..blocking import INLINE_BYTES, sized
 from ..protocol import codec
 from ..protocol.typeinfo import complex_types
 from . import xml_codec
-from .wsdl import SCHEMA_FOLDER, build_wsdl, polymorphic_types, schema_documents
+from .wsdl import SCHEMA_FOLDER, build_all_wsdl, build_wsdl, polymorphic_types, schema_documents
 
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
 XML_TYPE = "text/xml; charset=utf-8"
@@ -97,6 +97,10 @@ class SoapBinding:
                                 status=404, content_type="text/plain; charset=utf-8")
             return Response(document, content_type=XML_TYPE)
         soap = self.services.get(name)
+        if request.method == "GET" and _asks_wsdl(request.args) and name == "":
+            served = [s.service for n, s in self.services.items() if self.settings().service_enabled(n)]
+            return Response(build_all_wsdl(served, self._address(request, "").rstrip("/")),
+                            content_type=XML_TYPE)
         if request.method == "GET" and _asks_wsdl(request.args):
             if soap is None or not self.settings().service_enabled(name):
                 return Response(f"no WSDL here: the service {name} is not served\n", status=404,
@@ -135,6 +139,8 @@ class SoapBinding:
         return self._fault(self.services.get(path.strip("/")), fault)
 
     def _address(self, request, name):
+        """The address of the service ``name`` (of /services/ws itself for "") as the
+        client reached it, or under the configured public URL."""
         public = self.settings().public_url
         return f"{public}/services/ws/{name}" if public else request.base_url
 

@@ -51,9 +51,13 @@ WSDL_NS = "http://schemas.xmlsoap.org/wsdl/"
 SOAP_BIND_NS = "http://schemas.xmlsoap.org/wsdl/soap/"
 XSD_NS = "http://www.w3.org/2001/XMLSchema"
 SOAP_HTTP = "http://schemas.xmlsoap.org/soap/http"
+JAXWS_NS = "http://java.sun.com/xml/ns/jaxws"
 #: Where the schema documents are, relative to a WSDL's address (…/services/ws/XDemo).
 SCHEMA_FOLDER = "schemas"
 TYPES_FILE = "types.xsd"
+#: The namespace of the WSDL of every service (build_all_wsdl).
+ALL_SERVICES_NS = "http://xruntime.org/xserver"
+ALL_SERVICES_FILE = "XServices.wsdl"
 _UNUSED_NS = "urn:xruntime:unused"      # spyne's application must have one
 _QNAME_ATTRIBUTES = ("type", "base", "ref", "element", "message", "binding")
 
@@ -112,7 +116,7 @@ def _catalogue():
     wanted = [(s.namespace, s.name) for s in services.values()]
     wanted += [(ns, re.sub(r"[^A-Za-z0-9]+", "-", ns.rstrip("/").rsplit("/", 1)[-1]) or "schema")
                for ns in sorted(written)]
-    taken = {"xs", "tns"}
+    taken = {"xs", "tns", "wsdl", "soap"}
     for namespace, stem in wanted:
         if namespace in names:
             continue
@@ -221,6 +225,15 @@ def _serialised(root) -> bytes:
 
 # --------------------------------------------------------------------------- WSDL
 
+def _without_wrapper_style(root):
+    """JAX-WS unwraps a request into parameters and the answer into Holders when the
+    operation's element is named after it (its "wrapper style", which every operation
+    here matches); a binding declaration embedded in the WSDL keeps the request and
+    answer objects, without a bindings file.  Other clients ignore it."""
+    jaxws = etree.SubElement(root, f"{{{JAXWS_NS}}}bindings", nsmap={"jaxws": JAXWS_NS})
+    etree.SubElement(jaxws, f"{{{JAXWS_NS}}}enableWrapperStyle").text = "false"
+
+
 def build_wsdl(service, address: str) -> bytes:
     """The WSDL of ``service`` with ``address`` as its ``soap:address``: its messages,
     port type, binding and port, and imports of the schema documents it uses."""
@@ -232,6 +245,7 @@ def build_wsdl(service, address: str) -> bytes:
     S = lambda tag, **attrs: etree.Element(f"{{{SOAP_BIND_NS}}}{tag}", **attrs)    # noqa: E731
     root = etree.Element(f"{{{WSDL_NS}}}definitions", nsmap=nsmap, name=service.name,
                          targetNamespace=service.namespace)
+    _without_wrapper_style(root)
     types = etree.SubElement(root, f"{{{WSDL_NS}}}types")
     imports = etree.SubElement(types, f"{{{XSD_NS}}}schema")
     for ns in sorted(used, key=lambda ns: (ns != TYPES_NS, schema_file(ns))):
@@ -272,4 +286,27 @@ def build_wsdl(service, address: str) -> bytes:
     port = etree.SubElement(etree.SubElement(root, f"{{{WSDL_NS}}}service", name=service.name),
                             f"{{{WSDL_NS}}}port", name=service.name, binding=own(service.name))
     port.append(S("address", location=address))
+    return _serialised(root)
+
+
+def build_all_wsdl(services, at: str) -> bytes:
+    """One WSDL for every service in ``services``, at ``at`` (…/services/ws) + ?wsdl: it
+    imports each service's WSDL and declares a port of each.  JAX-WS ``wsimport``
+    generates the client of one root WSDL's services only (given several WSDLs, it
+    takes one of them), so this is the document that gives every client in one run."""
+    nsmap = {"wsdl": WSDL_NS, "soap": SOAP_BIND_NS}
+    prefixes = _prefixes()
+    nsmap.update({prefixes[service.namespace]: service.namespace for service in services})
+    root = etree.Element(f"{{{WSDL_NS}}}definitions", nsmap=nsmap, name="XServices",
+                         targetNamespace=ALL_SERVICES_NS)
+    _without_wrapper_style(root)
+    for service in services:
+        etree.SubElement(root, f"{{{WSDL_NS}}}import", namespace=service.namespace,
+                         location=f"{at}/{service.name}?wsdl")
+    for service in services:
+        # named <Service>Service: the port types (XDemo) become the interfaces
+        element = etree.SubElement(root, f"{{{WSDL_NS}}}service", name=f"{service.name}Service")
+        port = etree.SubElement(element, f"{{{WSDL_NS}}}port", name=service.name,
+                                binding=f"{prefixes[service.namespace]}:{service.name}")
+        etree.SubElement(port, f"{{{SOAP_BIND_NS}}}address", location=f"{at}/{service.name}")
     return _serialised(root)
