@@ -225,6 +225,13 @@ def _serialised(root) -> bytes:
 
 # --------------------------------------------------------------------------- WSDL
 
+def exception_name(fault: str) -> str:
+    """The name of a fault's WSDL message, which JAX-WS gives its exception class:
+    UnknownJobException, whose getFaultInfo() is the UnknownJobFault of the types
+    package (the same name would make every catch of it ambiguous in Java)."""
+    return (fault[:-len("Fault")] if fault.endswith("Fault") else fault) + "Exception"
+
+
 def _without_wrapper_style(root):
     """JAX-WS unwraps a request into parameters and the answer into Holders when the
     operation's element is named after it (its "wrapper style", which every operation
@@ -264,7 +271,7 @@ def build_wsdl(service, address: str) -> bytes:
     for cls in faults:
         fault = cls.get_type_name()
         prefix = "tns" if cls.get_namespace() == service.namespace else prefixes[cls.get_namespace()]
-        root.append(W("message", name=fault))
+        root.append(W("message", name=exception_name(fault)))
         root[-1].append(W("part", name=fault, element=f"{prefix}:{fault}"))
     port_type = etree.SubElement(root, f"{{{WSDL_NS}}}portType", name=service.name)
     binding = etree.SubElement(root, f"{{{WSDL_NS}}}binding", name=service.name, type=own(service.name))
@@ -280,7 +287,7 @@ def build_wsdl(service, address: str) -> bytes:
                 S("body", use="literal"))
         for cls in faults:
             fault = cls.get_type_name()
-            abstract.append(W("fault", name=fault, message=own(fault)))
+            abstract.append(W("fault", name=fault, message=own(exception_name(fault))))
             etree.SubElement(concrete, f"{{{WSDL_NS}}}fault", name=fault).append(
                 S("fault", name=fault, use="literal"))
     port = etree.SubElement(etree.SubElement(root, f"{{{WSDL_NS}}}service", name=service.name),
