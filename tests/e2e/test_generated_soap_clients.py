@@ -1,0 +1,142 @@
+"""Clients generated from the served WSDLs by the tools of Java and .NET shops, with
+their defaults (no bindings file, no switch), drive the whole job life against a real
+node: JAX-WS ``wsimport`` (Debian's jaxws 2.3, on the machine's JDK) and Mono's
+``wsdl`` + ``mcs`` (System.Web.Services proxies).
+
+- ``wsimport URL`` succeeds for each WSDL, for the four in one run (which compile
+  together, with one ``Job``) and for the WSDL of every service (``/services/ws?wsdl``),
+  whose client runs tests/soap_generated/XruntimeLife.java;
+- Mono's ``wsdl URL1 URL2 URL3 URL4`` writes one file without a warning, which compiles
+  with tests/soap_generated/XruntimeLife.cs and runs the same life.
+
+The life: start with ``timeouts``, watch to a typed BulkProgress, a fetch while running
+refused with JobStateFault (Java: the generated exception and its fault info; .NET: the
+typed element in ``<detail>``), stop, the intermediate result with REQUEST_STOPPED,
+delete (DELETED, then UNKNOWN), UnknownJobFault, InvalidValueFault with parameter and
+value, ProcessingFault of a failing job, an XTour plan, an XDima 3x3 matrix and the
+synchronous ``simulate``.
+
+Without the tools the tests are skipped, unless XRUNTIME_TEST_REQUIRE_SOAP_GENERATORS=1
+(as .ci/run sets after installing ``jaxws libjaxws-java mono-devel``), where their
+absence fails them.
+"""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tests.harness import ROOT
+
+SERVICES = ("XRuntime", "XDemo", "XTour", "XDima")
+PROGRAMS = os.path.join(ROOT, "tests", "soap_generated")
+STEPS = ["start", "watch", "fetch-running", "stop", "fetch", "delete", "unknown", "invalid",
+         "failing", "xtour", "xdima", "simulate"]
+
+
+def require(*tools):
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        why = f"missing {', '.join(missing)} (apt-get install jaxws libjaxws-java mono-devel)"
+        if os.environ.get("XRUNTIME_TEST_REQUIRE_SOAP_GENERATORS") == "1":
+            pytest.fail(why + "; XRUNTIME_TEST_REQUIRE_SOAP_GENERATORS=1 requires them")
+        pytest.skip(why)
+
+
+def run(command, cwd, timeout=300):
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"{' '.join(map(str, command))} failed:\n{output[-3000:]}"
+    return output
+
+
+def jaxws_classpath() -> str:
+    """The JAX-WS runtime beside wsimport (Debian: /usr/share/jaxws/lib)."""
+    home = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("wsimport"))))
+    return os.path.join(home, "lib", "*")
+
+
+def wsdl_url(server, service=None):
+    return f"{server.base}/services/ws/{service}?wsdl" if service else f"{server.base}/services/ws?wsdl"
+
+
+def steps_of(output: str) -> dict:
+    """{step: "ok" or why not} from a program's lines."""
+    outcome = {}
+    for line in output.splitlines():
+        if line.startswith("ok "):
+            outcome[line[3:].strip()] = "ok"
+        elif line.startswith("FAIL "):
+            step, _, why = line[5:].partition(":")
+            outcome[step.strip()] = why.strip()
+    return outcome
+
+
+def assert_every_step(output: str, client: str):
+    outcome = steps_of(output)
+    failed = {step: outcome.get(step, "not reached") for step in STEPS if outcome.get(step) != "ok"}
+    assert not failed, "\n".join(f"{client} × {step}: {why}" for step, why in failed.items()) + \
+        "\n" + output[-2000:]
+
+
+# --------------------------------------------------------------------------- JAX-WS
+
+@pytest.mark.parametrize("service", [*SERVICES, None])
+def test_wsimport_reads_each_wsdl_with_its_defaults(server, tmp_path, service):
+    require("wsimport", "java")
+    output = run(["wsimport", "-d", str(tmp_path), wsdl_url(server, service)], tmp_path)
+    assert "[ERROR]" not in output and "[WARNING]" not in output, output
+    assert list(tmp_path.rglob("Job.class"))
+
+
+def test_wsimport_reads_the_four_wsdls_in_one_run(server, tmp_path):
+    """They compile together, and every common type is one class (Job once, in the
+    package of the types namespace)."""
+    require("wsimport", "java")
+    output = run(["wsimport", "-d", str(tmp_path), *(wsdl_url(server, s) for s in SERVICES)], tmp_path)
+    assert "[ERROR]" not in output and "[WARNING]" not in output, output
+    jobs = [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("Job.class")]
+    assert jobs == ["org/xruntime/xserver/types/Job.class"]
+
+
+def test_java_client_drives_the_job_life(server, tmp_path):
+    require("wsimport", "javac", "java")
+    generated, program = tmp_path / "generated", tmp_path / "program"
+    generated.mkdir()
+    run(["wsimport", "-d", str(generated), wsdl_url(server)], tmp_path)
+    classpath = f"{generated}{os.pathsep}{jaxws_classpath()}"
+    run(["javac", "-cp", classpath, "-d", str(program), os.path.join(PROGRAMS, "XruntimeLife.java")], tmp_path)
+    done = subprocess.run(["java", "-cp", f"{program}{os.pathsep}{classpath}", "XruntimeLife"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert_every_step(done.stdout + done.stderr, "Java (wsimport)")
+    assert done.returncode == 0
+
+
+# --------------------------------------------------------------------------- .NET (Mono)
+
+@pytest.fixture(scope="module")
+def dotnet_proxies(server, tmp_path_factory):
+    """Mono's ``wsdl`` over the four WSDLs in one run: (its folder, its output)."""
+    require("wsdl", "mcs", "mono")
+    folder = tmp_path_factory.mktemp("dotnet")
+    output = run(["wsdl", "-out:Clients.cs", *(wsdl_url(server, s) for s in SERVICES)], folder)
+    return folder, output
+
+
+def test_mono_wsdl_reads_the_four_wsdls_in_one_run_without_a_warning(dotnet_proxies):
+    folder, output = dotnet_proxies
+    assert "warning" not in output.lower() and "error" not in output.lower(), output
+    source = (folder / "Clients.cs").read_text()
+    for proxy in SERVICES:
+        assert f"public partial class {proxy} : System.Web.Services.Protocols.SoapHttpClientProtocol" in source
+    assert source.count("public partial class Job {") == 1
+
+
+def test_dotnet_client_drives_the_job_life(dotnet_proxies):
+    folder, _ = dotnet_proxies
+    compiled = run(["mcs", "-out:life.exe", "-r:System.Web.Services", "-r:System.Xml", "Clients.cs",
+                    os.path.join(PROGRAMS, "XruntimeLife.cs")], folder)
+    assert "warning" not in compiled.lower(), compiled
+    done = subprocess.run(["mono", "life.exe"], cwd=folder, capture_output=True, text=True, timeout=300)
+    assert_every_step(done.stdout + done.stderr, ".NET (Mono wsdl)")
+    assert done.returncode == 0
