@@ -21,6 +21,7 @@ Without the tools the tests are skipped, unless XRUNTIME_TEST_REQUIRE_SOAP_GENER
 absence fails them.
 """
 import os
+import re
 import shutil
 import subprocess
 
@@ -99,17 +100,54 @@ def test_wsimport_reads_the_four_wsdls_in_one_run(server, tmp_path):
     assert jobs == ["org/xruntime/xserver/types/Job.class"]
 
 
-def test_java_client_drives_the_job_life(server, tmp_path):
+@pytest.fixture(scope="module")
+def java_classpath(server, tmp_path_factory):
+    """``wsimport`` of the WSDL of every service, as docs/soap-binding.md says: the
+    classpath of the generated clients and the JAX-WS runtime."""
     require("wsimport", "javac", "java")
-    generated, program = tmp_path / "generated", tmp_path / "program"
-    generated.mkdir()
-    run(["wsimport", "-d", str(generated), wsdl_url(server)], tmp_path)
-    classpath = f"{generated}{os.pathsep}{jaxws_classpath()}"
-    run(["javac", "-cp", classpath, "-d", str(program), os.path.join(PROGRAMS, "XruntimeLife.java")], tmp_path)
-    done = subprocess.run(["java", "-cp", f"{program}{os.pathsep}{classpath}", "XruntimeLife"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert_every_step(done.stdout + done.stderr, "Java (wsimport)")
-    assert done.returncode == 0
+    generated = tmp_path_factory.mktemp("java")
+    run(["wsimport", "-d", str(generated), wsdl_url(server)], generated)
+    return f"{generated}{os.pathsep}{jaxws_classpath()}"
+
+
+def run_java(source, classpath, folder) -> str:
+    program = folder / "program"
+    run(["javac", "-cp", classpath, "-d", str(program), str(source)], folder)
+    name = os.path.splitext(os.path.basename(source))[0]
+    done = subprocess.run(["java", "-cp", f"{program}{os.pathsep}{classpath}", name],
+                          cwd=folder, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_java_client_drives_the_job_life(java_classpath, tmp_path):
+    status, output = run_java(os.path.join(PROGRAMS, "XruntimeLife.java"), java_classpath, tmp_path)
+    assert_every_step(output, "Java (wsimport)")
+    assert status == 0
+
+
+def test_the_java_example_of_the_docs_runs(java_classpath, tmp_path):
+    source = tmp_path / "Example.java"
+    source.write_text(example_of_the_docs("java"))
+    status, output = run_java(source, java_classpath, tmp_path)
+    assert status == 0, output
+    assert_example_output(output)
+
+
+def example_of_the_docs(language: str) -> str:
+    """The one ``language`` code block of docs/soap-binding.md."""
+    with open(os.path.join(ROOT, "docs", "soap-binding.md"), encoding="utf-8") as f:
+        blocks = re.findall(rf"```{language}\n(.*?)```", f.read(), re.S)
+    assert len(blocks) == 1, f"{len(blocks)} {language} blocks in docs/soap-binding.md"
+    return blocks[0]
+
+
+def assert_example_output(output: str):
+    """What the docs' comments say the example prints (the lines that do not vary)."""
+    lines = [line.strip() for line in output.splitlines()]
+    assert lines[0].endswith(" QUEUING") or lines[0].endswith(" RUNNING"), output
+    assert lines[1].endswith("step(s) done"), output
+    assert lines[2] in ("not yet: RUNNING", "JobStateFault RUNNING"), output
+    assert lines[3:6] == ["REQUEST_STOPPED", "DELETED", "steps 0"], output
 
 
 # --------------------------------------------------------------------------- .NET (Mono)
@@ -132,11 +170,25 @@ def test_mono_wsdl_reads_the_four_wsdls_in_one_run_without_a_warning(dotnet_prox
     assert source.count("public partial class Job {") == 1
 
 
+def run_dotnet(source, folder, name):
+    compiled = run(["mcs", f"-out:{name}.exe", "-r:System.Web.Services", "-r:System.Xml",
+                    "Clients.cs", str(source)], folder)
+    assert "warning" not in compiled.lower(), compiled
+    done = subprocess.run(["mono", f"{name}.exe"], cwd=folder, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
 def test_dotnet_client_drives_the_job_life(dotnet_proxies):
     folder, _ = dotnet_proxies
-    compiled = run(["mcs", "-out:life.exe", "-r:System.Web.Services", "-r:System.Xml", "Clients.cs",
-                    os.path.join(PROGRAMS, "XruntimeLife.cs")], folder)
-    assert "warning" not in compiled.lower(), compiled
-    done = subprocess.run(["mono", "life.exe"], cwd=folder, capture_output=True, text=True, timeout=300)
-    assert_every_step(done.stdout + done.stderr, ".NET (Mono wsdl)")
-    assert done.returncode == 0
+    status, output = run_dotnet(os.path.join(PROGRAMS, "XruntimeLife.cs"), folder, "life")
+    assert_every_step(output, ".NET (Mono wsdl)")
+    assert status == 0
+
+
+def test_the_csharp_example_of_the_docs_runs(dotnet_proxies):
+    folder, _ = dotnet_proxies
+    source = folder / "Example.cs"
+    source.write_text(example_of_the_docs("csharp"))
+    status, output = run_dotnet(source, folder, "example")
+    assert status == 0, output
+    assert_example_output(output)
