@@ -59,7 +59,6 @@ TYPES_FILE = "types.xsd"
 ALL_SERVICES_NS = "http://xruntime.org/xserver"
 ALL_SERVICES_FILE = "XServices.wsdl"
 _UNUSED_NS = "urn:xruntime:unused"      # spyne's application must have one
-_QNAME_ATTRIBUTES = ("type", "base", "ref", "element", "message", "binding")
 
 
 def declared_faults(service):
@@ -177,7 +176,7 @@ def _schema(namespace: str, written, elements: dict):
         for field in node.iter(f"{{{XSD_NS}}}element"):
             if field.get("minOccurs") == "0" and field.get("nillable") == "true":
                 del field.attrib["nillable"]
-    referred = {namespace_of(value, prefixes) for node in declarations
+    referred = {_namespace_of(value, prefixes) for node in declarations
                 for attribute in ("type", "base") for e in node.iter() if (value := e.get(attribute))}
     others = sorted(referred - {namespace, XSD_NS})
     schema = etree.Element(f"{{{XSD_NS}}}schema", targetNamespace=namespace,
@@ -195,23 +194,22 @@ def _schema(namespace: str, written, elements: dict):
 def _renamed(node, prefixes):
     """A copy of ``node`` whose QName values use ``prefixes`` instead of spyne's."""
     copy = etree.fromstring(etree.tostring(node))
-    by_namespace = {ns: p for ns, p in prefixes.items()}
     for original_elem, elem in zip(node.iter(), copy.iter()):
-        for attribute in _QNAME_ATTRIBUTES:
+        for attribute in ("type", "base", "ref"):
             value = elem.get(attribute)
             if value and ":" in value:
                 prefix, local = value.split(":", 1)
-                elem.set(attribute, f"{by_namespace[original_elem.nsmap[prefix]]}:{local}")
+                elem.set(attribute, f"{prefixes[original_elem.nsmap[prefix]]}:{local}")
     return copy
 
 
-def namespace_of(qname: str, prefixes: dict) -> str:
+def _namespace_of(qname: str, prefixes: dict) -> str:
+    """The namespace of a ``prefix:name`` written with ``prefixes``."""
     prefix = qname.split(":", 1)[0]
     return next(ns for ns, p in prefixes.items() if p == prefix)
 
 
-_ORDER = ["import", "simpleType", "complexType", "element", "types", "message", "portType",
-          "binding", "service"]
+_ORDER = ["import", "simpleType", "complexType", "element"]
 
 
 def _declaration_key(elem):
