@@ -229,7 +229,7 @@ def kept_schemas():
 
 
 def test_the_files_are_one_per_service(generated):
-    wsdls = sorted(f"{s}.wsdl" for s in SERVICES)
+    wsdls = sorted(["XServices.wsdl", *(f"{s}.wsdl" for s in SERVICES)])
     assert sorted(f for f in os.listdir(generated) if f != "schemas") == wsdls
     assert sorted(f for f in os.listdir(CHECKED_IN) if f != "schemas") == wsdls
     # one schema document per namespace: the protocol's types and each service's
@@ -246,6 +246,29 @@ def test_checked_in_wsdl_is_current(generated, service):
     assert soap_address(kept) == f"{DEFAULT_BASE}/services/ws/{service}"
     assert fresh == kept, (f"wsdl/{service}.wsdl is out of date; regenerate it with "
                            "`python -m xruntime wsdl --out wsdl`")
+
+
+def test_checked_in_wsdl_of_every_service_is_current(generated):
+    kept = os.path.join(CHECKED_IN, "XServices.wsdl")
+    with open(kept, "rb") as f:
+        assert (generated / "XServices.wsdl").read_bytes() == f.read(), (
+            "wsdl/XServices.wsdl is out of date; regenerate it with `python -m xruntime wsdl --out wsdl`")
+
+
+def test_the_wsdl_of_every_service(server):
+    """/services/ws?wsdl imports each served service's WSDL at the address the client
+    used and declares a port of each at its address; zeep calls through it."""
+    root = etree.fromstring(fetch_wsdl(server.base, ""))
+    base = f"{server.base}/services/ws"
+    imports = {i.get("namespace"): i.get("location") for i in root.findall("wsdl:import", NS)}
+    ports = {p.get("name"): p.find("soap:address", NS).get("location")
+             for p in root.findall("wsdl:service/wsdl:port", NS)}
+    for service in SERVICES:      # (and XCrashy, which this node serves too)
+        assert imports[SERVICE_NS[service]] == f"{base}/{service}?wsdl"
+        assert ports[service] == f"{base}/{service}"
+    client = zeep.Client(f"{base}?wsdl")
+    runtime = client.bind("XRuntimeService", "XRuntime")
+    assert "XDemo" in [s.name for s in runtime.getRuntimeInformation().services]
 
 
 def test_checked_in_schemas_are_current(generated):

@@ -285,5 +285,10 @@ def test_runtime_information_lists_xtour(server):
 
 
 def test_wsdl_declares_the_fault_and_the_progress(server):
+    """XTour's WSDL declares its fault on its operations, and the schema it imports
+    (schemas/XTour.xsd) the fault's element and the progress type."""
     wsdl = server.session.get(f"{server.base}/services/ws/XTour?wsdl").text
-    assert "NoFeasibleSolutionFault" in wsdl and "TourPlanProgress" in wsdl
+    assert 'wsdl:fault name="NoFeasibleSolutionFault"' in wsdl
+    schema = server.session.get(f"{server.base}/services/ws/schemas/XTour.xsd").text
+    assert '<xs:element name="NoFeasibleSolutionFault"' in schema
+    assert '<xs:complexType name="TourPlanProgress">' in schema
