@@ -66,8 +66,11 @@ def fill(store, now):
         r = row(now, status, finished_ago=HOUR - 5 * MINUTE - i)
         kept["fresh"].append(r["id"])
         rows.append(r)
-        # finished long ago (past the unfetched retention) but first fetched recently
-        r = row(now, status, finished_ago=5 * HOUR, fetched_ago=10 * MINUTE - MINUTE - i)
+        # finished long ago (past the unfetched retention) but first fetched recently:
+        # 5 minutes inside the fetched retention, so that a slow run (filling and
+        # cleaning take over a minute on PostgreSQL on some machines) does not see
+        # them expire while it runs
+        r = row(now, status, finished_ago=5 * HOUR, fetched_ago=5 * MINUTE - i)
         kept["fetched inside"].append(r["id"])
         rows.append(r)
     for i in range(600):
