@@ -32,6 +32,8 @@ class JobSettings:
     fetched_retention_ms: int = 15 * 60_000
     queueing_timeout_ms: int = 0
     computation_timeout_ms: int = 0
+    #: the longest timeout a request may ask for (PROTOCOL §15): past it InvalidValueFault
+    max_request_timeout_ms: int = 7 * 24 * 3600_000
     max_queued: int = 10000
     max_attempts: int = 3
     cleanup_interval_ms: int = 60_000
@@ -234,6 +236,7 @@ _JOB_KEYS = {
     "fetched_retention": ("fetched_retention_ms", parse_duration),
     "queueing_timeout": ("queueing_timeout_ms", parse_duration),
     "computation_timeout": ("computation_timeout_ms", parse_duration),
+    "max_request_timeout": ("max_request_timeout_ms", _positive_duration),
     "max_queued": ("max_queued", _integer(0)),
     "max_attempts": ("max_attempts", _integer(1)),
     "cleanup_interval": ("cleanup_interval_ms", _positive_duration),

@@ -32,6 +32,23 @@ RACE_RETRIES = 10
 LIST_LIMIT, LIST_LIMIT_MAX = 100, 1000     # listJobs' page size: by default, at most
 
 
+
+def asked_timeouts(request, limit_ms: int):
+    """The (queueing, computation) timeouts in ms a start request asks for (None: not
+    asked), each refused with InvalidValueFault below 0 or past ``limit_ms``, the
+    ``[jobs] max_request_timeout`` (PROTOCOL §15): an unbounded one overflowed the
+    store's integers and froze housekeeping."""
+    timeouts = getattr(request, "timeouts", None)
+    asked = []
+    for name in ("queueingTimeout", "computationTimeout"):
+        value = getattr(timeouts, name, None) if timeouts is not None else None
+        if value is not None and not 0 <= value <= limit_ms:
+            raise InvalidValueFault(
+                f"invalid value for timeouts.{name}: it must be between 0 and {limit_ms} ms "
+                "(the server's max_request_timeout)", parameter=f"timeouts.{name}", value=str(value))
+        asked.append(value)
+    return tuple(asked)
+
 class JobManager:
     def __init__(self, store, notifier, settings, node: str = "", watches=None, services=None):
         self.store = store
@@ -74,14 +91,13 @@ class JobManager:
         once; refused past the queue's limit or the caller's own (PROTOCOL §10)."""
         if op.validate is not None:
             op.validate(request)
-        timeouts = getattr(request, "timeouts", None)
+        settings = self.settings()
+        queueing, computation = asked_timeouts(request, settings.jobs_for(op.service).max_request_timeout_ms)
         rec = JobRecord(
             id=str(uuid.uuid4()), service=op.service, operation=op.name, owner=caller.name,
             fetch_type=op.fetch_type, status=states.QUEUING,
             request=codec.dumps(codec.encode(request, op.request)), queued_at=now_ms(),
-            queueing_timeout=getattr(timeouts, "queueingTimeout", None) if timeouts else None,
-            computation_timeout=getattr(timeouts, "computationTimeout", None) if timeouts else None)
-        settings = self.settings()
+            queueing_timeout=queueing, computation_timeout=computation)
         max_queued, scope = settings.queue_limit(op.service)
         own_max = settings.quota_of(caller.name, op.service).max_queued
         if not self.store.create(rec, max_queued, scope, owner_max_queued=own_max):

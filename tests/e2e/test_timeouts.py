@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.clients import BINDINGS, RemoteFault, make_client, wait_done
 from tests.harness import Server
 
 TERMINAL = ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN")
@@ -252,3 +253,29 @@ def test_synchronous_simulate_is_bounded_by_the_computation_timeout(compute_serv
     r = srv.post("XDemo", "simulate", {"durationMs": 5000, "steps": 1,
                                        "timeouts": {"computationTimeout": 300}})
     assert r.status_code == 504 and time.time() - t0 < 0.9, (r.status_code, time.time() - t0)
+
+
+# ---------------------------------------------------------------------------- bounds
+
+@pytest.mark.parametrize("binding", BINDINGS)
+@pytest.mark.parametrize("field, value", [("queueingTimeout", 2 ** 63 - 1), ("computationTimeout", 2 ** 63 - 1),
+                                          ("computationTimeout", 604_800_001), ("queueingTimeout", -1)])
+def test_a_timeout_past_the_limit_is_refused(server, binding, field, value):
+    """PROTOCOL §15: a request's timeout past ``[jobs] max_request_timeout`` (7 days by
+    default) or below 0 is an InvalidValueFault naming it, and nothing is stored.  (An
+    unbounded one overflowed PostgreSQL's bigint in housekeeping every second, and
+    killed the worker slot on SQLite.)"""
+    client = make_client(binding, server.base)
+    before = server.call("XRuntime", "listJobs", {"limit": 1000}).get("jobs", [])
+    with pytest.raises(RemoteFault) as refused:
+        client.call("XDemo", "startSimulate", {"timeouts": {field: value}, "steps": 1})
+    assert refused.value.type == "InvalidValueFault", refused.value
+    assert refused.value.fields["parameter"] == f"timeouts.{field}"
+    assert refused.value.fields["value"] == str(value)
+    assert server.call("XRuntime", "listJobs", {"limit": 1000}).get("jobs", []) == before
+
+
+def test_the_longest_timeout_allowed_is_taken(server):
+    job = server.start_job(timeouts={"queueingTimeout": 604_800_000, "computationTimeout": 604_800_000},
+                           durationMs=0)
+    assert wait_done(make_client("json", server.base), job["id"])["status"] == "SUCCEEDED"

@@ -18,6 +18,7 @@ delete and timeout rules:
 
 Processes are started with ``spawn``: the server has threads, and fork would copy them.
 """
+import collections
 import json
 import logging
 import multiprocessing
@@ -38,6 +39,8 @@ from .worker import ABORTED, STOPPED, TIMED_OUT, worker_main
 
 log = logging.getLogger("xruntime.supervisor")
 outage_log = OncePerPeriod(log, 5.0)
+#: one throttled log per housekeeping step, so that one failing every second hides no other
+step_failure_logs = collections.defaultdict(lambda: OncePerPeriod(log, 60.0))
 
 DELETE_GRACE = 3.0        # s a deleted job's function gets before its process is killed
 STOP_GRACE = 5.0          # s a timed-out job's function gets to return its result
@@ -354,10 +357,16 @@ class WorkerSlot(threading.Thread):
         done.  A parent stopped meanwhile stops them at once."""
         sup = self.sup
         now = now_ms()
+        settings = sup.settings()
+
+        def bounded(value, service):       # as a start request's are (PROTOCOL §15)
+            limit = settings.jobs_for(service).max_request_timeout_ms
+            return None if value is None else max(0, min(value, limit))
+
         children = [JobRecord(id=str(uuid.uuid4()), service=c["service"], operation=c["operation"],
                               fetch_type=c["fetch_type"], status="QUEUING", request=c["request"],
-                              queued_at=now, queueing_timeout=c["queueing_timeout"],
-                              computation_timeout=c["computation_timeout"])
+                              queued_at=now, queueing_timeout=bounded(c["queueing_timeout"], c["service"]),
+                              computation_timeout=bounded(c["computation_timeout"], c["service"]))
                     for c in asked["children"]]
         note = f"waiting for {len(children)} child jobs"
         status = sup.persist(lambda: sup.store.suspend(
@@ -585,28 +594,39 @@ class Supervisor:
     # ---------------------------------------------------------------- housekeeping
 
     def _housekeeping(self):
+        """The node's periodic duties, each on its own: one that fails (a bad row, a
+        value its database refuses) is logged and never skips the others, and the
+        leases come first, since other nodes take over the jobs whose lease runs out."""
         last_lease = 0.0
         while not self.closing:
             # a cleanup interval under a second sets the pace (it is honoured, not rounded up)
             time.sleep(min(HOUSEKEEPING_PERIOD, self.cleaner.interval_s() if self.cleaner else 1.0))
-            try:
-                now = time.time()
-                cfg = self.settings()
-                self._fail_timed_out_queued(cfg)
-                self._stop_timed_out_parents(cfg)
-                if now - last_lease >= LEASE_RENEW_PERIOD:
-                    last_lease = now
-                    self._renew_leases()
-                    self._forget_old_signals()
-                    for r in self.store.recover(None, now_ms(), cfg.jobs.max_attempts,
-                                                self._attempts_fault):
-                        self._log_recovered(r)
-                if self.cleaner is not None:
-                    self.cleaner.tick(now)
-            except StoreUnavailable as exc:
-                outage_log.warning("housekeeping waits for the job store: %s", exc)
-            except Exception:
-                log.exception("housekeeping failed; trying again")
+            now = time.time()
+            cfg = self.settings()
+            steps = []
+            if now - last_lease >= LEASE_RENEW_PERIOD:
+                last_lease = now
+                steps += [("lease renewal", self._renew_leases),
+                          ("signal cleanup", self._forget_old_signals),
+                          ("recovery", lambda: self._recover(cfg))]
+            steps += [("queueing timeouts", lambda: self._fail_timed_out_queued(cfg)),
+                      ("computation timeouts of waiting parents", lambda: self._stop_timed_out_parents(cfg))]
+            if self.cleaner is not None:
+                steps.append(("retention cleanup", lambda: self.cleaner.tick(now)))
+            for name, step in steps:
+                self._housekeeping_step(name, step)
+
+    def _housekeeping_step(self, name, step):
+        try:
+            step()
+        except StoreUnavailable as exc:
+            outage_log.warning("housekeeping (%s) waits for the job store: %s", name, exc)
+        except Exception:
+            step_failure_logs[name].exception("housekeeping step %s failed; the others go on", name)
+
+    def _recover(self, cfg):
+        for r in self.store.recover(None, now_ms(), cfg.jobs.max_attempts, self._attempts_fault):
+            self._log_recovered(r)
 
     def _fail_timed_out_queued(self, cfg):
         fault = fault_json(RequestTimedOutFault("the job waited in the queue longer than its "
