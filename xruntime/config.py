@@ -102,6 +102,8 @@ class Settings:
     threads: int = 32          # per HTTP process: the pool for blocking work (store, codecs)
     processes: int = 0         # HTTP processes; 0: one per core
     max_request_bytes: int = 10 * 1024 * 1024
+    max_batch: int = 100                     # JSON-RPC requests in one batch
+    max_batch_answer_bytes: int = 16 * 1024 * 1024   # what one batch's answer may hold
     database_url: str = ""
     workers: int = 2
     jobs: JobSettings = field(default_factory=JobSettings)
@@ -253,6 +255,8 @@ _TABLES = {
         "threads": ("threads", _integer(1, 10000)),
         "processes": ("processes", _integer(0, 256)),
         "max_request_bytes": ("max_request_bytes", _integer(1024)),
+        "max_batch": ("max_batch", _integer(1, 100000)),
+        "max_batch_answer_bytes": ("max_batch_answer_bytes", _integer(1024)),
     },
     "database": {"url": ("database_url", _string)},
     "workers": {"count": ("workers", _integer(1, 256))},

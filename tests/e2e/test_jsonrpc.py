@@ -384,3 +384,64 @@ def test_chunked_body_over_the_limit(unchanged):
     r = post_raw(unchanged, chunks())
     assert r.request.headers.get("Transfer-Encoding") == "chunked"
     check_error(answer_of(r), (INVALID_REQUEST, INVALID_PARAMS), None, "InvalidRequestFault")
+
+
+# --------------------------------------------------------------------------- batch limits
+
+@pytest.fixture(scope="module")
+def small_batches(tmp_path_factory):
+    """A node taking at most 5 requests per batch and 4 kB per batch answer."""
+    srv = Server(str(tmp_path_factory.mktemp("batches")),
+                 server_keys={"max_batch": 5, "max_batch_answer_bytes": 4096}).start()
+    yield srv
+    srv.stop()
+
+
+def test_a_batch_past_max_batch_is_refused_whole(small_batches):
+    """PROTOCOL §15: nothing of a batch over ``[server] max_batch`` runs."""
+    before = total_jobs(small_batches)
+    batch = [request("startSimulate", {"steps": 1}, id=i) for i in range(6)]
+    answer = answer_of(post(small_batches, batch))
+    data = check_error(answer, INVALID_REQUEST, None, "InvalidRequestFault")
+    assert "6 requests" in answer["error"]["message"] and "5" in answer["error"]["message"], answer
+    assert data["hint"]
+    assert total_jobs(small_batches) == before
+    assert "refused a JSON-RPC batch of 6 requests" in small_batches.log()
+
+
+def test_a_batch_at_max_batch_is_served(small_batches):
+    batch = [request("startSimulate", {"steps": 1}, id=i) for i in range(5)]
+    answers = answer_of(post(small_batches, batch))
+    assert sorted(a["id"] for a in answers) == list(range(5))
+    assert all(check_result(a, a["id"])["status"] == "QUEUING" for a in answers)
+
+
+def test_a_batch_answer_is_bounded(small_batches):
+    """Five fetches of a 1.5 kB result in one batch: those that fit in the 4 kB the
+    batch's answer may hold are answered, each other one is an error saying to fetch it
+    alone; every request gets its answer."""
+    job = small_batches.start_job(steps=1, resultSize=1500)["id"]
+    small_batches.wait_status(job, "SUCCEEDED")
+    batch = [request("fetchSimulateResponse", {"id": job}, id=i) for i in range(5)]
+    r = post(small_batches, batch)
+    answers = answer_of(r)
+    assert sorted(a["id"] for a in answers) == list(range(5))
+    results = [a for a in answers if "result" in a]
+    refused = [a for a in answers if "error" in a]
+    assert len(results) == 2 and len(refused) == 3, [a.get("error", "result") for a in answers]
+    for a in refused:
+        check_error(a, -32001, a["id"], "RejectedRequestFault")
+        assert "on its own" in a["error"]["data"]["hint"]
+    assert len(r.content) < 4096 + 1024
+    # alone, it is answered
+    assert len(small_batches.call("XDemo", "fetchSimulateResponse", {"id": job})["payload"]) == 1500
+
+
+def test_a_huge_batch_is_refused_at_once_on_a_default_node(server):
+    """The measurement of issue 22: 20 000 getRuntimeInformation items in one batch held
+    every caller of the node for seconds. Past the default max_batch (100) the batch is
+    refused before any item runs."""
+    batch = [request("getRuntimeInformation", {}, id=i) for i in range(20_000)]
+    r = post(server, batch, service="XRuntime")
+    check_error(answer_of(r), INVALID_REQUEST, None, "InvalidRequestFault")
+    assert server.call("XRuntime", "getRuntimeInformation", {})["version"]

@@ -7,11 +7,13 @@ by id); notifications run and get no answer; a batch of notifications only answe
 HTTP 204.
 """
 import asyncio
+import logging
 
 from werkzeug.wrappers import Request, Response
 
 
 from .. import metrics
+from ..logs import OncePerPeriod
 from ..protocol.faults import (InvalidRequestFault, ProcessingFault, RejectedRequestFault, as_fault,
                                XServerFault)
 from ..blocking import sized
@@ -22,6 +24,10 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600,
 REJECTED, PROCESSING, INTERNAL = -32001, -32002, -32000
 
 _MISSING = object()
+#: How many requests of one batch run at once: a caller's batch weighs on the node
+#: like a few callers, not like one caller per item.
+BATCH_PARALLEL = 4
+batch_log = OncePerPeriod(logging.getLogger("xruntime.jsonrpc"), 10.0)
 
 
 def error_code(fault: XServerFault) -> int:
@@ -68,16 +74,48 @@ class JsonRpcBinding:
             return self._answer(error(None, code, fault))
         del request                      # a held watch keeps nothing of the request
         if isinstance(body, list):
-            if not body:
-                return self._answer(error(None, INVALID_REQUEST,
-                                          InvalidRequestFault("an empty batch is not a request")))
-            answers = [a for a in await asyncio.gather(*(self._one(service, item, caller) for item in body))
-                       if a is not None]
-            return self._text("[" + ",".join(answers) + "]") if answers else Response(status=204)
+            return await self._batch(service, body, caller)
         answer = await self._one(service, body, caller)
         if answer is None:
             return Response(status=204)
         return await sized(len(answer), self._text, answer)
+
+    async def _batch(self, service, items, caller) -> Response:
+        """A batch (PROTOCOL §15): at most ``[server] max_batch`` items, run
+        ``BATCH_PARALLEL`` at a time, as one caller's calls would be, so that a large
+        batch holds no more of the node than a few callers do; an item whose answer
+        would take the batch's answer past ``max_batch_answer_bytes`` answers an error
+        instead (the rest still run)."""
+        settings = self.settings()
+        if not items:
+            return self._answer(error(None, INVALID_REQUEST, InvalidRequestFault("an empty batch is not a request")))
+        if len(items) > settings.max_batch:
+            batch_log.warning("refused a JSON-RPC batch of %d requests (max_batch %d)", len(items),
+                              settings.max_batch)
+            return self._answer(error(None, INVALID_REQUEST, InvalidRequestFault(
+                f"the batch has {len(items)} requests, more than the {settings.max_batch} this server "
+                "takes in one", hint="Send the requests in several smaller batches.")))
+        budget = settings.max_batch_answer_bytes
+        answers = [None] * len(items)
+        running = asyncio.Semaphore(BATCH_PARALLEL)
+
+        async def run(index, item):
+            nonlocal budget
+            async with running:
+                answer = await self._one(service, item, caller)
+            if answer is not None and len(answer) > budget:
+                request_id = item.get("id") if isinstance(item, dict) and _is_id(item.get("id")) else None
+                answer = codec.dumps(error(request_id, REJECTED, RejectedRequestFault(
+                    f"the batch's answer would hold more than {settings.max_batch_answer_bytes} bytes; "
+                    "this request's answer was left out",
+                    hint="Send this request on its own (a large result is streamed then).")))
+            if answer is not None:
+                budget -= len(answer)
+            answers[index] = answer
+
+        await asyncio.gather(*(run(i, item) for i, item in enumerate(items)))
+        answers = [a for a in answers if a is not None]
+        return self._text("[" + ",".join(answers) + "]") if answers else Response(status=204)
 
     def refusal(self, path: str, fault: XServerFault) -> Response:
         code = INVALID_REQUEST if isinstance(fault, InvalidRequestFault) else error_code(fault)
