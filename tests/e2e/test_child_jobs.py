@@ -246,3 +246,69 @@ def test_a_waiting_parent_past_its_computation_timeout_stops_with_its_tree(node)
     assert 1 <= result["scenariosRun"] < 40
     assert result["scenariosRun"] + result["failedScenarios"] == 40
     assert any(e["message"] == "stop asked: computation timeout" for e in events(node, parent)["events"])
+
+
+# --------------------------------------------------------------------------- limits
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    """At most 20 jobs queued on the node; alice may have 5 XDemo jobs queued."""
+    import secrets
+    from xruntime.accounts import token_sha256
+    token = secrets.token_urlsafe(24)
+    srv = Server(str(tmp_path_factory.mktemp("limited")), env=MODULES, workers=1, extra=f"""
+        [jobs]
+        max_queued = 20
+        [auth]
+        required = true
+        [users.alice]
+        token_sha256 = "{token_sha256(token)}"
+        [users.alice.services.XDemo]
+        max_queued = 5
+        [users.root]
+        token_sha256 = "{token_sha256(token[::-1])}"
+        admin = true
+        """, auth=("root", token[::-1])).start()
+    srv.alice = ("alice", token)
+    yield srv
+    srv.stop()
+
+
+def queued_total(srv):
+    return {c["status"]: c["count"] for c in srv.call("XRuntime", "getRuntimeInformation",
+                                                       {"withJobCounts": True})["jobs"]}.get("QUEUING", 0)
+
+
+def test_children_count_against_the_queue_limit(limited):
+    """PROTOCOL §15, the measurement of issue 22: children were inserted past
+    max_queued (829 queued with max_queued 20). A parent whose children would overflow
+    the queue fails with QueueOverflowFault and queues none of them."""
+    parent = sweep(limited, scenarios=25, durationMs=20)
+    job = limited.wait_status(parent, "FAILED")
+    assert job["status"] == "FAILED"
+    assert fault_type(limited, "XSweep", "fetchSweepResponse", parent) == "QueueOverflowFault"
+    assert children(limited, parent) == []
+    assert queued_total(limited) == 0
+    # 20 fit
+    parent = sweep(limited, scenarios=20, durationMs=1)
+    assert limited.wait_status(parent, "SUCCEEDED", timeout=60)["status"] == "SUCCEEDED"
+
+
+def test_children_count_against_the_owners_max_queued(limited):
+    """alice may have 5 XDemo jobs queued: her sweep of 6 fails with QuotaExceededFault,
+    one of 5 runs."""
+    import requests
+    def alice_sweep(scenarios):
+        r = requests.post(limited.url("XSweep", "startSweep"), json={"scenarios": scenarios, "durationMs": 1},
+                          auth=limited.alice, timeout=10)
+        assert r.status_code == 200, r.text
+        return r.json()["id"]
+    parent = alice_sweep(6)
+    assert limited.wait_status(parent, "FAILED")["status"] == "FAILED"
+    r = requests.post(limited.url("XSweep", "fetchSweepResponse"), json={"id": parent}, auth=limited.alice,
+                      timeout=10)
+    assert r.json()["faultInfo"]["$type"] == "QuotaExceededFault", r.text
+    assert "max_queued of 5" in r.json()["message"]
+    assert children(limited, parent) == []
+    parent = alice_sweep(5)
+    assert limited.wait_status(parent, "SUCCEEDED", timeout=60)["status"] == "SUCCEEDED"

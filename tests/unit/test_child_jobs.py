@@ -5,7 +5,7 @@ import json
 from sqlalchemy import select
 
 from xruntime.protocol.faults import RequestStoppedFault
-from xruntime.store import now_ms
+from xruntime.store import QueueFull, QueueLimit, now_ms
 from xruntime.store.schema import jobs as jobs_table
 
 from .helpers import LEASE_MS, NODE, claim_exactly, fault_json, new_record, progress_json, result_json, \
@@ -61,6 +61,28 @@ def test_suspend_queues_the_children_in_the_parents_lane_and_frees_the_node(any_
     assert sorted(c.id for c in claimed if c is not None) == sorted(kids) and claimed[3] is None
     # a parent that no longer runs on the node stores nothing
     assert store.suspend(kids[0], "another-node", 0, True, [new_record()], progress_json(1, 0), "x") is False
+
+
+def test_children_past_a_queue_limit_are_not_stored(any_store):
+    """PROTOCOL §15: children count against max_queued, the queue's and their owner's;
+    past either, suspend stores nothing and says which limit."""
+    store = any_store
+    parent = running_parent(store)
+    assert store.create(new_record(owner="bob"), 0)               # 1 queued already
+    four = [new_record() for _ in range(4)]
+    full = store.suspend(parent, NODE, 0, True, four, progress_json(4, 0), "x",
+                         [QueueLimit("XDemo", 4, None, 0)])
+    assert full == QueueFull("XDemo", 4, own=False)
+    full = store.suspend(parent, NODE, 0, True, four, progress_json(4, 0), "x",
+                         [QueueLimit("XDemo", 10, "XDemo", 3)])
+    assert full == QueueFull("XDemo", 3, own=True)                 # alice's own lane
+    assert raw(store, parent, "status", "node") == ("RUNNING", NODE)
+    with store.engine.connect() as conn:
+        assert conn.execute(select(jobs_table.c.id).where(jobs_table.c.parent_id == parent)).all() == []
+    # a limit of another service, and limits that hold, let them in
+    status = store.suspend(parent, NODE, 0, True, four, progress_json(4, 0), "x",
+                           [QueueLimit("XTour", 1, None, 1), QueueLimit("XDemo", 5, None, 4)])
+    assert status == "RUNNING"
 
 
 def test_resume_only_after_every_child_finished(any_store):

@@ -32,9 +32,10 @@ from multiprocessing.connection import wait as wait_for_ready
 from .. import metrics
 from ..logs import OncePerPeriod
 from ..protocol.codec import dumps, encode_fault
-from ..protocol.faults import InternalErrorFault, RequestTimedOutFault, TransientFault
+from ..protocol.faults import (InternalErrorFault, QueueOverflowFault, QuotaExceededFault,
+                               RequestTimedOutFault, TransientFault)
 from ..jobs import bulk_progress, stop_children
-from ..store import JobRecord, StoreUnavailable, now_ms
+from ..store import JobRecord, QueueFull, QueueLimit, StoreUnavailable, now_ms
 from .worker import ABORTED, STOPPED, TIMED_OUT, worker_main
 
 log = logging.getLogger("xruntime.supervisor")
@@ -61,6 +62,19 @@ def default_node_name(port: int) -> str:
     """A node's name: stable across restarts of the same server, unique per host+port."""
     return f"{socket.gethostname()}:{port}"
 
+
+
+def queue_full_fault(full: QueueFull, children: int):
+    """The fault of a parent whose ``children`` did not fit in the queue: as a start
+    past the same limit is answered."""
+    if full.own:
+        return QuotaExceededFault(
+            f"this job's {children} child jobs would take your queued {full.service} jobs past your "
+            f"max_queued of {full.limit}; none was queued",
+            hint="Ask for fewer child jobs (e.g. a lower parallelism), or wait until fewer of your jobs are queued.")
+    return QueueOverflowFault(
+        f"this job's {children} child jobs would take the queue past its max_queued of {full.limit}; "
+        "none was queued", hint="Try again later, when fewer jobs are waiting, or ask for fewer child jobs.")
 
 class WorkerSlot(threading.Thread):
     """One worker process and the thread in the server that drives it."""
@@ -369,13 +383,19 @@ class WorkerSlot(threading.Thread):
                               computation_timeout=bounded(c["computation_timeout"], c["service"]))
                     for c in asked["children"]]
         note = f"waiting for {len(children)} child jobs"
+        limits = [QueueLimit(service, *settings.queue_limit(service),
+                             settings.quota_of(job.owner, service).max_queued)
+                  for service in sorted({c.service for c in children})]
         status = sup.persist(lambda: sup.store.suspend(
             job.id, sup.node, asked["stage"], asked["fail_fast"], children, bulk_progress(0, 0, len(children)),
-            note), f"the child jobs of job {job.id}")
+            note, limits), f"the child jobs of job {job.id}")
         if status is None:               # given up at shutdown: the parent is recovered, runs again
             return
         if status is False:              # deleted while it fanned out
             sup.erase_deleted(job.id)
+            return
+        if isinstance(status, QueueFull):   # children count against max_queued (PROTOCOL §15)
+            sup.fail(job, queue_full_fault(status, len(children)), "its child jobs would overflow the queue")
             return
         log.info("job %s waits for %d child jobs (stage %d), holding no worker",
                  job.id, len(children), asked["stage"])

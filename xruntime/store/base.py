@@ -69,6 +69,26 @@ class FinishedChild:
     finished_at: Optional[int]
 
 
+@dataclass(frozen=True)
+class QueueLimit:
+    """A limit the children of one service must fit in (PROTOCOL §15): at most
+    ``max_queued`` jobs queued (of ``scope``'s service, or all when None), and at most
+    ``owner_max_queued`` of the owner's in that service (0: no such limit)."""
+    service: str
+    max_queued: int
+    scope: Optional[str]
+    owner_max_queued: int
+
+
+@dataclass(frozen=True)
+class QueueFull:
+    """``suspend``'s answer when the children would take the queue past a limit:
+    the owner's own (``own``) or the queue's, ``limit`` jobs of ``service``."""
+    service: str
+    limit: int
+    own: bool
+
+
 @dataclass
 class Recovered:
     """A job found running on a dead node: re-queued, or failed past max_attempts."""

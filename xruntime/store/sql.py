@@ -22,7 +22,7 @@ from sqlalchemy import (LargeBinary, bindparam, case, create_engine, delete, eve
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
-from .base import FinishedChild, JobRecord, Recovered, StoreUnavailable
+from .base import FinishedChild, JobRecord, QueueFull, QueueLimit, Recovered, StoreUnavailable
 from .migrate import upgrade
 from .payload import pack, unpack
 from .schema import feed_metadata, job_events, jobs, lane_of, metadata
@@ -111,6 +111,25 @@ def _insert_below(limited: bool, scoped: bool, lane_limited: bool):
                      < bindparam("owner_max_queued"))
     row = select(*[bindparam(k, type_=jobs.c[k].type) for k in _INSERT_KEYS]).where(*below)
     return insert(jobs).from_select(_INSERT_KEYS, row)
+
+
+def _over_a_limit(conn, children, owner, limits):
+    """The first of ``limits`` that ``children`` (of ``owner``) would exceed, as a
+    QueueFull, or None."""
+    queued = select(func.count()).select_from(jobs).where(jobs.c.status == "QUEUING")
+    for limit in limits:
+        adding = sum(1 for child in children if child.service == limit.service)
+        if not adding:
+            continue
+        if limit.max_queued:
+            of = queued.where(jobs.c.service == limit.scope) if limit.scope is not None else queued
+            if conn.execute(of).scalar() + adding > limit.max_queued:
+                return QueueFull(limit.service, limit.max_queued, own=False)
+        if limit.owner_max_queued:
+            of_lane = queued.where(jobs.c.lane == lane_of(limit.service, owner))
+            if conn.execute(of_lane).scalar() + adding > limit.owner_max_queued:
+                return QueueFull(limit.service, limit.owner_max_queued, own=True)
+    return None
 
 
 def _guarded_statements(states):
@@ -467,13 +486,16 @@ class SqlJobStore:
     # ----------------------------------------------------------------- child jobs
 
     def suspend(self, parent_id: str, node: str, stage: int, fail_fast: bool, children: list,
-                progress: str, note: str):
+                progress: str, note: str, limits: Iterable[QueueLimit] = ()):
         """The running parent waits for ``children`` (JobRecords, stored QUEUING as its
         own, in its owner's lane): in one transaction they are inserted and the parent
         lets go of its node and its lane, holding no worker until ``resume`` takes it.  Answers the
-        parent's status (RUNNING or STOPPING), or False when it no longer runs on
-        ``node`` (deleted meanwhile): then nothing is stored."""
+        parent's status (RUNNING or STOPPING), False when it no longer runs on ``node``
+        (deleted meanwhile), or a QueueFull when the children would take the queue past
+        one of ``limits``, as a start would (PROTOCOL §15): in both, nothing is stored."""
         with self._write() as conn:
+            if self.dialect == "postgresql" and limits:      # as create's count-then-insert
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": QUEUE_LOCK_KEY})
             query = select(jobs.c.status, jobs.c.owner).where(
                 jobs.c.id == parent_id, jobs.c.node == node, jobs.c.status.in_(ACTIVE_RUNNING))
             if self.dialect == "postgresql":
@@ -482,6 +504,9 @@ class SqlJobStore:
             if row is None:
                 return False
             status, owner = row
+            full = _over_a_limit(conn, children, owner, limits)
+            if full is not None:
+                return full
             rows = []
             for index, child in enumerate(children):
                 values = {k: getattr(child, k) for k in _INSERT_KEYS if k not in ("lane", "owner")}
