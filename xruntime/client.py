@@ -14,6 +14,7 @@ What it answers:
 import base64
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Optional
 
@@ -42,6 +43,30 @@ def authorization(user: Optional[str], token: Optional[str]) -> Optional[str]:
     return f"Bearer {token}"
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is never followed: urllib would send the Authorization header (the
+    token) to whatever host the answer names."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise Unreachable(f"{req.full_url} answered a redirect (HTTP {code}) to {newurl}; it is not "
+                          "followed, so that your credentials go nowhere else: if that is the server, "
+                          "give it with --url")
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+
+
+def plain_http_warning(url: str, token: Optional[str]) -> Optional[str]:
+    """A warning when a token would travel unencrypted to another host than this one."""
+    parsed = urllib.parse.urlsplit(url)
+    host = (parsed.hostname or "").lower()
+    if token and parsed.scheme == "http" and host not in _LOOPBACK and not host.startswith("127."):
+        return (f"warning: your token goes to {host} over plain HTTP, readable on the way; "
+                "use an https:// URL")
+    return None
+
+
 class Client:
     """Calls ``POST {url}/services/rs/<Service>/<operation>``."""
 
@@ -62,7 +87,7 @@ class Client:
         body = json.dumps(request or {}).encode()
         req = urllib.request.Request(url, data=body, headers=self.headers, method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=self.TIMEOUT) as answer:
+            with _OPENER.open(req, timeout=self.TIMEOUT) as answer:
                 return _json_of(answer.read(), url, answer.status)
         except urllib.error.HTTPError as error:
             with error:

@@ -20,7 +20,7 @@ import sys
 import time
 from functools import partial
 
-from .client import DEFAULT_URL, Client, Fault, Unreachable
+from .client import DEFAULT_URL, Client, Fault, Unreachable, plain_http_warning
 from .protocol import states
 
 OK, FAULT, USAGE, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 130
@@ -45,7 +45,12 @@ def add_commands(sub) -> None:
     common.add_argument("--user", default=os.environ.get("XRUNTIME_USER"),
                         help="user name, with --token (default: $XRUNTIME_USER)")
     common.add_argument("--token", default=os.environ.get("XRUNTIME_TOKEN"),
-                        help="token: Basic with --user, Bearer without (default: $XRUNTIME_TOKEN)")
+                        help="token: Basic with --user, Bearer without (default: $XRUNTIME_TOKEN); "
+                             "other users of the machine see it in the process list: prefer "
+                             "--token-file")
+    common.add_argument("--token-file", dest="token_file", metavar="FILE",
+                        default=os.environ.get("XRUNTIME_TOKEN_FILE"),
+                        help="read the token from FILE (default: $XRUNTIME_TOKEN_FILE)")
 
     p = sub.add_parser("start", parents=[common], help="start a job (prints its id; --wait for its result)")
     p.add_argument("service", help="e.g. XDemo")
@@ -105,7 +110,19 @@ def run(command, args) -> int:
 
 
 def _client(args) -> Client:
-    return Client(args.url, args.user, args.token)
+    token = args.token
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as error:
+            raise UsageError(f"cannot read the token file: {error}")
+        if not token:
+            raise UsageError(f"the token file {args.token_file} is empty")
+    warning = plain_http_warning(args.url, token)
+    if warning:
+        print(warning, file=sys.stderr)
+    return Client(args.url, args.user, token)
 
 
 def cmd_start(args) -> int:

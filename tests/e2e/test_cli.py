@@ -253,3 +253,77 @@ def test_credentials_from_options_and_the_environment(accounts_server):
     assert out.splitlines()[1:] == []
     code, out, err = run(srv, "fetch", job_id, "--token", "wrong", env=as_alice)
     assert code == 1 and err.startswith("AccessDeniedFault: ")
+
+
+# ------------------------------------------------------------------ credentials stay home
+
+def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(tmp_path):
+    """Issue 22, item 7: urllib followed a redirect with the Authorization header, printed
+    what the other host answered and exited 0. A redirect is now refused (exit 3), and
+    the host it names never hears from the client."""
+    import http.server
+    import threading
+    heard = []
+
+    class Elsewhere(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            heard.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"jobs": []}')
+        do_GET = do_POST
+
+        def log_message(self, *args):
+            pass
+
+    elsewhere = http.server.HTTPServer(("127.0.0.1", 0), Elsewhere)
+
+    class Redirecting(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.send_response(307)
+            self.send_header("Location", f"http://127.0.0.1:{elsewhere.server_port}{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        do_GET = do_POST
+
+        def log_message(self, *args):
+            pass
+
+    redirecting = http.server.HTTPServer(("127.0.0.1", 0), Redirecting)
+    for s in (elsewhere, redirecting):
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    try:
+        env = cli_env(None, XRUNTIME_URL=f"http://127.0.0.1:{redirecting.server_port}",
+                      XRUNTIME_TOKEN="s3cret-token")
+        code, out, err = run(None, "jobs", env=env)
+        assert code == 3, (code, out, err)
+        assert "redirect" in err and "not followed" in err and out == ""
+        assert heard == []
+    finally:
+        for s in (elsewhere, redirecting):
+            s.shutdown()
+            s.server_close()
+
+
+def test_the_token_from_a_file(accounts_server, tmp_path):
+    """--token-file (or $XRUNTIME_TOKEN_FILE) keeps the token out of the process list."""
+    srv = accounts_server
+    alice, token = creds("alice")
+    path = tmp_path / "token"
+    path.write_text(token + "\n")
+    code, out, err = run(srv, "start", "XDemo", "simulate", "--user", alice, "--token-file", str(path),
+                         "--json", '{"durationMs": 0}')
+    assert code == 0, err
+    code, out, err = run(srv, "watch", out.strip(), env=cli_env(srv, XRUNTIME_TOKEN_FILE=str(path)))
+    assert code == 0 and " SUCCEEDED " in out, err
+    code, out, err = run(srv, "jobs", "--token-file", str(tmp_path / "missing"))
+    assert code == 2 and "cannot read the token file" in err
+
+
+def test_a_token_over_plain_http_to_another_host_is_warned_about():
+    from xruntime.client import plain_http_warning
+    assert "plain HTTP" in plain_http_warning("http://jobs.example.org:50000", "t")
+    for url in ("https://jobs.example.org", "http://127.0.0.1:50000", "http://localhost:1", "http://[::1]:5"):
+        assert plain_http_warning(url, "t") is None, url
+    assert plain_http_warning("http://jobs.example.org", None) is None
