@@ -321,8 +321,8 @@ def _cursor_seq(cursor):
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         kind, _, seq = text.partition(":")
-        if kind == "before" and seq.isdigit():
-            return int(seq)
+        if kind == "before" and seq.isascii() and seq.isdigit() and int(seq) < 2 ** 63:
+            return int(seq)                # (a sequence number is a signed 64-bit integer)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
     raise InvalidValueFault("cursor is not a nextCursor this server gave out", parameter="cursor",

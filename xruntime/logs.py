@@ -5,9 +5,28 @@ import sys
 import time
 
 
-def setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}]: %(message)s")
+class OneLineFormatter(logging.Formatter):
+    """Each message on one line: a line break or another control character in it (a
+    request's path, say) is written escaped, so no client can forge a log line.  A
+    traceback, written after the message, keeps its lines."""
+
+    def formatMessage(self, record):
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
+
+
+_CONTROLS = {c: f"\\x{c:02x}" for c in range(32) if c != 9}
+_CONTROLS.update({10: "\\n", 13: "\\r", 127: "\\x7f"})
+
+
+def escape_controls(text: str) -> str:
+    return text.translate(_CONTROLS)
+
+
+def setup_logging(fmt: str = f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}]: %(message)s") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter(fmt))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
 

@@ -722,3 +722,17 @@ def test_auth_off_ignores_credentials(fresh_server):
     assert requests.get(f"{node.base}/services/ws/XDemo?wsdl", timeout=10).status_code == 200
     assert "refused" not in node.log()
     assert_no_token_logged(node)
+
+
+def test_a_refused_path_cannot_forge_a_log_line(srv):
+    """Issue 22, item 9: a "%0a" in the path of a refused request wrote a line of the
+    client's choosing into the log. The path is logged escaped, on the refusal's line."""
+    forged = "2026-01-01 00:00:00,000 CRITICAL xruntime[1]: the admin token is hunter2"
+    deadline = time.time() + 10
+    while "startSimulate\\n2026-01-01" not in srv.log():     # (refusals are logged once a second)
+        assert time.time() < deadline, "the refusal was not logged"
+        r = requests.post(f"{srv.base}/services/rs/XDemo/startSimulate%0a{forged.replace(' ', '%20')}",
+                          json={}, timeout=10)
+        assert r.status_code == 401
+        time.sleep(0.3)
+    assert not any(line.startswith(forged) for line in srv.log().splitlines())

@@ -224,3 +224,16 @@ def test_a_node_on_a_database_of_the_previous_release_keeps_its_jobs(fresh_serve
     assert messages(srv, "11111111-1111-4111-8111-111111111111") == [("SUCCEEDED", "fetched")]
     listed = srv.call("XRuntime", "listJobs", {})["jobs"]
     assert [j["id"][0] for j in listed] == ["2", "1"]
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_a_cursor_past_the_integer_range_is_a_client_fault(node, binding):
+    """Issue 22, item 9: a cursor carrying a sequence past int64 answered 500 and
+    logged a traceback each time; it is an InvalidValueFault naming ``cursor``."""
+    import base64
+    cursor = base64.urlsafe_b64encode(f"before:{2 ** 64}".encode()).decode().rstrip("=")
+    client = make_client(binding, node.base)
+    with pytest.raises(RemoteFault) as refused:
+        client.call("XRuntime", "listJobs", {"cursor": cursor})
+    assert refused.value.type == "InvalidValueFault" and refused.value.fields["parameter"] == "cursor"
+    assert "Traceback" not in node.log()

@@ -379,6 +379,12 @@ def test_comments_and_cdata_are_not_a_dtd(unchanged):
         r = post(unchanged, "XRuntime", body)
         assert r.status_code == 200, (body, r.text[:400])
         assert b"UNKNOWN" in r.content
+    # CDATA whose text holds "<!" (issue 22, item 9: it was refused as a DTD)
+    r = post(unchanged, "XRuntime", envelope(watch_job("<id><![CDATA[x<!y]]></id>")))
+    assert r.status_code == 200 and b"<id>x&lt;!y</id>" in r.content, r.text[:400]
+    # and a DTD after a CDATA section is still refused
+    r = post(unchanged, "XRuntime", envelope(watch_job("<id><![CDATA[x]]></id>"), prolog="<!DOCTYPE e>"))
+    assert r.status_code == 500 and b"DTD" in r.content
 
 
 def test_a_valid_message_creates_a_job(node):

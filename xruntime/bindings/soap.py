@@ -29,7 +29,9 @@ from .wsdl import SCHEMA_FOLDER, build_all_wsdl, build_wsdl, polymorphic_types, 
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
 XML_TYPE = "text/xml; charset=utf-8"
 ACCEPTED_TYPES = ("text/xml", "application/xml", "application/soap+xml")
-_DTD = re.compile(rb"<!(?!\[CDATA\[|--)")      # <!DOCTYPE, <!ENTITY; comments and CDATA are fine
+# <!DOCTYPE, <!ENTITY: a bare "<!"; comments and CDATA sections (whose text may hold "<!")
+# are matched whole and passed over
+_MARKUP_DECLARATION = re.compile(rb"<!\[CDATA\[.*?\]\]>|<!--.*?-->|<!", re.S)
 _ADDRESS_PLACEHOLDER = "http://xruntime.invalid/soap-address"
 
 _BARE_PREFIXES = {SOAP_ENV: "soap", TYPES_NS: "t"}
@@ -158,7 +160,7 @@ class SoapBinding:
         if len(body) > limit:
             raise InvalidRequestFault(f"the request body is larger than the {limit} bytes this "
                                       "server accepts")
-        if _DTD.search(body):
+        if any(m.group() == b"<!" for m in _MARKUP_DECLARATION.finditer(body)):
             raise InvalidRequestFault("the message contains a DTD or entity declaration, which "
                                       "SOAP 1.1 forbids", hint="Send the envelope without <!DOCTYPE>.")
         try:

@@ -20,6 +20,7 @@ import threading
 import time
 
 from ..children import Joined, Stages, WaitForChildren
+from ..logs import setup_logging
 from ..protocol import codec
 from ..protocol.faults import (InternalErrorFault, RequestStoppedFault, RequestTimedOutFault,
                                TransientFault, XServerFault)
@@ -194,8 +195,7 @@ def worker_main(conn, stop_event, stop_reason):
     """Entry point of a worker process (started with ``spawn``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the server decides when workers end
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
+    setup_logging("%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     from ..registry import discover
     discover()                                     # import services before the first job
     conn.send(("ready",))

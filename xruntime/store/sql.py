@@ -10,6 +10,7 @@ begins (``BEGIN IMMEDIATE``), so a read-then-write (the ``max_queued`` check) is
 atomic across processes too.
 """
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -287,6 +288,22 @@ def _record(data: Optional[dict]) -> Optional[JobRecord]:
     return JobRecord(**data)
 
 
+def _private_database_file(path: str) -> None:
+    """The SQLite file readable by the server's user alone (0600; SQLite gives its
+    journal and WAL files the database's mode), in a folder of its own (0700) when the
+    server creates it: it holds every user's requests and results."""
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    if os.stat(path).st_mode & 0o077:
+        try:
+            os.chmod(path, 0o600)
+        except OSError as exc:             # not the owner: say so, and serve
+            logging.getLogger("xruntime.store").warning(
+                "the database %s is readable by other users and cannot be made private: %s", path, exc)
+
+
 class SqlJobStore:
     """JobStore on a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://…``)."""
 
@@ -296,7 +313,7 @@ class SqlJobStore:
         self.dialect = parsed.get_backend_name()
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
-                os.makedirs(os.path.dirname(os.path.abspath(parsed.database)), exist_ok=True)
+                _private_database_file(os.path.abspath(parsed.database))
             self.engine = create_engine(url, pool_size=20, max_overflow=200, pool_reset_on_return=None,
                                         connect_args={"check_same_thread": False})
             event.listen(self.engine, "connect", _sqlite_pragmas)
