@@ -102,6 +102,9 @@ class Settings:
     threads: int = 32          # per HTTP process: the pool for blocking work (store, codecs)
     processes: int = 0         # HTTP processes; 0: one per core
     max_request_bytes: int = 10 * 1024 * 1024
+    max_header_bytes: int = 64 * 1024        # request line and headers of one request
+    header_timeout_ms: int = 10_000          # from a request's first byte to its headers' end
+    max_connections: int = 10_000            # per HTTP process (and as its open files allow)
     max_batch: int = 100                     # JSON-RPC requests in one batch
     max_batch_answer_bytes: int = 16 * 1024 * 1024   # what one batch's answer may hold
     database_url: str = ""
@@ -255,6 +258,9 @@ _TABLES = {
         "threads": ("threads", _integer(1, 10000)),
         "processes": ("processes", _integer(0, 256)),
         "max_request_bytes": ("max_request_bytes", _integer(1024)),
+        "max_header_bytes": ("max_header_bytes", _integer(1024, 1 << 30)),
+        "header_timeout": ("header_timeout_ms", _positive_duration),
+        "max_connections": ("max_connections", _integer(16, 10_000_000)),
         "max_batch": ("max_batch", _integer(1, 100000)),
         "max_batch_answer_bytes": ("max_batch_answer_bytes", _integer(1024)),
     },

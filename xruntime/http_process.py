@@ -23,6 +23,7 @@ from .bindings.jsonrpc import JsonRpcBinding
 from .bindings.soap import SoapBinding
 from .dispatch import Dispatcher
 from .engine.notifier import Notifier
+from .http_guard import guarded_protocol
 from .jobs import JobManager
 from .logs import setup_logging
 from .metrics_page import MetricsPage
@@ -94,8 +95,8 @@ class HttpProcess:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.shutdown)
         loop.add_reader(self.control.fileno(), self._from_main)
-        config = uvicorn.Config(self.app, http="httptools", lifespan="off", log_config=None,
-                                access_log=False, timeout_keep_alive=KEEP_ALIVE,
+        config = uvicorn.Config(self.app, http=guarded_protocol(self.settings), lifespan="off",
+                                log_config=None, access_log=False, timeout_keep_alive=KEEP_ALIVE,
                                 timeout_graceful_shutdown=GRACEFUL, server_header=False,
                                 proxy_headers=False)   # X-Forwarded-* never move an address
         self.server = _Server(config)

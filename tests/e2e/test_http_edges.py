@@ -1,0 +1,121 @@
+"""What one client can take of a node's HTTP processes (PROTOCOL §15; issue 22, item
+3), through raw sockets against a real node: header bytes (431), the time to send the
+headers (408, or closed), and the connections of a process (slow senders make room for
+a new caller). None of it needs a login.
+
+The module's node has one HTTP process with small limits: 8 kB of headers, 1 s to send
+them, 32 connections."""
+import socket
+import time
+
+import pytest
+import requests
+
+from tests.harness import Server
+
+MAX_HEADER_BYTES = 8192
+MAX_CONNECTIONS = 32
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    srv = Server(str(tmp_path_factory.mktemp("edges")), server_keys={
+        "processes": 1, "max_header_bytes": MAX_HEADER_BYTES, "header_timeout": "1s",
+        "max_connections": MAX_CONNECTIONS}).start()
+    yield srv
+    srv.stop()
+
+
+def connect(node) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", node.port), timeout=10)
+    return sock
+
+
+def answer_of(sock) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def still_serving(node):
+    r = requests.post(node.url("XRuntime", "getRuntimeInformation"), json={}, timeout=10)
+    assert r.status_code == 200 and r.json()["version"]
+
+
+@pytest.mark.parametrize("size", [MAX_HEADER_BYTES * 2, 10 * 1024 * 1024])
+def test_headers_past_the_limit_are_refused_with_431(node, size):
+    """A 100 MB header line cost ~12 s of CPU before: past the limit, the request is
+    answered 431 and closed, parsed no further."""
+    sock = connect(node)
+    try:
+        head = b"POST /services/rs/XRuntime/getRuntimeInformation HTTP/1.1\r\nHost: x\r\nX-Big: "
+        try:
+            sock.sendall(head + b"a" * size + b"\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):    # closed before all of it was sent
+            pass
+        answer = answer_of(sock)
+    except ConnectionResetError:
+        answer = b"reset"
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 431 ") or answer == b"reset", answer[:200]
+    still_serving(node)
+
+
+def test_headers_just_under_the_limit_are_served(node):
+    r = requests.post(node.url("XRuntime", "getRuntimeInformation"), json={}, timeout=10,
+                      headers={"X-Padding": "a" * (MAX_HEADER_BYTES - 1024)})
+    assert r.status_code == 200
+
+
+def test_a_slow_sender_is_answered_408_and_closed(node):
+    sock = connect(node)
+    try:
+        began = time.monotonic()
+        sock.sendall(b"POST /services/rs/XRuntime/getRuntimeInformation HTTP/1.1\r\nHost: x\r\n")
+        answer = answer_of(sock)
+        waited = time.monotonic() - began
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert 0.8 < waited < 5, waited
+    assert "its headers took longer than 1000 ms" in node.log()
+
+
+def test_a_connection_that_sends_nothing_is_closed(node):
+    sock = connect(node)
+    try:
+        assert answer_of(sock) == b""
+    finally:
+        sock.close()
+
+
+def test_slow_senders_make_room_for_a_new_caller(node):
+    """Issue 22: 1 100 sockets with an unfinished header locked everyone out. Past
+    max_connections, a new connection closes the one that has waited longest for its
+    headers, so a new caller is served at once, and the node says so in its log."""
+    slow = []
+    try:
+        for _ in range(MAX_CONNECTIONS + 8):
+            sock = connect(node)
+            sock.sendall(b"POST /services/rs/XRuntime/getRuntimeInformation HTTP/1.1\r\n")
+            slow.append(sock)
+        began = time.monotonic()
+        still_serving(node)
+        assert time.monotonic() - began < 0.9        # before any header timeout could help
+        closed = 0
+        for sock in slow:
+            sock.settimeout(0.01)
+            try:
+                closed += sock.recv(1) == b""
+            except socket.timeout:
+                pass
+        assert closed >= 8, closed
+        assert "closed one that sent no complete request" in node.log()
+    finally:
+        for sock in slow:
+            sock.close()
