@@ -22,7 +22,9 @@ maximum polling period, and the supervisor also looks for work every 0.5 s.
 import hashlib
 import logging
 import os
+import re
 import socket
+import struct
 import threading
 import time
 import uuid
@@ -33,6 +35,9 @@ from .schema import feed_members
 from .sql import retry_while_busy
 
 log = logging.getLogger("xruntime.feed")
+_CREDENTIALS = struct.Struct("3i")                 # SCM_CREDENTIALS: pid, uid, gid
+_ORIGIN_OR_ID = re.compile(r"[A-Za-z0-9_.:@/*\[\]-]{1,200}")
+_dropped_at = [0.0]                                 # when a dropped datagram was last logged
 
 #: The id published for "a job was queued".
 QUEUE = "*queue*"
@@ -66,6 +71,8 @@ class SocketFeed:
         self._inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._inbox.bind(self.address)
         self._inbox.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        # any local user can reach an abstract socket: each datagram says whose it is
+        self._inbox.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self._outbox_socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._outbox_socket.setblocking(False)
         self._members = []
@@ -167,16 +174,26 @@ class SocketFeed:
     def _receive_loop(self):
         while not self._closed:
             try:
-                datagram = self._inbox.recv(65536)
+                datagram, ancillary, _, _ = self._inbox.recvmsg(65536, socket.CMSG_SPACE(_CREDENTIALS.size))
             except OSError:
                 break                       # closed
+            if not _from_this_user(ancillary):
+                _dropped("a datagram from another user")
+                continue
             try:
                 self._received(datagram)
             except Exception:
                 log.exception("a change from the feed could not be handled")
 
     def _received(self, datagram: bytes):
-        origin, *ids = datagram.decode("utf-8").split("\n")
+        try:
+            origin, *ids = datagram.decode("utf-8").split("\n")
+        except UnicodeDecodeError:
+            _dropped("a datagram that is not UTF-8")
+            return
+        if not all(_ORIGIN_OR_ID.fullmatch(part) for part in (origin, *ids)):
+            _dropped("a malformed datagram")
+            return
         if origin == self.origin:
             return
         queued = False
@@ -189,6 +206,23 @@ class SocketFeed:
                 self.on_job(job_id)
         if queued:
             self.on_queue()
+
+
+def _from_this_user(ancillary) -> bool:
+    """Whether the sender's credentials (SO_PASSCRED) name this process's user."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= _CREDENTIALS.size:
+            _, uid, _ = _CREDENTIALS.unpack(data[:_CREDENTIALS.size])
+            return uid == os.getuid()
+    return False
+
+
+def _dropped(what: str) -> None:
+    """Dropped quietly: one line a minute at most, never a traceback."""
+    now = time.monotonic()
+    if now - _dropped_at[0] >= 60:
+        _dropped_at[0] = now
+        log.warning("the change feed dropped %s", what)
 
 
 def _datagrams(origin: str, ids):
