@@ -47,10 +47,11 @@ def cmd_wsdl(args) -> int:
     from .bindings.wsdl import ALL_SERVICES_FILE, SCHEMA_FOLDER, build_all_wsdl, schema_documents
     from .registry import discover
     base = args.base_url.rstrip("/")
+    services = discover()
     os.makedirs(os.path.join(args.out, SCHEMA_FOLDER), exist_ok=True)
     written = {f"{name}.wsdl": wsdl_for(service, f"{base}/services/ws/{name}")
-               for name, service in discover().items()}
-    written[ALL_SERVICES_FILE] = build_all_wsdl(list(discover().values()), f"{base}/services/ws")
+               for name, service in services.items()}
+    written[ALL_SERVICES_FILE] = build_all_wsdl(list(services.values()), f"{base}/services/ws")
     written.update({f"{SCHEMA_FOLDER}/{name}": document for name, document in schema_documents().items()})
     for name, document in written.items():
         path = os.path.join(args.out, name)

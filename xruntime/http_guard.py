@@ -37,7 +37,8 @@ def _log(kind: str) -> OncePerPeriod:
 
 
 class _Refused(Exception):
-    """Raised in a parser callback to stop parsing a request that was refused."""
+    """Raised in a parser callback to stop parsing a request that was refused (httptools
+    hands it to uvicorn as a parser error, whose 400 ``send_400_response`` leaves out)."""
 
 
 def _answer(status: str, text: str) -> bytes:
@@ -70,13 +71,12 @@ def guarded_protocol(settings):
                 if waiting:           # the one that has waited longest for its headers
                     oldest = min(waiting, key=lambda p: p._waiting_since)
                     _log("evicted").warning("%d connections: closed one that sent no complete request "
-                                         "for %.1f s (max_connections %d)", len(self.connections) - 1,
-                                         self.loop.time() - oldest._waiting_since, limit)
+                                            "for %.1f s (max_connections %d)", len(self.connections) - 1,
+                                            self.loop.time() - oldest._waiting_since, limit)
                     oldest._close(b"")
                 else:
                     _log("full").warning("%d connections, every one serving a request: a new one was "
                                          "answered 503 (max_connections %d)", len(self.connections) - 1, limit)
-                    self._awaiting_headers = False
                     self._close(_answer("503 Service Unavailable",
                                         "this server process has as many connections as it takes; try again\n"))
                     return
@@ -94,7 +94,7 @@ def guarded_protocol(settings):
             self._header_timer = self.loop.call_later(settings().header_timeout_ms / 1000, self._headers_too_slow)
 
         def _cancel_header_timer(self):
-            if getattr(self, "_header_timer", None) is not None:
+            if self._header_timer is not None:
                 self._header_timer.cancel()
                 self._header_timer = None
 
@@ -104,7 +104,7 @@ def guarded_protocol(settings):
                 return
             if self._header_bytes:
                 _log("slow headers").warning("closed a connection from %s: its headers took longer than %d ms",
-                                     (self.client or ("?",))[0], settings().header_timeout_ms)
+                                             (self.client or ("?",))[0], settings().header_timeout_ms)
                 self._close(_answer("408 Request Timeout", "the request's headers came too slowly\n"))
             else:
                 self._close(b"")
@@ -125,10 +125,7 @@ def guarded_protocol(settings):
                 if self._header_bytes > limit + 65536:     # past it by more than one read:
                     self._too_large(limit)                 # not parsed at all
                     return
-            try:
-                super().data_received(data)
-            except _Refused:              # (on_headers_complete answered already)
-                pass
+            super().data_received(data)
 
         def send_400_response(self, msg):
             if not self.transport.is_closing():         # not after a refusal of ours

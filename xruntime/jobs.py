@@ -32,7 +32,6 @@ RACE_RETRIES = 10
 LIST_LIMIT, LIST_LIMIT_MAX = 100, 1000     # listJobs' page size: by default, at most
 
 
-
 def asked_timeouts(request, limit_ms: int):
     """The (queueing, computation) timeouts in ms a start request asks for (None: not
     asked), each refused with InvalidValueFault below 0 or past ``limit_ms``, the
@@ -48,6 +47,7 @@ def asked_timeouts(request, limit_ms: int):
                 "(the server's max_request_timeout)", parameter=f"timeouts.{name}", value=str(value))
         asked.append(value)
     return tuple(asked)
+
 
 class JobManager:
     def __init__(self, store, notifier, settings, node: str = "", watches=None, services=None):

@@ -99,11 +99,11 @@ class SoapBinding:
                                 status=404, content_type="text/plain; charset=utf-8")
             return Response(document, content_type=XML_TYPE)
         soap = self.services.get(name)
-        if request.method == "GET" and _asks_wsdl(request.args) and name == "":
-            served = [s.service for n, s in self.services.items() if self.settings().service_enabled(n)]
-            return Response(build_all_wsdl(served, self._address(request, "").rstrip("/")),
-                            content_type=XML_TYPE)
         if request.method == "GET" and _asks_wsdl(request.args):
+            if name == "":                        # every service's, for wsimport
+                served = [s.service for n, s in self.services.items() if self.settings().service_enabled(n)]
+                return Response(build_all_wsdl(served, self._address(request, "").rstrip("/")),
+                                content_type=XML_TYPE)
             if soap is None or not self.settings().service_enabled(name):
                 return Response(f"no WSDL here: the service {name} is not served\n", status=404,
                                 content_type="text/plain; charset=utf-8")

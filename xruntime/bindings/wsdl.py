@@ -115,7 +115,7 @@ def _catalogue():
     wanted = [(s.namespace, s.name) for s in services.values()]
     wanted += [(ns, re.sub(r"[^A-Za-z0-9]+", "-", ns.rstrip("/").rsplit("/", 1)[-1]) or "schema")
                for ns in sorted(written)]
-    taken = {"xs", "tns", "wsdl", "soap"}
+    taken = {"xs", "tns", "wsdl", "soap"} | {prefix for prefix, _ in names.values()}
     for namespace, stem in wanted:
         if namespace in names:
             continue

@@ -63,7 +63,6 @@ def default_node_name(port: int) -> str:
     return f"{socket.gethostname()}:{port}"
 
 
-
 def queue_full_fault(full: QueueFull, children: int):
     """The fault of a parent whose ``children`` did not fit in the queue: as a start
     past the same limit is answered."""
@@ -75,6 +74,7 @@ def queue_full_fault(full: QueueFull, children: int):
     return QueueOverflowFault(
         f"this job's {children} child jobs would take the queue past its max_queued of {full.limit}; "
         "none was queued", hint="Try again later, when fewer jobs are waiting, or ask for fewer child jobs.")
+
 
 class WorkerSlot(threading.Thread):
     """One worker process and the thread in the server that drives it."""

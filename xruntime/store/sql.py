@@ -98,11 +98,15 @@ def _statements():
     }
 
 
+#: How many jobs are queued; narrowed to a service or a lane by the max_queued checks.
+_QUEUED = select(func.count()).select_from(jobs).where(jobs.c.status == "QUEUING")
+
+
 def _insert_below(limited: bool, scoped: bool, lane_limited: bool):
     """Insert a job only while fewer than ``max_queued`` jobs (``limited``; of
     ``service`` when ``scoped``) and fewer than ``owner_max_queued`` of its lane
     (``lane_limited``) are queued: the checks and the insert in one statement (SQLite)."""
-    queued = select(func.count()).select_from(jobs).where(jobs.c.status == "QUEUING")
+    queued = _QUEUED
     below = []
     if limited:
         of = queued.where(jobs.c.service == bindparam("service")) if scoped else queued
@@ -117,7 +121,7 @@ def _insert_below(limited: bool, scoped: bool, lane_limited: bool):
 def _over_a_limit(conn, children, owner, limits):
     """The first of ``limits`` that ``children`` (of ``owner``) would exceed, as a
     QueueFull, or None."""
-    queued = select(func.count()).select_from(jobs).where(jobs.c.status == "QUEUING")
+    queued = _QUEUED
     for limit in limits:
         adding = sum(1 for child in children if child.service == limit.service)
         if not adding:
