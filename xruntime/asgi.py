@@ -15,7 +15,7 @@ from functools import partial
 
 from werkzeug.wrappers import Request, Response
 
-from . import metrics
+from . import browser_guard, metrics
 from .accounts import ANONYMOUS, NotAuthenticated, authenticate
 from .blocking import blocking
 from .bindings.json_binding import fault_response
@@ -26,6 +26,8 @@ log = logging.getLogger("xruntime.http")
 #: Refused credentials: one line a second at most (a client retrying a wrong token
 #: in a loop must not fill the disk); never the credentials themselves.
 _refusal_log = OncePerPeriod(log, 1.0)
+#: Requests refused for their Host or Origin: one line in ten seconds at most.
+_browser_log = OncePerPeriod(log, 10.0)
 
 CHALLENGE = 'Basic realm="xruntime"'
 CREDENTIALS_HINT = ("Send your user name and token as HTTP Basic credentials, or the token as "
@@ -92,6 +94,18 @@ class XRuntimeApp:
         if scope["type"] != "http":         # lifespan is off; websockets are not served
             return
         path = scope["path"]
+        try:
+            other_origin = browser_guard.check(scope, self.settings())
+        except browser_guard.Refusal as refusal:
+            await self._refuse_early(scope, refusal.fault, send)
+            return
+        if other_origin is not None:      # a page the file allows: CORS headers
+            if browser_guard.is_preflight(scope):
+                await send({"type": "http.response.start", "status": 204,
+                            "headers": browser_guard.cors_headers(other_origin, preflight=True)})
+                await send({"type": "http.response.body", "body": b""})
+                return
+            send = _adding_headers(send, browser_guard.cors_headers(other_origin, preflight=False))
         page = self.pages.get(path)
         if page is not None:
             await self._serve_page(page, scope, receive, send)
@@ -121,6 +135,18 @@ class XRuntimeApp:
             await _send(response, send)
         finally:
             metrics.request_answered(began)
+
+    async def _refuse_early(self, scope, fault, send):
+        """A request whose Host or Origin may not be served: the fault in the form of
+        the binding its path names, the body unread."""
+        path = scope["path"]
+        _browser_log.warning("refused %s %s from %s: %s", scope["method"], path,
+                             (scope.get("client") or ("an unknown address",))[0], fault.faultstring)
+        prefix, binding = self._route(path)
+        response = (binding.refusal(path[len(prefix):], fault) if binding is not None
+                    else fault_response(fault))
+        response.headers["Connection"] = "close"
+        await _send(response, send)
 
     async def _serve_page(self, page, scope, receive, send):
         try:
@@ -212,6 +238,15 @@ class XRuntimeApp:
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+
+def _adding_headers(send, headers: list):
+    """``send``, adding ``headers`` to the answer's start."""
+    async def sending(message):
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *headers]}
+        await send(message)
+    return sending
 
 
 def _header(scope, name: bytes):

@@ -107,6 +107,8 @@ class Settings:
     max_connections: int = 10_000            # per HTTP process (and as its open files allow)
     max_batch: int = 100                     # JSON-RPC requests in one batch
     max_batch_answer_bytes: int = 16 * 1024 * 1024   # what one batch's answer may hold
+    allowed_origins: tuple = ()              # other origins whose pages may call (browser_guard)
+    allowed_hosts: tuple = ()                # host names served besides addresses and localhost
     database_url: str = ""
     workers: int = 2
     jobs: JobSettings = field(default_factory=JobSettings)
@@ -229,6 +231,36 @@ def _positive_duration(value):
     return ms
 
 
+def _origins(value):
+    """Origins such as ``https://app.example:8443`` (scheme, host, port; no path), or "*"."""
+    origins = []
+    for item in _strings(value):
+        origin = item.strip().lower().rstrip("/")
+        if origin != "*" and not re.fullmatch(r"https?://[a-z0-9.\-]+(:[0-9]{1,5})?|https?://\[[0-9a-f:.]+\](:[0-9]{1,5})?", origin):
+            raise ValueError(f"{item!r} is no origin; write scheme://host[:port] without a path, "
+                             "e.g. \"https://app.example\", or \"*\" for every origin")
+        origins.append(origin)
+    return tuple(origins)
+
+
+def _hosts(value):
+    """Host names (``.example.org``: that name and every name under it), or "*"."""
+    hosts = []
+    for item in _strings(value):
+        host = item.strip().lower().rstrip(".")
+        if host != "*" and not re.fullmatch(r"\.?[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?)*", host):
+            raise ValueError(f"{item!r} is no host name; write a name without scheme or port, "
+                             "e.g. \"xr.example.org\", \".example.org\" or \"*\"")
+        hosts.append(host)
+    return tuple(hosts)
+
+
+def _strings(value) -> list:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"expected a list of strings, got {value!r}")
+    return value
+
+
 def _public_url(value):
     value = _string(value)
     if value and not re.match(r"^https?://[^/\s]+", value):
@@ -263,6 +295,8 @@ _TABLES = {
         "max_connections": ("max_connections", _integer(16, 10_000_000)),
         "max_batch": ("max_batch", _integer(1, 100000)),
         "max_batch_answer_bytes": ("max_batch_answer_bytes", _integer(1024)),
+        "allowed_origins": ("allowed_origins", _origins),
+        "allowed_hosts": ("allowed_hosts", _hosts),
     },
     "database": {"url": ("database_url", _string)},
     "workers": {"count": ("workers", _integer(1, 256))},

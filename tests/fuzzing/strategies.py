@@ -56,7 +56,7 @@ class Case:
 
 def post(path: str, body: bytes, content_type=None) -> bytes:
     """A well-formed HTTP/1.1 POST, however bad its body."""
-    head = f"POST {urllib.parse.quote(path, safe='/?=&%')} HTTP/1.1\r\nHost: fuzz\r\n"
+    head = f"POST {urllib.parse.quote(path, safe='/?=&%')} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
     if content_type is not None:
         head += f"Content-Type: {content_type}\r\n"
     return (head + f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
@@ -404,10 +404,11 @@ VERSIONS = st.sampled_from(["HTTP/1.0", "http/1.1", "HTTP/2.0", "HTTP/1.1x", "HT
 #: header names as HTTP allows them, with values of every size
 GOOD_HEADERS = st.tuples(
     st.sampled_from(["Host", "Content-Type", "Connection", "Expect", "Accept", "Upgrade", "X-Fuzz", "Cookie",
-                     "Accept-Encoding", "X-Forwarded-For", "X-Forwarded-Host"]),
+                     "Accept-Encoding", "X-Forwarded-For", "X-Forwarded-Host", "Origin"]),
     st.one_of(st.sampled_from(["close", "keep-alive", "100-continue", "websocket", "h2c", "Upgrade", "",
                                "fuzz:99999999999", "[::1", "a b<c>\"", "gzip, br", "upgrade, keep-alive",
-                               "\xe9\xff", "text/xml; charset=utf-8"]),
+                               "\xe9\xff", "text/xml; charset=utf-8", "https://evil.example", "null",
+                               "http://127.0.0.1:1"]),
               st.integers(1000, 70000).map(lambda n: "v" * n)))
 #: header lines HTTP does not allow: spaces and control characters in names, no colon
 BAD_HEADERS = st.tuples(
@@ -472,7 +473,7 @@ def http_cases(draw, known=()):
     if kind == "bytes":
         return Case("http", draw(st.binary(min_size=1, max_size=300)), method="", ends_open=True)
     method, target, content_type, body = draw(st.sampled_from(ROUTES))
-    version, headers = "HTTP/1.1", [("Host", "fuzz")] + ([("Content-Type", content_type)] if content_type else [])
+    version, headers = "HTTP/1.1", [("Host", "127.0.0.1")] + ([("Content-Type", content_type)] if content_type else [])
     if kind == "right":
         headers += draw(st.lists(GOOD_HEADERS, max_size=2))
     elif kind == "line":

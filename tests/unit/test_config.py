@@ -212,6 +212,12 @@ def test_unknown_table_names_its_line():
     ('[server]\npublic_url = "ftp://x"\n', 2, "public_url"),
     ('[server]\nport = 70000\n', 2, "port"),
     ('[jobs]\nmax_attempts = 0\n', 2, "max_attempts"),
+    ('[server]\nallowed_origins = "https://a.example"\n', 2, "allowed_origins"),
+    ('[server]\nallowed_origins = ["https://a.example/app"]\n', 2, "allowed_origins"),
+    ('[server]\n\nallowed_origins = ["a.example"]\n', 3, "allowed_origins"),
+    ('[server]\nallowed_hosts = ["http://a.example"]\n', 2, "allowed_hosts"),
+    ('[server]\nallowed_hosts = ["a.example:80"]\n', 2, "allowed_hosts"),
+    ('[server]\nallowed_hosts = [1]\n', 2, "allowed_hosts"),
 ])
 def test_wrong_type_or_value_names_its_line(text, line, key):
     assert key in single_error(text, line)
@@ -418,3 +424,12 @@ def test_check_config_needs_a_path(capsys):
         cli.main(["check-config"])
     assert excinfo.value.code != 0
     capsys.readouterr()
+
+
+def test_allowed_origins_and_hosts_are_read_as_compared():
+    """Origins and names are compared in lower case, an origin without its last slash."""
+    settings = config.parse('[server]\nallowed_origins = ["https://App.Example/", "http://[::1]:3000", "*"]\n'
+                            'allowed_hosts = ["XR.example.org.", ".corp.example", "*"]\n')
+    assert settings.allowed_origins == ("https://app.example", "http://[::1]:3000", "*")
+    assert settings.allowed_hosts == ("xr.example.org", ".corp.example", "*")
+    assert config.parse("").allowed_origins == () and config.parse("").allowed_hosts == ()

@@ -43,9 +43,11 @@ def read_json_body(request: Request, max_bytes: int, empty=None):
                                   f"{max_bytes} this server accepts",
                                   hint="Send a smaller request.")
     ctype = request.mimetype or ""
-    if ctype and "json" not in ctype and ctype not in ("text/plain", "application/x-www-form-urlencoded"):
+    if ctype and "json" not in ctype:
+        # text/plain, a form: what any web page may post to any address (PROTOCOL §15)
         raise InvalidRequestFault(f"the content type {ctype} is not JSON",
-                                  hint="Send the request as application/json.")
+                                  hint="Send the request as application/json "
+                                       "(curl: -H 'Content-Type: application/json').")
     raw = request.stream.read(max_bytes + 1)
     if len(raw) > max_bytes:
         raise InvalidRequestFault(f"the request body is larger than the {max_bytes} bytes this "
