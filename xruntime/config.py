@@ -40,6 +40,8 @@ class JobSettings:
     max_retries: int = 3                 # retries of a transient failure (PROTOCOL §11)
     retry_backoff_ms: int = 30_000       # the first retry's delay; doubled for each next one
     retry_max_delay_ms: int = 3600_000   # the longest delay between two runs
+    #: the bytes one user may keep stored, all services together (PROTOCOL §15); 0: no limit
+    max_stored_bytes: int = 4 * 1024 ** 3
 
     def retry_delay_ms(self, retry: int) -> int:
         """The delay before the ``retry``-th retry of a transient failure, without
@@ -83,6 +85,7 @@ class User:
     admin: bool = False
     quota: Quota = Quota()
     services: dict = field(default_factory=dict)     # service → Quota of [users.NAME.services.X]
+    max_stored_bytes: Optional[int] = None             # None: [jobs] max_stored_bytes
 
     def quota_for(self, service: str) -> Quota:
         return self.services.get(service) or self.quota
@@ -150,6 +153,14 @@ class Settings:
         """The user's quota for the service (none for the anonymous or a removed user)."""
         found = self.users.get(user)
         return found.quota_for(service) if found is not None else Quota()
+
+    def stored_bytes_limit(self, user: str) -> int:
+        """The bytes ``user`` may keep stored (0: no limit): their own value, else the
+        [jobs] one (every user's, the anonymous one's too)."""
+        found = self.users.get(user)
+        if found is not None and found.max_stored_bytes is not None:
+            return found.max_stored_bytes
+        return self.jobs.max_stored_bytes
 
     def running_limits(self) -> tuple:
         """((user, service or None, max_running), ...): every configured max_running,
@@ -280,7 +291,11 @@ _JOB_KEYS = {
     "max_retries": ("max_retries", _integer(0, 1000)),
     "retry_backoff": ("retry_backoff_ms", parse_duration),
     "retry_max_delay": ("retry_max_delay_ms", parse_duration),
+    "max_stored_bytes": ("max_stored_bytes", _integer(0)),
 }
+#: [jobs] keys that bound a user across services: a [services.NAME] table cannot set them.
+_NOT_PER_SERVICE = {"max_stored_bytes": "it bounds what a user stores across all services; "
+                                        "set it in [jobs], or for one user in [users.NAME]"}
 
 _TABLES = {
     "server": {
@@ -346,11 +361,14 @@ def _users(content: dict, error, known_services) -> dict:
                     fields["admin"] = _boolean(value)
                 elif key in _QUOTA_KEYS:
                     quota[key] = _QUOTA_KEYS[key](value)
+                elif key == "max_stored_bytes":
+                    fields["max_stored_bytes"] = _integer(0)(value)
                 elif key == "services" and isinstance(value, dict):
                     services = value
                 else:
                     error(tname, key, "unknown key (known: token_sha256, admin, max_running, "
-                                      "max_queued, and [users.NAME.services.SERVICE] tables)")
+                                      "max_queued, max_stored_bytes, and [users.NAME.services.SERVICE] "
+                                      "tables)")
             except ValueError as exc:
                 error(tname, key, str(exc))
         if "token_sha256" not in table:
@@ -370,6 +388,9 @@ def _users(content: dict, error, known_services) -> dict:
                 continue
             values = {}
             for key, value in overrides.items():
+                if key in _NOT_PER_SERVICE:
+                    error(sname, key, f"not per service: {_NOT_PER_SERVICE[key]}")
+                    continue
                 if key not in _QUOTA_KEYS:
                     error(sname, key, f"unknown key (known: {', '.join(_QUOTA_KEYS)})")
                     continue
@@ -493,11 +514,14 @@ def parse(text: str, path: str = "<config>", known_services=None) -> Settings:
                     try:
                         if key == "enabled":
                             enabled = _boolean(value)
+                        elif key in _NOT_PER_SERVICE:
+                            error(tname, key, f"not per service: {_NOT_PER_SERVICE[key]}")
                         elif key in _JOB_KEYS:
                             attr, check = _JOB_KEYS[key]
                             jobs[attr] = check(value)
                         else:
-                            error(tname, key, "unknown key (known: enabled, " + ", ".join(_JOB_KEYS) + ")")
+                            error(tname, key, "unknown key (known: enabled, "
+                                  + ", ".join(k for k in _JOB_KEYS if k not in _NOT_PER_SERVICE) + ")")
                     except ValueError as exc:
                         error(tname, key, str(exc))
                 services[name] = (enabled, jobs)

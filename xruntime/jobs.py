@@ -24,6 +24,7 @@ from .protocol.faults import (AccessDeniedFault, InvalidFetchTypeFault, InvalidV
 from .protocol.types import (BulkProgress, Job, JobCount, JobEvent, JobEvents, JobList, JobProgress, JobSummary,
                              RuntimeInformation, ServiceInformation)
 from .protocol.watch import watch_periods
+from .storage_quota import StoredBytesQuota
 from .store import JobRecord, now_ms
 
 log = logging.getLogger("xruntime.jobs")
@@ -58,6 +59,7 @@ class JobManager:
         self.settings = settings          # a callable answering the settings in force
         self.node = node
         self.started_at = time.time()
+        self.stored_quota = StoredBytesQuota(store)
 
     # ------------------------------------------------------------------ views
 
@@ -88,10 +90,12 @@ class JobManager:
 
     def start(self, op, request, caller=ANONYMOUS) -> Job:
         """Queue a job of ``caller`` for ``op`` (a LongOperation) and answer QUEUING at
-        once; refused past the queue's limit or the caller's own (PROTOCOL §10)."""
+        once; refused past the queue's limit, the caller's own (PROTOCOL §10), or
+        what the caller may keep stored (§15)."""
         if op.validate is not None:
             op.validate(request)
         settings = self.settings()
+        self.stored_quota.check(caller.name, settings.stored_bytes_limit(caller.name))
         queueing, computation = asked_timeouts(request, settings.jobs_for(op.service).max_request_timeout_ms)
         rec = JobRecord(
             id=str(uuid.uuid4()), service=op.service, operation=op.name, owner=caller.name,

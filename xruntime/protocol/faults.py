@@ -112,7 +112,8 @@ class QueueOverflowFault(RejectedRequestFault):
 
 class QuotaExceededFault(RejectedRequestFault):
     """The caller has as many jobs of this service queued as their ``max_queued``
-    allows (PROTOCOL §10); others' jobs are still accepted."""
+    allows (PROTOCOL §10), or their stored jobs take ``max_stored_bytes`` (§15, its own
+    hint); others' jobs are still accepted."""
     http_status = 429
     default_hint = "Wait until some of your queued jobs have started, then try again."
 

@@ -107,6 +107,9 @@ class JobStore(Protocol):
     def count_queued(self, service: str, owner: str) -> int:
         """How many jobs of ``owner`` and ``service`` are queued."""
 
+    def stored_bytes(self, owner: str) -> int:
+        """The bytes the payloads of ``owner``'s stored jobs take."""
+
     def get(self, job_id: str, owner: Optional[str] = None) -> Optional[JobRecord]:
         """The whole job (only if it belongs to ``owner``, when given)."""
 

@@ -3,7 +3,7 @@
 ``metadata.create_all`` makes missing tables only; columns and indexes added since
 (accounts: ``owner``, ``lane``; retries: ``not_before``, ``retries``; the history:
 ``event_note`` and its triggers; child jobs: ``parent_id``, ``child_stage``,
-``child_index``, ``waiting_for``, ``fail_fast``) are added here, once, in the
+``child_index``, ``waiting_for``, ``fail_fast``; stored bytes: ``stored_bytes``) are added here, once, in the
 transaction that creates the schema (on PostgreSQL under its advisory lock, so nodes
 starting together upgrade it once).  Jobs stored before accounts belong to the
 anonymous user.
@@ -11,7 +11,7 @@ anonymous user.
 from sqlalchemy import inspect, text, update
 
 from .events import install_triggers
-from .schema import jobs
+from .schema import STORED_BYTES, jobs
 
 #: Columns added after the first release, with the SQL that adds them to old tables.
 ADDED_COLUMNS = {
@@ -25,7 +25,13 @@ ADDED_COLUMNS = {
     "child_index": "INTEGER",
     "waiting_for": "INTEGER",
     "fail_fast": "INTEGER NOT NULL DEFAULT 0",
+    "stored_bytes": None,      # generated: by dialect, below
 }
+
+#: SQLite adds a generated column only as VIRTUAL (computed when read, stored in the
+#: index over it, which is all the sum reads); PostgreSQL's are STORED (the upgrade
+#: rewrites the table once).
+_GENERATED = {"sqlite": "VIRTUAL", "postgresql": "STORED"}
 
 
 def upgrade(conn) -> list:
@@ -33,7 +39,9 @@ def upgrade(conn) -> list:
     present = {column["name"] for column in inspect(conn).get_columns("jobs")}
     added = [name for name in ADDED_COLUMNS if name not in present]
     for name in added:
-        conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {ADDED_COLUMNS[name]}"))
+        definition = ADDED_COLUMNS[name] or \
+            f"BIGINT GENERATED ALWAYS AS ({STORED_BYTES}) {_GENERATED[conn.dialect.name]}"
+        conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {definition}"))
     if "lane" in added:
         conn.execute(update(jobs).values(lane=jobs.c.service + "/" + jobs.c.owner))
     for index in jobs.indexes:

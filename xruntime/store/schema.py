@@ -5,11 +5,19 @@
 ``owner`` is the user who started the job ("" for the anonymous user); ``lane`` is
 "service/owner", the queue within the queue that fair shares count by (PROTOCOL §10):
 its index lets a claim visit the first job of each lane instead of every queued job.
+``stored_bytes`` is what the row's payloads take, computed by the database itself at
+each write whichever statement makes it; with ``owner`` in an index of its own, a
+user's stored bytes are summed from the index alone (``[jobs] max_stored_bytes``).
 """
-from sqlalchemy import (BigInteger, Column, ForeignKey, Index, Integer, LargeBinary, MetaData,
+from sqlalchemy import (BigInteger, Column, Computed, ForeignKey, Index, Integer, LargeBinary, MetaData,
                         String, Table, text)
 
 metadata = MetaData()
+
+#: The bytes a row's payloads take as stored (``length`` of a BLOB/bytea is its size in
+#: both dialects); BIGINT, as four payloads together may pass 2**31.
+STORED_BYTES = ("CAST(length(request) AS BIGINT) + COALESCE(CAST(length(result) AS BIGINT), 0)"
+                " + COALESCE(CAST(length(fault) AS BIGINT), 0) + COALESCE(CAST(length(progress) AS BIGINT), 0)")
 
 jobs = Table(
     "jobs", metadata,
@@ -46,11 +54,13 @@ jobs = Table(
     # meanwhile), and whether one child's failure ends the wait (its siblings are stopped)
     Column("waiting_for", Integer),
     Column("fail_fast", Integer, nullable=False, server_default="0"),
+    Column("stored_bytes", BigInteger, Computed(STORED_BYTES, persisted=True)),
     Index("ix_jobs_status_seq", "status", "seq"),
     Index("ix_jobs_status_lane_seq", "status", "lane", "seq"),
     Index("ix_jobs_node", "node"),
     Index("ix_jobs_finished_at", "finished_at"),
     Index("ix_jobs_owner_seq", "owner", "seq"),
+    Index("ix_jobs_owner_bytes", "owner", "stored_bytes"),
     Index("ix_jobs_service_seq", "service", "seq"),
     Index("ix_jobs_not_before", "not_before", sqlite_where=text("not_before IS NOT NULL"),
           postgresql_where=text("not_before IS NOT NULL")),
@@ -79,6 +89,11 @@ job_events = Table(
 #: each process that uses the file, so that each can send the others the ids of the
 #: jobs it changed.  PostgreSQL uses LISTEN/NOTIFY instead (``store.channel``).
 feed_metadata = MetaData()
+
+#: The bytes a row's payloads take as stored (``length`` of a BLOB/bytea is its size in
+#: both dialects); BIGINT, as four payloads together may pass 2**31.
+STORED_BYTES = ("CAST(length(request) AS BIGINT) + COALESCE(CAST(length(result) AS BIGINT), 0)"
+                " + COALESCE(CAST(length(fault) AS BIGINT), 0) + COALESCE(CAST(length(progress) AS BIGINT), 0)")
 
 feed_members = Table(
     "feed_members", feed_metadata,

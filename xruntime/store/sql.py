@@ -39,7 +39,7 @@ QUEUE_LOCK_KEY = 0x78727431        # advisory lock serialising max_queued checks
 
 _PAYLOADS = ("request", "result", "fault", "progress")
 #: Columns the store keeps for itself: never part of a JobRecord.
-_INTERNAL = ("seq", "lane", "event_note")
+_INTERNAL = ("seq", "lane", "event_note", "stored_bytes")
 #: The lane of a parent waiting for its children: none, so that max_running, which
 #: counts the jobs of a lane that hold a worker, does not count it (it holds none).
 WAITING_LANE = ""
@@ -93,6 +93,8 @@ def _statements():
                                  .where(jobs.c.status == "QUEUING", jobs.c.lane == bindparam("lane")),
                                  ["n"], None),
         "insert": (lambda: insert(jobs), None, _INSERT_KEYS),
+        "stored_bytes": (lambda: select(func.coalesce(func.sum(jobs.c.stored_bytes), 0))
+                         .where(jobs.c.owner == bindparam("owner")), ["n"], None),
         "mark_fetched": (lambda: update(jobs).where(jobs.c.id == _ID, jobs.c.first_fetched_at.is_(None))
                          .values(first_fetched_at=bindparam("now")), None, None),
     }
@@ -459,6 +461,12 @@ class SqlJobStore:
     def count_queued(self, service: str, owner: str) -> int:
         """How many jobs of ``owner`` and ``service`` are queued."""
         return self._run("count_queued_in_lane", False, lane=lane_of(service, owner))[1]["n"]
+
+    def stored_bytes(self, owner: str) -> int:
+        """The bytes the payloads of ``owner``'s jobs take as stored, all services and
+        states together (the jobs not yet erased), summed over the (owner,
+        stored_bytes) index: a few ms per 100 000 of the owner's jobs."""
+        return int(self._run("stored_bytes", False, owner=owner)[1]["n"])
 
     def get(self, job_id: str, owner: Optional[str] = None) -> Optional[JobRecord]:
         """The whole job; with ``owner``, only if it is theirs (another's job is not
