@@ -90,11 +90,6 @@ job_events = Table(
 #: jobs it changed.  PostgreSQL uses LISTEN/NOTIFY instead (``store.channel``).
 feed_metadata = MetaData()
 
-#: The bytes a row's payloads take as stored (``length`` of a BLOB/bytea is its size in
-#: both dialects); BIGINT, as four payloads together may pass 2**31.
-STORED_BYTES = ("CAST(length(request) AS BIGINT) + COALESCE(CAST(length(result) AS BIGINT), 0)"
-                " + COALESCE(CAST(length(fault) AS BIGINT), 0) + COALESCE(CAST(length(progress) AS BIGINT), 0)")
-
 feed_members = Table(
     "feed_members", feed_metadata,
     Column("address", String(200), primary_key=True),
