@@ -7,7 +7,8 @@ before it is read (by its Content-Length, or as soon as a chunked body passes th
 limit), with a fault in the form of the binding its path names.  The bindings keep
 werkzeug's Request and Response: each request is handed over as a werkzeug Request
 over the body read here, and a streamed Response (a large SOAP result) is produced
-in the pool for blocking work, chunk by chunk.
+in the pool for blocking work, chunk by chunk.  Once a large request is answered, the
+memory its parse took is given back to the system (``bindings.parsing``).
 """
 import io
 import logging
@@ -18,6 +19,7 @@ from werkzeug.wrappers import Request, Response
 from . import browser_guard, metrics
 from .accounts import ANONYMOUS, NotAuthenticated, authenticate
 from .blocking import blocking
+from .bindings import parsing
 from .bindings.json_binding import fault_response
 from .logs import OncePerPeriod
 from .protocol.faults import AccessDeniedFault, InvalidRequestFault, as_fault
@@ -35,6 +37,8 @@ CREDENTIALS_HINT = ("Send your user name and token as HTTP Basic credentials, or
 
 #: Chunks of a streamed answer are gathered up to this size per hop to the pool.
 STREAM_CHUNK = 256 * 1024
+#: The scope's key for the size of the request's body, once read.
+BODY_BYTES = "xruntime.body_bytes"
 
 
 class Refused(Exception):
@@ -135,6 +139,9 @@ class XRuntimeApp:
             await _send(response, send)
         finally:
             metrics.request_answered(began)
+        del response
+        if scope.get(BODY_BYTES, 0) > parsing.GIVE_BACK_BYTES:     # its parse is garbage now
+            await blocking(parsing.give_back)
 
     async def _refuse_early(self, scope, fault, send):
         """A request whose Host or Origin may not be served: the fault in the form of
@@ -237,6 +244,7 @@ class XRuntimeApp:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
+        scope[BODY_BYTES] = size
         return b"".join(chunks)
 
 

@@ -17,8 +17,12 @@ from .. import metrics
 from ..protocol.faults import InvalidRequestFault, XServerFault, as_fault
 from ..blocking import sized
 from ..protocol import codec
+from . import parsing
 
 JSON_TYPE = "application/json; charset=utf-8"
+#: A JSON body may hold one array or object per this many bytes (on average): a
+#: location ``{"lon":8.1,"lat":50.1}`` is one per 23.
+JSON_BYTES_PER_MARK = 16
 
 
 def dumps(data) -> bytes:
@@ -54,6 +58,8 @@ def read_json_body(request: Request, max_bytes: int, empty=None):
                                   "server accepts", hint="Send a smaller request.")
     if not raw.strip() and empty is not None:
         return empty
+    parsing.check_marks(raw, raw.count(b"[") + raw.count(b"{"), JSON_BYTES_PER_MARK,
+                        "JSON arrays and objects")
     try:
         # decoded strictly, in the encoding JSON allows that the body is in: a surrogate
         # encoded as bytes (CESU-8, UTF-16 without its pair) is no text (json.loads would
@@ -135,8 +141,9 @@ class JsonBinding:
                 raise InvalidRequestFault(f"{request.method} is not allowed; POST the request",
                                           hint="POST a JSON object.")
             self.dispatcher.check_enabled(op.service)
-            data = await sized(request.content_length, read_json_body, request,
-                               self.settings().max_request_bytes, empty={})
+            limit = self.settings().max_request_bytes
+            data = await parsing.parse(request.content_length, limit, read_json_body, request,
+                                       limit, empty={})
             del request                  # a held watch keeps nothing of the request
             answer = await self.dispatcher.call(op, data, caller)
             # one Response for all the watchers sharing the answer

@@ -18,6 +18,7 @@ from ..protocol.faults import (InvalidRequestFault, ProcessingFault, RejectedReq
                                XServerFault)
 from ..blocking import sized
 from ..protocol import codec
+from . import parsing
 from .json_binding import JSON_TYPE, dumps, read_json_body
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
@@ -67,8 +68,8 @@ class JsonRpcBinding:
                                           "/services/rpc/<Service>")
             if request.method != "POST":
                 raise InvalidRequestFault(f"{request.method} is not allowed; POST a JSON-RPC request")
-            body = await sized(request.content_length, read_json_body, request,
-                               self.settings().max_request_bytes)
+            limit = self.settings().max_request_bytes
+            body = await parsing.parse(request.content_length, limit, read_json_body, request, limit)
         except XServerFault as fault:
             code = PARSE_ERROR if "not valid JSON" in fault.faultstring else INVALID_REQUEST
             return self._answer(error(None, code, fault))

@@ -3,7 +3,10 @@
 Document/literal, bare: the body's one element names the operation and holds the
 request.  The envelope is parsed with entities, DTDs and network access switched off,
 and a message carrying a DTD is refused before parsing (SOAP 1.1 forbids DTDs), so an
-entity-expansion body costs nothing.  Faults travel with HTTP 500 as ``soap:Fault``
+entity-expansion body costs nothing.  The envelope is read piece by piece and the
+``soap:Header``'s content is dropped as it is read (nothing here needs it: headers are
+not interpreted), so a header costs no memory; the body's elements are counted before
+parsing (``parsing.check_marks``), so its tree is bounded by its bytes.  Faults travel with HTTP 500 as ``soap:Fault``
 (``Client`` for InvalidRequestFault and RejectedRequestFault, ``Server`` otherwise)
 with the typed fault element, declared in the WSDL, inside ``<detail>``.
 """
@@ -20,10 +23,10 @@ from werkzeug.wrappers import Request, Response
 from .. import metrics
 from ..protocol.faults import InvalidRequestFault, XServerFault, as_fault
 from ..protocol.types import NAMESPACE as TYPES_NS
-from ..blocking import INLINE_BYTES, sized
+from ..blocking import INLINE_BYTES
 from ..protocol import codec
 from ..protocol.typeinfo import complex_types
-from . import xml_codec
+from . import parsing, xml_codec
 from .wsdl import SCHEMA_FOLDER, build_all_wsdl, build_wsdl, polymorphic_types, schema_documents
 
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
@@ -35,9 +38,15 @@ _MARKUP_DECLARATION = re.compile(rb"<!\[CDATA\[.*?\]\]>|<!--.*?-->|<!", re.S)
 _ADDRESS_PLACEHOLDER = "http://xruntime.invalid/soap-address"
 
 _BARE_PREFIXES = {SOAP_ENV: "soap", TYPES_NS: "t"}
-_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
-                          dtd_validation=False, huge_tree=False, remove_comments=True,
-                          remove_pis=True)
+_PARSER_OPTIONS = dict(resolve_entities=False, no_network=True, load_dtd=False, dtd_validation=False,
+                       huge_tree=False, remove_comments=True, remove_pis=True)
+_HEADER = f"{{{SOAP_ENV}}}Header"
+#: The envelope is fed to the parser in pieces of this size; the header's content
+#: read so far is dropped after each.
+FEED_BYTES = 64 * 1024
+#: An XML body may hold one element or attribute per this many bytes (on average):
+#: a coordinate ``<lon>8.1</lon>`` is one per 14.
+XML_BYTES_PER_MARK = 12
 
 
 @lru_cache(maxsize=None)
@@ -116,7 +125,9 @@ class SoapBinding:
                 raise InvalidRequestFault(f"{request.method} is not allowed; POST a SOAP envelope, "
                                           f"or GET {request.base_url}?wsdl")
             self.dispatcher.check_enabled(name)
-            op, (data, sent) = await sized(request.content_length, self._read, request, soap)
+            op, (data, sent) = await parsing.parse(request.content_length,
+                                                   self.settings().max_request_bytes,
+                                                   self._read, request, soap)
             del request                  # a held watch keeps nothing of the request
             answer = await self.dispatcher.call(op, data, caller, sent)
         except Exception as exc:
@@ -163,8 +174,11 @@ class SoapBinding:
         if any(m.group() == b"<!" for m in _MARKUP_DECLARATION.finditer(body)):
             raise InvalidRequestFault("the message contains a DTD or entity declaration, which "
                                       "SOAP 1.1 forbids", hint="Send the envelope without <!DOCTYPE>.")
+        # elements (start tags, and comments or CDATA, which count too) and attributes
+        parsing.check_marks(body, body.count(b"<") - body.count(b"</") + body.count(b"="),
+                            XML_BYTES_PER_MARK, "XML elements and attributes")
         try:
-            root = etree.fromstring(body, _PARSER)
+            root = _parse_envelope(body)
         except etree.XMLSyntaxError as exc:
             raise InvalidRequestFault(f"the request is not well-formed XML: {exc}")
         docinfo = root.getroottree().docinfo
@@ -207,6 +221,37 @@ class SoapBinding:
                                      prefixes),
                 "</detail></soap:Fault>"]
         return self._envelope(soap, fill, status=500)
+
+
+def _parse_envelope(body: bytes):
+    """The envelope's root element, its ``soap:Header`` (if any) empty: the header's
+    descendants are dropped as they are read, so they are never a tree.  Only the
+    elements the parser has finished are removed (all but the last child at each
+    level of the open header), so the tree under construction stays whole."""
+    parser = etree.XMLPullParser(events=("start",), tag=_HEADER, **_PARSER_OPTIONS)
+    header = None
+    view = memoryview(body)
+    for at in range(0, len(body), FEED_BYTES):
+        parser.feed(bytes(view[at:at + FEED_BYTES]))
+        for _, elem in parser.read_events():
+            parent = elem.getparent()
+            if header is None and parent is not None and parent.getparent() is None:
+                header = elem                  # the Envelope's own header, not a body element
+        if header is not None:
+            _drop_finished(header)
+    root = parser.close()
+    if header is not None:
+        del header[:]
+    return root
+
+
+def _drop_finished(elem) -> None:
+    """Remove the finished descendants of ``elem``, an element being parsed: at each
+    level every child but the last (the one the parser may still be in)."""
+    while len(elem):
+        if len(elem) > 1:
+            del elem[:-1]
+        elem = elem[-1]
 
 
 def _schema_name(path: str):
