@@ -8,6 +8,7 @@ by its path (``timeouts.computationTimeout``, ``orders[3].demand``).
 """
 import json
 import math
+import reprlib
 
 from .faults import InvalidValueFault, MissingParameterFault, XServerFault, fault_class
 from .typeinfo import BOOL, ENUM, FLOAT, INT, OBJ, fields, is_polymorphic, original, subtypes
@@ -151,8 +152,14 @@ def _check_range(v, attrs, path, sent):
 
 def shown(value) -> str:
     """How a fault's ``value`` shows a value of the request: a string as it is, any
-    other value as JSON (and Python) write it."""
-    return value if isinstance(value, str) else repr(value)
+    other value as JSON (and Python) write it, containers cut short (a fault shows 200
+    characters: a 10 MB list must not be written whole first)."""
+    return value if isinstance(value, str) else _SHORT.repr(value)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict = 8, 100, 100, 100
+_SHORT.maxstring = _SHORT.maxlong = _SHORT.maxother = 400
 
 
 def _invalid(path, value, why, sent=None):
