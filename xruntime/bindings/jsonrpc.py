@@ -7,6 +7,7 @@ by id); notifications run and get no answer; a batch of notifications only answe
 HTTP 204.
 """
 import asyncio
+import contextlib
 import logging
 
 from werkzeug.wrappers import Request, Response
@@ -17,6 +18,7 @@ from ..logs import OncePerPeriod
 from ..protocol.faults import (InvalidRequestFault, ProcessingFault, RejectedRequestFault, as_fault,
                                XServerFault)
 from ..blocking import sized
+from ..service import FETCH
 from ..protocol import codec
 from . import parsing
 from .json_binding import JSON_TYPE, dumps, read_json_body
@@ -25,6 +27,8 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600,
 REJECTED, PROCESSING, INTERNAL = -32001, -32002, -32000
 
 _MISSING = object()
+_OVER_BUDGET = object()
+_NO_WAIT = contextlib.nullcontext()
 #: How many requests of one batch run at once: a caller's batch weighs on the node
 #: like a few callers, not like one caller per item.
 BATCH_PARALLEL = 4
@@ -98,18 +102,22 @@ class JsonRpcBinding:
                 "takes in one", hint="Send the requests in several smaller batches.")))
         budget = settings.max_batch_answer_bytes
         answers = [None] * len(items)
-        running = asyncio.Semaphore(BATCH_PARALLEL)
+        running, fetching = asyncio.Semaphore(BATCH_PARALLEL), asyncio.Semaphore(1)
+
+        def over_budget(item):
+            request_id = item.get("id") if isinstance(item, dict) and _is_id(item.get("id")) else None
+            return codec.dumps(error(request_id, REJECTED, RejectedRequestFault(
+                f"the batch's answer would hold more than {settings.max_batch_answer_bytes} bytes; "
+                "this request's answer was left out",
+                hint="Send this request on its own (a large result is streamed then).")))
 
         async def run(index, item):
             nonlocal budget
-            async with running:
-                answer = await self._one(service, item, caller)
-            if answer is not None and len(answer) > budget:
-                request_id = item.get("id") if isinstance(item, dict) and _is_id(item.get("id")) else None
-                answer = codec.dumps(error(request_id, REJECTED, RejectedRequestFault(
-                    f"the batch's answer would hold more than {settings.max_batch_answer_bytes} bytes; "
-                    "this request's answer was left out",
-                    hint="Send this request on its own (a large result is streamed then).")))
+            # fetches one at a time: each may read a large result before it is weighed
+            async with (fetching if self._fetches(service, item) else _NO_WAIT), running:
+                answer = await self._one(service, item, caller, lambda: budget)
+            if answer is _OVER_BUDGET or (answer is not None and len(answer) > budget):
+                answer = over_budget(item)
             if answer is not None:
                 budget -= len(answer)
             answers[index] = answer
@@ -122,11 +130,17 @@ class JsonRpcBinding:
         code = INVALID_REQUEST if isinstance(fault, InvalidRequestFault) else error_code(fault)
         return self._answer(error(None, code, fault))
 
-    async def _one(self, service, item, caller):
-        """One request object → its answer as JSON text, or None for a notification.
-        A result is spliced in as the text the dispatcher answers (for a fetch, the
-        stored text; for watchers woken by one change, one text), not parsed and
-        encoded again."""
+    def _fetches(self, service, item) -> bool:
+        op = self.dispatcher.operation(service, item.get("method")) if isinstance(item, dict) \
+            and isinstance(item.get("method"), str) else None
+        return op is not None and op.kind == FETCH
+
+    async def _one(self, service, item, caller, budget=None):
+        """One request object → its answer as JSON text, or None for a notification
+        (``_OVER_BUDGET`` when its result alone is larger than ``budget()``: it is not
+        copied into an answer that would be dropped).  A result is spliced in as the
+        text the dispatcher answers (for a fetch, the stored text; for watchers woken by
+        one change, one text), not parsed and encoded again."""
         if not isinstance(item, dict) or item.get("jsonrpc") != "2.0" \
                 or not isinstance(item.get("method"), str) or not _is_id(item.get("id")):
             request_id = item.get("id") if isinstance(item, dict) and _is_id(item.get("id")) else None
@@ -151,6 +165,8 @@ class JsonRpcBinding:
             return None if notification else codec.dumps(error(request_id, error_code(fault), fault))
         if notification:
             return None
+        if budget is not None and len(result) > budget():
+            return _OVER_BUDGET
         return f'{{"jsonrpc":"2.0","id":{codec.dumps(request_id)},"result":{result}}}'
 
     @staticmethod
