@@ -71,13 +71,14 @@ class Dispatcher:
             raise InvalidRequestFault(what, hint="Check the operation's name and its service.")
         return op
 
-    async def call(self, op, data, caller, sent=None) -> Answer:
+    async def call(self, op, data, caller, sent=None, max_answer_bytes=None) -> Answer:
         """Plain request data of any binding, from ``caller`` (``accounts.Caller``) →
         the Answer.  Validation is the codec's, so every binding refuses the same input
-        the same way (``sent``: see ``codec.decode``)."""
+        the same way (``sent``: see ``codec.decode``; ``max_answer_bytes``: see
+        ``call_json``)."""
         metrics.operation_named(op.name)
         if not op.waits:
-            return Answer(await blocking(self.call_json, op, data, caller, sent))
+            return Answer(await blocking(self.call_json, op, data, caller, sent, max_answer_bytes))
         self.check_enabled(op.service)
         if op.kind == RUN:
             request = await blocking(codec.decode, data, op.request, sent=sent)
@@ -97,14 +98,15 @@ class Dispatcher:
             self._shared.popitem(last=False)
         return answer
 
-    def call_json(self, op, data, caller, sent=None) -> str:
+    def call_json(self, op, data, caller, sent=None, max_answer_bytes=None) -> str:
         """The blocking part: request data → the response as JSON text.  A fetch
         answers the text the worker stored as it is: a large result is never built as
-        spyne objects on the server's threads."""
+        spyne objects on the server's threads (nor read whole when it is longer than
+        ``max_answer_bytes``: RejectedRequestFault)."""
         self.check_enabled(op.service)
         request = codec.decode(data, op.request, sent=sent)
         if op.kind == FETCH:
-            return self.jobs.fetch_json(op.target, request.id, caller)
+            return self.jobs.fetch_json(op.target, request.id, caller, max_answer_bytes)
         if op.kind == START:
             answer = self.jobs.start(op.target, request, caller)
         elif op.kind == CALL:

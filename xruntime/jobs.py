@@ -12,6 +12,7 @@ import logging
 import time
 import uuid
 from datetime import datetime, timezone
+from typing import Optional
 
 from . import __version__
 from .accounts import ANONYMOUS
@@ -19,13 +20,14 @@ from .blocking import blocking
 from .protocol import codec
 from .protocol import states
 from .protocol.faults import (AccessDeniedFault, InvalidFetchTypeFault, InvalidValueFault, JobStateFault,
-                              QueueOverflowFault, QuotaExceededFault, RequestStoppedFault,
-                              UnknownJobFault)
+                              QueueOverflowFault, QuotaExceededFault, RejectedRequestFault,
+                              RequestStoppedFault, UnknownJobFault)
 from .protocol.types import (BulkProgress, Job, JobCount, JobEvent, JobEvents, JobList, JobProgress, JobSummary,
                              RuntimeInformation, ServiceInformation)
 from .protocol.watch import watch_periods
 from .storage_quota import StoredBytesQuota
 from .store import JobRecord, now_ms
+from .store.payload import TooLarge
 
 log = logging.getLogger("xruntime.jobs")
 
@@ -120,13 +122,19 @@ class JobManager:
         """The response of a finished job (or its own fault), by the fetch rules."""
         return codec.decode(json.loads(self.fetch_json(op, job_id, caller)), op.response)
 
-    def fetch_json(self, op, job_id: str, caller=ANONYMOUS) -> str:
+    def fetch_json(self, op, job_id: str, caller=ANONYMOUS, max_bytes: Optional[int] = None) -> str:
         """Like ``fetch``, but the response as the JSON text the worker stored: the
         codec's form of ``op.response``, exactly what ``codec.encode`` of the fetched
         response would give (the worker encoded it with the same declared type).  The
         JSON bindings write it as it is, so a large result is never built as spyne
-        objects nor parsed and encoded again on the server's threads."""
-        rec = self.store.get(job_id, None if caller.admin else caller.name)
+        objects nor parsed and encoded again on the server's threads.  A result longer
+        than ``max_bytes`` is RejectedRequestFault, and the job is not marked fetched."""
+        try:
+            rec = self.store.get(job_id, None if caller.admin else caller.name, max_result_bytes=max_bytes)
+        except TooLarge:
+            raise RejectedRequestFault(
+                f"the result of job {job_id} is larger than the {max_bytes} bytes this answer may "
+                "still hold; it was left out", hint="Fetch it on its own.")
         if rec is None:
             raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
         if rec.fetch_type != op.fetch_type or rec.service != op.service:

@@ -240,3 +240,19 @@ def test_large_children_lists_are_copied_as_their_compressed_pieces(monkeypatch)
     assert summaries == [dump(dict(part, rows=[])) for part in parts]
     copied = {bytes(piece) for blob in blobs for piece, _, _ in payload._read_table(blob)[0][1:]}
     assert copied <= {bytes(piece) for piece, _, _ in payload._read_table(joined)[0]}
+
+
+@pytest.mark.parametrize("form", ["plain", "zlib", "compact"])
+@pytest.mark.parametrize("data", [{"text": "x" * 50_000}, {"matrix": list(range(20_000)), "n": 1},
+                                  {"text": "é" * 3000}])
+def test_unpack_within_max_bytes_or_too_large(form, data):
+    """A batch weighs a result against what its answer may still hold: a text within
+    the bound reads back whole, a longer one is TooLarge, at any byte past the bound."""
+    text = dump(data)
+    size = len(text.encode("utf-8"))
+    blob = stored(text, form)
+    assert unpack(blob, size) == text
+    with pytest.raises(payload.TooLarge):
+        unpack(blob, size - 1)
+    with pytest.raises(payload.TooLarge):
+        unpack(blob, 100)

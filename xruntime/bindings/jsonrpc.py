@@ -159,7 +159,8 @@ class JsonRpcBinding:
             if not isinstance(params, dict):
                 raise InvalidRequestFault("params must be the request object (by name)",
                                           hint="Send \"params\": {...} with the request's fields.")
-            result = (await self.dispatcher.call(op, params, caller)).text
+            result = (await self.dispatcher.call(
+                op, params, caller, max_answer_bytes=None if budget is None else budget())).text
         except Exception as exc:
             fault = as_fault(exc, f"JSON-RPC {service}.{item['method']}")
             return None if notification else codec.dumps(error(request_id, error_code(fault), fault))

@@ -110,8 +110,10 @@ class JobStore(Protocol):
     def stored_bytes(self, owner: str) -> int:
         """The bytes the payloads of ``owner``'s stored jobs take."""
 
-    def get(self, job_id: str, owner: Optional[str] = None) -> Optional[JobRecord]:
-        """The whole job (only if it belongs to ``owner``, when given)."""
+    def get(self, job_id: str, owner: Optional[str] = None,
+            max_result_bytes: Optional[int] = None) -> Optional[JobRecord]:
+        """The whole job (only if it belongs to ``owner``, when given); with
+        ``max_result_bytes``, ``payload.TooLarge`` when its result's text is longer."""
 
     def peek(self, job_id: str) -> Optional[JobRecord]:
         """Like get, without request, result and fault."""

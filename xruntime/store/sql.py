@@ -283,14 +283,14 @@ def _first_due_pg(lane):
     return func.coalesce(if_due, first_due)
 
 
-def _record(data: Optional[dict]) -> Optional[JobRecord]:
+def _record(data: Optional[dict], max_result_bytes: Optional[int] = None) -> Optional[JobRecord]:
     if data is None:
         return None
     for name in _INTERNAL:
         data.pop(name, None)
     for name in _PAYLOADS:
         if name in data:
-            data[name] = unpack(data[name])
+            data[name] = unpack(data[name], max_result_bytes if name == "result" else None)
     return JobRecord(**data)
 
 
@@ -468,12 +468,14 @@ class SqlJobStore:
         stored_bytes) index: a few ms per 100 000 of the owner's jobs."""
         return int(self._run("stored_bytes", False, owner=owner)[1]["n"])
 
-    def get(self, job_id: str, owner: Optional[str] = None) -> Optional[JobRecord]:
+    def get(self, job_id: str, owner: Optional[str] = None,
+            max_result_bytes: Optional[int] = None) -> Optional[JobRecord]:
         """The whole job; with ``owner``, only if it is theirs (another's job is not
-        even read, so answering "no such job" takes the time it takes for an unknown id)."""
+        even read, so answering "no such job" takes the time it takes for an unknown id).
+        With ``max_result_bytes``, ``payload.TooLarge`` for a longer result."""
         if owner is None:
-            return _record(self._run("get", False, job_id=job_id)[1])
-        return _record(self._run("get_owned", False, job_id=job_id, owner=owner)[1])
+            return _record(self._run("get", False, job_id=job_id)[1], max_result_bytes)
+        return _record(self._run("get_owned", False, job_id=job_id, owner=owner)[1], max_result_bytes)
 
     def peek(self, job_id: str) -> Optional[JobRecord]:
         """The job without its request, result and fault: what watch, stop and delete
