@@ -25,6 +25,7 @@ MB = 1024 * 1024
 PEAK_MB = 150           # one abusive request: the old code took +348
 PARALLEL_PEAK_MB = 400  # eight at once, per HTTP process: the old code took +1700
 KEPT_MB = 60
+KEPT_PARALLEL_MB = 150  # after eight at once (malloc's per-thread heaps keep some): the old code kept +334
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
 XDEMO_NS = "http://xruntime.org/xserver/xdemo"
 DIMA_NS = "http://xruntime.org/xserver/xdima"
@@ -79,10 +80,10 @@ class Memory:
     def kept(self):
         return max(kb(pid, "VmRSS") / 1024 - self.before[pid] for pid in self.pids)
 
-    def comes_back(self, within=15.0):
-        """Waits until every HTTP process's RSS is within KEPT_MB of before."""
+    def comes_back(self, bound=KEPT_MB, within=15.0):
+        """Waits until every HTTP process's RSS is within ``bound`` MB of before."""
         deadline = time.monotonic() + within
-        while self.kept() > KEPT_MB and time.monotonic() < deadline:
+        while self.kept() > bound and time.monotonic() < deadline:
             time.sleep(0.1)
         return self.kept()
 
@@ -172,7 +173,7 @@ def test_eight_at_once_do_not_multiply_the_peak(node, binding):
         t.join()
     assert memory.peak_growth() < PARALLEL_PEAK_MB, \
         f"an HTTP process grew by {memory.peak_growth():.0f} MB"
-    assert memory.comes_back() <= KEPT_MB, f"an HTTP process kept {memory.kept():.0f} MB"
+    assert memory.comes_back(KEPT_PARALLEL_MB) <= KEPT_PARALLEL_MB, f"an HTTP process kept {memory.kept():.0f} MB"
     for r in answers:
         refused(binding, r)
     still_serving(node)
