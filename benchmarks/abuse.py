@@ -84,6 +84,7 @@ import time
 import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.fairness import scratch_database  # noqa: E402
 from benchmarks.roundtrip import percentile, process_names  # noqa: E402
 from tests.processes import descendants  # noqa: E402
 from xruntime.accounts import token_sha256  # noqa: E402
@@ -243,28 +244,6 @@ class Node:
                 return conn.exec_driver_sql("SELECT pg_database_size(current_database())").scalar()
         finally:
             engine.dispose()
-
-
-@contextlib.contextmanager
-def scratch_database(url):
-    """None for SQLite; with ``url`` a database of its own on that server, dropped after."""
-    if url is None:
-        yield None
-        return
-    from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
-    name = f"xruntime_abuse_{os.getpid()}_{secrets.token_hex(3)}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        try:
-            yield make_url(url).set(database=name).render_as_string(hide_password=False)
-        finally:
-            with admin.connect() as conn:
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        admin.dispose()
 
 
 # ------------------------------------------------------------------------ HTTP
@@ -1021,7 +1000,8 @@ def run_item(item, tree, folder, args, nodes):
             keys[(quota[0], quota[1])] = QUOTA
         extra = users_toml(alice)
     auth = ("bob", TOKENS["bob"]) if ("auth", "required") in keys else None
-    with scratch_database(args.database_url) as url:
+    with scratch_database(args.database_url, folder) as url:
+        url = url if args.database_url else None           # SQLite: the node's own file
         node = Node(tree, os.path.join(folder, f"{item}-{tree.label.split()[0]}"), url, keys, extra, auth)
         nodes.append(node)
         try:

@@ -244,26 +244,29 @@ def _positive_duration(value):
 
 def _origins(value):
     """Origins such as ``https://app.example:8443`` (scheme, host, port; no path), or "*"."""
-    origins = []
-    for item in _strings(value):
-        origin = item.strip().lower().rstrip("/")
-        if origin != "*" and not re.fullmatch(r"https?://[a-z0-9.\-]+(:[0-9]{1,5})?|https?://\[[0-9a-f:.]+\](:[0-9]{1,5})?", origin):
-            raise ValueError(f"{item!r} is no origin; write scheme://host[:port] without a path, "
-                             "e.g. \"https://app.example\", or \"*\" for every origin")
-        origins.append(origin)
-    return tuple(origins)
+    return _listed(value, lambda item: item.strip().lower().rstrip("/"),
+                   r"https?://[a-z0-9.\-]+(:[0-9]{1,5})?|https?://\[[0-9a-f:.]+\](:[0-9]{1,5})?",
+                   "is no origin; write scheme://host[:port] without a path, e.g. "
+                   "\"https://app.example\", or \"*\" for every origin")
 
 
 def _hosts(value):
     """Host names (``.example.org``: that name and every name under it), or "*"."""
-    hosts = []
+    return _listed(value, lambda item: item.strip().lower().rstrip("."),
+                   r"\.?[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?)*",
+                   "is no host name; write a name without scheme or port, e.g. "
+                   "\"xr.example.org\", \".example.org\" or \"*\"")
+
+
+def _listed(value, normal, pattern: str, why: str) -> tuple:
+    """A list of strings, each ``normal``-ised and either "*" or matching ``pattern``."""
+    items = []
     for item in _strings(value):
-        host = item.strip().lower().rstrip(".")
-        if host != "*" and not re.fullmatch(r"\.?[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?)*", host):
-            raise ValueError(f"{item!r} is no host name; write a name without scheme or port, "
-                             "e.g. \"xr.example.org\", \".example.org\" or \"*\"")
-        hosts.append(host)
-    return tuple(hosts)
+        normalised = normal(item)
+        if normalised != "*" and not re.fullmatch(pattern, normalised):
+            raise ValueError(f"{item!r} {why}")
+        items.append(normalised)
+    return tuple(items)
 
 
 def _strings(value) -> list:
