@@ -112,6 +112,7 @@ class Settings:
     max_batch_answer_bytes: int = 16 * 1024 * 1024   # what one batch's answer may hold
     allowed_origins: tuple = ()              # other origins whose pages may call (browser_guard)
     allowed_hosts: tuple = ()                # host names served besides addresses and localhost
+    node_name: str = ""                      # the node's name in the store; "": hostname:port
     database_url: str = ""
     workers: int = 2
     jobs: JobSettings = field(default_factory=JobSettings)
@@ -275,6 +276,14 @@ def _strings(value) -> list:
     return value
 
 
+def _node_name(value):
+    """A name for the node in the store: unique among the nodes of one database."""
+    value = _string(value).strip()
+    if value and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,199}", value):
+        raise ValueError(f"{value!r} is no node name: letters, digits and _ . : @ -, at most 200")
+    return value
+
+
 def _public_url(value):
     value = _string(value)
     if value and not re.match(r"^https?://[^/\s]+", value):
@@ -315,13 +324,14 @@ _TABLES = {
         "max_batch_answer_bytes": ("max_batch_answer_bytes", _integer(1024)),
         "allowed_origins": ("allowed_origins", _origins),
         "allowed_hosts": ("allowed_hosts", _hosts),
+        "node_name": ("node_name", _node_name),
     },
     "database": {"url": ("database_url", _string)},
     "workers": {"count": ("workers", _integer(1, 256))},
 }
 
 #: Keys a running server cannot change; an edit of them waits for the next restart.
-RESTART_KEYS = ("host", "port", "database_url", "workers", "threads", "processes")
+RESTART_KEYS = ("host", "port", "database_url", "workers", "threads", "processes", "node_name")
 
 
 _AUTH_KEYS = ("required", "public_wsdl")

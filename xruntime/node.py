@@ -40,7 +40,7 @@ class Node:
 
     def __init__(self, settings, services, node_name=None):
         self._settings = settings
-        self.name = node_name or default_node_name(settings.port)
+        self.name = node_name or settings.node_name or default_node_name(settings.port)
         self.started_at = time.time()        # the node's uptime counts from here
         self.store = open_store(settings.database_url)
         self.notifier = Notifier()

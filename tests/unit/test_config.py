@@ -218,6 +218,8 @@ def test_unknown_table_names_its_line():
     ('[server]\nallowed_hosts = ["http://a.example"]\n', 2, "allowed_hosts"),
     ('[server]\nallowed_hosts = ["a.example:80"]\n', 2, "allowed_hosts"),
     ('[server]\nallowed_hosts = [1]\n', 2, "allowed_hosts"),
+    ('[server]\nnode_name = "two words"\n', 2, "node_name"),
+    ('[server]\nnode_name = 5\n', 2, "node_name"),
 ])
 def test_wrong_type_or_value_names_its_line(text, line, key):
     assert key in single_error(text, line)
@@ -433,3 +435,9 @@ def test_allowed_origins_and_hosts_are_read_as_compared():
     assert settings.allowed_origins == ("https://app.example", "http://[::1]:3000", "*")
     assert settings.allowed_hosts == ("xr.example.org", ".corp.example", "*")
     assert config.parse("").allowed_origins == () and config.parse("").allowed_hosts == ()
+
+
+def test_node_name_is_read_and_waits_for_a_restart():
+    assert config.parse('[server]\nnode_name = "host-a:50000"\n').node_name == "host-a:50000"
+    assert config.parse("").node_name == ""
+    assert "node_name" in config.RESTART_KEYS

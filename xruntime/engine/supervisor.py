@@ -35,7 +35,7 @@ from ..protocol.codec import dumps, encode_fault
 from ..protocol.faults import (InternalErrorFault, QueueOverflowFault, QuotaExceededFault,
                                RequestTimedOutFault, TransientFault)
 from ..jobs import bulk_progress, stop_children
-from ..store import JobRecord, QueueFull, QueueLimit, StoreUnavailable, now_ms
+from ..store import JobRecord, QueueFull, QueueLimit, Run, StoreUnavailable, now_ms
 from .worker import ABORTED, STOPPED, TIMED_OUT, worker_main
 
 log = logging.getLogger("xruntime.supervisor")
@@ -90,7 +90,7 @@ class WorkerSlot(threading.Thread):
         self.current = None          # id of the job being run
         self.claiming = False        # between a claim and ``current`` being set
         self.discard = False         # the job was deleted: erase instead of finishing
-        self.kill_at = None          # time.time() past which the process is killed
+        self.kill_at = None          # time.monotonic() past which the process is killed
         self.kill_reason = None
 
     # ---------------------------------------------------------------- process
@@ -134,14 +134,14 @@ class WorkerSlot(threading.Thread):
     def poke(self):
         self._wake_w.send_bytes(b"!")
 
-    def signal(self, job_id: str, reason: int) -> bool:
-        """Stop (or, with ABORTED, delete) the job if this slot runs it."""
+    def signal(self, job_id: str, reason: int, why: str = "it was deleted") -> bool:
+        """Stop (or, with ABORTED, let go of: ``why``) the job if this slot runs it."""
         with self._lock:
             if self.current != job_id:
                 return False
             if reason == ABORTED:
                 self.discard = True
-                self._arm_kill(DELETE_GRACE, "deleted")
+                self._arm_kill(DELETE_GRACE, why)
             if self.stop_reason.value == 0 or reason == ABORTED:
                 self.stop_reason.value = reason
             self.stop_event.set()
@@ -149,7 +149,7 @@ class WorkerSlot(threading.Thread):
         return True
 
     def _arm_kill(self, grace, why):
-        at = time.time() + grace
+        at = time.monotonic() + grace
         if self.kill_at is None or at < self.kill_at:
             self.kill_at, self.kill_reason = at, why
 
@@ -197,7 +197,7 @@ class WorkerSlot(threading.Thread):
         sup = self.sup
         fault = InternalErrorFault("the server failed while running this job; see its log")
         if sup.fail(job, fault, "server error") is False:
-            sup.erase_deleted(job.id)
+            sup.let_go(job)
 
     def execute(self, job, resumed=False):
         sup = self.sup
@@ -233,7 +233,8 @@ class WorkerSlot(threading.Thread):
             outage_log.warning("job %s: its child jobs cannot be read: %s", job.id, exc)
             with self._lock:
                 self.current = None
-            sup.persist(lambda: sup.store.hand_back(job.id, sup.node), f"the hand-back of job {job.id}")
+            sup.persist(lambda: sup.store.hand_back(job.id, sup.node, sup.run_of(job)),
+                        f"the hand-back of job {job.id}")
             return
         log.info("job %s %s.%s %s on worker %d (attempt %d%s)", job.id, job.service, job.operation,
                  "RUNNING again" if resumed else "RUNNING", self.index, job.attempts,
@@ -248,19 +249,19 @@ class WorkerSlot(threading.Thread):
 
     def _drive(self, job, limits):
         sup = self.sup
-        deadline = None
-        if limits.computation_timeout_ms:
-            deadline = job.started_at / 1000 + limits.computation_timeout_ms / 1000
+        deadline = None                  # on this process's monotonic clock
+        if limits.computation_timeout_ms:  # (the start is on the database's: see store.clock)
+            deadline = time.monotonic() + (job.started_at + limits.computation_timeout_ms - now_ms()) / 1000
         progress = None                  # progress not yet written (the outcome may follow)
         while True:
             if progress is not None and not self.conn.poll(0):
                 try:
-                    if sup.store.set_progress(job.id, progress):
+                    if sup.store.set_progress(job.id, progress, sup.run_of(job)):
                         sup.notifier.notify(job.id)
                     progress = None
                 except StoreUnavailable as exc:   # kept: written later, or with the outcome
                     outage_log.warning("job %s: progress not written yet: %s", job.id, exc)
-            now = time.time()
+            now = time.monotonic()
             due = [t for t in (deadline, self.kill_at) if t is not None]
             timeout = max(0.0, min(due) - now) if due else None
             ready = wait_for_ready([self.conn, self.process.sentinel, self._wake_r], timeout)
@@ -287,12 +288,12 @@ class WorkerSlot(threading.Thread):
                 return
             if sup.closing:
                 self.kill()
-                sup.persist(lambda: sup.store.hand_back(job.id, sup.node),
+                sup.persist(lambda: sup.store.hand_back(job.id, sup.node, sup.run_of(job)),
                             f"the hand-back of job {job.id}")
                 sup.notifier.notify(job.id)
                 log.info("job %s handed back to the queue (node shutting down)", job.id)
                 return
-            now = time.time()
+            now = time.monotonic()
             if self.kill_at is not None and now >= self.kill_at:
                 self._killed(job)
                 return
@@ -307,12 +308,12 @@ class WorkerSlot(threading.Thread):
                     outage_log.warning("job %s: STOPPING not written: %s", job.id, exc)
                 self.signal(job.id, TIMED_OUT)
                 with self._lock:
-                    self._arm_kill(STOP_GRACE, "timed out")
+                    self._arm_kill(STOP_GRACE, "the computation timeout stopped it")
 
     def _done(self, job, kind, payload, progress=None):
         sup = self.sup
         if self.discard:
-            sup.erase_deleted(job.id)
+            sup.let_go(job)
             return
         if kind == "children":
             self._wait_for_children(job, json.loads(payload))
@@ -324,12 +325,12 @@ class WorkerSlot(threading.Thread):
         status = "SUCCEEDED" if kind == "result" else "FAILED"
         won = sup.persist(lambda: sup.store.finish(
             job.id, status, now_ms(), result=payload if kind == "result" else None,
-            fault=payload if kind == "fault" else None, progress=progress),
+            fault=payload if kind == "fault" else None, progress=progress, run=sup.run_of(job)),
             f"the outcome of job {job.id}")
         if won is None:                  # given up at shutdown: recovered later
             return
-        if not won:                      # deleted while it finished
-            sup.erase_deleted(job.id)
+        if not won:                      # deleted while it finished, or no longer this run's
+            sup.let_go(job)
             return
         sup.finished(job, True, status)
 
@@ -353,8 +354,8 @@ class WorkerSlot(threading.Thread):
             return "fault", payload
         due = now_ms() + delay_ms
         won = sup.persist(lambda: sup.store.retry(
-            job.id, due, f"retry {retry} of {cfg.max_retries} planned in {delay_ms / 1000:.1f} s: {reason}"),
-            f"the retry of job {job.id}")
+            job.id, due, f"retry {retry} of {cfg.max_retries} planned in {delay_ms / 1000:.1f} s: {reason}",
+            sup.run_of(job)), f"the retry of job {job.id}")
         if won is None:                  # given up at shutdown: recovered later
             return None, None
         if not won:                      # stopped or deleted meanwhile: the fault stands
@@ -388,11 +389,11 @@ class WorkerSlot(threading.Thread):
                   for service in sorted({c.service for c in children})]
         status = sup.persist(lambda: sup.store.suspend(
             job.id, sup.node, asked["stage"], asked["fail_fast"], children, bulk_progress(0, 0, len(children)),
-            note, limits), f"the child jobs of job {job.id}")
+            note, limits, sup.run_of(job)), f"the child jobs of job {job.id}")
         if status is None:               # given up at shutdown: the parent is recovered, runs again
             return
-        if status is False:              # deleted while it fanned out
-            sup.erase_deleted(job.id)
+        if status is False:              # deleted while it fanned out, or no longer this run's
+            sup.let_go(job)
             return
         if isinstance(status, QueueFull):   # children count against max_queued (PROTOCOL §15)
             sup.fail(job, queue_full_fault(status, len(children)), "its child jobs would overflow the queue")
@@ -413,7 +414,7 @@ class WorkerSlot(threading.Thread):
         self.kill()
         log.error("worker %d died (exit code %s) while running job %s", self.index, code, job.id)
         if self.discard:
-            sup.erase_deleted(job.id)
+            sup.let_go(job)
             return
         fault = InternalErrorFault(f"the worker process running this job died (exit code {code}); "
                                    "the job is not run again")
@@ -423,10 +424,10 @@ class WorkerSlot(threading.Thread):
         sup = self.sup
         why = self.kill_reason
         self.kill()
-        log.warning("job %s: worker %d killed, the operation did not return after it was %s",
+        log.warning("job %s: worker %d killed: the operation did not return after %s",
                     job.id, self.index, why)
         if self.discard:
-            sup.erase_deleted(job.id)
+            sup.let_go(job)
             return
         fault = RequestTimedOutFault("the computation timeout stopped the job and it did not "
                                      f"return within {STOP_GRACE:g} s; it was aborted")
@@ -514,14 +515,14 @@ class Supervisor:
     def stop(self, job_id: str) -> bool:
         return self._signal(job_id, STOPPED)
 
-    def abort(self, job_id: str) -> bool:
-        return self._signal(job_id, ABORTED)
+    def abort(self, job_id: str, why: str = "it was deleted") -> bool:
+        return self._signal(job_id, ABORTED, why)
 
-    def _signal(self, job_id: str, reason: int) -> bool:
+    def _signal(self, job_id: str, reason: int, why: str = "it was deleted") -> bool:
         """Tell the slot running the job; if none does yet (it may be between its claim
         and the start of the run), the slot finds the signal when it starts."""
         with self.signal_lock:
-            if any(slot.signal(job_id, reason) for slot in self.slots):
+            if any(slot.signal(job_id, reason, why) for slot in self.slots):
                 return True
             self.pending_signals[job_id] = (reason, time.time())
             return False
@@ -561,7 +562,7 @@ class Supervisor:
         whether it was still running (False: deleted meanwhile; None: given up at
         shutdown)."""
         won = self.persist(lambda: self.store.finish(job.id, "FAILED", now_ms(), fault=fault_json(fault),
-                                                     note=why),
+                                                     note=why, run=self.run_of(job)),
                            f"the outcome of job {job.id}")
         self.finished(job, won, f"FAILED ({why})")
         return won
@@ -591,6 +592,31 @@ class Supervisor:
             if waited:
                 log.info("%s written: the job store answers again", what)
             return answer
+
+    def run_of(self, job) -> Run:
+        """The run of ``job`` that this node's slot holds: its writes are fenced by it."""
+        return Run(self.node, job.attempts)
+
+    def let_go(self, job):
+        """A run let go of its job, or a write of it was refused: the job was deleted
+        (it is erased now), or it is no longer this run's (its lease ran out and another
+        run took it over: nothing of this run is kept).  The log says which."""
+        try:
+            rec = self.store.peek(job.id)
+        except StoreUnavailable:
+            log.info("job %s: this run (attempt %d) let go of it; the store cannot say why now",
+                     job.id, job.attempts)
+            return
+        if rec is None:
+            log.info("job %s was erased meanwhile; worker let go", job.id)
+        elif rec.status == "DELETED" and rec.node in (self.node, None):
+            self.erase_deleted(job.id)
+        elif rec.node != self.node or rec.attempts != job.attempts:
+            log.warning("job %s lost to another run: this run (attempt %d) no longer holds it, its "
+                        "lease ran out; it is %s%s (attempt %d); nothing of this run is kept",
+                        job.id, job.attempts, rec.status, f" on {rec.node}" if rec.node else "", rec.attempts)
+        else:
+            log.info("job %s is %s; this run let go of it", job.id, rec.status)
 
     def erase_deleted(self, job_id: str):
         self.persist(lambda: self.store.erase(job_id, ("DELETED",)), f"the erasure of job {job_id}")
@@ -680,4 +706,5 @@ class Supervisor:
             elif status == "DELETED" and not self.abort(job_id):
                 self.erase_deleted(job_id)
         for job_id in set(held) - {job_id for job_id, _ in found}:
-            self.abort(job_id)            # erased meanwhile (with its parent): let go
+            # erased meanwhile (with its parent), or its lease ran out and another run took it
+            self.abort(job_id, "its job was erased or taken over by another run")

@@ -1,5 +1,6 @@
 """The job store: the only place that speaks SQL."""
-from .base import FinishedChild, JobRecord, JobStore, QueueFull, QueueLimit, Recovered, StoreUnavailable, now_ms
+from .base import (FinishedChild, JobRecord, JobStore, QueueFull, QueueLimit, Recovered, Run, StoreUnavailable,
+                   now_ms)
 from .sql import SqlJobStore
 
 
@@ -8,4 +9,4 @@ def open_store(url: str) -> SqlJobStore:
     return SqlJobStore(url)
 
 
-__all__ = ["FinishedChild", "JobRecord", "JobStore", "QueueFull", "QueueLimit", "Recovered", "StoreUnavailable", "now_ms", "SqlJobStore", "open_store"]
+__all__ = ["FinishedChild", "JobRecord", "JobStore", "QueueFull", "QueueLimit", "Recovered", "Run", "StoreUnavailable", "now_ms", "SqlJobStore", "open_store"]

@@ -2,9 +2,9 @@
 
 Every method that changes a job is one short transaction guarded on the job's current
 state, and answers whether it won; callers never read-modify-write a job themselves.
-Time stamps are integer milliseconds since the epoch.
+Time stamps are integer milliseconds since the epoch, on the database's clock
+(``clock.now_ms``).
 """
-import time
 from dataclasses import dataclass
 from typing import Iterable, Optional, Protocol
 
@@ -16,8 +16,7 @@ class StoreUnavailable(Exception):
     moment.  Every store method raises it, and only it, for such conditions."""
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+from .clock import now_ms  # noqa: E402,F401  (the store's clock, for the rest of xruntime)
 
 
 @dataclass
@@ -87,6 +86,16 @@ class QueueFull:
     service: str
     limit: int
     own: bool
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a job: the node that took it and the attempt it counted.  Every
+    write of the run (progress, outcome, retry, hand-back, children) names it and is
+    refused once the job is no longer that run's: a node whose lease ran out while its
+    write was on the way changes nothing of the run another node took over."""
+    node: str
+    attempt: int
 
 
 @dataclass

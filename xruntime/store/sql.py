@@ -23,8 +23,9 @@ from sqlalchemy import (LargeBinary, bindparam, case, create_engine, delete, eve
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
-from .base import FinishedChild, JobRecord, QueueFull, QueueLimit, Recovered, StoreUnavailable
+from .base import FinishedChild, JobRecord, QueueFull, QueueLimit, Recovered, Run, StoreUnavailable
 from .migrate import upgrade
+from .clock import DatabaseClock, stop_using as stop_using_clock, use as use_clock
 from .payload import pack, unpack
 from .schema import feed_metadata, job_events, jobs, lane_of, metadata
 
@@ -139,9 +140,10 @@ def _over_a_limit(conn, children, owner, limits):
     return None
 
 
-def _guarded_statements(states):
-    """Statements guarded on the job being in one of ``states``."""
-    guard = (jobs.c.id == _ID, _states(states))
+def _guarded_statements(states, fenced=False):
+    """Statements guarded on the job being in one of ``states`` (and, ``fenced``, still
+    the run ``run_node``/``run_attempt``'s: see ``Run``)."""
+    guard = (jobs.c.id == _ID, _states(states)) + (_RUN_FENCE if fenced else ())
     return {
         "set_progress": update(jobs).where(*guard).values(progress=bindparam("progress_blob")),
         "set_status": update(jobs).where(*guard).values(status=bindparam("new_status"),
@@ -154,6 +156,9 @@ def _guarded_statements(states):
         "erase": delete(jobs).where(*guard),
     }
 
+
+#: The job is still the run's (``Run``): its node, and the attempt that took it.
+_RUN_FENCE = (jobs.c.node == bindparam("run_node"), jobs.c.attempts == bindparam("run_attempt"))
 
 _INSERT_KEYS = ["id", "service", "operation", "fetch_type", "status", "queued_at", "attempts",
                 "queueing_timeout", "computation_timeout", "request", "owner", "lane"]
@@ -325,9 +330,15 @@ class SqlJobStore:
             event.listen(self.engine, "connect", _sqlite_pragmas)
             self._write_lock = threading.Lock()
         else:
-            self.engine = create_engine(url, pool_size=20, max_overflow=100, pool_pre_ping=True)
+            self.engine = create_engine(url, pool_size=20, max_overflow=100, pool_pre_ping=True,
+                                        pool_timeout=POOL_TIMEOUT_S,
+                                        connect_args=_postgresql_connect_args(parsed.query))
             self._write_lock = None        # row locks keep PostgreSQL's writers apart
         self._make_schema()
+        self.clock = None
+        if self.dialect == "postgresql":   # several hosts: the database's clock decides
+            self.clock = DatabaseClock(self._database_ms)
+            use_clock(self.clock)
         dialect = self.engine.dialect
         self._prepared = {key: Prepared(build(), dialect, columns, keys)
                           for key, (build, columns, keys) in _statements().items()}
@@ -344,7 +355,8 @@ class SqlJobStore:
 
         def attempt():
             with self.engine.begin() as conn:
-                if self.dialect == "postgresql":
+                if self.dialect == "postgresql":   # an upgrade may rewrite a large table
+                    conn.execute(text("SET LOCAL statement_timeout = 0"))
                     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
                 else:
                     begin_immediate(conn.exec_driver_sql, deadline)
@@ -410,13 +422,17 @@ class SqlJobStore:
             row = rows[0] if rows else None
             return cur.rowcount, (dict(zip(p.columns, row)) if row is not None else None)
 
-    def _guarded(self, key, job_id, states, **values) -> bool:
-        """Run a guarded statement; True if the job was in one of ``states``."""
+    def _guarded(self, key, job_id, states, run: Optional[Run] = None, **values) -> bool:
+        """Run a guarded statement; True if the job was in one of ``states`` (and
+        still ``run``'s, when given)."""
         states = tuple(states)
-        p = self._guarded_cache.get((key, states))
+        cached = (key, states, run is not None)
+        p = self._guarded_cache.get(cached)
         if p is None:
-            p = Prepared(_guarded_statements(states)[key], self.engine.dialect)
-            self._guarded_cache[(key, states)] = p
+            p = Prepared(_guarded_statements(states, run is not None)[key], self.engine.dialect)
+            self._guarded_cache[cached] = p
+        if run is not None:
+            values.update(run_node=run.node, run_attempt=run.attempt)
         with self._cursor(True) as cur:
             cur.execute(p.sql, p.args(dict(values, job_id=job_id)))
             return cur.rowcount == 1
@@ -506,10 +522,11 @@ class SqlJobStore:
                 jobs.c.not_before.is_not(None), jobs.c.not_before > now,
                 jobs.c.status == "QUEUING")).scalar()
 
-    def retry(self, job_id: str, not_before: int, note: str) -> bool:
+    def retry(self, job_id: str, not_before: int, note: str, run: Optional[Run] = None) -> bool:
         """A running job back to QUEUING until ``not_before`` (ms), its retry counted."""
         with self._write() as conn:
-            return conn.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "RUNNING").values(
+            return conn.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "RUNNING",
+                                                   *_fence(run)).values(
                 status="QUEUING", node=None, started_at=None, progress=None, lease_until=None,
                 not_before=not_before, retries=jobs.c.retries + 1,
                 event_note=note_of(note))).rowcount == 1
@@ -517,7 +534,7 @@ class SqlJobStore:
     # ----------------------------------------------------------------- child jobs
 
     def suspend(self, parent_id: str, node: str, stage: int, fail_fast: bool, children: list,
-                progress: str, note: str, limits: Iterable[QueueLimit] = ()):
+                progress: str, note: str, limits: Iterable[QueueLimit] = (), run: Optional[Run] = None):
         """The running parent waits for ``children`` (JobRecords, stored QUEUING as its
         own, in its owner's lane): in one transaction they are inserted and the parent
         lets go of its node and its lane, holding no worker until ``resume`` takes it.  Answers the
@@ -528,7 +545,7 @@ class SqlJobStore:
             if self.dialect == "postgresql" and limits:      # as create's count-then-insert
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": QUEUE_LOCK_KEY})
             query = select(jobs.c.status, jobs.c.owner).where(
-                jobs.c.id == parent_id, jobs.c.node == node, jobs.c.status.in_(ACTIVE_RUNNING))
+                jobs.c.id == parent_id, jobs.c.node == node, jobs.c.status.in_(ACTIVE_RUNNING), *_fence(run))
             if self.dialect == "postgresql":
                 query = query.with_for_update()
             row = conn.execute(query).first()
@@ -652,20 +669,20 @@ class SqlJobStore:
                     running.append(child_id)
         return running
 
-    def set_progress(self, job_id: str, progress: str) -> bool:
-        return self._guarded("set_progress", job_id, ACTIVE_RUNNING, progress_blob=pack(progress))
+    def set_progress(self, job_id: str, progress: str, run: Optional[Run] = None) -> bool:
+        return self._guarded("set_progress", job_id, ACTIVE_RUNNING, run, progress_blob=pack(progress))
 
     def request_stop(self, job_id: str, note: str = "stop asked") -> bool:
         return self._guarded("set_status", job_id, ("RUNNING",), new_status="STOPPING", note=note_of(note))
 
     def finish(self, job_id: str, status: str, now: int, *, result: Optional[str] = None,
                fault: Optional[str] = None, progress: Optional[str] = None,
-               from_states=ACTIVE_RUNNING, note: Optional[str] = None) -> bool:
+               from_states=ACTIVE_RUNNING, note: Optional[str] = None, run: Optional[Run] = None) -> bool:
         """An active job → SUCCEEDED (with result: JSON text, or bytes already in the
         stored form) or FAILED (with fault); the event says "succeeded", or "failed:
         <fault type>" and ``note``."""
         message = "succeeded" if status == "SUCCEEDED" else f"failed: {fault_type(fault)}"
-        return self._guarded("finish", job_id, from_states, new_status=status, now=now,
+        return self._guarded("finish", job_id, from_states, run, new_status=status, now=now,
                              result_blob=result if isinstance(result, bytes) else pack(result),
                              fault_blob=pack(fault),
                              progress_blob=pack(progress),
@@ -680,11 +697,11 @@ class SqlJobStore:
     def mark_fetched(self, job_id: str, now: int) -> None:
         self._run("mark_fetched", True, job_id=job_id, now=now)
 
-    def hand_back(self, job_id: str, node: str) -> bool:
+    def hand_back(self, job_id: str, node: str, run: Optional[Run] = None) -> bool:
         with self._write() as conn:
             res = conn.execute(
                 update(jobs).where(jobs.c.id == job_id, jobs.c.node == node,
-                                   jobs.c.status.in_(ACTIVE_RUNNING))
+                                   jobs.c.status.in_(ACTIVE_RUNNING), *_fence(run))
                 .values(status="QUEUING", node=None, started_at=None, progress=None,
                         lease_until=None, attempts=jobs.c.attempts - 1,
                         event_note="handed back: its node shut down"))
@@ -866,8 +883,40 @@ class SqlJobStore:
         with self._write() as conn:       # checked again: a job fetched meanwhile stays
             return conn.execute(delete(jobs).where(jobs.c.seq.in_(found), expired)).rowcount
 
+    def _database_ms(self) -> int:
+        with unavailable_as_store_error(), self.engine.connect() as conn:
+            return int(conn.execute(text(
+                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)")).scalar())
+
     def close(self) -> None:
+        if self.clock is not None:
+            self.clock.close()
+            stop_using_clock(self.clock)
         self.engine.dispose()
+
+
+#: How a node reaches PostgreSQL when its URL does not say otherwise: a database it
+#: cannot reach (a network cut, a host down) is a StoreUnavailable within seconds, and
+#: the node says so and answers TemporarilyUnavailableFault, instead of hanging in TCP
+#: retransmission for minutes.
+POSTGRESQL_CONNECT = {
+    "connect_timeout": "5",              # s, to open a connection
+    "keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2", "keepalives_count": "3",
+    "tcp_user_timeout": "10000",         # ms: sent data unacknowledged this long drops the connection
+    "options": "-c statement_timeout=60000",   # ms: no statement of the store runs longer
+}
+#: How long a call waits for one of the pool's connections (s).
+POOL_TIMEOUT_S = 10
+
+
+def _postgresql_connect_args(query) -> dict:
+    """POSTGRESQL_CONNECT, less what the URL's own query sets."""
+    return {key: value for key, value in POSTGRESQL_CONNECT.items() if key not in query}
+
+
+def _fence(run: Optional[Run]) -> tuple:
+    """The conditions that the job is still ``run``'s (none without a run)."""
+    return () if run is None else (jobs.c.node == run.node, jobs.c.attempts == run.attempt)
 
 
 def _timeout(own, default_timeout_ms: int):
