@@ -310,6 +310,7 @@ class Cluster:
         self.haproxy.stop()
         self.network.down()          # (kills what a crashed run left in the namespaces)
         self.pg.stop()
+        shutil.rmtree(STATE, ignore_errors=True)
 
     def proxy(self) -> Server:
         """A client of the cluster through HAProxy (``Server``'s JSON calls)."""
