@@ -76,11 +76,13 @@ class Server:
     ``workers``, ``threads`` and ``server_keys`` are not used."""
 
     def __init__(self, folder, port=None, database_url=None, extra="", workers=2, threads=64,
-                 env=None, server_keys=None, config=None, auth=None):
+                 env=None, server_keys=None, config=None, auth=None, host="127.0.0.1", prefix=()):
         self.folder = folder
+        self.prefix = list(prefix)   # run the node through these (e.g. ip netns exec NAME)
         if config is None:
             self.port = port or free_port()
-            self.config = write_config(folder, self.port, database_url, extra, workers, threads, server_keys)
+            self.config = write_config(folder, self.port, database_url, extra, workers, threads,
+                                       {"host": host, **(server_keys or {})})
         else:
             with open(config, "rb") as f:
                 settings = tomllib.load(f)
@@ -89,7 +91,7 @@ class Server:
                 raise ValueError(f"{config} has port {self.port}, not {port}")
             workers = settings.get("workers", {}).get("count", 2)
             self.config = config
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = f"http://{host}:{self.port}"
         self.log_path = os.path.join(folder, "server.log")
         # ``env`` may override these two as well (e.g. XRUNTIME_SERVICE_MODULES="")
         self.env = {**os.environ, "PYTHONPATH": ROOT, "XRUNTIME_SERVICE_MODULES": "tests.fixtures.crashy",
@@ -102,7 +104,7 @@ class Server:
     def start(self, timeout=60):
         self._log = open(self.log_path, "ab")
         self._log_offset = self._log.tell()
-        self.proc = subprocess.Popen([sys.executable, "-m", "xruntime", "serve", "--config", self.config],
+        self.proc = subprocess.Popen(self.prefix + [sys.executable, "-m", "xruntime", "serve", "--config", self.config],
                                      cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -233,8 +233,9 @@ class WorkerSlot(threading.Thread):
             outage_log.warning("job %s: its child jobs cannot be read: %s", job.id, exc)
             with self._lock:
                 self.current = None
-            sup.persist(lambda: sup.store.hand_back(job.id, sup.node, sup.run_of(job)),
-                        f"the hand-back of job {job.id}")
+            if sup.persist(lambda: sup.store.hand_back(job.id, sup.node, sup.run_of(job)),
+                           f"the hand-back of job {job.id}") is False:
+                sup.let_go(job)          # deleted, or taken over while the store was away
             return
         log.info("job %s %s.%s %s on worker %d (attempt %d%s)", job.id, job.service, job.operation,
                  "RUNNING again" if resumed else "RUNNING", self.index, job.attempts,
@@ -288,10 +289,14 @@ class WorkerSlot(threading.Thread):
                 return
             if sup.closing:
                 self.kill()
-                sup.persist(lambda: sup.store.hand_back(job.id, sup.node, sup.run_of(job)),
-                            f"the hand-back of job {job.id}")
+                handed = sup.persist(lambda: sup.store.hand_back(job.id, sup.node, sup.run_of(job)),
+                                     f"the hand-back of job {job.id}")
+                if handed is False:      # deleted, or taken over while the store was away
+                    sup.let_go(job)
+                    return
                 sup.notifier.notify(job.id)
-                log.info("job %s handed back to the queue (node shutting down)", job.id)
+                if handed:
+                    log.info("job %s handed back to the queue (node shutting down)", job.id)
                 return
             now = time.monotonic()
             if self.kill_at is not None and now >= self.kill_at:

@@ -407,7 +407,10 @@ class SqlJobStore:
                 yield cur
                 conn.commit()
             except BaseException:
-                conn.rollback()
+                try:
+                    conn.rollback()
+                except Exception:      # the connection is lost (a cut, a restart): the pool
+                    conn.invalidate()  # drops it, rather than fail its reset with a traceback
                 raise
             finally:
                 conn.close()
