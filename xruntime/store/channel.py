@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 
 from ..logs import OncePerPeriod
 from .feed import QUEUE
+from .postgresql import postgresql_connect_args
 
 log = OncePerPeriod(logging.getLogger("xruntime.channel"), 5.0)   # an outage fails every try
 
@@ -30,6 +31,9 @@ def conninfo(url: str) -> str:
 class PostgresChannel:
     def __init__(self, url: str, origin: str, on_job, on_queue):
         self.uri = conninfo(url)
+        # the store's timeouts and keepalives: a cut-off database must not hold a
+        # publisher (a request's thread) or leave the listener on a dead connection
+        self.connect_args = postgresql_connect_args(make_url(url).query)
         self.origin = origin
         self.on_job = on_job          # called with a job id changed on another node
         self.on_queue = on_queue      # called when another node queued work
@@ -57,7 +61,7 @@ class PostgresChannel:
             for last_try in (False, True):
                 try:
                     if self._sender is None or self._sender.closed:
-                        self._sender = psycopg.connect(self.uri, autocommit=True)
+                        self._sender = psycopg.connect(self.uri, autocommit=True, **self.connect_args)
                     self._sender.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self.origin}|{job_id}"))
                     return
                 except Exception as exc:   # the database is away: other nodes learn by their leases
@@ -71,7 +75,7 @@ class PostgresChannel:
         import psycopg
         while not self._closed:
             try:
-                with psycopg.connect(self.uri, autocommit=True) as conn:
+                with psycopg.connect(self.uri, autocommit=True, **self.connect_args) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     while not self._closed:
                         for message in conn.notifies(timeout=1.0):

@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 
 from .base import FinishedChild, JobRecord, QueueFull, QueueLimit, Recovered, Run, StoreUnavailable
 from .migrate import upgrade
+from .postgresql import POOL_TIMEOUT_S, postgresql_connect_args
 from .clock import DatabaseClock, stop_using as stop_using_clock, use as use_clock
 from .payload import pack, unpack
 from .schema import feed_metadata, job_events, jobs, lane_of, metadata
@@ -332,7 +333,7 @@ class SqlJobStore:
         else:
             self.engine = create_engine(url, pool_size=20, max_overflow=100, pool_pre_ping=True,
                                         pool_timeout=POOL_TIMEOUT_S,
-                                        connect_args=_postgresql_connect_args(parsed.query))
+                                        connect_args=postgresql_connect_args(parsed.query))
             self._write_lock = None        # row locks keep PostgreSQL's writers apart
         self._make_schema()
         self.clock = None
@@ -896,25 +897,6 @@ class SqlJobStore:
             self.clock.close()
             stop_using_clock(self.clock)
         self.engine.dispose()
-
-
-#: How a node reaches PostgreSQL when its URL does not say otherwise: a database it
-#: cannot reach (a network cut, a host down) is a StoreUnavailable within seconds, and
-#: the node says so and answers TemporarilyUnavailableFault, instead of hanging in TCP
-#: retransmission for minutes.
-POSTGRESQL_CONNECT = {
-    "connect_timeout": "5",              # s, to open a connection
-    "keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2", "keepalives_count": "3",
-    "tcp_user_timeout": "10000",         # ms: sent data unacknowledged this long drops the connection
-    "options": "-c statement_timeout=60000",   # ms: no statement of the store runs longer
-}
-#: How long a call waits for one of the pool's connections (s).
-POOL_TIMEOUT_S = 10
-
-
-def _postgresql_connect_args(query) -> dict:
-    """POSTGRESQL_CONNECT, less what the URL's own query sets."""
-    return {key: value for key, value in POSTGRESQL_CONNECT.items() if key not in query}
 
 
 def _fence(run: Optional[Run]) -> tuple:
