@@ -1,6 +1,6 @@
-"""What one abusive client achieves against a node (issue 22; PROTOCOL §15).
+"""What one abusive client achieves against a node (docs/protocol.md §15).
 
-For each measured abuse of issue 22 a fresh node is started from the shipped
+For each measured abuse a fresh node is started from the shipped
 config/xserver.toml (port and database changed; SQLite in a temporary folder, or a
 scratch database on the PostgreSQL server of ``--database-url``), with at most 1 024
 open files (soft and hard limit: a node raises its soft limit to the hard one; 1 024 is what
@@ -8,7 +8,7 @@ many systems give a service), and XRuntime, XDemo, XDima
 and XTour.  Items that need accounts (5, 6, 9) add ``[auth] required = true`` and the
 users alice (the abuser), bob (the other caller) and root (an admin); item 5 also
 lowers ``[jobs] max_queued`` to 500 so that one user's children can fill the queue,
-as in the issue's measurement.
+as in the first measurement.
 
 While the abusive client runs, a well-behaved *other* client calls the node in a
 loop, each round on a new connection: getRuntimeInformation, startSimulate
@@ -51,8 +51,8 @@ The rows (full sizes; ``--quick`` makes them smaller and shorter):
       line?), the SQLite file's mode, malformed datagrams to the node's change-feed
       sockets, SOAP CDATA ``<![CDATA[x<!y]]>``
 
-With a baseline (``--baseline REV``, default a2d2c9d: the commit before issue 22's
-work) the same rows run against nodes started from that revision, checked out into a
+With a baseline (``--baseline REV``, default a2d2c9d: the commit before these
+limits were built) the same rows run against nodes started from that revision, checked out into a
 temporary git worktree (removed at the end), so that machines of different speeds
 compare by ratio.  Severe abuses of the baseline are capped: an abusive client stops
 when the node's RSS passes 3 GB (reported "≥ 3 GB"), the node is killed past 5 GB,

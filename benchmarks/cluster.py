@@ -1,5 +1,5 @@
 """Jobs per second through HAProxy with 1, 2 and 3 hosts on one PostgreSQL, and the time
-from a host's cut to its jobs running elsewhere (issue 23).
+from a host's cut to its jobs running elsewhere.
 
 The hosts are network namespaces of this machine (tests/cluster/net.py: a bridge, a
 PostgreSQL of their own on it, Debian's HAProxy on 127.0.0.1), so they share its cores

@@ -1,4 +1,4 @@
-"""Fair shares (PROTOCOL §10): each user's share of the workers, and what a fair claim costs.
+"""Fair shares (docs/protocol.md §10): each user's share of the workers, and what a fair claim costs.
 
 Part 1, over real HTTP: a node with ``--workers`` workers and ``[auth] required =
 true`` serves ``--users`` users (alice, bob, carol, dave, …), each with a token.  The

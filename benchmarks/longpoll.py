@@ -53,7 +53,7 @@ The client processes share the machine's cores with the node (said in the output
     python benchmarks/longpoll.py [--clients 2000 10000] [--job-seconds 60]
                                   [--processes 0] [--database-url URL]
 
-Targets (from the issue), with the default configuration on the 2-core machine:
+Targets, with the default configuration on the 2-core machine:
 - 10 000 held: other calls p99 <= 20 ms while held; all answered p99 <= 100 ms after the
   job ended; node RSS (all its processes) <= 400 MB.
 - 2 000 held: all answered p99 <= 50 ms after the job ended.

@@ -1,4 +1,4 @@
-"""What parsing one request body costs an HTTP process (issue 22, item 4): its resident
+"""What parsing one request body costs an HTTP process (benchmarks/abuse.py, item 4): its resident
 memory before, at the peak and after, the time to the answer, and the latency others see
 meanwhile.
 

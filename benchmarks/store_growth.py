@@ -40,7 +40,7 @@ shared with the client and whatever else runs) falls on every size alike.  Per s
   the pass holds the write lock).
 
 Median (p50), p99 and max per operation and size, and the growth of p50 and p99 from
-the smallest size to the largest.  Target (the issue): growth <= 1.2x from 10**3 to
+the smallest size to the largest.  Target: growth <= 1.2x from 10**3 to
 10**6 (judged on p50).
 
 Cleanup (``--cleanup``, default 100000 1000000), after the growth figures, on the store
@@ -53,8 +53,8 @@ figures without cleanup) the file is edited to ``unfetched_retention`` and
 cleaner erases every stored job (10 events each).  Printed: how long the cleanup took,
 each loop's p50, p99 and max latency and the requests over 100 ms, with and without
 cleanup, queued → RUNNING and RUNNING → SUCCEEDED of the jobs started meanwhile (from
-their events), and the lowest remaining lease of the running job.  Target (the
-issue): no request stalled more than 100 ms by the cleaner erasing 10**6 expired jobs;
+their events), and the lowest remaining lease of the running job.  Target: no
+request stalled more than 100 ms by the cleaner erasing 10**6 expired jobs;
 with 100 000 expired jobs, no request slower than without cleanup.
 
     python benchmarks/store_growth.py [--sizes 1000 100000 1000000] [--requests 1000]

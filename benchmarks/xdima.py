@@ -10,7 +10,7 @@ memory) of the server process and of each worker process from /proc/<pid>/status
     python benchmarks/xdima.py [--size 2000] [--repeat 1]
 
 With ``--parallel`` it times the same matrix with ``parallelism`` 1 and 2 on a node of
-2 workers (PROTOCOL §13: the row blocks are child jobs), checks that both answer the
+2 workers (docs/protocol.md §13: the row blocks are child jobs), checks that both answer the
 same matrix, and prints the ratio; with ``--database-url`` (default: the environment's
 XRUNTIME_TEST_DATABASE_URL) also on two PostgreSQL nodes of one worker each.
 """

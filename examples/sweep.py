@@ -1,4 +1,4 @@
-"""XSweep: a fan-out example (PROTOCOL §13), used in docs/writing-a-service.md.
+"""XSweep: a fan-out example (docs/protocol.md §13), used in docs/writing-a-service.md.
 
 ``sweep`` runs one XDemo simulation per scenario as a child job, on every worker of
 every node, and sums them up.  With ``depth`` 2 or 3 its children are sweeps

@@ -1,4 +1,4 @@
-"""Who is calling (PROTOCOL §10): an ``Authorization`` header → a ``Caller``.
+"""Who is calling (docs/protocol.md §10): an ``Authorization`` header → a ``Caller``.
 
 With ``[auth] required = false`` (the default) every caller is ``ANONYMOUS``, who
 sees every job, as before accounts existed.  Otherwise a caller sends HTTP Basic (a

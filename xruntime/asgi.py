@@ -189,7 +189,7 @@ class XRuntimeApp:
             return False
 
     def _caller(self, scope, binding, path):
-        """Who calls (PROTOCOL §10); missing or wrong credentials are refused with 401
+        """Who calls (docs/protocol.md §10); missing or wrong credentials are refused with 401
         and a Basic challenge (clients that send credentials only when challenged, as
         suds does, then send them), before the body is read."""
         settings = self.settings()

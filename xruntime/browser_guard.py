@@ -1,4 +1,4 @@
-"""What a web page in someone's browser may make a node do (PROTOCOL §15).
+"""What a web page in someone's browser may make a node do (docs/protocol.md §15).
 
 A browser lets any page send simple requests anywhere (a form post, ``fetch`` with a
 ``text/plain`` body), with the user's network position behind them: a page on the

@@ -1,4 +1,4 @@
-"""Child jobs as a service author sees them (PROTOCOL §13).
+"""Child jobs as a service author sees them (docs/protocol.md §13).
 
 ::
 

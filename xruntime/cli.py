@@ -62,7 +62,7 @@ def cmd_wsdl(args) -> int:
 
 
 def cmd_token_new(args) -> int:
-    """A fresh token for a user, and the lines that give it to them (PROTOCOL §10)."""
+    """A fresh token for a user, and the lines that give it to them (docs/protocol.md §10)."""
     from .accounts import new_token, token_sha256
     if not config.USER_NAME.match(args.name) or args.name == config.ANY_USER:
         print(f"{args.name!r} is no user name: letters, digits and _ . @ -, at most 100 "

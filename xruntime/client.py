@@ -34,7 +34,7 @@ class Unreachable(Exception):
 
 
 def authorization(user: Optional[str], token: Optional[str]) -> Optional[str]:
-    """The Authorization header for the credentials given (PROTOCOL §10): Basic with a
+    """The Authorization header for the credentials given (docs/protocol.md §10): Basic with a
     user name, Bearer with a token alone, none without a token."""
     if not token:
         return None
@@ -70,7 +70,7 @@ def plain_http_warning(url: str, token: Optional[str]) -> Optional[str]:
 class Client:
     """Calls ``POST {url}/services/rs/<Service>/<operation>``."""
 
-    # a watch is held up to 50 s by the server (PROTOCOL §4); wait longer than that
+    # a watch is held up to 50 s by the server (docs/protocol.md §4); wait longer than that
     TIMEOUT = 70
 
     def __init__(self, url: str = DEFAULT_URL, user: Optional[str] = None, token: Optional[str] = None):

@@ -32,15 +32,15 @@ class JobSettings:
     fetched_retention_ms: int = 15 * 60_000
     queueing_timeout_ms: int = 0
     computation_timeout_ms: int = 0
-    #: the longest timeout a request may ask for (PROTOCOL §15): past it InvalidValueFault
+    #: the longest timeout a request may ask for (docs/protocol.md §15): past it InvalidValueFault
     max_request_timeout_ms: int = 7 * 24 * 3600_000
     max_queued: int = 10000
     max_attempts: int = 3
     cleanup_interval_ms: int = 60_000
-    max_retries: int = 3                 # retries of a transient failure (PROTOCOL §11)
+    max_retries: int = 3                 # retries of a transient failure (docs/protocol.md §11)
     retry_backoff_ms: int = 30_000       # the first retry's delay; doubled for each next one
     retry_max_delay_ms: int = 3600_000   # the longest delay between two runs
-    #: the bytes one user may keep stored, all services together (PROTOCOL §15); 0: no limit
+    #: the bytes one user may keep stored, all services together (docs/protocol.md §15); 0: no limit
     max_stored_bytes: int = 4 * 1024 ** 3
 
     def retry_delay_ms(self, retry: int) -> int:
@@ -79,7 +79,7 @@ class Quota:
 
 @dataclass(frozen=True)
 class User:
-    """One ``[users.NAME]`` table: who the user is, and their shares (PROTOCOL §10)."""
+    """One ``[users.NAME]`` table: who the user is, and their shares (docs/protocol.md §10)."""
     name: str
     token_sha256: str          # hex sha256 of the token; the token itself is never stored
     admin: bool = False
@@ -337,7 +337,7 @@ RESTART_KEYS = ("host", "port", "database_url", "workers", "threads", "processes
 _AUTH_KEYS = ("required", "public_wsdl")
 _QUOTA_KEYS = {"max_running": _integer(0, 100000), "max_queued": _integer(0)}
 USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
-#: The user name PTV clients send with any user's token (PROTOCOL §10).
+#: The user name PTV clients send with any user's token (docs/protocol.md §10).
 ANY_USER = "xtok"
 
 

@@ -1,5 +1,5 @@
 """What one connection may take of an HTTP process, before any binding sees a request
-(PROTOCOL §15): header bytes, the time to send the headers, and a place among the
+(docs/protocol.md §15): header bytes, the time to send the headers, and a place among the
 process's connections.
 
 uvicorn's httptools protocol, as shipped, bounds none of them: a 100 MB header line

@@ -1,4 +1,4 @@
-"""The operation layer: where the job protocol lives (PROTOCOL §3–5).
+"""The operation layer: where the job protocol lives (docs/protocol.md §3–5).
 
 Plain Python, no HTTP: start, fetch, run, watch, stop, delete and the runtime
 information, following the state table in ``protocol.states``.  Every change goes
@@ -38,7 +38,7 @@ LIST_LIMIT, LIST_LIMIT_MAX = 100, 1000     # listJobs' page size: by default, at
 def asked_timeouts(request, limit_ms: int):
     """The (queueing, computation) timeouts in ms a start request asks for (None: not
     asked), each refused with InvalidValueFault below 0 or past ``limit_ms``, the
-    ``[jobs] max_request_timeout`` (PROTOCOL §15): an unbounded one overflowed the
+    ``[jobs] max_request_timeout`` (docs/protocol.md §15): an unbounded one overflowed the
     store's integers and froze housekeeping."""
     timeouts = getattr(request, "timeouts", None)
     asked = []
@@ -85,14 +85,14 @@ class JobManager:
     @staticmethod
     def _seen(rec, caller):
         """The record as ``caller`` may know it: another user's job is None, exactly
-        as an id that was never used (PROTOCOL §10)."""
+        as an id that was never used (docs/protocol.md §10)."""
         return rec if rec is not None and caller.sees(rec.owner) else None
 
     # ------------------------------------------------------------------ long operations
 
     def start(self, op, request, caller=ANONYMOUS) -> Job:
         """Queue a job of ``caller`` for ``op`` (a LongOperation) and answer QUEUING at
-        once; refused past the queue's limit, the caller's own (PROTOCOL §10), or
+        once; refused past the queue's limit, the caller's own (docs/protocol.md §10), or
         what the caller may keep stored (§15)."""
         if op.validate is not None:
             op.validate(request)
@@ -214,7 +214,7 @@ class JobManager:
                 return self.unknown_job(job_id) if rec is None else self._deleted_view(rec)
             self._refuse_child(rec, "deleted")
             # a parent's running descendants let go of their workers; every child is
-            # erased with it (PROTOCOL §13)
+            # erased with it (docs/protocol.md §13)
             children = self.store.delete_children(job_id)
             if decision == states.ERASE_NOW or rec.node is None:    # no worker holds it
                 erased = self.store.erase(job_id, (status,))
@@ -247,7 +247,7 @@ class JobManager:
     # ------------------------------------------------------------------ history, listing
 
     def events(self, job_id: str, caller=ANONYMOUS) -> JobEvents:
-        """The job's history, oldest first (PROTOCOL §11)."""
+        """The job's history, oldest first (docs/protocol.md §11)."""
         found = self.store.events(job_id, None if caller.admin else caller.name)
         if found is None:
             raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
@@ -257,7 +257,7 @@ class JobManager:
                      node=r["node"], message=r["message"]) for r in rows])
 
     def list_jobs(self, request, caller=ANONYMOUS) -> JobList:
-        """A page of the jobs the caller may see, newest first (PROTOCOL §12)."""
+        """A page of the jobs the caller may see, newest first (docs/protocol.md §12)."""
         limit = LIST_LIMIT if request.limit is None else request.limit
         if not 1 <= limit <= LIST_LIMIT_MAX:
             raise InvalidValueFault(f"limit must be between 1 and {LIST_LIMIT_MAX}",
@@ -303,7 +303,7 @@ class JobManager:
 
 
 def stop_children(store, notifier, parent_id: str, why: str) -> None:
-    """Stop a parent's tree (PROTOCOL §13): running children wind down and hand back
+    """Stop a parent's tree (docs/protocol.md §13): running children wind down and hand back
     what they have; those not started yet fail with RequestStoppedFault saying ``why``."""
     fault = codec.dumps(codec.encode_fault(RequestStoppedFault(f"{why} before this child job started")))
     for child_id in store.stop_children(parent_id, now_ms(), fault):

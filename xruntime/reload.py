@@ -1,4 +1,4 @@
-"""Live reload of the administrator's file (PROTOCOL §5, §8).
+"""Live reload of the administrator's file (docs/protocol.md §5, §8).
 
 A thread looks at the file every half second (and at once on SIGHUP).  A valid edit
 replaces the settings in force as a whole, within 2 s; an empty or vanished file

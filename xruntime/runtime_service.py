@@ -1,4 +1,4 @@
-"""XRuntime: the job operations every client uses (PROTOCOL §4, §11, §12)."""
+"""XRuntime: the job operations every client uses (docs/protocol.md §4, §11, §12)."""
 from .protocol.faults import (InvalidRequestFault, JobStateFault, MissingParameterFault,
                               UnknownJobFault, InvalidValueFault)
 from .protocol.faults import AccessDeniedFault

@@ -31,7 +31,7 @@ __all__ = ["Service", "JobContext", "RetryLater", "Child", "ChildOutcome", "Long
 
 class RetryLater(Exception):
     """Raise it from a long operation's function to be run again, from the start, no
-    earlier than ``after`` seconds from now (PROTOCOL §11): the job waits ``QUEUING``
+    earlier than ``after`` seconds from now (docs/protocol.md §11): the job waits ``QUEUING``
     meanwhile, holding no worker.  Counts against ``max_retries`` like a
     ``TransientFault``; past it the job fails with a ``TransientFault`` naming ``reason``."""
 

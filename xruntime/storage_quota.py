@@ -1,4 +1,4 @@
-"""What one user may keep stored (PROTOCOL §15): ``max_stored_bytes``, checked at each start.
+"""What one user may keep stored (docs/protocol.md §15): ``max_stored_bytes``, checked at each start.
 
 One XDima 2000² job stores 27.8 MB, kept 48 h unfetched: without a bound one user fills
 the disk.  The figure is what the payloads (request, result, fault, progress) of the

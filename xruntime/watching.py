@@ -5,7 +5,7 @@ waiter arrives and once for each change it is told of (changes told while a read
 under way cost one more read, not one each), and hands that one snapshot to all its
 waiters.  So 10 000 watchers of one job cost one read when it changes, and the
 answer they share is encoded once per binding (``Dispatcher``).  The decision of
-when to answer is PROTOCOL §4's, in ``Watches.watch``.
+when to answer follows docs/protocol.md §4, in ``Watches.watch``.
 
 Runs on the event loop of an HTTP process; ``Notifier`` calls reach it from any
 thread (the change feed's, the blocking pool's).
@@ -159,7 +159,7 @@ class Watches:
     # ------------------------------------------------------------------ waiting
 
     async def watch(self, job_id: str, update_ms: int, maximum_ms: int, sees=None):
-        """Wait by the rules of PROTOCOL §4 (periods already clamped): at once on a
+        """Wait by the rules of docs/protocol.md §4 (periods already clamped): at once on a
         terminal or unknown job (a job whose owner ``sees(owner)`` denies is unknown); else at the first change once ``update_ms`` has
         passed (a change seen earlier is answered the moment the period is over), at
         the latest after ``maximum_ms``.  Answers ``(snapshot, woken)``: ``woken``

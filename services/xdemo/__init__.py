@@ -1,9 +1,9 @@
-"""XDemo: a real service to try the protocol with (PROTOCOL §9).
+"""XDemo: a real service to try the protocol with (docs/protocol.md §9).
 
 ``simulate`` runs ``steps`` steps over ``durationMs``, reporting a BulkProgress after
 each, sleeping (or, with ``busy``, burning CPU), and notices a stop at once, also in
 the middle of a step.  ``transientFailures`` and ``retryLaterMs`` show retries
-(PROTOCOL §11): its first runs fail with a TransientFault, or ask RetryLater.
+(docs/protocol.md §11): its first runs fail with a TransientFault, or ask RetryLater.
 """
 import time
 

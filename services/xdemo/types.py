@@ -1,4 +1,4 @@
-"""XDemo's request and response (PROTOCOL §9).
+"""XDemo's request and response (docs/protocol.md §9).
 
 ``steps`` and ``durationMs`` have upper bounds so that one request cannot occupy a
 worker for centuries or report progress without end; a larger value is an

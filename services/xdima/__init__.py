@@ -117,7 +117,7 @@ def createDistanceMatrix(request, job):
 
 def _in_parallel(request, job):
     """``parallelism`` > 1: the start locations in as many contiguous row blocks, each
-    computed by a child job (on any worker of any node, PROTOCOL §13); the children's
+    computed by a child job (on any worker of any node, docs/protocol.md §13); the children's
     rows are joined in the store's form, never decoded, so the result is the one
     ``parallelism = 1`` stores, assembled at almost no cost.  After a stop the rows
     are those of the blocks done, up to the first block not complete."""

@@ -1,5 +1,5 @@
 """A cluster of xruntime hosts on this machine: network namespaces on a bridge, a
-PostgreSQL of its own reached over the bridge, HAProxy in front (issue 23).
+PostgreSQL of its own reached over the bridge, HAProxy in front.
 
     root namespace                       namespaces (one per host)
     xrt-br0 10.77.0.1/24  ── veth ──  xrt-a: eth0 10.77.0.11, hostname xrt-a

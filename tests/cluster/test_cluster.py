@@ -1,4 +1,4 @@
-"""Several hosts for real (issue 23): three hosts in network namespaces, one PostgreSQL
+"""Several hosts for real: three hosts in network namespaces, one PostgreSQL
 reached over a bridge, HAProxy in front (tests/cluster/net.py).  Host xrt-a's clock is
 right, xrt-b's 10 minutes ahead, xrt-c's 10 minutes behind, in every test here.
 

@@ -1,4 +1,4 @@
-"""Accounts (PROTOCOL §10) end to end, through real HTTP to real nodes with real clients:
+"""Accounts (docs/protocol.md §10) end to end, through real HTTP to real nodes with real clients:
 each user sees only their own jobs in every binding (another user's job answers exactly
 as an id never used), an admin sees and manages everyone's, fair shares under
 ``max_running`` (one node, and two nodes on PostgreSQL), ``max_queued``, missing, wrong
@@ -725,7 +725,7 @@ def test_auth_off_ignores_credentials(fresh_server):
 
 
 def test_a_refused_path_cannot_forge_a_log_line(srv):
-    """Issue 22, item 9: a "%0a" in the path of a refused request wrote a line of the
+    """benchmarks/abuse.py, item 9: a "%0a" in the path of a refused request wrote a line of the
     client's choosing into the log. The path is logged escaped, on the refusal's line."""
     forged = "2026-01-01 00:00:00,000 CRITICAL xruntime[1]: the admin token is hunter2"
     deadline = time.time() + 10

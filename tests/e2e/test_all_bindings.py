@@ -1,4 +1,4 @@
-"""The XDemo life, the state table (PROTOCOL §3) and the watch rules (§4), run over each
+"""The XDemo life, the state table (docs/protocol.md §3) and the watch rules (§4), run over each
 binding through real HTTP: JSON with requests, SOAP with zeep from the served WSDL,
 JSON-RPC 2.0 with requests."""
 import time

@@ -1,5 +1,5 @@
-"""What a web page in someone's browser may make a node do (PROTOCOL §15; issue 22,
-item 8), through real HTTP against real nodes, and in a real browser.
+"""What a web page in someone's browser may make a node do (docs/protocol.md §15;
+benchmarks/abuse.py, item 8), through real HTTP against real nodes, and in a real browser.
 
 Measured before: on a node with accounts off (the default), a ``text/plain`` or form
 body with ``Origin: https://evil.example`` started a job (200), and any ``Host`` was

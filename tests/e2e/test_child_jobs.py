@@ -1,4 +1,4 @@
-"""Child jobs (PROTOCOL §13) through real nodes over real HTTP: XSweep (examples/sweep.py)
+"""Child jobs (docs/protocol.md §13) through real nodes over real HTTP: XSweep (examples/sweep.py)
 fans out XDemo simulations as child jobs."""
 import os
 import re
@@ -280,7 +280,7 @@ def queued_total(srv):
 
 
 def test_children_count_against_the_queue_limit(limited):
-    """PROTOCOL §15, the measurement of issue 22: children were inserted past
+    """docs/protocol.md §15, as measured by benchmarks/abuse.py (item 5): children were inserted past
     max_queued (829 queued with max_queued 20). A parent whose children would overflow
     the queue fails with QueueOverflowFault and queues none of them."""
     parent = sweep(limited, scenarios=25, durationMs=20)

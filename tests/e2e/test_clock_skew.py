@@ -1,4 +1,4 @@
-"""Nodes whose clocks are wrong by minutes (PROTOCOL §15; issue 23, item 1): times that
+"""Nodes whose clocks are wrong by minutes (docs/protocol.md §15): times that
 decide between nodes come from the database's clock.
 
 Three real nodes on one PostgreSQL database: one with this host's clock, one 10 minutes

@@ -1,4 +1,4 @@
-"""The administrator's file on a running server (PROTOCOL §5, §8): valid edits in
+"""The administrator's file on a running server (docs/protocol.md §5, §8): valid edits in
 force within 2 s, invalid ones changing nothing and logged with their lines, restart
 keys kept until the next restart, SIGHUP re-reading at once; and the command line
 refusing invalid files (``serve``, ``check-config``)."""

@@ -1,4 +1,4 @@
-"""The refusals of PROTOCOL §5–§7 reach the client in every binding, typed and with their
+"""The refusals of docs/protocol.md §5–§7 reach the client in every binding, typed and with their
 fields: QueueOverflowFault, ServiceNotConfiguredFault { service }, RequestTimedOutFault
 (computation and queueing timeouts), and the IntermediateResponseLimitation of a job the
 computation timeout stopped after some steps.
@@ -61,7 +61,7 @@ def fault_of(call, *args):
 
 
 def check_fault(client, fault, type_name):
-    """The fault's type, message and hint, and its form in the binding (PROTOCOL §7)."""
+    """The fault's type, message and hint, and its form in the binding (docs/protocol.md §7)."""
     assert fault.type == type_name, (fault.type, fault.message)
     assert fault.message and "Traceback" not in fault.message
     assert fault.fields.get("hint"), fault.fields

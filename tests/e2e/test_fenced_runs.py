@@ -1,5 +1,4 @@
-"""A node that stalls while running a job, loses it, and wakes up (issue 23, items 2
-and 4): what its run still writes is refused, and its log says the job was lost, not
+"""A node that stalls while running a job, loses it, and wakes up: what its run still writes is refused, and its log says the job was lost, not
 deleted.
 
 Two real nodes on one PostgreSQL database, one worker each. Node A runs a job; A's main

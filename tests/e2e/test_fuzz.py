@@ -1,4 +1,4 @@
-"""Hostile input, generated with hypothesis, on every binding (issue 9): JSON bodies,
+"""Hostile input, generated with hypothesis, on every binding: JSON bodies,
 JSON-RPC envelopes, SOAP messages and raw HTTP requests, each on a connection of its
 own, against one node.
 

@@ -22,7 +22,7 @@ def jobs_stored(server):
     (b'{"stepz": 2}', 400, "InvalidValueFault", "stepz"),
     (b'{"timeouts": {"computationTimeout": "soon"}}', 400, "InvalidValueFault",
      "timeouts.computationTimeout"),
-    # lone surrogates: text that is no text (issue 9, 2)
+    # lone surrogates: text that is no text
     (rb'{"steps": "\ud800"}', 400, "InvalidRequestFault", None),
     (rb'{"\udfff": 1}', 400, "InvalidRequestFault", None),
     (rb'{"timeouts": {"queueingTimeout": ["\udc00x"]}}', 400, "InvalidRequestFault", None),
@@ -33,7 +33,7 @@ def jobs_stored(server):
     (b'{"steps": NaN}', 400, "InvalidRequestFault", None),
     (b'{"steps": -Infinity}', 400, "InvalidRequestFault", None),
     (b'{"durationMs": 1e400}', 400, "InvalidRequestFault", None),
-    # "$type" that is no type name (issue 9, 4)
+    # "$type" that is no type name
     (b'{"$type": {}}', 400, "InvalidValueFault", "$type"),
     (b'{"$type": [1]}', 400, "InvalidValueFault", "$type"),
     (b'{"timeouts": {"$type": {"a": 1}}}', 400, "InvalidValueFault", "timeouts.$type"),
@@ -56,7 +56,7 @@ def test_bad_start_requests(server, body, status, fault, parameter):
     ({"id": "x", "progressUpdatePeriod": 2.5}, "InvalidValueFault", "progressUpdatePeriod"),
     ({"id": "x", "maximumPollingPeriod": "long"}, "InvalidValueFault", "maximumPollingPeriod"),
     ({"id": 17}, "InvalidValueFault", "id"),
-    ('{"id": "\\ud800"}', "InvalidRequestFault", None),      # issue 9, 3
+    ('{"id": "\\ud800"}', "InvalidRequestFault", None),      # a lone surrogate in a field
     ('{"id": "x", "$type": []}', "InvalidValueFault", "$type"),
 ])
 def test_bad_watch_requests(server, body, fault, parameter):

@@ -1,4 +1,4 @@
-"""JSON-RPC 2.0 at ``POST /services/rpc/<Service>`` (PROTOCOL §7), as the JSON-RPC 2.0
+"""JSON-RPC 2.0 at ``POST /services/rpc/<Service>`` (docs/protocol.md §7), as the JSON-RPC 2.0
 specification says: batches (answers matched by id, in any order), notifications (run,
 never answered), the specification's error codes, and ``data`` = the ``faultInfo`` object
 (``"$type"``, ``"hint"`` and the fault's fields) on every error.
@@ -238,7 +238,7 @@ def test_failing_notifications_are_not_answered_either(unchanged):
     b"\xff\xfe\x00garbage",
     b"",
     b"   ",
-    # lone surrogates, in the id or the params (issue 9, 2): text that is no text
+    # lone surrogates, in the id or the params: text that is no text
     rb'{"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": "\ud800"}',
     rb'{"jsonrpc": "2.0", "method": "startSimulate", "params": {"steps": "\udbff"}, "id": 2}',
     # ... and encoded as bytes, not as an escape (found by the fuzz: the store refused the id)
@@ -282,7 +282,7 @@ def test_invalid_request_object(unchanged, item):
 
 @pytest.mark.parametrize("params", [[1, 2], ["x"], "x", 5, True])
 def test_params_not_an_object(unchanged, params):
-    """PROTOCOL §7: an InvalidRequestFault about the params is -32602."""
+    """docs/protocol.md §7: an InvalidRequestFault about the params is -32602."""
     answer = answer_of(post(unchanged, request("startSimulate", params, id=11)))
     data = check_error(answer, INVALID_PARAMS, 11)
     assert data["$type"] in ("InvalidRequestFault", "InvalidValueFault")
@@ -398,7 +398,7 @@ def small_batches(tmp_path_factory):
 
 
 def test_a_batch_past_max_batch_is_refused_whole(small_batches):
-    """PROTOCOL §15: nothing of a batch over ``[server] max_batch`` runs."""
+    """docs/protocol.md §15: nothing of a batch over ``[server] max_batch`` runs."""
     before = total_jobs(small_batches)
     batch = [request("startSimulate", {"steps": 1}, id=i) for i in range(6)]
     answer = answer_of(post(small_batches, batch))
@@ -438,7 +438,7 @@ def test_a_batch_answer_is_bounded(small_batches):
 
 
 def test_a_huge_batch_is_refused_at_once_on_a_default_node(server):
-    """The measurement of issue 22: 20 000 getRuntimeInformation items in one batch held
+    """As measured by benchmarks/abuse.py (item 1b): 20 000 getRuntimeInformation items in one batch held
     every caller of the node for seconds. Past the default max_batch (100) the batch is
     refused before any item runs."""
     batch = [request("getRuntimeInformation", {}, id=i) for i in range(20_000)]

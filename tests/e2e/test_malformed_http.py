@@ -1,4 +1,4 @@
-"""Requests that are not HTTP (issue 9, 1): each is answered at once and its connection
+"""Requests that are not HTTP: each is answered at once and its connection
 closed, however many come; the node keeps serving and no socket is left half open."""
 import socket
 import time

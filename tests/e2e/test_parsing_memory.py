@@ -1,4 +1,4 @@
-"""What parsing a request body costs an HTTP process (PROTOCOL §15; issue 22, item 4),
+"""What parsing a request body costs an HTTP process (docs/protocol.md §15; benchmarks/abuse.py, item 4),
 through real HTTP against a node on the shipped config (10 MiB bodies, one HTTP process
 per core).
 

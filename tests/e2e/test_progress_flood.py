@@ -1,4 +1,4 @@
-"""A job that reports progress without pause (issue 9, item 5) still obeys stop, delete
+"""A job that reports progress without pause still obeys stop, delete
 and SIGTERM at once, and its progress reaches the watchers.
 
 XDemo with ``durationMs`` 0 reports after every step without pause; XCrashy's "flood"

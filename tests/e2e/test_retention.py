@@ -1,4 +1,4 @@
-"""Retention of finished jobs (PROTOCOL §5), over JSON on a real server, with periods
+"""Retention of finished jobs (docs/protocol.md §5), over JSON on a real server, with periods
 of seconds: unfetched retention from the end of the job, fetched retention from the
 FIRST fetch, FAILED jobs alike, running jobs never erased, live edits applying to
 jobs already stored, and per-service overrides.

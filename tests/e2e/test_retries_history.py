@@ -1,4 +1,4 @@
-"""Retries, each job's history and listing (PROTOCOL §11, §12) through real nodes over
+"""Retries, each job's history and listing (docs/protocol.md §11, §12) through real nodes over
 real HTTP, with every binding's real client."""
 import json
 import os
@@ -228,7 +228,7 @@ def test_a_node_on_a_database_of_the_previous_release_keeps_its_jobs(fresh_serve
 
 @pytest.mark.parametrize("binding", BINDINGS)
 def test_a_cursor_past_the_integer_range_is_a_client_fault(node, binding):
-    """Issue 22, item 9: a cursor carrying a sequence past int64 answered 500 and
+    """benchmarks/abuse.py, item 9: a cursor carrying a sequence past int64 answered 500 and
     logged a traceback each time; it is an InvalidValueFault naming ``cursor``."""
     import base64
     cursor = base64.urlsafe_b64encode(f"before:{2 ** 64}".encode()).decode().rstrip("=")

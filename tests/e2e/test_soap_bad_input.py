@@ -1,4 +1,4 @@
-"""Bad SOAP input gets a clear SOAP fault (PROTOCOL §6, §7): HTTP 500, ``soap:Fault`` with
+"""Bad SOAP input gets a clear SOAP fault (docs/protocol.md §6, §7): HTTP 500, ``soap:Fault`` with
 faultcode ``Client``, a faultstring, and the typed fault element the WSDL declares inside
 ``<detail>`` with its ``<hint>``; no traceback leaves the server, nothing stored changes,
 and the server goes on answering.
@@ -379,7 +379,7 @@ def test_comments_and_cdata_are_not_a_dtd(unchanged):
         r = post(unchanged, "XRuntime", body)
         assert r.status_code == 200, (body, r.text[:400])
         assert b"UNKNOWN" in r.content
-    # CDATA whose text holds "<!" (issue 22, item 9: it was refused as a DTD)
+    # CDATA whose text holds "<!" (benchmarks/abuse.py, item 9: it was refused as a DTD)
     r = post(unchanged, "XRuntime", envelope(watch_job("<id><![CDATA[x<!y]]></id>")))
     assert r.status_code == 200 and b"<id>x&lt;!y</id>" in r.content, r.text[:400]
     # and a DTD after a CDATA section is still refused

@@ -1,5 +1,5 @@
 """The SOAP clients people use drive the whole job life from the served WSDLs, with plain
-keys and no workaround (issue 10): zeep and suds-community (Python), npm ``soap`` and
+keys and no workaround: zeep and suds-community (Python), npm ``soap`` and
 ``strong-soap`` (node.js, installed into tests/node by this module, as pinned by its
 package-lock.json).
 

@@ -1,5 +1,5 @@
-"""What a user may keep stored (PROTOCOL §15, issue 22 item 6), through real HTTP to a
-real node: one XDima 2000² job stores some 28 MB (the issue measured 27.8 MB); with
+"""What a user may keep stored (docs/protocol.md §15; benchmarks/abuse.py, item 6), through real HTTP to a
+real node: one XDima 2000² job stores some 28 MB (27.8 MB when it was first measured); with
 ``max_stored_bytes`` below that, the job's owner is refused the next start with a
 QuotaExceededFault in every binding's own form, nothing stored, while another user
 still starts; once the owner deletes the job, starts are accepted again."""
@@ -63,7 +63,7 @@ def test_past_max_stored_bytes_a_start_is_quota_exceeded_in_every_binding(srv):
                 assert -32099 <= fault.code <= -32000
     stored = figures[0]
     assert set(figures) == {stored}                       # nothing was stored by a refusal
-    assert 20_000_000 < stored < 40_000_000, stored       # the issue's 27.8 MB, give or take
+    assert 20_000_000 < stored < 40_000_000, stored       # the 27.8 MB first measured, give or take
     print(f"\none XDima 2000² job stores {stored} bytes ({stored / 1e6:.1f} MB)")
     assert sum(counts(carol["json"]).values()) == 1        # carol's one job, and no other
 

@@ -1,4 +1,4 @@
-"""The job store unreachable for a while (issue 9, item 7): calls answer
+"""The job store unreachable for a while: calls answer
 ``TemporarilyUnavailableFault`` ("try again": JSON 503 with Retry-After) and never
 ``InternalErrorFault``; a job whose outcome comes while the store is away has it
 written once the store is back; nothing is lost and nothing stays RUNNING."""

@@ -1,4 +1,4 @@
-"""Queueing and computation timeouts (PROTOCOL §3, §5), over JSON on real servers:
+"""Queueing and computation timeouts (docs/protocol.md §3, §5), over JSON on real servers:
 set in the file, shortened (never lengthened) by a request's own ``timeouts``, per
 service, for the synchronous form too, and the abort of an operation that ignores
 the stop."""
@@ -261,7 +261,7 @@ def test_synchronous_simulate_is_bounded_by_the_computation_timeout(compute_serv
 @pytest.mark.parametrize("field, value", [("queueingTimeout", 2 ** 63 - 1), ("computationTimeout", 2 ** 63 - 1),
                                           ("computationTimeout", 604_800_001), ("queueingTimeout", -1)])
 def test_a_timeout_past_the_limit_is_refused(server, binding, field, value):
-    """PROTOCOL §15: a request's timeout past ``[jobs] max_request_timeout`` (7 days by
+    """docs/protocol.md §15: a request's timeout past ``[jobs] max_request_timeout`` (7 days by
     default) or below 0 is an InvalidValueFault naming it, and nothing is stored.  (An
     unbounded one overflowed PostgreSQL's bigint in housekeeping every second, and
     killed the worker slot on SQLite.)"""

@@ -1,4 +1,4 @@
-"""The WSDL of each service (PROTOCOL §7): a real SOAP client (zeep) accepts it, its
+"""The WSDL of each service (docs/protocol.md §7): a real SOAP client (zeep) accepts it, its
 ``soap:address`` names the address the client used (or the configured public URL), it
 declares the polymorphic types and every fault on every operation, it imports one
 schema document per namespace (the same ``schemas/types.xsd`` in every WSDL) with

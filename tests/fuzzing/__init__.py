@@ -1,5 +1,5 @@
 """Hostile input for every binding, generated with hypothesis, and the properties every
-answer must have (issue 9).  Shared by the fuzz tests (tests/e2e/test_fuzz.py) and the
+answer must have.  Shared by the fuzz tests (tests/e2e/test_fuzz.py) and the
 long runs (benchmarks/fuzz.py), so that both send the same kinds of input and judge
 the answers alike.
 

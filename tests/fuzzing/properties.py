@@ -1,4 +1,4 @@
-"""What every answer must be, whatever was sent (issue 9).
+"""What every answer must be, whatever was sent.
 
 * It comes within ``ANSWER_WITHIN``; a raw HTTP request may instead have its connection
   closed, never left hanging.  A well-formed POST to a binding is always answered.

@@ -1,4 +1,4 @@
-"""Accounts (PROTOCOL §10) without HTTP: the [auth] and [users] tables, credentials,
+"""Accounts (docs/protocol.md §10) without HTTP: the [auth] and [users] tables, credentials,
 fair claiming and per-user queue limits in the store, and isolation in JobManager."""
 import base64
 import os

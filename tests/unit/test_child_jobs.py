@@ -1,4 +1,4 @@
-"""Child jobs (PROTOCOL §13) in the store, without HTTP or workers: SQLite, and
+"""Child jobs (docs/protocol.md §13) in the store, without HTTP or workers: SQLite, and
 PostgreSQL when XRUNTIME_TEST_DATABASE_URL is set."""
 import json
 
@@ -64,7 +64,7 @@ def test_suspend_queues_the_children_in_the_parents_lane_and_frees_the_node(any_
 
 
 def test_children_past_a_queue_limit_are_not_stored(any_store):
-    """PROTOCOL §15: children count against max_queued, the queue's and their owner's;
+    """docs/protocol.md §15: children count against max_queued, the queue's and their owner's;
     past either, suspend stores nothing and says which limit."""
     store = any_store
     parent = running_parent(store)

@@ -1,4 +1,4 @@
-"""The retention cleaner on a large store (PROTOCOL §5): 100 000 expired jobs are
+"""The retention cleaner on a large store (docs/protocol.md §5): 100 000 expired jobs are
 erased in bounded batches while requests keep being answered quickly, and exactly the
 expired jobs go: not fresh ones, not active ones, not fetched ones inside their
 fetched retention.  On SQLite, and on PostgreSQL when XRUNTIME_TEST_DATABASE_URL is set

@@ -1,4 +1,4 @@
-"""The JSON codec (PROTOCOL §2, §6, §7): ``$type`` on polymorphic values, round trips,
+"""The JSON codec (docs/protocol.md §2, §6, §7): ``$type`` on polymorphic values, round trips,
 and the faults a wrong request gets, each naming the field by its path."""
 import json
 

@@ -1,4 +1,4 @@
-"""The administrator's file (PROTOCOL §5, §8): defaults, every key, durations, errors
+"""The administrator's file (docs/protocol.md §5, §8): defaults, every key, durations, errors
 with their line, per-service overrides, request timeouts and ``check-config``."""
 import os
 import textwrap

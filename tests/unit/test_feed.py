@@ -124,7 +124,7 @@ def send_as(address: str, datagram: bytes, uid=None):
 
 
 def test_malformed_datagrams_and_other_users_are_dropped_quietly(processes, caplog):
-    """Issue 22, item 9: a malformed datagram logged a traceback, and any local user can
+    """benchmarks/abuse.py, item 9: a malformed datagram logged a traceback, and any local user can
     reach the feed's abstract socket. Both are dropped, with one line at most."""
     import os
     a = processes("n/main/1")

@@ -1,4 +1,4 @@
-"""Fenced writes (PROTOCOL §15; issue 23, item 2): a run whose lease ran out, and whose
+"""Fenced writes (docs/protocol.md §15): a run whose lease ran out, and whose
 job another run took over, can change nothing of it, on SQLite and PostgreSQL.
 
 The story of each test: node A takes the job (attempt 1) and stops renewing (cut off);

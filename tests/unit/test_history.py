@@ -1,4 +1,4 @@
-"""Retries, each job's history and listing (PROTOCOL §11, §12) without HTTP: the store
+"""Retries, each job's history and listing (docs/protocol.md §11, §12) without HTTP: the store
 and the operation layer, on SQLite and (with XRUNTIME_TEST_DATABASE_URL) PostgreSQL."""
 import threading
 import time

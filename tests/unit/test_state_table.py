@@ -1,4 +1,4 @@
-"""Every cell of the state table (PROTOCOL §3), through the real operation layer.
+"""Every cell of the state table (docs/protocol.md §3), through the real operation layer.
 
 Each job is put in its state with the store's own guarded methods, then fetched,
 stopped or deleted through ``JobManager`` as a binding would; the answer, the fault
@@ -57,7 +57,7 @@ def _job_state_fault(excinfo, job_id, status):
 
 # --------------------------------------------------------------------------- the table as data
 
-# PROTOCOL §3, cell by cell, written out independently of states.py.
+# docs/protocol.md §3, cell by cell, written out independently of states.py.
 PROTOCOL_FETCH = {
     "QUEUING": states.REFUSE, "RUNNING": states.REFUSE, "STOPPING": states.REFUSE,
     "SUCCEEDED": states.ANSWER_RESULT, "FAILED": states.RAISE_STORED_FAULT,

@@ -1,4 +1,4 @@
-"""What a user may keep stored (PROTOCOL §15): the store's measure of a user's stored
+"""What a user may keep stored (docs/protocol.md §15): the store's measure of a user's stored
 bytes (SQLite and PostgreSQL), ``max_stored_bytes`` in the file, and the start refused
 past it (``storage_quota``)."""
 import json

@@ -1,5 +1,5 @@
-"""The clock that decides between nodes is the database's (PROTOCOL §15; issue 23,
-item 1): ``DatabaseClock`` carries the last reading forward on the monotonic clock, so
+"""The clock that decides between nodes is the database's (docs/protocol.md §15):
+``DatabaseClock`` carries the last reading forward on the monotonic clock, so
 a node's wrong or jumping wall clock does not move it."""
 import time
 

@@ -1,5 +1,5 @@
 """The SQLite database holds every user's requests and results: the server keeps its
-file to its own user (issue 22, item 9: it was 0644 in a 0755 folder)."""
+file to its own user (benchmarks/abuse.py, item 9: it was 0644 in a 0755 folder)."""
 import os
 import stat
 

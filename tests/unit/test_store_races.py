@@ -591,7 +591,7 @@ def test_fail_timed_out_queued(any_store):
 
 def test_fail_timed_out_queued_never_lengthens_the_configured_timeout(any_store):
     """A request may shorten its queueing timeout, never lengthen it past the configured
-    one (PROTOCOL §5): asking for more, or for 0 ("none"), leaves the configured one."""
+    one (docs/protocol.md §5): asking for more, or for 0 ("none"), leaves the configured one."""
     store = any_store
     now = now_ms()
     longer = new_record(queued_at=now - 6000, queueing_timeout=60_000)

@@ -1,4 +1,4 @@
-"""watchJob (PROTOCOL §4): clamping of its two periods, request faults, and timing.
+"""watchJob (docs/protocol.md §4): clamping of its two periods, request faults, and timing.
 
 The timing tests run ``JobManager.watch`` on a real store and Notifier while another
 thread changes the job through the store and then calls ``notifier.notify(job_id)``,

@@ -1,4 +1,4 @@
-"""The JSON binding: ``POST /services/rs/<Service>/<operation>`` (PROTOCOL §7).
+"""The JSON binding: ``POST /services/rs/<Service>/<operation>`` (docs/protocol.md §7).
 
 Body: the request object; answer: the response object, or on a fault an HTTP status
 by fault type and ``{"message": ..., "faultInfo": {"$type": ..., ...}}``.
@@ -48,7 +48,7 @@ def read_json_body(request: Request, max_bytes: int, empty=None):
                                   hint="Send a smaller request.")
     ctype = request.mimetype or ""
     if ctype and "json" not in ctype:
-        # text/plain, a form: what any web page may post to any address (PROTOCOL §15)
+        # text/plain, a form: what any web page may post to any address (docs/protocol.md §15)
         raise InvalidRequestFault(f"the content type {ctype} is not JSON",
                                   hint="Send the request as application/json "
                                        "(curl: -H 'Content-Type: application/json').")

@@ -1,4 +1,4 @@
-"""The JSON-RPC 2.0 binding: ``POST /services/rpc/<Service>`` (PROTOCOL §7).
+"""The JSON-RPC 2.0 binding: ``POST /services/rpc/<Service>`` (docs/protocol.md §7).
 
 ``params`` is the operation's request object (by name); ``result`` is the response in
 the same JSON form as ``/services/rs``.  Errors carry the specification's codes and
@@ -86,7 +86,7 @@ class JsonRpcBinding:
         return await sized(len(answer), self._text, answer)
 
     async def _batch(self, service, items, caller) -> Response:
-        """A batch (PROTOCOL §15): at most ``[server] max_batch`` items, run
+        """A batch (docs/protocol.md §15): at most ``[server] max_batch`` items, run
         ``BATCH_PARALLEL`` at a time, as one caller's calls would be, so that a large
         batch holds no more of the node than a few callers do; an item whose answer
         would take the batch's answer past ``max_batch_answer_bytes`` answers an error

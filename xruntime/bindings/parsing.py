@@ -1,5 +1,5 @@
 """What parsing a request body may cost an HTTP process: memory bounded by the body's
-size, given back afterwards (PROTOCOL §15; issue 22, item 4).
+size, given back afterwards (docs/protocol.md §15; benchmarks/abuse.py, item 4).
 
 A parsed body is many times larger than its text, and most of that is containers:
 10 MB of ``[]`` are 3.3 million Python lists (+260 MB), 10 MB of ``<h/>`` 2.5 million

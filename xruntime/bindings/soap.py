@@ -1,4 +1,4 @@
-"""The SOAP 1.1 binding: ``POST /services/ws/<Service>``, WSDL at ``?wsdl`` (PROTOCOL §7).
+"""The SOAP 1.1 binding: ``POST /services/ws/<Service>``, WSDL at ``?wsdl`` (docs/protocol.md §7).
 
 Document/literal, bare: the body's one element names the operation and holds the
 request.  The envelope is parsed with entities, DTDs and network access switched off,

@@ -1,4 +1,4 @@
-"""The retention cleaner: erases finished jobs whose retention has run out (PROTOCOL §5).
+"""The retention cleaner: erases finished jobs whose retention has run out (docs/protocol.md §5).
 
 Expiry is computed from each job's own time stamps and the settings in force at each
 run, so an administrator's edit applies to jobs already stored.  It deletes in small

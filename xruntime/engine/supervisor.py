@@ -340,7 +340,7 @@ class WorkerSlot(threading.Thread):
         sup.finished(job, True, status)
 
     def _retry(self, job, kind, payload):
-        """Plan the job's next run (PROTOCOL §11); answers ("fault", fault JSON) when
+        """Plan the job's next run (docs/protocol.md §11); answers ("fault", fault JSON) when
         it is not retried: past ``max_retries``, or stopped meanwhile (a stopped job is
         not run again).  Answers (None, None) when the retry is written."""
         sup = self.sup
@@ -372,14 +372,14 @@ class WorkerSlot(threading.Thread):
         return None, None
 
     def _wait_for_children(self, job, asked):
-        """The function called run_children (PROTOCOL §13): store the children and let
+        """The function called run_children (docs/protocol.md §13): store the children and let
         the parent wait for them holding no worker; ``resume`` takes it once they are
         done.  A parent stopped meanwhile stops them at once."""
         sup = self.sup
         now = now_ms()
         settings = sup.settings()
 
-        def bounded(value, service):       # as a start request's are (PROTOCOL §15)
+        def bounded(value, service):       # as a start request's are (docs/protocol.md §15)
             limit = settings.jobs_for(service).max_request_timeout_ms
             return None if value is None else max(0, min(value, limit))
 
@@ -400,7 +400,7 @@ class WorkerSlot(threading.Thread):
         if status is False:              # deleted while it fanned out, or no longer this run's
             sup.let_go(job)
             return
-        if isinstance(status, QueueFull):   # children count against max_queued (PROTOCOL §15)
+        if isinstance(status, QueueFull):   # children count against max_queued (docs/protocol.md §15)
             sup.fail(job, queue_full_fault(status, len(children)), "its child jobs would overflow the queue")
             return
         log.info("job %s waits for %d child jobs (stage %d), holding no worker",

@@ -41,7 +41,7 @@ class WorkerJobContext:
     def __init__(self, conn, job_id, stop_event, stop_reason, attempt=1, retries=0, children=()):
         self._conn = conn
         self._job_id = job_id
-        self._stages = Stages(children)  # the children earlier runs started (PROTOCOL §13)
+        self._stages = Stages(children)  # the children earlier runs started (docs/protocol.md §13)
         self.attempt = attempt            # this run's number (1: the first)
         self.retries = retries            # retries before this run
         self._stop_event = stop_event

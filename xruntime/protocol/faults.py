@@ -1,4 +1,4 @@
-"""The fault hierarchy of PROTOCOL §6, one definition for every binding.
+"""The fault hierarchy of docs/protocol.md §6, one definition for every binding.
 
 Each fault is at once a Python exception (raise it anywhere in the operation layer or
 in service code) and a spyne model (its fields are declared, so the WSDL describes it
@@ -112,7 +112,7 @@ class QueueOverflowFault(RejectedRequestFault):
 
 class QuotaExceededFault(RejectedRequestFault):
     """The caller has as many jobs of this service queued as their ``max_queued``
-    allows (PROTOCOL §10), or their stored jobs take ``max_stored_bytes`` (§15, its own
+    allows (docs/protocol.md §10), or their stored jobs take ``max_stored_bytes`` (§15, its own
     hint); others' jobs are still accepted."""
     http_status = 429
     default_hint = "Wait until some of your queued jobs have started, then try again."
@@ -129,8 +129,8 @@ class RequestStoppedFault(RejectedRequestFault):
 
 class TemporarilyUnavailableFault(RejectedRequestFault):
     """The server cannot answer for a moment (its job store is unreachable): the same
-    request, sent again a little later, is expected to succeed.  Not in PROTOCOL §6;
-    see docs/architecture.md (decisions)."""
+    request, sent again a little later, is expected to succeed.  Not in the xServer fault
+    hierarchy: a deviation, docs/protocol.md §6 and docs/architecture.md (decisions)."""
     http_status = 503
     retry_after_s = 2
     default_hint = "The server cannot reach its job store for a moment; send the same request again in a few seconds."
@@ -148,7 +148,7 @@ class ProcessingFault(XServerFault):
 
 class TransientFault(ProcessingFault):
     """A failure that may pass (a backend briefly down): the job is run again from the
-    start after a growing delay, up to ``max_retries`` times (PROTOCOL §11).  Services
+    start after a growing delay, up to ``max_retries`` times (docs/protocol.md §11).  Services
     raise it, or their own subtypes of it."""
     default_hint = "The job was retried and failed each time; try again later."
 

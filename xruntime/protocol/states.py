@@ -1,4 +1,4 @@
-"""The state table of PROTOCOL §3 as data: what each operation does in each state.
+"""The state table of docs/protocol.md §3 as data: what each operation does in each state.
 
 The operation layer looks its decisions up here, and the unit tests check every cell,
 so the table in the protocol and the code cannot drift apart silently.

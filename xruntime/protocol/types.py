@@ -119,7 +119,7 @@ class RuntimeInformation(XModel):
 
 
 class JobEvent(XModel):
-    """One change in a job's life (PROTOCOL §11)."""
+    """One change in a job's life (docs/protocol.md §11)."""
     time = Unicode        # ISO 8601 UTC with milliseconds: 2026-11-23T06:41:38.123Z
     status = JobStatus    # the job's status after the change
     attempt = Long        # the job's runs so far
@@ -129,18 +129,18 @@ class JobEvent(XModel):
 
 class JobEvents(XModel):
     id = Unicode
-    parentId = Unicode    # a child job's parent (PROTOCOL §13)
+    parentId = Unicode    # a child job's parent (docs/protocol.md §13)
     events = repeated(JobEvent)
 
 
 class ListJobsRequest(XModel):
-    """All optional (PROTOCOL §12): every job the caller may see, newest first."""
+    """All optional (docs/protocol.md §12): every job the caller may see, newest first."""
     status = repeated(JobStatus)
     service = Unicode
     user = Unicode
     limit = Long          # 100 unless given; at most 1000
     cursor = Unicode      # a previous answer's nextCursor: the page after it
-    parentId = Unicode    # only the children of this job (PROTOCOL §13)
+    parentId = Unicode    # only the children of this job (docs/protocol.md §13)
 
 
 class JobSummary(XModel):
@@ -155,7 +155,7 @@ class JobSummary(XModel):
     fetched = Boolean
     attempts = Long
     progress = JobProgress
-    parentId = Unicode    # a child job's parent (PROTOCOL §13)
+    parentId = Unicode    # a child job's parent (docs/protocol.md §13)
 
 
 class JobList(XModel):

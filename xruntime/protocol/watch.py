@@ -1,4 +1,4 @@
-"""The clamping rules of watchJob's two periods (PROTOCOL §4)."""
+"""The clamping rules of watchJob's two periods (docs/protocol.md §4)."""
 from .faults import InvalidValueFault
 
 DEFAULT_PROGRESS_UPDATE_PERIOD = 1000

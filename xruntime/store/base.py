@@ -42,7 +42,7 @@ class JobRecord:
     owner: str = ""                      # the user who started it ("": anonymous)
     not_before: Optional[int] = None     # waiting for a retry until then (ms)
     retries: int = 0                     # retries planned so far
-    parent_id: Optional[str] = None      # a child job's parent (PROTOCOL §13)
+    parent_id: Optional[str] = None      # a child job's parent (docs/protocol.md §13)
     child_stage: Optional[int] = None    # a child: the parent's run_children it belongs to
     child_index: Optional[int] = None    # a child: its place in that run_children
     waiting_for: Optional[int] = None    # a parent waiting for the children of this stage
@@ -70,7 +70,7 @@ class FinishedChild:
 
 @dataclass(frozen=True)
 class QueueLimit:
-    """A limit the children of one service must fit in (PROTOCOL §15): at most
+    """A limit the children of one service must fit in (docs/protocol.md §15): at most
     ``max_queued`` jobs queued (of ``scope``'s service, or all when None), and at most
     ``owner_max_queued`` of the owner's in that service (0: no such limit)."""
     service: str

@@ -1,4 +1,4 @@
-"""Job changes between nodes, through PostgreSQL's LISTEN/NOTIFY (PROTOCOL §4).
+"""Job changes between nodes, through PostgreSQL's LISTEN/NOTIFY (docs/protocol.md §4).
 
 The change feed on PostgreSQL.  Every change is published on the channel
 ``xruntime_jobs`` as ``<origin>|<job id>`` (``<origin>|*queue*`` for new work), where

@@ -1,4 +1,4 @@
-"""The clock that decides between nodes: the database's (PROTOCOL §15).
+"""The clock that decides between nodes: the database's (docs/protocol.md §15).
 
 A lease written by one node is judged by another; a queueing timeout, a retention or a
 retry's due time is written on one node and acted on by another.  Judged by each node's

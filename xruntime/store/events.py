@@ -1,4 +1,4 @@
-"""Each job's history (PROTOCOL §11), written by the database in the same statement.
+"""Each job's history (docs/protocol.md §11), written by the database in the same statement.
 
 A trigger on ``jobs`` adds a row to ``job_events`` when a job is inserted, when its
 status changes and at its first fetch, inside the statement that makes the change:

@@ -1,4 +1,4 @@
-"""How a node reaches PostgreSQL when its URL does not say otherwise (PROTOCOL §15).
+"""How a node reaches PostgreSQL when its URL does not say otherwise (docs/protocol.md §15).
 
 A database the node cannot reach (a network cut, a host down) must be a
 ``StoreUnavailable`` within seconds, so that the node says so and answers

@@ -3,7 +3,7 @@
 ``seq`` orders the queue (first in, first out); ``id`` is the public UUID4.  Payloads
 (request, result, fault, progress) are the codec's JSON, zlib-compressed when large.
 ``owner`` is the user who started the job ("" for the anonymous user); ``lane`` is
-"service/owner", the queue within the queue that fair shares count by (PROTOCOL §10):
+"service/owner", the queue within the queue that fair shares count by (docs/protocol.md §10):
 its index lets a claim visit the first job of each lane instead of every queued job.
 ``stored_bytes`` is what the row's payloads take, computed by the database itself at
 each write whichever statement makes it; with ``owner`` in an index of its own, a
@@ -45,7 +45,7 @@ jobs = Table(
     Column("not_before", BigInteger),          # a retry waits QUEUING until then (ms)
     Column("retries", Integer, nullable=False, server_default="0"),   # retries planned so far
     Column("event_note", String(500)),         # what the change being written is: its event's message
-    # child jobs (PROTOCOL §13): a child names its parent, erased with it, and its place
+    # child jobs (docs/protocol.md §13): a child names its parent, erased with it, and its place
     # among the children its parent started at one ``run_children`` (the stage)
     Column("parent_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE")),
     Column("child_stage", Integer),
@@ -70,7 +70,7 @@ jobs = Table(
           postgresql_where=text("waiting_for IS NOT NULL")),
 )
 
-#: Each job's history (PROTOCOL §11): one row per change, written by the database
+#: Each job's history (docs/protocol.md §11): one row per change, written by the database
 #: itself in the statement that makes the change (``store.events``), erased with the job.
 job_events = Table(
     "job_events", metadata,

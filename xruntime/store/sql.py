@@ -186,7 +186,7 @@ def _claim_statement(dialect, services=None, running_limits=()):
 
 
 def _resume_statement(dialect, services=None):
-    """Take the oldest parent whose children are all finished (PROTOCOL §13): it runs
+    """Take the oldest parent whose children are all finished (docs/protocol.md §13): it runs
     again on this node, where it left off (its status, attempts and start unchanged)."""
     parent, child = jobs.alias("parent"), jobs.alias("child")
     unfinished = select(child.c.seq).where(child.c.parent_id == parent.c.id,
@@ -213,7 +213,7 @@ def _due(table):
 
 def _fair_oldest(dialect, services, running_limits):
     """The oldest queued job whose lane runs fewer jobs than its owner's max_running
-    (PROTOCOL §10); a parent waiting for its children holds no worker and is not
+    (docs/protocol.md §10); a parent waiting for its children holds no worker and is not
     counted (it leaves its lane meanwhile, see ``suspend``).  Only the first job of each lane is a candidate, and the lanes are
     found by a walk over the (status, lane, seq) index, one step a lane: the cost
     grows with the number of lanes, not of the jobs queued in them (100 000 jobs of
@@ -544,7 +544,7 @@ class SqlJobStore:
         lets go of its node and its lane, holding no worker until ``resume`` takes it.  Answers the
         parent's status (RUNNING or STOPPING), False when it no longer runs on ``node``
         (deleted meanwhile), or a QueueFull when the children would take the queue past
-        one of ``limits``, as a start would (PROTOCOL §15): in both, nothing is stored."""
+        one of ``limits``, as a start would (docs/protocol.md §15): in both, nothing is stored."""
         with self._write() as conn:
             if self.dialect == "postgresql" and limits:      # as create's count-then-insert
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": QUEUE_LOCK_KEY})
@@ -623,7 +623,7 @@ class SqlJobStore:
             return bool(fail_fast) and failed > 0
 
     def stop_children(self, parent_id: str, now: int, fault: str) -> list:
-        """Stop the parent's tree (PROTOCOL §13): its running children (and theirs)
+        """Stop the parent's tree (docs/protocol.md §13): its running children (and theirs)
         move to STOPPING and wind down; those that have not started fail with
         ``fault`` (they have nothing to hand back).  Answers the ids changed."""
         changed = []
