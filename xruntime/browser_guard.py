@@ -37,12 +37,12 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class Refusal(Exception):
-    """A request refused before any binding reads it: ``fault`` with HTTP ``status``."""
+    """A request refused before any binding reads it: ``fault``, answered in the form
+    (and with the HTTP status) of the binding its path names."""
 
-    def __init__(self, fault: XServerFault, status: int):
+    def __init__(self, fault: XServerFault):
         super().__init__(fault.faultstring)
         self.fault = fault
-        self.status = status
 
 
 def check(scope, settings) -> Optional[bytes]:
@@ -53,7 +53,7 @@ def check(scope, settings) -> Optional[bytes]:
         raise Refusal(InvalidRequestFault(
             f"this node does not serve the host name {_shown(host)!r}",
             hint="Use the node's address or localhost, or ask the administrator to add "
-                 "the name to [server] allowed_hosts."), 400)
+                 "the name to [server] allowed_hosts."))
     origin = _header(scope, b"origin")
     if origin is None or same_origin(origin, host, settings.public_url):
         return None
@@ -62,7 +62,7 @@ def check(scope, settings) -> Optional[bytes]:
     raise Refusal(AccessDeniedFault(
         f"requests from pages of {_shown(origin)!r} are not served here",
         hint="Call the node from its own pages or from a program, or ask the administrator "
-             "to add the origin to [server] allowed_origins."), 403)
+             "to add the origin to [server] allowed_origins."))
 
 
 def host_allowed(host: str, settings) -> bool:

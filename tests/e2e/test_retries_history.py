@@ -99,6 +99,20 @@ def test_delete_during_the_retry_wait_erases_the_job(node):
     assert node.post("XRuntime", "getJobEvents", {"id": job["id"]}).status_code == 404
 
 
+def test_a_retry_later_past_max_request_timeout_waits_that_long_only(fresh_server):
+    """RetryLater is bounded as a request's timeouts are: a due time years away (or past
+    what the database holds) is never stored."""
+    srv = fresh_server(extra=RETRIES + 'max_request_timeout = "3s"\n').start()
+    job = srv.start_job(steps=1, retryLaterMs=3_600_000)
+    deadline = time.time() + 20
+    while not any(m.startswith("retry") for _, m in messages(srv, job["id"])):
+        assert time.time() < deadline
+        time.sleep(0.05)
+    assert any(m.startswith("retry 1 of 3 planned in 3.0 s") for _, m in messages(srv, job["id"])), \
+        messages(srv, job["id"])
+    assert srv.wait_done(job["id"], timeout=30)["status"] == "SUCCEEDED"
+
+
 def test_sigkill_during_the_retry_wait_loses_nothing(fresh_server):
     srv = fresh_server(extra=RETRIES).start()
     job = srv.start_job(steps=1, retryLaterMs=6000)

@@ -348,7 +348,10 @@ class WorkerSlot(threading.Thread):
         retry = job.retries + 1
         if kind == "retry":
             asked = json.loads(payload)
-            delay_ms, reason = asked["after_ms"], asked["reason"] or "the operation asked to run later"
+            # as a request's timeouts are (§15): a due time past any the database can hold,
+            # or years away, is the longest a request may ask for
+            delay_ms = max(0, min(asked["after_ms"], cfg.max_request_timeout_ms))
+            reason = asked["reason"] or "the operation asked to run later"
             payload = fault_json(TransientFault(f"the operation asked to run again later: {reason}"))
         else:
             delay_ms = int(cfg.retry_delay_ms(retry) * random.uniform(0.9, 1.1))
