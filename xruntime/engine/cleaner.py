@@ -35,9 +35,10 @@ TICK_BUDGET_S = 4.0
 
 class RetentionCleaner:
     def __init__(self, store, settings, batch: int = BATCH, pause_s: float = PAUSE_S,
-                 budget_s: float = TICK_BUDGET_S):
+                 budget_s: float = TICK_BUDGET_S, clock=now_ms):
         self.store = store
         self.settings = settings
+        self.clock = clock           # now, in ms since the epoch: the store's clock (tests fix it)
         self.batch = batch
         self.pause_s = pause_s
         self.budget_s = budget_s
@@ -67,7 +68,7 @@ class RetentionCleaner:
         erased, cut = 0, False
         for jobs, only, exclude in self.settings().job_setting_groups():
             while not cut:
-                n = self.store.erase_expired(now_ms(), jobs.unfetched_retention_ms,
+                n = self.store.erase_expired(self.clock(), jobs.unfetched_retention_ms,
                                              jobs.fetched_retention_ms, self.batch, only, exclude)
                 erased += n
                 if n < self.batch:

@@ -57,27 +57,40 @@ class WorkerJobContext:
         return self._job_id
 
     def report_progress(self, progress) -> None:
-        """Send the progress now if the last message is ``PROGRESS_PERIOD`` old, else
-        keep it (replacing any kept one) for a timer that sends it when its turn comes:
-        the server gets a few messages a second however often the function reports, and
-        the latest value still arrives even if the function then runs long in silence."""
+        """Send the progress now if the last message is ``PROGRESS_PERIOD`` old (on the
+        monotonic clock; the first report goes at once), else keep it (replacing any
+        kept one) for a timer that sends it when its turn comes: two messages are never
+        less than ``PROGRESS_PERIOD`` apart, however often the function reports and
+        however late its threads run (only the flush before the outcome may come
+        sooner), and the latest value still arrives even if the function then runs
+        long in silence."""
         text = codec.dumps(codec.encode(progress))   # encoded now: the caller may reuse the object
         with self._lock:
             if self._closed:              # reported by a thread the function left behind
                 return
             self._pending = text
-            wait = self._next_send - time.monotonic()
-            if wait <= 0:
-                self._send_pending()
-            elif self._timer is None:
-                self._timer = threading.Timer(wait, self._on_timer)
-                self._timer.daemon = True
-                self._timer.start()
+            self._send_or_keep()
+
+    def _send_or_keep(self):
+        """Send the kept progress if its turn has come, else make sure that a timer
+        will look again when it comes (the caller holds the lock).  The time is checked
+        here every time, by the timer too: a timer is not the turn itself.  Under load
+        it runs late, after the function's thread has already sent at the turn it was
+        set for, and sending then without looking (as it once did) put two messages
+        a few ms apart."""
+        wait = self._next_send - time.monotonic()
+        if wait <= 0:
+            self._send_pending()
+        elif self._timer is None and self._pending is not None:
+            self._timer = threading.Timer(wait, self._on_timer)
+            self._timer.daemon = True
+            self._timer.start()
 
     def _on_timer(self):
         with self._lock:
             self._timer = None
-            self._send_pending()
+            if not self._closed:          # a timer cancelled too late finds the outcome sent
+                self._send_or_keep()
 
     def _send_pending(self):
         """Send the kept progress, if any (the caller holds the lock)."""
