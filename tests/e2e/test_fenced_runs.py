@@ -8,11 +8,11 @@ B still runs: A's worker had finished meanwhile, so A's outcome is written first
 and refused."""
 import os
 import signal
-import time
 
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.e2e.test_status_page import wait_for
 from tests.harness import Server
 
 URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
@@ -21,16 +21,6 @@ pytestmark = pytest.mark.skipif(not URL, reason="XRUNTIME_TEST_DATABASE_URL is n
 
 def events(srv, job_id):
     return srv.call("XRuntime", "getJobEvents", {"id": job_id})["events"]
-
-
-def wait_for(condition, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -48,7 +38,7 @@ def test_a_stalled_node_cannot_finish_the_job_another_node_took_over(tmp_path, e
     try:
         job_id = a.start_job(durationMs=4000, steps=4)["id"]
         wait_for(lambda: [e for e in events(a, job_id) if e["status"] == "RUNNING" and e["node"] == "node-a"],
-                 "node A runs the job")
+                 60, "node A running the job")
         b = Server(str(tmp_path / "b"), database_url=URL, workers=1, server_keys={"node_name": "node-b"})
         os.kill(a.proc.pid, signal.SIGSTOP)           # A's supervisor and its leases freeze
         try:
@@ -56,10 +46,10 @@ def test_a_stalled_node_cannot_finish_the_job_another_node_took_over(tmp_path, e
                 conn.execute(text("UPDATE jobs SET lease_until = 0 WHERE id = :id"), {"id": job_id})
             b.start()
             wait_for(lambda: [e for e in events(b, job_id) if e["status"] == "RUNNING" and e["node"] == "node-b"],
-                     "node B takes the job over")
+                     60, "node B running the job")
         finally:
             os.kill(a.proc.pid, signal.SIGCONT)
-        wait_for(lambda: "lost to another run" in a.log(), "node A's log says the job was lost")
+        wait_for(lambda: "lost to another run" in a.log(), 60, "node A's log saying the job was lost")
         done = b.wait_done(job_id, timeout=60)
         assert done["status"] == "SUCCEEDED"
         history = events(b, job_id)
