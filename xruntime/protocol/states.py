@@ -3,8 +3,23 @@
 The operation layer looks its decisions up here, and the unit tests check every cell,
 so the table in the protocol and the code cannot drift apart silently.
 """
-QUEUING, RUNNING, STOPPING = "QUEUING", "RUNNING", "STOPPING"
-SUCCEEDED, FAILED, DELETED, UNKNOWN = "SUCCEEDED", "FAILED", "DELETED", "UNKNOWN"
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """A job's status (docs/protocol.md §3).  A ``StrEnum``: each member is its wire
+    form, equal to it, and stored, logged and serialised as it."""
+    QUEUING = "QUEUING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    DELETED = "DELETED"
+    UNKNOWN = "UNKNOWN"
+
+
+QUEUING, RUNNING, STOPPING = Status.QUEUING, Status.RUNNING, Status.STOPPING
+SUCCEEDED, FAILED, DELETED, UNKNOWN = Status.SUCCEEDED, Status.FAILED, Status.DELETED, Status.UNKNOWN
 
 #: States a job is stored in (UNKNOWN is only ever an answer).
 STORED_STATES = (QUEUING, RUNNING, STOPPING, SUCCEEDED, FAILED, DELETED)

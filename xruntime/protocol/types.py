@@ -6,6 +6,8 @@ a field added here appears everywhere.  Services subclass ``RequestBase``,
 """
 from spyne import Boolean, ComplexModel, Enum, Long, Unicode
 
+from .states import Status
+
 NAMESPACE = "http://xruntime.org/xserver/types"
 
 
@@ -26,10 +28,7 @@ def repeated(spyne_type):
     return spyne_type.customize(max_occurs="unbounded")
 
 
-JobStatus = Enum(
-    "QUEUING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "DELETED", "UNKNOWN",
-    type_name="JobStatus",
-)
+JobStatus = Enum(*(status.value for status in Status), type_name="JobStatus")
 JobStatus.__namespace__ = NAMESPACE
 
 ResultLimitationReason = Enum(
