@@ -22,7 +22,7 @@ from lxml import etree
 from tests.clients import (BINDINGS, RemoteFault, SudsClient, make_client, start,
                            wait_done, wait_status, watch)
 from tests.harness import Server, write_config
-from xruntime.accounts import token_sha256
+from xruntime.operations.accounts import token_sha256
 
 CHALLENGE = 'Basic realm="xruntime"'
 IN_FORCE = 2.0          # s: a live edit of the file is in force this soon (§5, §10)

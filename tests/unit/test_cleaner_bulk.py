@@ -10,7 +10,7 @@ import uuid
 
 from sqlalchemy import func, insert, select
 
-from xruntime.config import JobSettings, Settings
+from xruntime.settings.config import JobSettings, Settings
 from xruntime.engine.cleaner import RetentionCleaner
 from xruntime.engine.notifier import Notifier
 from xruntime.store import now_ms

@@ -14,7 +14,7 @@ import time
 
 from sqlalchemy.engine import make_url
 
-from ..logs import OncePerPeriod
+from ..support.logs import OncePerPeriod
 from .feed import QUEUE
 from .postgresql import postgresql_connect_args
 
