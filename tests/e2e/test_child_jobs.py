@@ -1,4 +1,4 @@
-"""Child jobs (docs/protocol.md §13) through real nodes over real HTTP: XSweep (examples/sweep.py)
+"""Child jobs (docs/protocol.md §13) through real nodes over real HTTP: XSweep (xruntime/examples/sweep.py)
 fans out XDemo simulations as child jobs."""
 import os
 import re
