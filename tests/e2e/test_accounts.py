@@ -134,7 +134,7 @@ def rewrite_config(srv, extra):
 def srv(tmp_path_factory):
     """The module's node: [auth] required, USERS, 2 workers; the harness calls as root."""
     node = Server(str(tmp_path_factory.mktemp("accounts")), extra=accounts_toml(USERS),
-                  auth=creds("root")).start()
+                  auth=creds("root"), server_keys={"processes": 2}).start()   # races across both
     yield node
     node.stop()
 
