@@ -94,10 +94,5 @@ def _holds_no_setting(text: bytes) -> bool:
 
 
 def _changes(old, new):
-    names = []
-    for field in ("public_url", "max_request_bytes", "max_header_bytes", "header_timeout_ms",
-                  "max_connections", "max_batch", "max_batch_answer_bytes", "allowed_origins",
-                  "allowed_hosts", "jobs", "services", "auth", "users"):
-        if getattr(old, field) != getattr(new, field):
-            names.append(f"{field} changed")
-    return names
+    return [f"{field} changed" for field in config.LIVE_FIELDS
+            if getattr(old, field) != getattr(new, field)]
