@@ -11,7 +11,7 @@ from xruntime.store.clock import MAX_ROUND_TRIP_S
 from tests.cluster.load import Load, events, jobs_on, run_times, runs, states, wait_until
 from tests.cluster.net import HOSTS, NODE_PORT, call_from_inside, fault_type  # noqa: F401
 
-LEASE_S = 30                 # supervisor.LEASE_MS
+LEASE_S = 30                 # engine.housekeeping.LEASE_MS
 CLIENTS = 8                  # more clients than the cluster's 6 workers: a queue
 JOB = {"durationMs": 3000, "steps": 3}
 #: The partition's jobs: long enough that the runs that take over the cut-off host's
