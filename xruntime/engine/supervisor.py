@@ -24,7 +24,7 @@ import multiprocessing
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, Optional, TypeVar
 
 from ..protocol.states import Status
 from ..store import JobRecord, Run, StoreUnavailable
@@ -62,7 +62,8 @@ class Supervisor:
     """Runs the node's worker slots and its housekeeping."""
 
     def __init__(self, store: "SqlJobStore", notifier: "Notifier", settings: Callable[[], "Settings"],
-                 node: str, cleaner: Optional["RetentionCleaner"] = None, services: tuple = ()) -> None:
+                 node: str, cleaner: Optional["RetentionCleaner"] = None,
+                 services: Iterable[str] = ()) -> None:
         self.store = store
         self.notifier = notifier
         self.settings = settings          # a callable answering the settings in force

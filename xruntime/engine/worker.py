@@ -20,7 +20,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
-from typing import Sequence
+from typing import Optional, Sequence
 
 from ..children import Joined, Stages, WaitForChildren
 from ..logs import setup_logging
@@ -51,9 +51,9 @@ class WorkerJobContext:
         self._stop_event = stop_event
         self._stop_reason = stop_reason
         self._lock = threading.Lock()     # the function's thread and the timer both send
-        self._pending = None              # the latest progress not sent yet (JSON)
+        self._pending: Optional[str] = None  # the latest progress not sent yet (JSON)
         self._next_send = 0.0             # time.monotonic() before which progress waits
-        self._timer = None                # sends the pending progress when its turn comes
+        self._timer: Optional[threading.Timer] = None  # sends the pending progress when its turn comes
         self._closed = False              # the outcome is sent: nothing more goes out
 
     @property
