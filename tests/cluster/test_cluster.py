@@ -16,7 +16,7 @@ from tests.cluster.net import HOSTS, NODE_PORT, call_from_inside, fault_type  # 
 #: A partition's timings are the test: nothing else of the run competes for the cores.
 pytestmark = pytest.mark.exclusive
 
-LEASE_S = 30                 # supervisor.LEASE_MS
+LEASE_S = 30                 # engine.housekeeping.LEASE_MS
 CLIENTS = 8                  # more clients than the cluster's 6 workers: a queue
 JOB = {"durationMs": 3000, "steps": 3}
 #: The partition's jobs: long enough that the runs that take over the cut-off host's

@@ -16,7 +16,8 @@ LAYERS = [
     {"protocol"},                   # the contract: types, faults, states, codec (no I/O)
     {"store"},                      # the job store
     {"author"},                     # the service author's API and the registry of services
-    {"engine", "operations"},       # workers and supervision | the job protocol's operations
+    {"engine"},                     # workers and their supervision, the notifier
+    {"operations"},                 # the job protocol's operations (uses the engine's notifier)
     {"bindings"},                   # SOAP, JSON, JSON-RPC
     {"web"},                        # the ASGI application and its guards
     {"admin"},                      # the status page, /metrics

@@ -142,7 +142,7 @@ def test_only_the_jobs_a_slot_holds_keep_their_lease(store):
     class Slot:
         current = held.id
     sup.slots = [Slot()]
-    sup._renew_leases()
+    sup.housekeeping.renew_leases()
     recovered = store.recover(None, now_ms(), 3, lambda attempts: "{}")
     assert [r.id for r in recovered] == [lost.id]
     assert store.peek(lost.id).status == "QUEUING"

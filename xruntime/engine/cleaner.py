@@ -23,6 +23,7 @@ its ticks.  Figures: ``benchmarks/store_growth.py``.
 """
 import logging
 import time
+from typing import Optional
 
 from ..store import now_ms
 
@@ -42,7 +43,7 @@ class RetentionCleaner:
         self.batch = batch
         self.pause_s = pause_s
         self.budget_s = budget_s
-        self._last = 0.0
+        self._last: Optional[float] = None   # time.monotonic() when the last cleanup began
         self._unfinished = False     # the last tick stopped at its budget, expired jobs left
         self._erased = 0             # erased so far by the cleanup under way
 
@@ -51,10 +52,11 @@ class RetentionCleaner:
         return min(jobs.cleanup_interval_ms for jobs, _, _ in self.settings().job_setting_groups()) / 1000
 
     def tick(self, now: float) -> int:
-        """Run a cleanup when the cleanup interval has passed since the last one began,
-        or go on with one that its budget cut short; answers how many jobs it erased."""
+        """Run a cleanup when the cleanup interval has passed since the last one began
+        (``now``: ``time.monotonic()``), or go on with one that its budget cut short;
+        answers how many jobs it erased."""
         if not self._unfinished:
-            if now - self._last < self.interval_s():
+            if self._last is not None and now - self._last < self.interval_s():
                 return 0
             self._last = now
         return self._run(self.budget_s)

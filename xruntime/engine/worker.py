@@ -1,23 +1,26 @@
 """A worker process: runs one job at a time, talking to its slot over a pipe.
 
-Messages from the slot: ``("run", job_id, service, operation, request_json, attempt,
-retries, children)`` (children: the FinishedChild records of the children earlier runs
-started) and ``("exit",)``.  Messages to the slot: ``("progress", job_id,
-progress_json)`` and ``("done", job_id, kind, payload)``: kind "result" (the response
-already in the store's form, bytes), "fault", "transient" (a TransientFault: the slot
-retries the job or fails it), "retry" (RetryLater: ``{"after_ms": …, "reason": …}``)
-or "children" (``run_children``: ``{"stage", "fail_fast", "children"}``).  Progress is coalesced here, at
-the source: at most one message per ``PROGRESS_PERIOD`` (the latest value wins), so a
-function that reports without pause cannot flood the pipe or the server.  A stop arrives through a shared
-event (set from the server process), so the function sees it at once, also while it
-sleeps in ``job.wait``.  Requests, results and faults cross the pipe in the codec's
-JSON form: the encoding work is done here, off the server's threads.
+The messages are the types of ``engine.messages``: ``RunJob`` and ``Exit`` from the
+slot; ``Ready``, then per job ``Progress`` and one ``Done`` with the run's outcome
+(``Result``: the response already in the store's form; ``Failure``; ``Transient``: a
+TransientFault, which the slot retries or fails; ``RetryAsked``: RetryLater;
+``ChildrenAsked``: ``run_children``).  Progress is coalesced here, at the source: at
+most one message per ``PROGRESS_PERIOD`` (the latest value wins), so a function that
+reports without pause cannot flood the pipe or the server.  A stop arrives through a
+shared event (set from the server process) and a shared ``StopReason``, so the
+function sees it at once, also while it sleeps in ``job.wait``.  Requests, results and
+faults cross the pipe in the codec's JSON form: the encoding work is done here, off
+the server's threads.
 """
+import ctypes
 import json
 import logging
 import signal
 import threading
 import time
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
+from typing import Optional, Sequence
 
 from ..author.children import Joined, Stages, WaitForChildren
 from ..author.registry import discover, find_long_operation, long_operation
@@ -27,12 +30,12 @@ from ..protocol import codec
 from ..protocol.faults import (InternalErrorFault, RequestStoppedFault, RequestTimedOutFault,
                                TransientFault, XServerFault)
 from ..protocol.types import IntermediateResponseLimitation
+from ..store import FinishedChild
 from ..store.payload import join_lists, pack
+from .messages import (ChildrenAsked, Done, Exit, Failure, Outcome, Progress, Ready, Result, RetryAsked,
+                       RunJob, StopReason, Transient)
 
 log = logging.getLogger("xruntime.worker")
-
-# Values of the shared stop reason.
-NOT_STOPPED, STOPPED, TIMED_OUT, ABORTED = 0, 1, 2, 3
 
 PROGRESS_PERIOD = 0.2     # s between two progress messages of one job
 
@@ -40,7 +43,8 @@ PROGRESS_PERIOD = 0.2     # s between two progress messages of one job
 class WorkerJobContext:
     """The ``job`` argument of a long operation's function (see xruntime.service)."""
 
-    def __init__(self, conn, job_id, stop_event, stop_reason, attempt=1, retries=0, children=()):
+    def __init__(self, conn: Connection, job_id: str, stop_event: Event, stop_reason: ctypes.c_int,
+                 attempt: int = 1, retries: int = 0, children: Sequence[FinishedChild] = ()) -> None:
         self._conn = conn
         self._job_id = job_id
         self._stages = Stages(children, find_long_operation)  # the children earlier runs started (docs/protocol.md §13)
@@ -49,9 +53,9 @@ class WorkerJobContext:
         self._stop_event = stop_event
         self._stop_reason = stop_reason
         self._lock = threading.Lock()     # the function's thread and the timer both send
-        self._pending = None              # the latest progress not sent yet (JSON)
+        self._pending: Optional[str] = None  # the latest progress not sent yet (JSON)
         self._next_send = 0.0             # time.monotonic() before which progress waits
-        self._timer = None                # sends the pending progress when its turn comes
+        self._timer: Optional[threading.Timer] = None  # sends the pending progress when its turn comes
         self._closed = False              # the outcome is sent: nothing more goes out
 
     @property
@@ -97,11 +101,11 @@ class WorkerJobContext:
     def _send_pending(self):
         """Send the kept progress, if any (the caller holds the lock)."""
         if self._pending is not None:
-            self._conn.send(("progress", self._job_id, self._pending))
+            self._conn.send(Progress(self._job_id, self._pending))
             self._pending = None
             self._next_send = time.monotonic() + PROGRESS_PERIOD
 
-    def send_outcome(self, outcome) -> None:
+    def send_outcome(self, outcome: Outcome) -> None:
         """Send the kept progress, then the outcome, and send nothing after it."""
         with self._lock:
             if self._timer is not None:
@@ -109,7 +113,7 @@ class WorkerJobContext:
                 self._timer = None
             self._send_pending()
             self._closed = True
-            self._conn.send(("done", self._job_id) + outcome)
+            self._conn.send(Done(self._job_id, outcome))
 
     @property
     def stop_requested(self) -> bool:
@@ -122,7 +126,7 @@ class WorkerJobContext:
 
     @property
     def timed_out(self) -> bool:
-        return self._stop_reason.value == TIMED_OUT
+        return self._stop_reason.value == StopReason.TIMED_OUT
 
     def stop_fault(self) -> XServerFault:
         if self.timed_out:
@@ -173,13 +177,14 @@ def stored_result(response, op) -> bytes:
     return pack(codec.dumps(codec.encode(response, op.response)))
 
 
-def run_one(conn, stop_event, stop_reason, job_id, service, operation, request_json,
-            attempt=1, retries=0, children=()):
-    """Run one job and send its outcome: ("done", id, kind, payload)."""
-    job = WorkerJobContext(conn, job_id, stop_event, stop_reason, attempt, retries, children)
+def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run: RunJob) -> None:
+    """Run one job and send its outcome (``Done``)."""
+    job_id, service, operation = run.job_id, run.service, run.operation
+    job = WorkerJobContext(conn, job_id, stop_event, stop_reason, run.attempt, run.retries, run.children)
+    outcome: Outcome
     try:
         op = long_operation(service, operation)
-        request = codec.decode(json.loads(request_json), op.request)
+        request = codec.decode(json.loads(run.request), op.request)
         response = op.function(request, job)
         given = response.response if isinstance(response, Joined) else response
         if not isinstance(given, op.response):
@@ -187,35 +192,38 @@ def run_one(conn, stop_event, stop_reason, job_id, service, operation, request_j
                             f"not {op.response.__name__}")
         if job.stop_requested:
             mark_intermediate(given, job)
-        outcome = ("result", stored_result(response, op))
+        outcome = Result(stored_result(response, op))
     except WaitForChildren as fan_out:
-        outcome = ("children", json.dumps({"stage": fan_out.stage, "fail_fast": fan_out.fail_fast,
-                                           "children": fan_out.children}))
+        outcome = ChildrenAsked(fan_out.stage, fan_out.fail_fast, fan_out.children)
     except RetryLater as asked:
-        outcome = ("retry", json.dumps({"after_ms": int(asked.after * 1000), "reason": asked.reason}))
+        outcome = RetryAsked(int(asked.after * 1000), asked.reason)
     except XServerFault as fault:
-        kind = "transient" if isinstance(fault, TransientFault) else "fault"
-        outcome = (kind, codec.dumps(codec.encode_fault(fault)))
+        text = codec.dumps(codec.encode_fault(fault))
+        outcome = Transient(text) if isinstance(fault, TransientFault) else Failure(text)
     except BaseException as exc:  # a bug in the service: log it here, tell the client plainly
         log.exception("job %s: %s.%s raised", job_id, service, operation)
-        fault = InternalErrorFault(f"the operation {service}.{operation} failed with an internal "
-                                   f"error ({type(exc).__name__}); see the server log")
-        outcome = ("fault", codec.dumps(codec.encode_fault(fault)))
+        internal = InternalErrorFault(f"the operation {service}.{operation} failed with an internal "
+                                      f"error ({type(exc).__name__}); see the server log")
+        outcome = Failure(codec.dumps(codec.encode_fault(internal)))
     job.send_outcome(outcome)
 
 
-def worker_main(conn, stop_event, stop_reason):
+def worker_main(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int) -> None:
     """Entry point of a worker process (started with ``spawn``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the server decides when workers end
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     setup_logging("%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     discover()                                     # import services before the first job
-    conn.send(("ready",))
+    conn.send(Ready())
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):
             return
-        if message[0] == "exit":
-            return
-        run_one(conn, stop_event, stop_reason, *message[1:])
+        match message:
+            case RunJob():
+                run_one(conn, stop_event, stop_reason, message)
+            case Exit():
+                return
+            case _:
+                raise TypeError(f"a worker process got {message!r} from its slot")

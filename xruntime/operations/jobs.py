@@ -17,12 +17,13 @@ from typing import Optional
 from .. import __version__
 from .accounts import ANONYMOUS
 from ..support.blocking import blocking
+from ..engine.child_jobs import stop_children
 from ..protocol import codec
 from ..protocol import states
 from ..protocol.faults import (AccessDeniedFault, InvalidFetchTypeFault, InvalidValueFault, JobStateFault,
                               QueueOverflowFault, QuotaExceededFault, RejectedRequestFault,
-                              RequestStoppedFault, UnknownJobFault)
-from ..protocol.types import (BulkProgress, Job, JobCount, JobEvent, JobEvents, JobList, JobProgress, JobSummary,
+                              UnknownJobFault)
+from ..protocol.types import (Job, JobCount, JobEvent, JobEvents, JobList, JobProgress, JobSummary,
                              RuntimeInformation, ServiceInformation)
 from ..protocol.watch import watch_periods
 from .storage_quota import StoredBytesQuota
@@ -300,19 +301,6 @@ class JobManager:
                       for s in services],
             jobs=None if counts is None else [JobCount(status=s, count=counts.get(s, 0))
                                               for s in states.STORED_STATES])
-
-
-def stop_children(store, notifier, parent_id: str, why: str) -> None:
-    """Stop a parent's tree (docs/protocol.md §13): running children wind down and hand back
-    what they have; those not started yet fail with RequestStoppedFault saying ``why``."""
-    fault = codec.dumps(codec.encode_fault(RequestStoppedFault(f"{why} before this child job started")))
-    for child_id in store.stop_children(parent_id, now_ms(), fault):
-        notifier.notify(child_id)
-
-
-def bulk_progress(successful: int, failed: int, remaining: int) -> str:
-    """A waiting parent's progress over its children, as stored (JSON text)."""
-    return codec.dumps(codec.encode(BulkProgress(successful=successful, failed=failed, remaining=remaining)))
 
 
 def iso_time(ms):
