@@ -10,7 +10,7 @@ import logging
 from spyne import Fault, Unicode
 
 from ..logs import OncePerPeriod
-from ..store.base import StoreUnavailable
+from ..store.unavailable import StoreUnavailable
 
 from .typeinfo import subclasses
 from .types import NAMESPACE, JobStatus

@@ -32,7 +32,7 @@ import uuid
 from sqlalchemy import delete, insert, select
 
 from .schema import feed_members
-from .sql import retry_while_busy
+from .sqlite import retry_while_busy
 
 log = logging.getLogger("xruntime.feed")
 _CREDENTIALS = struct.Struct("3i")                 # SCM_CREDENTIALS: pid, uid, gid
