@@ -26,7 +26,7 @@ from .protocol.types import (BulkProgress, Job, JobCount, JobEvent, JobEvents, J
                              RuntimeInformation, ServiceInformation)
 from .protocol.watch import watch_periods
 from .storage_quota import StoredBytesQuota
-from .store import JobRecord, now_ms
+from .store import JobRecord, JobStore, now_ms
 from .store.payload import TooLarge
 
 log = logging.getLogger("xruntime.jobs")
@@ -53,7 +53,7 @@ def asked_timeouts(request, limit_ms: int):
 
 
 class JobManager:
-    def __init__(self, store, notifier, settings, node: str = "", watches=None, services=None):
+    def __init__(self, store: JobStore, notifier, settings, node: str = "", watches=None, services=None):
         self.store = store
         self.services = services or {}   # the registry's services by name, for runtime information
         self.notifier = notifier          # its feed tells the supervisor of new, stopped and deleted jobs
@@ -302,7 +302,7 @@ class JobManager:
                                               for s in states.STORED_STATES])
 
 
-def stop_children(store, notifier, parent_id: str, why: str) -> None:
+def stop_children(store: JobStore, notifier, parent_id: str, why: str) -> None:
     """Stop a parent's tree (docs/protocol.md §13): running children wind down and hand back
     what they have; those not started yet fail with RequestStoppedFault saying ``why``."""
     fault = codec.dumps(codec.encode_fault(RequestStoppedFault(f"{why} before this child job started")))

@@ -24,7 +24,7 @@ its ticks.  Figures: ``benchmarks/store_growth.py``.
 import logging
 import time
 
-from ..store import now_ms
+from ..store import JobStore, now_ms
 
 log = logging.getLogger("xruntime.cleaner")
 
@@ -34,7 +34,7 @@ TICK_BUDGET_S = 4.0
 
 
 class RetentionCleaner:
-    def __init__(self, store, settings, batch: int = BATCH, pause_s: float = PAUSE_S,
+    def __init__(self, store: JobStore, settings, batch: int = BATCH, pause_s: float = PAUSE_S,
                  budget_s: float = TICK_BUDGET_S, clock=now_ms):
         self.store = store
         self.settings = settings

@@ -35,7 +35,7 @@ from ..protocol.codec import dumps, encode_fault
 from ..protocol.faults import (InternalErrorFault, QueueOverflowFault, QuotaExceededFault,
                                RequestTimedOutFault, TransientFault)
 from ..jobs import bulk_progress, stop_children
-from ..store import JobRecord, QueueFull, QueueLimit, Run, StoreUnavailable, now_ms
+from ..store import JobRecord, JobStore, QueueFull, QueueLimit, Run, StoreUnavailable, now_ms
 from .worker import ABORTED, STOPPED, TIMED_OUT, worker_main
 
 log = logging.getLogger("xruntime.supervisor")
@@ -445,7 +445,7 @@ class WorkerSlot(threading.Thread):
 class Supervisor:
     """Runs the node's worker slots and its housekeeping."""
 
-    def __init__(self, store, notifier, settings, node: str, cleaner=None, services=()):
+    def __init__(self, store: JobStore, notifier, settings, node: str, cleaner=None, services=()):
         self.store = store
         self.notifier = notifier
         self.settings = settings          # a callable answering the settings in force
