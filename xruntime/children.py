@@ -83,7 +83,7 @@ class ChildOutcome:
         list: the cheap way to the small parts of a large result (e.g. a summary)."""
         if self.stored is None:
             return None
-        from .store.payload import without_list
+        from .store.list_join import without_list
         return codec.decode(json.loads(without_list(self.stored, field)), self._response_type())
 
     def _response_type(self):

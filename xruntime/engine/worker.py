@@ -25,7 +25,8 @@ from ..protocol import codec
 from ..protocol.faults import (InternalErrorFault, RequestStoppedFault, RequestTimedOutFault,
                                TransientFault, XServerFault)
 from ..protocol.types import IntermediateResponseLimitation
-from ..store.payload import join_lists, pack
+from ..store.list_join import join_lists
+from ..store.payload import pack
 
 log = logging.getLogger("xruntime.worker")
 
