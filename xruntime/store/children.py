@@ -15,14 +15,14 @@ from typing import Callable, Iterable, Optional, Union
 from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.engine import Connection
 
-from ..protocol.states import Status
+from ..protocol.states import FINISHED, Status
 from .claims import resume_statement
 from .database import QUEUE_LOCK_KEY, Database
 from .events import fault_type, note_of
 from .payload import pack, unpack
 from .records import FinishedChild, JobRecord, QueueFull, QueueLimit, Run
 from .schema import jobs, lane_of
-from .statements import (ACTIVE_RUNNING, FINISHED, INSERT_KEYS, QUEUED, fence, of_services, record_of,
+from .statements import (ACTIVE_RUNNING, INSERT_KEYS, QUEUED, fence, of_services, record_of,
                          timeout_of)
 
 #: The lane of a parent waiting for its children: none, so that max_running, which
@@ -86,7 +86,7 @@ class ChildJobs(Database):
         (stage, then place)."""
         query = select(jobs.c.id, jobs.c.child_stage, jobs.c.child_index, jobs.c.service, jobs.c.operation,
                        jobs.c.status, jobs.c.result, jobs.c.fault, jobs.c.finished_at) \
-            .where(jobs.c.parent_id == parent_id, jobs.c.status.in_(FINISHED)) \
+            .where(jobs.c.parent_id == parent_id, jobs.c.status.in_(sorted(FINISHED))) \
             .order_by(jobs.c.child_stage, jobs.c.child_index)
         with self._read() as conn:
             rows = conn.execute(query).all()

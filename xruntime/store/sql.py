@@ -11,7 +11,7 @@ from typing import Callable, Iterable, Optional
 
 from sqlalchemy import bindparam, delete, func, select, update
 
-from ..protocol.states import Status
+from ..protocol.states import FINISHED, Status
 from .children import ChildJobs
 from .claims import claim_statement
 from .database import QUEUE_LOCK_KEY
@@ -19,7 +19,7 @@ from .events import fault_type, note_of
 from .payload import pack
 from .records import JobRecord, Recovered, Run
 from .schema import job_events, jobs, lane_of
-from .statements import (ACTIVE_RUNNING, FINISHED, HOLDING_WORKER, INSERT_KEYS, LIGHT_COLUMNS, LIGHT_NAMES,
+from .statements import (ACTIVE_RUNNING, HOLDING_WORKER, INSERT_KEYS, LIGHT_COLUMNS, LIGHT_NAMES,
                          fence, insert_below, of_services, record_of, timeout_of)
 
 
@@ -257,7 +257,7 @@ class SqlJobStore(ChildJobs):
             return 0
         expired = conds[0] if len(conds) == 1 else (conds[0] | conds[1])
         # a child goes with its parent, however long it has been finished
-        expired = jobs.c.status.in_(FINISHED) & jobs.c.parent_id.is_(None) & expired
+        expired = jobs.c.status.in_(sorted(FINISHED)) & jobs.c.parent_id.is_(None) & expired
         query = of_services(select(jobs.c.seq).where(expired), services, exclude)
         with self._read() as conn:
             found = [row[0] for row in conn.execute(query.limit(limit))]

@@ -10,7 +10,7 @@ subject of ``claims``; the store (``sql``, ``children``) runs what is built here
 """
 from typing import Any, Callable, Iterable, Optional
 
-from sqlalchemy import LargeBinary, bindparam, case, delete, func, insert, literal_column, select, update
+from sqlalchemy import LargeBinary, Table, bindparam, case, delete, func, insert, literal_column, select, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ColumnElement, Executable, Select
 
@@ -25,8 +25,6 @@ ACTIVE_RUNNING = (Status.RUNNING, Status.STOPPING)
 HOLDING_WORKER = ACTIVE_RUNNING + (Status.DELETED,)
 #: States in which a child still has to finish (a deleted one until its worker lets go).
 UNFINISHED = (Status.QUEUING,) + HOLDING_WORKER
-#: States a job ends in, its outcome stored.
-FINISHED = (Status.SUCCEEDED, Status.FAILED)
 
 _PAYLOADS = ("request", "result", "fault", "progress")
 #: Columns the store keeps for itself: never part of a JobRecord.
@@ -47,7 +45,7 @@ _RUN_FENCE = (jobs.c.node == bindparam("run_node"), jobs.c.attempts == bindparam
 QUEUED = select(func.count()).select_from(jobs).where(jobs.c.status == Status.QUEUING)
 
 
-def in_states(states: Iterable[str], table=jobs) -> ColumnElement:
+def in_states(states: Iterable[str], table: Table = jobs) -> ColumnElement:
     """The job is in one of a fixed list of states, rendered into the SQL (our own
     constants, never input), so that a statement's text names them."""
     return table.c.status.in_([literal_column(repr(str(s))) for s in states])
