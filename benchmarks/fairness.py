@@ -59,7 +59,7 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.harness import Server  # noqa: E402
-from xruntime.accounts import token_sha256  # noqa: E402
+from xruntime.operations.accounts import token_sha256  # noqa: E402
 from xruntime.store import JobRecord, SqlJobStore, now_ms  # noqa: E402
 from xruntime.store.payload import pack  # noqa: E402
 from xruntime.store.schema import jobs, lane_of  # noqa: E402

@@ -30,8 +30,11 @@ def write_config(folder, port, database_url=None, extra="", workers=2, threads=6
     """A config file in ``folder`` (data beside it), as an administrator would write it.
     ``server_keys`` go into its [server] table, ``extra`` (TOML) after the tables."""
     os.makedirs(folder, exist_ok=True)
-    server = {"host": "127.0.0.1", "port": port, **({"threads": threads} if threads else {}),
-              **(server_keys or {})}
+    # one HTTP process unless a test asks for more: a node of one per core (the default)
+    # costs a process start each on a suite that starts a hundred nodes; the tests of
+    # several processes (test_serving, test_status_stream, test_metrics) say so
+    server = {"host": "127.0.0.1", "port": port, "processes": 1,
+              **({"threads": threads} if threads else {}), **(server_keys or {})}
     text = "[server]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in server.items())
     text += f'\n[database]\nurl = "{database_url or "sqlite:///data/xruntime.db"}"\n'
     text += f"\n[workers]\ncount = {workers}\n"

@@ -1,5 +1,5 @@
 """xruntime: long operations as asynchronous jobs behind the xServer job protocol."""
-from . import spyne_compat
+from .support import spyne_compat
 
 spyne_compat.apply()          # before anything imports spyne (Python 3.12+)
 

@@ -4,8 +4,10 @@ import argparse
 import logging
 import sys
 
-from . import __version__, client_cli, config
-from .logs import setup_logging
+from . import __version__
+from .client import commands as client_cli
+from .settings import config
+from .support.logs import setup_logging
 
 
 def cmd_serve(args) -> int:
@@ -18,7 +20,7 @@ def cmd_serve(args) -> int:
         logging.error("the server does not start on an invalid configuration")
         return 2
     settings = config.with_overrides(settings, host=args.host, port=args.port)
-    from .node import serve
+    from .serving.node import serve
     try:
         serve(settings, _service_names(), reload_path=settings.path)
     except OSError as exc:
@@ -45,7 +47,7 @@ def cmd_wsdl(args) -> int:
     import os
     from .bindings.soap import wsdl_for
     from .bindings.wsdl import ALL_SERVICES_FILE, SCHEMA_FOLDER, build_all_wsdl, schema_documents
-    from .registry import discover
+    from .author.registry import discover
     base = args.base_url.rstrip("/")
     services = discover()
     os.makedirs(os.path.join(args.out, SCHEMA_FOLDER), exist_ok=True)
@@ -63,7 +65,7 @@ def cmd_wsdl(args) -> int:
 
 def cmd_token_new(args) -> int:
     """A fresh token for a user, and the lines that give it to them (docs/protocol.md §10)."""
-    from .accounts import new_token, token_sha256
+    from .operations.accounts import new_token, token_sha256
     if not config.USER_NAME.match(args.name) or args.name == config.ANY_USER:
         print(f"{args.name!r} is no user name: letters, digits and _ . @ -, at most 100 "
               f"(and not {config.ANY_USER!r})", file=sys.stderr)
@@ -79,7 +81,7 @@ def cmd_token_new(args) -> int:
 
 
 def _service_names():
-    from .registry import discover
+    from .author.registry import discover
     return list(discover())
 
 

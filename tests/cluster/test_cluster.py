@@ -7,9 +7,14 @@ than the lease, then xrt-c SIGKILLed while HAProxy routes to it."""
 import threading
 import time
 
+import pytest
+
 from xruntime.store.clock import MAX_ROUND_TRIP_S
 from tests.cluster.load import Load, events, jobs_on, run_times, runs, states, wait_until
 from tests.cluster.net import HOSTS, NODE_PORT, call_from_inside, fault_type  # noqa: F401
+
+#: A partition's timings are the test: nothing else of the run competes for the cores.
+pytestmark = pytest.mark.exclusive
 
 LEASE_S = 30                 # supervisor.LEASE_MS
 CLIENTS = 8                  # more clients than the cluster's 6 workers: a queue

@@ -22,7 +22,7 @@ from lxml import etree
 from tests.clients import (BINDINGS, RemoteFault, SudsClient, make_client, start,
                            wait_done, wait_status, watch)
 from tests.harness import Server, write_config
-from xruntime.accounts import token_sha256
+from xruntime.operations.accounts import token_sha256
 
 CHALLENGE = 'Basic realm="xruntime"'
 IN_FORCE = 2.0          # s: a live edit of the file is in force this soon (§5, §10)
@@ -134,7 +134,7 @@ def rewrite_config(srv, extra):
 def srv(tmp_path_factory):
     """The module's node: [auth] required, USERS, 2 workers; the harness calls as root."""
     node = Server(str(tmp_path_factory.mktemp("accounts")), extra=accounts_toml(USERS),
-                  auth=creds("root")).start()
+                  auth=creds("root"), server_keys={"processes": 2}).start()   # races across both
     yield node
     node.stop()
 

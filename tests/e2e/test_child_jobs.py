@@ -1,4 +1,4 @@
-"""Child jobs (docs/protocol.md §13) through real nodes over real HTTP: XSweep (examples/sweep.py)
+"""Child jobs (docs/protocol.md §13) through real nodes over real HTTP: XSweep (xruntime/examples/sweep.py)
 fans out XDemo simulations as child jobs."""
 import os
 import re
@@ -8,7 +8,7 @@ import pytest
 
 from tests.harness import Server
 
-MODULES = {"XRUNTIME_SERVICE_MODULES": "tests.fixtures.crashy,examples.sweep"}
+MODULES = {"XRUNTIME_SERVICE_MODULES": "tests.fixtures.crashy,xruntime.examples.sweep"}
 PG_URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
 
 
@@ -254,7 +254,7 @@ def test_a_waiting_parent_past_its_computation_timeout_stops_with_its_tree(node)
 def limited(tmp_path_factory):
     """At most 20 jobs queued on the node; alice may have 5 XDemo jobs queued."""
     import secrets
-    from xruntime.accounts import token_sha256
+    from xruntime.operations.accounts import token_sha256
     token = secrets.token_urlsafe(24)
     srv = Server(str(tmp_path_factory.mktemp("limited")), env=MODULES, workers=1, extra=f"""
         [jobs]

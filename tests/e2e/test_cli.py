@@ -322,7 +322,7 @@ def test_the_token_from_a_file(accounts_server, tmp_path):
 
 
 def test_a_token_over_plain_http_to_another_host_is_warned_about():
-    from xruntime.client import plain_http_warning
+    from xruntime.client.json_client import plain_http_warning
     assert "plain HTTP" in plain_http_warning("http://jobs.example.org:50000", "t")
     for url in ("https://jobs.example.org", "http://127.0.0.1:50000", "http://localhost:1", "http://[::1]:5"):
         assert plain_http_warning(url, "t") is None, url

@@ -63,9 +63,9 @@ def square(capacity):
 
 def scenario():
     """Per service: its operations, and the requests of each step."""
-    from services.xdima.types import CreateDistanceMatrixRequest
-    from services.xdemo.types import SimulateRequest
-    from services.xtour.types import PlanToursRequest
+    from xruntime.services.xdima.types import CreateDistanceMatrixRequest
+    from xruntime.services.xdemo.types import SimulateRequest
+    from xruntime.services.xtour.types import PlanToursRequest
     tour = random_instance(n=60, maxComputationTimeMs=60000, maxIterationsWithoutImprovement=10 ** 9)
     out_of_range = square(10)
     out_of_range["orders"][0]["location"] = {"lon": 0, "lat": 95}

@@ -129,6 +129,7 @@ def postmaster_started(engine):
 @pytest.mark.skipif(not PG_URL, reason="XRUNTIME_TEST_DATABASE_URL is not set")
 @pytest.mark.skipif(not shutil.which("pg_ctlcluster") or os.geteuid() != 0,
                     reason="restarting PostgreSQL needs pg_ctlcluster, as root")
+@pytest.mark.exclusive            # every worker's database goes away with it
 def test_postgresql_restarted_under_load_loses_nothing(tmp_path):
     from xruntime.store.schema import metadata
     engine = create_engine(PG_URL, pool_pre_ping=True)

@@ -15,7 +15,7 @@ from lxml import etree
 
 from tests.clients import wsdl_documents
 from tests.harness import ROOT, Server
-from xruntime.registry import discover
+from xruntime.author.registry import discover
 
 # every service of the repository (services/ and XRuntime), as `xruntime wsdl` sees them
 SERVICES = tuple(discover())

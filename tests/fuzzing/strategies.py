@@ -19,12 +19,12 @@ from xml.sax.saxutils import escape, quoteattr
 
 from hypothesis import strategies as st
 
-from services.xdemo import service as xdemo
+from xruntime.services.xdemo import service as xdemo
 from xruntime.bindings.xml_codec import XSI, plan
 from xruntime.protocol.typeinfo import BOOL, ENUM, FLOAT, INT, OBJ, fields
 from xruntime.protocol.types import NAMESPACE as TYPES_NS
-from xruntime.runtime_service import xruntime
-from xruntime.service import RUN
+from xruntime.author.runtime_service import xruntime
+from xruntime.author.service import RUN
 
 SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
 SOAP12 = "http://www.w3.org/2003/05/soap-envelope"

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from xruntime.config import Settings
+from xruntime.settings.config import Settings
 from xruntime.engine.notifier import Notifier
 from xruntime.store import SqlJobStore
 
@@ -84,5 +84,5 @@ def jobs(store, notifier, settings):
 @pytest.fixture(scope="session")
 def simulate_op():
     """XDemo's long operation ``simulate``, as the registry finds it."""
-    from xruntime.registry import discover
+    from xruntime.author.registry import discover
     return discover()["XDemo"].long_operations["simulate"]

@@ -7,7 +7,7 @@ from xruntime.protocol.faults import ProcessingFault
 from xruntime.protocol.types import BulkProgress, IntermediateResponseLimitation
 from xruntime.store import JobRecord, now_ms
 
-from services.xdemo.types import SimulateRequest, SimulateResponse
+from xruntime.services.xdemo.types import SimulateRequest, SimulateResponse
 
 NODE = "node-under-test"
 LEASE_MS = 30_000
@@ -94,8 +94,8 @@ class BlockingJobs:
         import asyncio
         import threading
 
-        from xruntime.jobs import JobManager
-        from xruntime.watching import Watches
+        from xruntime.operations.jobs import JobManager
+        from xruntime.operations.watching import Watches
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="test-loop", daemon=True).start()
         self.watches = Watches(store, notifier)

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from xruntime import config
-from xruntime.accounts import ANONYMOUS, Caller, NotAuthenticated, authenticate, token_sha256
+from xruntime.settings import config
+from xruntime.operations.accounts import ANONYMOUS, Caller, NotAuthenticated, authenticate, token_sha256
 from xruntime.protocol.faults import QueueOverflowFault, QuotaExceededFault, UnknownJobFault
 from xruntime.store import SqlJobStore, now_ms
 from xruntime.store.claims import claim_statement
@@ -323,7 +323,7 @@ def watched(jobs, job_id, caller):
 
 
 def test_another_users_job_is_an_id_never_used(jobs, settings, simulate_op):
-    from services.xdemo.types import SimulateRequest
+    from xruntime.services.xdemo.types import SimulateRequest
     settings[0] = accounts()
     alice, bob, root = Caller("alice"), Caller("bob"), Caller("root", admin=True)
     job = jobs.start(simulate_op, SimulateRequest(steps=1), alice).id
@@ -348,7 +348,7 @@ def test_another_users_job_is_an_id_never_used(jobs, settings, simulate_op):
 
 
 def test_max_queued_of_a_user_is_quota_exceeded_and_the_queues_own_is_overflow(jobs, settings, simulate_op):
-    from services.xdemo.types import SimulateRequest
+    from xruntime.services.xdemo.types import SimulateRequest
     settings[0] = accounts("\n[jobs]\nmax_queued = 5\n")
     alice, bob = Caller("alice"), Caller("bob")
     for _ in range(3):

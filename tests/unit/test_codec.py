@@ -6,8 +6,8 @@ import pytest
 from lxml import etree
 from spyne import Unicode
 
-from services.xdemo.types import SimulateRequest, SimulateResponse
-from services.xdima.types import CreateDistanceMatrixRequest
+from xruntime.services.xdemo.types import SimulateRequest, SimulateResponse
+from xruntime.services.xdima.types import CreateDistanceMatrixRequest
 from xruntime.bindings import xml_codec
 from xruntime.protocol import codec
 from xruntime.protocol.faults import (AccessDeniedFault, InternalErrorFault,

@@ -5,8 +5,9 @@ import textwrap
 
 import pytest
 
-from xruntime import cli, config
-from xruntime.config import ConfigError, JobSettings, Settings, parse_duration
+from xruntime import cli
+from xruntime.settings import config
+from xruntime.settings.config import ConfigError, JobSettings, Settings, parse_duration
 
 KNOWN = ["XRuntime", "XDemo"]
 

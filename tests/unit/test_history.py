@@ -6,14 +6,14 @@ import time
 import pytest
 from sqlalchemy import text
 
-from xruntime import config
-from xruntime.accounts import Caller
+from xruntime.settings import config
+from xruntime.operations.accounts import Caller
 from xruntime.protocol.faults import (AccessDeniedFault, InternalErrorFault, InvalidValueFault,
                                       ProcessingFault, RequestTimedOutFault, UnknownJobFault)
 from xruntime.protocol.types import ListJobsRequest
 from xruntime.store import SqlJobStore, now_ms
 
-from services.xdemo.types import SimulateRequest
+from xruntime.services.xdemo.types import SimulateRequest
 
 from tests.fixtures.released_schema import released_database
 

@@ -4,7 +4,7 @@ import json
 import time
 
 from xruntime import __version__
-from xruntime.node_status import snapshot
+from xruntime.admin.node_status import snapshot
 from xruntime.store import now_ms
 
 from .helpers import LEASE_MS, NODE, claim_exactly, new_record, progress_json

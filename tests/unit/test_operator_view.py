@@ -1,6 +1,6 @@
 """What the operator's view reads: the store's counts per service and busy workers,
 and the reading of a progress for a bar (``xruntime.progress_view``)."""
-from xruntime.progress_view import view_of
+from xruntime.protocol.progress_view import view_of
 from xruntime.store import now_ms
 
 from .helpers import LEASE_MS, NODE, claim_exactly, new_record, progress_json

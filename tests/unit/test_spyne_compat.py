@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from tests.harness import ROOT
-from xruntime import spyne_compat
+from xruntime.support import spyne_compat
 
 
 def run_fresh(code: str) -> subprocess.CompletedProcess:
@@ -29,7 +29,7 @@ def test_spyne_imports_and_builds_a_wsdl():
         from spyne.util.six.moves.urllib.parse import quote
         import spyne.protocol.soap                        # imports cgi (legacy-cgi on 3.13)
 
-        from services.xdemo import service
+        from xruntime.services.xdemo import service
         from xruntime.bindings.wsdl import build_wsdl
 
         assert MutableSet is collections.abc.MutableSet and quote("a b") == "a%20b"

@@ -10,15 +10,15 @@ import time
 import pytest
 from spyne import Unicode
 
-from services.xdemo.types import SimulateRequest
+from xruntime.services.xdemo.types import SimulateRequest
 from xruntime.protocol import codec
 from xruntime.protocol import states
-from xruntime.config import JobSettings, ServiceSettings, Settings
+from xruntime.settings.config import JobSettings, ServiceSettings, Settings
 from xruntime.protocol.faults import (InternalErrorFault, InvalidFetchTypeFault, JobStateFault,
                                       ProcessingFault, QueueOverflowFault, RequestStoppedFault,
                                       RequestTimedOutFault, UnknownJobFault)
 from xruntime.protocol.types import BulkProgress, ResponseBase
-from xruntime.service import Service
+from xruntime.author.service import Service
 from xruntime.store import now_ms
 
 from .helpers import (STATES, claim_exactly, progress_json, put_in_state, result_json,

@@ -7,7 +7,7 @@ import threading
 import time
 
 from xruntime.engine.notifier import Notifier
-from xruntime.status_stream import StatusEvents, StatusFeed, _END
+from xruntime.admin.status_stream import StatusEvents, StatusFeed, _END
 
 PERIOD = 0.2
 

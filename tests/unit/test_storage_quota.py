@@ -5,12 +5,13 @@ import json
 
 import pytest
 
-from xruntime import cli, config
-from xruntime.accounts import Caller, token_sha256
+from xruntime import cli
+from xruntime.settings import config
+from xruntime.operations.accounts import Caller, token_sha256
 from xruntime.protocol.faults import QuotaExceededFault
 from xruntime.store import SqlJobStore, now_ms
 from xruntime.store.payload import COMPRESS_ABOVE, pack
-from xruntime.storage_quota import REUSE_S, StoredBytesQuota
+from xruntime.operations.storage_quota import REUSE_S, StoredBytesQuota
 
 from tests.fixtures.released_schema import released_database
 
@@ -141,7 +142,7 @@ token_sha256 = "{token_sha256('bob-token-9876543210')}"
 
 
 def test_a_start_at_or_past_the_bound_is_quota_exceeded_and_stores_nothing(jobs, settings, simulate_op):
-    from services.xdemo.types import SimulateRequest
+    from xruntime.services.xdemo.types import SimulateRequest
     alice, bob = Caller("alice"), Caller("bob")
     jobs.start(simulate_op, SimulateRequest(steps=1), alice)
     size = jobs.store.stored_bytes("alice")
@@ -161,7 +162,7 @@ def test_a_start_at_or_past_the_bound_is_quota_exceeded_and_stores_nothing(jobs,
 
 
 def test_no_bound_with_0(jobs, settings, simulate_op):
-    from services.xdemo.types import SimulateRequest
+    from xruntime.services.xdemo.types import SimulateRequest
     settings[0] = accounts("max_stored_bytes = 0")
     jobs.manager.stored_quota.store = None          # never measured: a measure would fail
     for _ in range(3):

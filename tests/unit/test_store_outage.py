@@ -10,7 +10,8 @@ import pytest
 from xruntime.bindings.json_binding import fault_response
 from xruntime.engine import supervisor as supervisor_module
 from xruntime.engine.supervisor import Supervisor
-from xruntime.protocol.faults import InternalErrorFault, TemporarilyUnavailableFault, as_fault
+from xruntime.protocol.faults import InternalErrorFault, TemporarilyUnavailableFault
+from xruntime.operations.failures import as_fault
 from xruntime.store import StoreUnavailable, now_ms
 from xruntime.store import sqlite as store_sqlite
 from xruntime.store.unavailable import is_unavailable

@@ -13,7 +13,7 @@ import threading
 from collections import Counter
 
 from xruntime.protocol import codec
-from xruntime.config import Settings
+from xruntime.settings.config import Settings
 from xruntime.engine.notifier import Notifier
 from xruntime.protocol.faults import InternalErrorFault, JobStateFault, UnknownJobFault
 from xruntime.store import now_ms

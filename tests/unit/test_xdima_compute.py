@@ -7,9 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from services import xdima
-from services.xdima import compute
-from services.xdima.types import CreateDistanceMatrixRequest
+from xruntime.services import xdima
+from xruntime.services.xdima import compute
+from xruntime.services.xdima.types import CreateDistanceMatrixRequest
 from xruntime.protocol import codec
 from xruntime.protocol.faults import (InvalidValueFault, MissingParameterFault,
                                       RequestStoppedFault)

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from services.xtour.model import check
-from services.xtour.solver import great_circle_m, plan, travel_matrices, unplanned_penalty
-from services.xtour.types import PlanToursRequest
+from xruntime.services.xtour.model import check
+from xruntime.services.xtour.solver import great_circle_m, plan, travel_matrices, unplanned_penalty
+from xruntime.services.xtour.types import PlanToursRequest
 from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
 

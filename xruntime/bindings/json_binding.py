@@ -13,9 +13,10 @@ import re
 from werkzeug.wrappers import Request, Response
 
 
-from .. import metrics
-from ..protocol.faults import InvalidRequestFault, XServerFault, as_fault
-from ..blocking import sized
+from ..support import metrics
+from ..protocol.faults import InvalidRequestFault, XServerFault
+from ..operations.failures import as_fault
+from ..support.blocking import sized
 from ..protocol import codec
 from . import parsing
 

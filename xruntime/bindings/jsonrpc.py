@@ -13,12 +13,12 @@ import logging
 from werkzeug.wrappers import Request, Response
 
 
-from .. import metrics
-from ..logs import OncePerPeriod
-from ..protocol.faults import (InvalidRequestFault, ProcessingFault, RejectedRequestFault, as_fault,
-                               XServerFault)
-from ..blocking import sized
-from ..service import FETCH
+from ..support import metrics
+from ..support.logs import OncePerPeriod
+from ..protocol.faults import InvalidRequestFault, ProcessingFault, RejectedRequestFault, XServerFault
+from ..operations.failures import as_fault
+from ..support.blocking import sized
+from ..author.service import FETCH
 from ..protocol import codec
 from . import parsing
 from .json_binding import JSON_TYPE, dumps, read_json_body

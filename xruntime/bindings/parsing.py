@@ -24,7 +24,7 @@ import collections
 import ctypes
 import ctypes.util
 
-from ..blocking import INLINE_BYTES, blocking
+from ..support.blocking import INLINE_BYTES, blocking
 from ..protocol.faults import InvalidRequestFault
 
 #: A body with fewer marks than this is never refused by ``check_marks``.

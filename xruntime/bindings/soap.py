@@ -20,10 +20,11 @@ from lxml import etree
 from werkzeug.wrappers import Request, Response
 
 
-from .. import metrics
-from ..protocol.faults import InvalidRequestFault, XServerFault, as_fault
+from ..support import metrics
+from ..protocol.faults import InvalidRequestFault, XServerFault
+from ..operations.failures import as_fault
 from ..protocol.types import NAMESPACE as TYPES_NS
-from ..blocking import INLINE_BYTES
+from ..support.blocking import INLINE_BYTES
 from ..protocol import codec
 from ..protocol.typeinfo import complex_types
 from . import parsing, xml_codec

@@ -40,7 +40,7 @@ from spyne.interface.xml_schema import XmlSchema
 from spyne.protocol.soap import Soap11
 
 from ..protocol.faults import XServerFault
-from ..protocol.typeinfo import original, subclasses
+from ..protocol.typeinfo import is_protocol_type, original, subclasses
 from ..protocol.types import NAMESPACE as TYPES_NS
 from ..protocol.types import JobProgress, ResultLimitation
 
@@ -74,18 +74,18 @@ def polymorphic_types(service):
 def _visible(cls, service) -> bool:
     """Protocol types, the types that belong to this service, and for XRuntime every
     service's progress types (its watchJob answers any job)."""
-    if cls.__module__.startswith("xruntime.") or cls.__dict__.get("__namespace__") == service.namespace:
+    if is_protocol_type(cls) or cls.__dict__.get("__namespace__") == service.namespace:
         return True
     if not (service.shows_all_progress and issubclass(cls, JobProgress)):
         return False
-    from ..registry import discover
+    from ..author.registry import discover
     return cls.__dict__.get("__namespace__") in {s.namespace for s in discover().values()}
 
 
 # --------------------------------------------------------------------------- schemas
 
 def _services() -> dict:
-    from ..registry import discover
+    from ..author.registry import discover
     return discover()
 
 

@@ -29,12 +29,12 @@ import time
 import uuid
 from multiprocessing.connection import wait as wait_for_ready
 
-from .. import metrics
-from ..logs import OncePerPeriod
+from ..support import metrics
+from ..support.logs import OncePerPeriod
 from ..protocol.codec import dumps, encode_fault
 from ..protocol.faults import (InternalErrorFault, QueueOverflowFault, QuotaExceededFault,
                                RequestTimedOutFault, TransientFault)
-from ..jobs import bulk_progress, stop_children
+from ..operations.jobs import bulk_progress, stop_children
 from ..store import JobRecord, JobStore, QueueFull, QueueLimit, Run, StoreUnavailable, now_ms
 from .worker import ABORTED, STOPPED, TIMED_OUT, worker_main
 

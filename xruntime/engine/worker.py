@@ -19,8 +19,10 @@ import signal
 import threading
 import time
 
-from ..children import Joined, Stages, WaitForChildren
-from ..logs import setup_logging
+from ..author.children import Joined, Stages, WaitForChildren
+from ..author.registry import discover, find_long_operation, long_operation
+from ..author.service import RetryLater
+from ..support.logs import setup_logging
 from ..protocol import codec
 from ..protocol.faults import (InternalErrorFault, RequestStoppedFault, RequestTimedOutFault,
                                TransientFault, XServerFault)
@@ -42,7 +44,7 @@ class WorkerJobContext:
     def __init__(self, conn, job_id, stop_event, stop_reason, attempt=1, retries=0, children=()):
         self._conn = conn
         self._job_id = job_id
-        self._stages = Stages(children)  # the children earlier runs started (docs/protocol.md §13)
+        self._stages = Stages(children, find_long_operation)  # the children earlier runs started (docs/protocol.md §13)
         self.attempt = attempt            # this run's number (1: the first)
         self.retries = retries            # retries before this run
         self._stop_event = stop_event
@@ -175,8 +177,6 @@ def stored_result(response, op) -> bytes:
 def run_one(conn, stop_event, stop_reason, job_id, service, operation, request_json,
             attempt=1, retries=0, children=()):
     """Run one job and send its outcome: ("done", id, kind, payload)."""
-    from ..registry import long_operation
-    from ..service import RetryLater
     job = WorkerJobContext(conn, job_id, stop_event, stop_reason, attempt, retries, children)
     try:
         op = long_operation(service, operation)
@@ -210,7 +210,6 @@ def worker_main(conn, stop_event, stop_reason):
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the server decides when workers end
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     setup_logging("%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
-    from ..registry import discover
     discover()                                     # import services before the first job
     conn.send(("ready",))
     while True:

@@ -5,17 +5,13 @@ in service code) and a spyne model (its fields are declared, so the WSDL describ
 and the JSON codec writes it as ``faultInfo``).  ``message`` travels as the SOAP
 ``faultstring`` and the JSON ``message``; every other field is part of the fault info.
 """
-import logging
 
 from spyne import Fault, Unicode
 
-from ..logs import OncePerPeriod
-from ..store.unavailable import StoreUnavailable
 
 from .typeinfo import subclasses
 from .types import NAMESPACE, JobStatus
 
-_log = logging.getLogger("xruntime.dispatch")
 
 
 class XServerFault(Fault):
@@ -173,18 +169,3 @@ def fault_class(type_name: str):
 for _cls in all_fault_classes():
     if _cls.__dict__.get("__namespace__") is None:
         _cls.__namespace__ = NAMESPACE
-
-
-def as_fault(exc: BaseException, where: str) -> XServerFault:
-    """A fault for the client: ours as it is; anything else is a bug, logged here with its
-    traceback and answered as a plain InternalErrorFault (no traceback leaves the server)."""
-    if isinstance(exc, XServerFault):
-        return exc
-    if isinstance(exc, StoreUnavailable):
-        _store_outage_log.warning("answering %s with TemporarilyUnavailableFault: %s", where, exc)
-        return TemporarilyUnavailableFault("the job store is unreachable for the moment")
-    _log.error("internal error while serving %s", where, exc_info=exc)
-    return InternalErrorFault(f"internal error while serving {where}; see the server log")
-
-
-_store_outage_log = OncePerPeriod(_log, 5.0)

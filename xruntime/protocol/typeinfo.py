@@ -120,3 +120,9 @@ def complex_types(cls) -> list:
             pending.append(base)
         pending.extend(c._type_info.values())
     return found
+
+
+def is_protocol_type(cls) -> bool:
+    """Whether ``cls`` is one of the protocol's own types (``xruntime.protocol``), not a
+    service's: those have their namespace pinned and are in every WSDL."""
+    return cls.__module__.startswith(__package__ + ".")

@@ -15,7 +15,7 @@ from typing import Callable
 
 from sqlalchemy.engine import make_url
 
-from ..logs import OncePerPeriod
+from ..support.logs import OncePerPeriod
 from .changes import QUEUE
 from .postgresql import postgresql_connect_args
 

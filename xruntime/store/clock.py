@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from ..logs import OncePerPeriod
+from ..support.logs import OncePerPeriod
 
 log = logging.getLogger("xruntime.store")
 _failure_log = OncePerPeriod(log, 60.0)

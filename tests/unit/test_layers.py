@@ -1,0 +1,120 @@
+"""The layers of docs/architecture.md, checked: which part of xruntime may import which,
+and no circle between modules.  Every import counts, at module level or inside a
+function (a function-level import hides a circle; it does not remove it)."""
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "xruntime"
+
+#: Lowest first.  A part may import its own layer's modules only from itself, and any
+#: part of a lower layer.
+LAYERS = [
+    {"support", "settings"},        # the log, metrics, blocking pool; the administrator's file
+    {"protocol"},                   # the contract: types, faults, states, codec (no I/O)
+    {"store"},                      # the job store
+    {"author"},                     # the service author's API and the registry of services
+    {"engine", "operations"},       # workers and supervision | the job protocol's operations
+    {"bindings"},                   # SOAP, JSON, JSON-RPC
+    {"web"},                        # the ASGI application and its guards
+    {"admin"},                      # the status page, /metrics
+    {"serving"},                    # a node's processes and live reload
+    {"cli"},                        # the command
+    {"__main__"},                   # python -m xruntime
+]
+#: Parts outside the stack, with what they may import.
+OUTSIDE = {
+    # the client speaks HTTP: nothing of the server
+    "client": {"support", "protocol", "client"},
+    # what a service author writes needs the author's API only
+    "services": {"support", "protocol", "author", "services"},
+    "examples": {"support", "protocol", "author", "services", "examples"},
+}
+#: Who may import a part outside the stack.
+USED_BY = {"client": {"cli"}, "services": set(), "examples": set()}
+LEVEL = {part: level for level, parts in enumerate(LAYERS) for part in parts}
+
+
+def modules():
+    """Every module of the package: its dotted name → its file."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+MODULES = modules()
+
+
+def imported(name: str, path: Path) -> set:
+    """The xruntime modules ``name`` imports (a package's ``__init__`` for a name taken
+    from a package; the module itself for a submodule taken with ``from P import m``)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module
+            targets.add(source)
+            targets.update(f"{source}.{alias.name}" for alias in node.names
+                           if f"{source}.{alias.name}" in MODULES)
+    return {t for t in targets if t in MODULES and t != name}
+
+
+def part_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "xruntime"
+
+
+def allowed(source: str, target: str) -> bool:
+    if target == "xruntime" or source == target:   # the root package: __version__ and the spyne shim
+        return True
+    if source in OUTSIDE:
+        return target in OUTSIDE[source]
+    if source == "xruntime":
+        return target == "support"
+    if target in OUTSIDE:
+        return source in USED_BY[target]
+    return LEVEL[target] < LEVEL[source]
+
+
+def test_every_part_has_a_place():
+    parts = {part_of(m) for m in MODULES} - {"xruntime"}
+    assert parts <= set(LEVEL) | set(OUTSIDE), f"parts with no layer: {parts - set(LEVEL) - set(OUTSIDE)}"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_go_down_only(name):
+    wrong = sorted(t for t in imported(name, MODULES[name]) if not allowed(part_of(name), part_of(t)))
+    assert not wrong, f"{name} ({part_of(name)}) imports {wrong}: see the layers in docs/architecture.md"
+
+
+def test_no_circles_between_modules():
+    graph = {name: imported(name, path) for name, path in MODULES.items()}
+    # a package's __init__ re-exporting its modules is not a circle with them
+    graph = {name: {t for t in targets if not (name.startswith(t + ".") and MODULES[t].name == "__init__.py")}
+             for name, targets in graph.items()}
+    circles, state = [], {}
+
+    def visit(node, trail):
+        state[node] = "open"
+        for target in sorted(graph[node]):
+            if state.get(target) == "open":
+                circles.append(trail[trail.index(target):] + [target])
+            elif target not in state:
+                visit(target, trail + [target])
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not circles, "import circles:\n" + "\n".join(" → ".join(c) for c in circles)

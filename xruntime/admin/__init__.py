@@ -1,0 +1,1 @@
+"""The administrator's pages: the status page, its live feed, /metrics."""

@@ -1,0 +1,155 @@
+"""Child jobs as a service author sees them (docs/protocol.md §13).
+
+::
+
+    @sweep.long_operation(request=SweepRequest, response=SweepResponse)
+    def sweep(request, job):
+        outcomes = job.run_children([Child("XDemo", "simulate", SimulateRequest(durationMs=100))
+                                     for _ in range(request.scenarios)])
+        return SweepResponse(stepsDone=sum(o.result.stepsDone for o in outcomes))
+
+``run_children`` holds no worker while the children run: the first time it is reached
+it hands the children to the framework and ends the function's run (it raises
+``WaitForChildren``, which the function must let through: it is a BaseException, so
+``except Exception`` does).  The children are queued as jobs of the parent's owner and
+run on any worker of any node; the parent waits, holding nothing; once every child has
+finished its function runs again from the start, and the same call then answers the
+children's outcomes at once (the parent's earlier calls answer theirs too, so a
+function may fan out several times, one stage after another).  Hence the rule: ask for
+the same children in the same order on every run (derive them from the request), and
+keep the work before ``run_children`` cheap: it is done again.
+"""
+import json
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ..protocol import codec
+from ..protocol.states import Status
+from ..store.list_join import without_list
+from ..store.payload import unpack
+
+RAISE, RETURN = "raise", "return"
+
+#: (service name, operation name) → its LongOperation, or None: the registry's
+#: ``find_long_operation``, handed in by the worker (this module sits below the registry).
+FindOperation = Callable[[str, str], Optional[object]]
+
+
+@dataclass
+class Child:
+    """A child job to start: a long operation of any service, by its name (the
+    function's, e.g. ``"simulate"``), and its request."""
+    service: str
+    operation: str
+    request: object
+
+
+class WaitForChildren(BaseException):
+    """Raised by ``run_children`` to end the run while the children run (not an error)."""
+
+    def __init__(self, stage: int, children: list, fail_fast: bool):
+        super().__init__(f"waiting for {len(children)} child jobs")
+        self.stage = stage
+        self.children = children          # [{service, operation, fetch_type, request, timeouts}]
+        self.fail_fast = fail_fast
+
+
+class ChildOutcome:
+    """How one child ended: ``succeeded`` with its ``result`` (decoded when first read),
+    or not, with its ``fault``."""
+
+    def __init__(self, finished, response_type: type):
+        self.id = finished.id
+        self.status = finished.status
+        self.finished_at = finished.finished_at
+        self.stored = finished.result           # the result in the store's form (bytes)
+        self._fault_json = finished.fault
+        self._response_type = response_type
+        self._result = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == Status.SUCCEEDED
+
+    @property
+    def fault(self):
+        """The child's fault (an XServerFault), or None when it succeeded."""
+        if self._fault_json is None:
+            return None
+        return codec.decode_fault(json.loads(self._fault_json))
+
+    @property
+    def result(self):
+        """The child's response object, or None when it failed."""
+        if self._result is None and self.stored is not None:
+            self._result = codec.decode(json.loads(unpack(self.stored)), self._response_type)
+        return self._result
+
+    def result_without(self, field: str):
+        """The child's response with its list ``field`` left empty, read without that
+        list: the cheap way to the small parts of a large result (e.g. a summary)."""
+        if self.stored is None:
+            return None
+        return codec.decode(json.loads(without_list(self.stored, field)), self._response_type)
+
+
+@dataclass
+class Joined:
+    """A response whose list ``field`` is the children's own lists of that field, joined
+    in order: returned by ``job.join``, stored without decoding the children's results."""
+    response: object
+    field: str
+    parts: list
+
+
+def describe(child: Child, find: FindOperation) -> dict:
+    """A child as the framework stores it; refuses an unknown operation, a request of
+    the wrong type or one its operation's ``validate`` refuses (the parent fails)."""
+    op = find(child.service, child.operation)
+    if op is None:
+        raise ValueError(f"run_children: there is no long operation {child.service}.{child.operation}")
+    if not isinstance(child.request, op.request):
+        raise TypeError(f"run_children: {child.service}.{child.operation} takes a {op.request.__name__}, "
+                        f"not a {type(child.request).__name__}")
+    if op.validate is not None:
+        op.validate(child.request)
+    timeouts = getattr(child.request, "timeouts", None)
+    return {"service": op.service, "operation": op.name, "fetch_type": op.fetch_type,
+            "request": codec.dumps(codec.encode(child.request, op.request)),
+            "queueing_timeout": getattr(timeouts, "queueingTimeout", None) if timeouts else None,
+            "computation_timeout": getattr(timeouts, "computationTimeout", None) if timeouts else None}
+
+
+class Stages:
+    """The children a job's earlier runs started, stage by stage (one stage per
+    ``run_children`` call), replayed to the calls of this run."""
+
+    def __init__(self, finished, find: FindOperation):
+        self._find = find
+        self._by_stage = {}
+        for child in finished:
+            self._by_stage.setdefault(child.stage, []).append(child)
+        self._next = 0
+
+    def run(self, children, failures: str, stopped: bool, stop_fault):
+        """The outcomes of this call's children if an earlier run started them, else
+        raise WaitForChildren (or, when the job is stopped already, its stop fault)."""
+        if failures not in (RAISE, RETURN):
+            raise ValueError('run_children: failures is "raise" or "return"')
+        children = list(children)
+        stage, self._next = self._next, self._next + 1
+        done = self._by_stage.get(stage)
+        if done is None:
+            if stopped:
+                raise stop_fault()
+            if not children:
+                return []
+            raise WaitForChildren(stage, [describe(c, self._find) for c in children], failures == RAISE)
+        if [(c.service, c.operation) for c in done] != [(c.service, c.operation) for c in children]:
+            raise RuntimeError("run_children asked for other children than on the job's earlier run; "
+                               "a long operation must ask for the same children on every run")
+        outcomes = [ChildOutcome(c, self._find(c.service, c.operation).response) for c in done]
+        failed = [o for o in outcomes if not o.succeeded]
+        if failed and failures == RAISE and not stopped:
+            raise min(failed, key=lambda o: o.finished_at or 0).fault
+        return outcomes

@@ -1,0 +1,220 @@
+"""The service author's API: typed request and response classes and one function.
+
+::
+
+    xdemo = Service("XDemo")
+
+    @xdemo.long_operation(request=SimulateRequest, response=SimulateResponse)
+    def simulate(request, job):
+        job.report_progress(BulkProgress(...))
+        if job.stop_requested: ...
+        if backend_down: raise TransientFault(...)   # or: raise RetryLater(60, "backend busy")
+        outcomes = job.run_children([Child("XDemo", "simulate", ...), ...])   # child jobs
+        return SimulateResponse(...)
+
+From that one declaration the framework derives ``startSimulate``,
+``fetchSimulateResponse`` (named after the response type) and the synchronous
+``simulate``, in every binding and in the WSDL.  The function runs in a worker process
+and knows nothing of HTTP, SQL or processes; ``job`` is a ``JobContext``.
+"""
+import inspect
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol
+
+from .children import Child, ChildOutcome
+from ..protocol.faults import XServerFault
+from ..protocol.types import Job, JobProgress, JobRequest, link_base
+from ..protocol.typeinfo import is_protocol_type
+
+
+__all__ = ["Service", "JobContext", "RetryLater", "Child", "ChildOutcome", "LongOperation", "Operation"]
+
+
+class RetryLater(Exception):
+    """Raise it from a long operation's function to be run again, from the start, no
+    earlier than ``after`` seconds from now (docs/protocol.md §11): the job waits ``QUEUING``
+    meanwhile, holding no worker.  Counts against ``max_retries`` like a
+    ``TransientFault``; past it the job fails with a ``TransientFault`` naming ``reason``."""
+
+    def __init__(self, after: float, reason: str = ""):
+        if not after >= 0:
+            raise ValueError("RetryLater needs a delay of 0 s or more")
+        super().__init__(f"retry later (in {after:g} s): {reason}")
+        self.after = after
+        self.reason = reason
+
+
+class JobContext(Protocol):
+    """What a long operation's function sees of its job."""
+
+    @property
+    def attempt(self) -> int:
+        """This run's number: 1 for the first, counting retries and runs again after
+        a node died."""
+
+    @property
+    def retries(self) -> int:
+        """How many times the job was retried before this run (TransientFault, RetryLater)."""
+
+    def report_progress(self, progress: JobProgress) -> None:
+        """Publish progress; watchers are woken by it."""
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once the job was stopped, timed out or deleted: wind down now."""
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, waking at once on a stop; True if stopped."""
+
+    def stop_fault(self) -> XServerFault:
+        """The fault to raise when stopped with nothing to return yet
+        (``RequestStoppedFault`` or ``RequestTimedOutFault``)."""
+
+    def run_children(self, children: list, failures: str = "raise") -> list:
+        """Start child jobs (``Child(service, operation, request)``) and answer their
+        ``ChildOutcome``s in order; the job holds no worker while they run, and its
+        function runs again from the start once they are done (xruntime.children).
+        ``failures="raise"``: a child's fault ends this job; ``"return"``: you decide."""
+
+    def join(self, response, field: str, outcomes: list):
+        """Return this instead of ``response``: its list ``field`` made of the
+        successful children's own ``field`` lists, joined without decoding them."""
+
+
+def _cap(name: str) -> str:
+    return name[:1].upper() + name[1:]
+
+
+@dataclass(frozen=True)
+class LongOperation:
+    """A long operation as its author declared it."""
+    service: str
+    name: str
+    request: type
+    response: type
+    function: Callable
+    faults: tuple = ()
+    validate: Optional[Callable] = None
+
+    @property
+    def start_name(self) -> str:
+        return "start" + _cap(self.name)
+
+    @property
+    def fetch_name(self) -> str:
+        return "fetch" + self.response.get_type_name()
+
+    @property
+    def fetch_type(self) -> str:
+        return self.response.get_type_name()
+
+
+# The kinds of operation a binding serves.
+START, FETCH, RUN, CALL = "start", "fetch", "run", "call"
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation as the bindings see it: a name, typed in and out, and its faults.
+
+    ``target`` is the LongOperation (for start, fetch, run) or, for CALL, a function
+    ``(jobs, request, caller) -> response`` run in the pool for blocking work; a coroutine
+    function (watchJob) is awaited on the event loop instead, holding no thread.
+    """
+    service: str
+    name: str
+    kind: str
+    request: type
+    response: type
+    target: object
+    faults: tuple = ()
+
+    @property
+    def waits(self) -> bool:
+        """Whether it waits for a job (watchJob, the synchronous form): such calls are
+        held as coroutines, not in a thread."""
+        return self.kind == RUN or inspect.iscoroutinefunction(self.target)
+
+
+SERVICE_NAMESPACE = "http://xruntime.org/xserver/{name}"
+
+
+def pin_namespace(cls, namespace: str) -> None:
+    """Give a service's own types (and the complex types of their fields) the service's
+    namespace unless they declare one, so the WSDL is the same whatever loads first."""
+    from spyne import ComplexModelBase
+    seen, pending = set(), [cls]
+    while pending:
+        c = pending.pop()
+        c = getattr(c, "__orig__", None) or c
+        if c in seen or not isinstance(c, type) or not issubclass(c, ComplexModelBase):
+            continue
+        seen.add(c)
+        if is_protocol_type(c):
+            continue                          # the protocol's own types are pinned already
+        if c.__dict__.get("__namespace__") is None:
+            c.__namespace__ = namespace
+        link_base(c)
+        pending.extend(c.get_flat_type_info(c).values())
+
+
+@dataclass(eq=False)
+class Service:
+    name: str
+    description: str = ""
+    namespace: str = ""
+    long_operations: dict = field(default_factory=dict)
+    calls: dict = field(default_factory=dict)
+    #: Further types to declare in the WSDL (subtypes of JobProgress, ResultLimitation
+    #: or ProcessingFault that no operation names directly).
+    extra_types: list = field(default_factory=list)
+    #: True for a service whose answers carry any service's job progress (XRuntime):
+    #: its WSDL declares every service's progress types.
+    shows_all_progress: bool = False
+
+    def __post_init__(self):
+        self.namespace = self.namespace or SERVICE_NAMESPACE.format(name=self.name.lower())
+
+    def declare(self, *types):
+        """Declare subtypes the WSDL must know (e.g. a JobProgress subtype)."""
+        for t in types:
+            pin_namespace(t, self.namespace)
+            self.extra_types.append(t)
+        return types[0] if len(types) == 1 else types
+
+    def long_operation(self, request, response, faults=(), validate=None):
+        """Declare ``function(request, job) -> response`` as a long operation.
+
+        ``validate(request)``, if given, runs when the job is started and may raise
+        ``InvalidValueFault`` so that a bad request is refused at once, not as a
+        FAILED job.
+        """
+        def register(function):
+            for t in (request, response) + tuple(faults):
+                pin_namespace(t, self.namespace)
+            op = LongOperation(self.name, function.__name__, request, response,
+                               function, tuple(faults), validate)
+            self.long_operations[op.name] = op
+            return function
+        return register
+
+    def call(self, request, response, faults=()):
+        """Declare a short operation (XRuntime's): a function, or a coroutine function
+        when it waits."""
+        def register(function):
+            self.calls[function.__name__] = (request, response, function, tuple(faults))
+            return function
+        return register
+
+    def operations(self) -> dict:
+        """Every operation this service offers, by name."""
+        ops = {}
+        for name, (request, response, function, faults) in self.calls.items():
+            ops[name] = Operation(self.name, name, CALL, request, response, function, faults)
+        for op in self.long_operations.values():
+            ops[op.start_name] = Operation(self.name, op.start_name, START, op.request, Job,
+                                           op, op.faults)
+            ops[op.name] = Operation(self.name, op.name, RUN, op.request, op.response, op, op.faults)
+            ops.setdefault(op.fetch_name, Operation(self.name, op.fetch_name, FETCH, JobRequest,
+                                                    op.response, op, op.faults))
+        return ops

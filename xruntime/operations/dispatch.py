@@ -1,0 +1,116 @@
+"""From (service, operation, request data) to the answer: shared by all bindings.
+
+A binding finds the operation here, hands over the request as plain data (the
+codec's form) and writes the ``Answer`` it gets back (or the fault raised).  Nothing
+about jobs is decided in a binding.  Operations that wait for a job (watchJob, the
+synchronous form) are awaited on the event loop; every other one runs in the pool
+for blocking work.
+"""
+import collections
+
+from ..support import metrics
+from ..support.blocking import blocking
+from ..protocol import codec
+from ..protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
+from ..author.service import CALL, FETCH, RUN, START
+
+#: How many shared answers are remembered (one per job changed at about one time).
+SHARED_ANSWERS = 256
+
+
+class Answer:
+    """An operation's response as JSON text (the codec's form).  Watchers woken by one
+    change share one Answer, and each binding renders it once (``rendered``)."""
+    __slots__ = ("text", "_rendered")
+
+    def __init__(self, text: str):
+        self.text = text
+        self._rendered = None
+
+    def rendered(self, binding: str, render):
+        """``render()`` once per binding; later calls answer the same bytes."""
+        if self._rendered is None:
+            self._rendered = {}
+        found = self._rendered.get(binding)
+        if found is None:
+            found = self._rendered[binding] = render()
+        return found
+
+
+class Dispatcher:
+    def __init__(self, jobs, services: dict):
+        self.jobs = jobs
+        self.services = services
+        self._operations = {name: svc.operations() for name, svc in services.items()}
+        self._shared = collections.OrderedDict()     # id(response) → (response, Answer)
+
+    def operation(self, service: str, name: str):
+        """The Operation, or None when the service or operation does not exist."""
+        op = self._operations.get(service, {}).get(name)
+        if op is not None:
+            metrics.operation_named(op.name)
+        return op
+
+    def operations_of(self, service: str) -> dict:
+        return self._operations[service]
+
+    def has_service(self, service: str) -> bool:
+        return service in self._operations
+
+    def check_enabled(self, service: str) -> None:
+        if not self.jobs.settings().service_enabled(service):
+            raise ServiceNotConfiguredFault(f"the service {service} is not configured on this server",
+                                            service=service)
+
+    def find(self, service: str, name: str):
+        """The Operation, or InvalidRequestFault naming what does not exist."""
+        op = self.operation(service, name)
+        if op is None:
+            what = (f"the service {service} has no operation {name}" if self.has_service(service)
+                    else f"there is no service {service}")
+            raise InvalidRequestFault(what, hint="Check the operation's name and its service.")
+        return op
+
+    async def call(self, op, data, caller, sent=None, max_answer_bytes=None) -> Answer:
+        """Plain request data of any binding, from ``caller`` (``accounts.Caller``) →
+        the Answer.  Validation is the codec's, so every binding refuses the same input
+        the same way (``sent``: see ``codec.decode``; ``max_answer_bytes``: see
+        ``call_json``)."""
+        metrics.operation_named(op.name)
+        if not op.waits:
+            return Answer(await blocking(self.call_json, op, data, caller, sent, max_answer_bytes))
+        self.check_enabled(op.service)
+        if op.kind == RUN:
+            request = await blocking(codec.decode, data, op.request, sent=sent)
+            return Answer(await self.jobs.run(op.target, request, caller))
+        response = await op.target(self.jobs, codec.decode(data, op.request, sent=sent), caller)
+        return self._answer_once(response, op)
+
+    def _answer_once(self, response, op) -> Answer:
+        """The Answer of a response object, encoded once however many watchers share it."""
+        key = id(response)
+        found = self._shared.get(key)
+        if found is not None and found[0] is response:
+            return found[1]
+        answer = Answer(codec.dumps(codec.encode(response, op.response)))
+        self._shared[key] = (response, answer)
+        if len(self._shared) > SHARED_ANSWERS:
+            self._shared.popitem(last=False)
+        return answer
+
+    def call_json(self, op, data, caller, sent=None, max_answer_bytes=None) -> str:
+        """The blocking part: request data → the response as JSON text.  A fetch
+        answers the text the worker stored as it is: a large result is never built as
+        spyne objects on the server's threads (nor read whole when it is longer than
+        ``max_answer_bytes``: RejectedRequestFault)."""
+        self.check_enabled(op.service)
+        request = codec.decode(data, op.request, sent=sent)
+        if op.kind == FETCH:
+            return self.jobs.fetch_json(op.target, request.id, caller, max_answer_bytes)
+        if op.kind == START:
+            answer = self.jobs.start(op.target, request, caller)
+        elif op.kind == CALL:
+            answer = op.target(self.jobs, request, caller)
+        else:
+            raise AssertionError(op.kind)
+        return codec.dumps(codec.encode(answer, op.response))

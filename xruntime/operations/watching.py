@@ -1,0 +1,266 @@
+"""Held watchJob long polls: coroutines woken by the notifier, never a thread each.
+
+Every job that has waiters has one ``JobWatch``.  It reads the job when its first
+waiter arrives and once for each change it is told of (changes told while a read is
+under way cost one more read, not one each), and hands that one snapshot to all its
+waiters.  So 10 000 watchers of one job cost one read when it changes, and the
+answer they share is encoded once per binding (``Dispatcher``).  The decision of
+when to answer follows docs/protocol.md §4, in ``Watches.watch``.
+
+Runs on the event loop of an HTTP process; ``Notifier`` calls reach it from any
+thread (the change feed's, the blocking pool's).
+"""
+import asyncio
+import collections
+import logging
+import threading
+import time
+
+from ..support import metrics
+from ..support.blocking import blocking
+from ..protocol import states
+
+log = logging.getLogger("xruntime.watching")
+
+#: A snapshot older than this (s) is read again before a watch answers it without a
+#: change (at maximumPollingPeriod), in case a change notification was lost.
+STALE_AFTER = 1.0
+#: The synchronous form re-reads its job this often (s) while nothing changes.
+RUN_RECHECK = 5.0
+
+
+class Snapshot:
+    """The job as one read saw it (``rec`` None: no such job)."""
+    __slots__ = ("rec", "read_at", "view")
+
+    def __init__(self, rec):
+        self.rec = rec
+        self.read_at = time.monotonic()
+        self.view = None          # the Job answer built once for every watcher it wakes
+
+    @property
+    def final(self) -> bool:
+        return self.rec is None or self.rec.status in states.TERMINAL
+
+
+#: What a watcher who may not see the job is answered: no job (UNKNOWN).
+UNSEEN = Snapshot(None)
+
+
+class JobWatch:
+    """The waiters of one job, and the last snapshot of it."""
+
+    def __init__(self, watches, job_id: str):
+        self.watches = watches
+        self.job_id = job_id
+        self.snapshot = None
+        self.members = 0
+        self._waiters = set()        # waiting for a change
+        self._readers = set()        # waiting for a read
+        self._reading = False
+        self._again = False
+
+    def changed(self) -> None:
+        """The job changed: read it (once more after a read under way)."""
+        if self._reading:
+            self._again = True
+            return
+        self._reading = True
+        asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self):
+        try:
+            while True:
+                self._again = False
+                rec = await blocking(self.watches.store.peek, self.job_id)
+                self._publish(Snapshot(rec))
+                if not self._again:
+                    break
+        except Exception as exc:          # the database is away: every waiter answers a fault
+            waiters = self._waiters | self._readers
+            self._waiters, self._readers = set(), set()
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_exception(exc)
+        finally:
+            self._reading = False
+
+    def _publish(self, snapshot):
+        previous, self.snapshot = self.snapshot, snapshot
+        _resolve(self._readers, snapshot)
+        self._readers = set()
+        if previous is None or snapshot.final or _state(previous) != _state(snapshot):
+            self.wake(snapshot)          # a read that finds nothing new wakes no watcher
+
+    def wake(self, value=None):
+        waiters, self._waiters = self._waiters, set()
+        _resolve(waiters, value)
+
+    async def next(self, than, timeout: float):
+        """A snapshot newer than ``than``; None after ``timeout`` s or when closing."""
+        if self.snapshot is not than and self.snapshot is not None:
+            return self.snapshot
+        if self.watches.closed:
+            return None
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._waiters.add(fut)
+        timer = loop.call_later(max(0.0, timeout), _expire, fut)
+        try:
+            found = await fut
+        finally:
+            timer.cancel()
+            self._waiters.discard(fut)
+        return found if found is not None and found is not than else None
+
+    async def current(self, max_age: float):
+        """The last snapshot, read (again) when there is none or it is older than
+        ``max_age`` s."""
+        snap = self.snapshot
+        if snap is not None and (self.watches.closed or time.monotonic() - snap.read_at <= max_age):
+            return snap
+        self.changed()
+        fut = asyncio.get_running_loop().create_future()
+        self._readers.add(fut)           # a read always publishes, or raises
+        try:
+            return await fut
+        finally:
+            self._readers.discard(fut)
+
+
+def _state(snapshot):
+    return (snapshot.rec.status, snapshot.rec.progress) if snapshot.rec is not None else None
+
+
+def _resolve(futures, value):
+    for fut in futures:
+        if not fut.done():
+            fut.set_result(value)
+
+
+def _expire(fut):
+    if not fut.done():
+        fut.set_result(None)
+
+
+class Watches:
+    """All held watches of one HTTP process."""
+
+    def __init__(self, store, notifier):
+        self.store = store
+        self.closed = False
+        self._jobs = {}
+        self._loop = None
+        self._pending = collections.deque()
+        self._scheduled = False
+        self._lock = threading.Lock()
+        notifier.listen(self._changed, self.close)
+
+    # ------------------------------------------------------------------ waiting
+
+    async def watch(self, job_id: str, update_ms: int, maximum_ms: int, sees=None):
+        """Wait by the rules of docs/protocol.md §4 (periods already clamped): at once on a
+        terminal or unknown job (a job whose owner ``sees(owner)`` denies is unknown); else at the first change once ``update_ms`` has
+        passed (a change seen earlier is answered the moment the period is over), at
+        the latest after ``maximum_ms``.  Answers ``(snapshot, woken)``: ``woken``
+        when a change (or the job's end) is what is answered, so that every watcher
+        woken by it can share one answer."""
+        with metrics.held_watch():
+            return await self._watch(job_id, update_ms, maximum_ms, sees)
+
+    async def _watch(self, job_id, update_ms, maximum_ms, sees):
+        loop = self._enter()
+        arrived = loop.time()
+        earliest, latest = arrived + update_ms / 1000, arrived + maximum_ms / 1000
+        job = self._join(job_id)
+        try:
+            snap = await job.current(STALE_AFTER)
+            if snap.rec is not None and sees is not None and not sees(snap.rec.owner):
+                return UNSEEN, True
+            if snap.final:
+                return snap, True
+            seen = (snap.rec.status, snap.rec.progress)
+            changed = False
+            while not self.closed:
+                now = loop.time()
+                if (changed and now >= earliest) or now >= latest:
+                    break
+                newer = await job.next(snap, (earliest if changed else latest) - now)
+                if newer is not None:
+                    snap = newer
+                    if snap.final:
+                        return snap, True
+                    changed = changed or (snap.rec.status, snap.rec.progress) != seen
+            if not changed:
+                snap = await job.current(STALE_AFTER)       # the last status
+            return snap, changed
+        finally:
+            self._leave(job)
+
+    async def until_final(self, job_id: str):
+        """Wait until the job is finished, deleted or gone (the synchronous form)."""
+        self._enter()
+        job = self._join(job_id)
+        try:
+            snap = await job.current(0)
+            while not snap.final and not self.closed:
+                snap = await job.next(snap, RUN_RECHECK) or await job.current(RUN_RECHECK)
+            return snap
+        finally:
+            self._leave(job)
+
+    def waiting(self) -> int:
+        """How many watches are held (for tests and metrics)."""
+        return sum(job.members for job in list(self._jobs.values()))
+
+    # ------------------------------------------------------------------ changes
+
+    def _changed(self, job_id: str) -> None:
+        """From any thread: the job changed.  One hop to the loop per burst."""
+        if self._loop is None or job_id not in self._jobs:
+            return      # nobody waits here; a watch that starts later reads it anyway
+        with self._lock:
+            self._pending.append(job_id)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self):
+        with self._lock:
+            ids = set(self._pending)
+            self._pending.clear()
+            self._scheduled = False
+        for job_id in ids:
+            job = self._jobs.get(job_id)
+            if job is not None:
+                job.changed()
+
+    def close(self) -> None:
+        """From any thread: the process is shutting down; every watch answers now."""
+        self.closed = True
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake_all)
+
+    def _wake_all(self):
+        for job in list(self._jobs.values()):
+            job.wake(None)           # (readers get the read they wait for)
+
+    # ------------------------------------------------------------------ membership
+
+    def _enter(self):
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        return loop
+
+    def _join(self, job_id: str) -> JobWatch:
+        job = self._jobs.get(job_id)
+        if job is None:
+            job = self._jobs[job_id] = JobWatch(self, job_id)
+        job.members += 1
+        return job
+
+    def _leave(self, job: JobWatch):
+        job.members -= 1
+        if job.members == 0 and self._jobs.get(job.job_id) is job:
+            del self._jobs[job.job_id]

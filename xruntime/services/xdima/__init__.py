@@ -1,0 +1,168 @@
+"""XDima: distance matrices (great circle × detour factor) as a long operation.
+
+``createDistanceMatrix`` computes, row block by row block, the distance (m) and travel
+time (s) from every start location to every destination; it reports a
+``DistanceMatrixProgress`` after each block and, when stopped, answers the rows done so
+far (the framework adds the IntermediateResponseLimitation).  The largest matrix
+accepted is ``max_cells()`` cells: ``DEFAULT_MAX_CELLS`` unless the environment variable
+``XDIMA_MAX_CELLS`` says otherwise (read when a request is checked, in the server).
+"""
+import os
+import time
+
+
+from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
+from xruntime.author import Child, Service
+
+from .types import NAMESPACE, CreateDistanceMatrixRequest, DistanceMatrixCalculationFault, DistanceMatrixProfile, DistanceMatrixProgress, DistanceMatrixResponse, DistanceMatrixRow, DistanceMatrixStatus, DistanceMatrixSummary, Location
+
+DEFAULT_MAX_CELLS = 4_000_000            # a 2 000 × 2 000 matrix
+MAX_CELLS_VARIABLE = "XDIMA_MAX_CELLS"
+DEFAULT_SPEED_KMH = 50.0
+DEFAULT_DETOUR_FACTOR = 1.3
+
+service = Service("XDima", "Distance matrices: great-circle distances and travel times.",
+                  namespace=NAMESPACE)
+service.declare(DistanceMatrixProgress)
+
+
+def max_cells() -> int:
+    """The largest number of cells (starts × destinations) a request may ask for."""
+    raw = os.environ.get(MAX_CELLS_VARIABLE, "").strip()
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value > 0:
+            return value
+    return DEFAULT_MAX_CELLS
+
+
+def _points(locations):
+    return [(loc.longitude, loc.latitude) for loc in locations]
+
+
+def check(request):
+    """Refuse at once: no start location, or a matrix larger than ``max_cells()``."""
+    if not request.startLocations:
+        raise MissingParameterFault("at least one start location is needed",
+                                    parameter="startLocations")
+    rows = len(request.startLocations)
+    columns = len(request.destinationLocations or request.startLocations)
+    limit = max_cells()
+    if rows * columns > limit:
+        raise InvalidValueFault(
+            f"the matrix would have {rows} × {columns} = {rows * columns} cells, more than the "
+            f"{limit} allowed", parameter="destinationLocations" if request.destinationLocations
+            else "startLocations", value=str(rows * columns),
+            hint="Split the locations into several smaller matrices.")
+
+
+@service.long_operation(request=CreateDistanceMatrixRequest, response=DistanceMatrixResponse,
+                        faults=(DistanceMatrixCalculationFault,), validate=check)
+def createDistanceMatrix(request, job):
+    if min(request.parallelism or 1, len(request.startLocations)) > 1:
+        return _in_parallel(request, job)
+    from . import compute                # NumPy is loaded only where jobs run
+    began = time.monotonic()
+    job.report_progress(DistanceMatrixProgress(status="PREPROCESSING", calculationProgress=0))
+    profile = request.profile or DistanceMatrixProfile()
+    speed = profile.averageSpeedKmh or DEFAULT_SPEED_KMH
+    detour = profile.detourFactor or DEFAULT_DETOUR_FACTOR
+    n = len(request.startLocations)
+    destinations_given = request.destinationLocations or request.startLocations
+    m = len(destinations_given)
+    try:
+        starts = compute.to_radians(_points(request.startLocations))
+        destinations = compute.to_radians(_points(destinations_given))
+    except MemoryError:
+        raise _calculation_fault(n, m)
+    rows, done = [], 0
+    lowest, highest, longest = None, None, None
+    step = compute.block_rows(m)
+    pause = (request.blockPauseMs or 0) / 1000
+    for low in range(0, n, step):
+        if job.stop_requested:
+            break
+        high = min(low + step, n)
+        try:
+            metres, seconds = compute.block((starts[0][low:high], starts[1][low:high]),
+                                            destinations, detour, speed)
+        except (MemoryError, FloatingPointError) as exc:
+            raise _calculation_fault(n, m, exc)
+        lowest = _fold(min, lowest, int(metres.min()))
+        highest = _fold(max, highest, int(metres.max()))
+        longest = _fold(max, longest, int(seconds.max()))
+        rows.extend(DistanceMatrixRow(distances=d, travelTimes=t)
+                    for d, t in zip(metres.tolist(), seconds.tolist()))
+        done = high
+        job.report_progress(DistanceMatrixProgress(status="CALCULATING_MATRIX",
+                                                   calculationProgress=done * 100 // n))
+        if pause and done < n and job.wait(pause):
+            break                                          # stopped during the pause
+    if done == 0:                                          # stopped before the first block
+        raise job.stop_fault()
+    if done == n:
+        job.report_progress(DistanceMatrixProgress(status="DONE", calculationProgress=100))
+    summary = DistanceMatrixSummary(
+        numberOfStartLocations=n, numberOfDestinationLocations=m, numberOfRowsComputed=done,
+        averageSpeedKmh=speed, detourFactor=detour, minimumDistance=lowest,
+        maximumDistance=highest, maximumTravelTime=longest,
+        computationTimeMs=int((time.monotonic() - began) * 1000))
+    return DistanceMatrixResponse(rows=rows, summary=summary)
+
+
+def _in_parallel(request, job):
+    """``parallelism`` > 1: the start locations in as many contiguous row blocks, each
+    computed by a child job (on any worker of any node, docs/protocol.md §13); the children's
+    rows are joined in the store's form, never decoded, so the result is the one
+    ``parallelism = 1`` stores, assembled at almost no cost.  After a stop the rows
+    are those of the blocks done, up to the first block not complete."""
+    n = len(request.startLocations)
+    size = -(-n // min(request.parallelism, n))
+    destinations = request.destinationLocations or request.startLocations
+    outcomes = job.run_children([
+        Child("XDima", "createDistanceMatrix", CreateDistanceMatrixRequest(
+            startLocations=request.startLocations[low:low + size], destinationLocations=destinations,
+            profile=request.profile, blockPauseMs=request.blockPauseMs))
+        for low in range(0, n, size)])
+    parts, summaries = [], []
+    for outcome in outcomes:              # all succeeded, unless the job was stopped
+        if not outcome.succeeded:
+            break
+        summary = outcome.result_without("rows").summary
+        parts.append(outcome)
+        summaries.append(summary)
+        if summary.numberOfRowsComputed < summary.numberOfStartLocations:
+            break                         # rows must follow on: nothing after a partial block
+    if not parts:                         # stopped before any block was done
+        raise job.stop_fault()
+    first = summaries[0]
+    summary = DistanceMatrixSummary(
+        numberOfStartLocations=n, numberOfDestinationLocations=len(destinations),
+        numberOfRowsComputed=sum(s.numberOfRowsComputed for s in summaries),
+        averageSpeedKmh=first.averageSpeedKmh, detourFactor=first.detourFactor,
+        minimumDistance=min(s.minimumDistance for s in summaries),
+        maximumDistance=max(s.maximumDistance for s in summaries),
+        maximumTravelTime=max(s.maximumTravelTime for s in summaries),
+        computationTimeMs=sum(s.computationTimeMs for s in summaries))
+    return job.join(DistanceMatrixResponse(summary=summary), "rows", parts)
+
+
+def _fold(pick, current, value):
+    return value if current is None else pick(current, value)
+
+
+def _calculation_fault(n, m, exc=None):
+    why = "there is not enough memory" if exc is None or isinstance(exc, MemoryError) else str(exc)
+    return DistanceMatrixCalculationFault(
+        f"the {n} × {m} distance matrix could not be computed: {why}",
+        hint="Try a smaller matrix, or later when the server is less busy.",
+        numberOfStartLocations=n, numberOfDestinationLocations=m)
+
+
+__all__ = ["service", "max_cells", "check", "createDistanceMatrix", "Location",
+           "CreateDistanceMatrixRequest", "DistanceMatrixProfile", "DistanceMatrixProgress",
+           "DistanceMatrixResponse", "DistanceMatrixRow", "DistanceMatrixStatus",
+           "DistanceMatrixSummary", "DistanceMatrixCalculationFault"]

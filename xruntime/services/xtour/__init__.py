@@ -1,0 +1,20 @@
+"""XTour: plans delivery tours (a capacitated vehicle routing problem with time
+windows and shifts), solved by PyVRP, as a long operation.
+
+``planTours(PlanToursRequest): ToursResponse``, hence ``startPlanTours``,
+``fetchToursResponse`` and the synchronous ``planTours``.  See docs/xtour.md.
+"""
+from xruntime.author import Service
+
+from .model import check
+from .types import NoFeasibleSolutionFault, PlanToursRequest, TourPlanProgress, ToursResponse
+
+service = Service("XTour", "Plans delivery tours for a fleet of vehicles (PyVRP).")
+service.declare(TourPlanProgress)
+
+
+@service.long_operation(request=PlanToursRequest, response=ToursResponse,
+                        faults=(NoFeasibleSolutionFault,), validate=check)
+def planTours(request, job):
+    from .solver import plan          # numpy and PyVRP are loaded only where jobs run
+    return plan(request, job)

@@ -1,0 +1,137 @@
+"""One HTTP process of a node: every binding, served by uvicorn on the node's socket.
+
+A node runs ``[server] processes`` of these beside its main process (which runs the
+supervisor and the worker processes).  Each has its own event loop (uvloop), its own
+store connections, its own held watches and its own pool for blocking work
+(``[server] threads``); the kernel spreads the connections over them, as they all
+accept on the one listening socket the main process opened.  Changes reach them
+through the change feed (``store.feed``); the main process sends them the settings
+after a reload, and "stop" at shutdown, over a pipe whose end also tells them that
+the main process is gone.
+"""
+import asyncio
+import logging
+import os
+import signal
+
+import uvicorn
+
+from ..support import blocking
+from ..web.asgi import XRuntimeApp
+from ..bindings.json_binding import JsonBinding
+from ..bindings.jsonrpc import JsonRpcBinding
+from ..bindings.soap import SoapBinding
+from ..operations.dispatch import Dispatcher
+from ..engine.notifier import Notifier
+from ..web.connection_guard import guarded_protocol
+from ..operations.jobs import JobManager
+from ..support.logs import setup_logging
+from ..admin.metrics_page import MetricsPage
+from ..admin.node_status import snapshot
+from ..author.registry import discover
+from ..admin.status_page import StatusPage, ToStatus
+from ..admin.status_stream import StatusEvents, StatusFeed, StatusJson
+from ..store import open_store
+from ..store.changes import QUEUE
+from ..store.feed import open_feed
+from ..operations.watching import Watches
+
+log = logging.getLogger("xruntime.http")
+
+#: s an idle keep-alive connection stays open (clients reuse it for their next poll).
+KEEP_ALIVE = 75
+#: s the in-flight requests get at shutdown (held watches answer at once).
+GRACEFUL = 10
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal handlers: this process installs its own."""
+
+    def capture_signals(self):
+        import contextlib
+        return contextlib.nullcontext()
+
+
+class HttpProcess:
+    def __init__(self, sock, settings, node_name: str, index: int, control, node_started_at: float):
+        self.sock = sock
+        self._settings = settings
+        self.control = control
+        self.index = index
+        services = discover()
+        self.store = open_store(settings.database_url)
+        self.notifier = Notifier()
+        self.watches = Watches(self.store, self.notifier)
+        self.jobs = JobManager(self.store, self.notifier, self.settings, node_name, self.watches,
+                               services=services)
+        self.jobs.started_at = node_started_at        # uptime is the node's, not this process's
+        self.feed = open_feed(self.store, f"{node_name}/http{index}/{os.getpid()}",
+                              on_job=self.notifier.notify_local,
+                              on_queue=lambda: self.notifier.notify_local(QUEUE))
+        self.notifier.bridge = self.feed
+        dispatcher = Dispatcher(self.jobs, services)
+
+        def node_snapshot():
+            return snapshot(self.store, node_name, settings.workers, node_started_at)
+        self.app = XRuntimeApp({
+            "/services/rs": JsonBinding(dispatcher, self.settings),
+            "/services/ws": SoapBinding(dispatcher, self.settings),
+            "/services/rpc": JsonRpcBinding(dispatcher, self.settings),
+        }, self.settings, pages={
+            "/": ToStatus(),
+            "/status": StatusPage(),
+            "/status/events": StatusEvents(StatusFeed(node_snapshot, self.notifier)),
+            "/status.json": StatusJson(node_snapshot),
+            "/metrics": MetricsPage(self.store, node_name, self.settings),
+        })
+        self.server = None
+
+    def settings(self):
+        """The settings in force (the main process sends new ones after a reload)."""
+        return self._settings
+
+    async def serve(self):
+        loop = asyncio.get_running_loop()
+        blocking.install(loop, self._settings.threads)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.shutdown)
+        loop.add_reader(self.control.fileno(), self._from_main)
+        config = uvicorn.Config(self.app, http=guarded_protocol(self.settings), lifespan="off",
+                                log_config=None, access_log=False, timeout_keep_alive=KEEP_ALIVE,
+                                timeout_graceful_shutdown=GRACEFUL, server_header=False,
+                                proxy_headers=False)   # X-Forwarded-* never move an address
+        self.server = _Server(config)
+        self.feed.start()
+        log.info("HTTP process %d is up (pid %d)", self.index, os.getpid())
+        try:
+            await self.server.serve(sockets=[self.sock])
+        finally:
+            self.feed.close()
+            self.store.close()
+
+    def shutdown(self):
+        """Answer every held watch now, finish the requests in flight, then exit."""
+        if self.server is not None and not self.server.should_exit:
+            self.notifier.close()
+            self.server.should_exit = True
+
+    def _from_main(self):
+        try:
+            message = self.control.recv()
+        except (EOFError, OSError):           # the main process is gone: so is the node
+            asyncio.get_running_loop().remove_reader(self.control.fileno())
+            log.warning("HTTP process %d: the node's main process is gone; stopping", self.index)
+            self.shutdown()
+            return
+        if message[0] == "settings":
+            self._settings = message[1]
+        elif message[0] == "stop":
+            self.shutdown()
+
+
+def http_main(sock, settings, node_name: str, index: int, control, node_started_at: float) -> None:
+    """Entry point of an HTTP process (started by ``node.HttpProcesses``)."""
+    setup_logging()
+    import uvloop
+    process = HttpProcess(sock, settings, node_name, index, control, node_started_at)
+    uvloop.run(process.serve())

@@ -1,0 +1,225 @@
+"""One node: its main process and its HTTP processes.
+
+The main process opens the listening socket, runs the supervisor (with its worker
+processes), the retention cleaner and the live reload of the administrator's file,
+and starts ``[server] processes`` HTTP processes (``http_process``) that accept on
+its socket.  Every process learns of the others' job changes through the change feed
+(``store.feed``: SQLite's table, PostgreSQL's LISTEN/NOTIFY).
+
+``serve(settings)`` runs a node until SIGTERM or SIGINT, then shuts down cleanly: the
+HTTP processes answer every held watch and finish their requests, the running jobs go
+back to the queue, the workers end.
+"""
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import threading
+import time
+from multiprocessing.connection import wait as wait_for_any
+
+from ..support import metrics
+from ..engine.cleaner import RetentionCleaner
+from ..engine.notifier import Notifier
+from ..engine.supervisor import Supervisor, default_node_name
+from .reload import ConfigReloader
+from ..store import open_store
+from ..store.feed import open_feed
+
+log = logging.getLogger("xruntime")
+
+#: s an HTTP process gets to answer its watches and finish its requests at shutdown.
+HTTP_STOP_TIMEOUT = 15.0
+#: Pending connections the kernel keeps for the node (capped by net.core.somaxconn).
+BACKLOG = 4096
+
+
+class Node:
+    """The main process's parts: store, notifier and change feed, supervisor, cleaner."""
+
+    def __init__(self, settings, services, node_name=None):
+        self._settings = settings
+        self.name = node_name or settings.node_name or default_node_name(settings.port)
+        self.started_at = time.time()        # the node's uptime counts from here
+        self.store = open_store(settings.database_url)
+        self.notifier = Notifier()
+        self.cleaner = RetentionCleaner(self.store, self.settings)
+        self.supervisor = Supervisor(self.store, self.notifier, self.settings, self.name, self.cleaner,
+                                     services)
+        self.feed = open_feed(self.store, f"{self.name}/main/{os.getpid()}",
+                              on_job=self.supervisor.changed_elsewhere,
+                              on_queue=self.supervisor.work.set)
+        self.feed.forget(f"{self.name}/")    # what a killed previous run of this node left
+        self.notifier.bridge = self.feed
+
+    def settings(self):
+        """The settings in force (a reload swaps them as a whole)."""
+        return self._settings
+
+    def replace_settings(self, settings):
+        self._settings = settings
+
+    def start(self):
+        self.feed.start()
+        self.supervisor.start()
+
+    def close(self):
+        self.notifier.close()
+        self.supervisor.shutdown()
+        self.feed.close()
+        self.store.close()
+
+
+class HttpProcesses:
+    """The node's HTTP processes: started with ``spawn`` (the main process has threads),
+    each passed the listening socket; restarted when one dies.  (A fork server would let
+    them share the imported code, but itself costs a process that holds all of it;
+    spawned, the node's processes take less memory in all.)"""
+
+    def __init__(self, sock, node: Node):
+        self.sock = sock
+        self.node = node
+        self.ctx = multiprocessing.get_context("spawn")
+        self.procs = {}        # index → (process, control connection)
+        self.stopping = False
+
+    def start(self, count: int):
+        for index in range(count):
+            self._start(index)
+
+    def _start(self, index: int):
+        receiver, sender = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(target=_http_main, name=f"xruntime-http-{index}",
+                                args=(self.sock, self.node.settings(), self.node.name, index, receiver,
+                                      self.node.started_at))
+        proc.start()
+        receiver.close()
+        self.procs[index] = (proc, sender)
+
+    def send(self, message):
+        for proc, conn in self.procs.values():
+            try:
+                conn.send(message)
+            except OSError:
+                pass                                  # it died; ``watch`` restarts it
+
+    def watch(self, timeout: float):
+        """Wait up to ``timeout`` s; restart an HTTP process that died meanwhile."""
+        sentinels = {proc.sentinel: index for index, (proc, _) in self.procs.items()}
+        for sentinel in wait_for_any(list(sentinels), timeout):
+            index = sentinels[sentinel]
+            proc, conn = self.procs[index]
+            proc.join(1)
+            conn.close()
+            metrics.process_died(proc.pid)
+            if not self.stopping:
+                log.error("HTTP process %d (pid %s) exited with %s; starting another",
+                          index, proc.pid, proc.exitcode)
+                self._start(index)
+
+    def stop(self, timeout: float = HTTP_STOP_TIMEOUT):
+        self.stopping = True
+        self.send(("stop",))
+        deadline = time.monotonic() + timeout
+        for proc, conn in self.procs.values():
+            proc.join(max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                log.warning("HTTP process %s did not stop in time; killed", proc.pid)
+                proc.kill()
+                proc.join(2)
+            conn.close()
+
+
+def _http_main(*args):
+    """An HTTP process's entry; the main process never imports the HTTP side itself."""
+    from .http_process import http_main
+    http_main(*args)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The node's listening socket; OSError when the address is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(settings, services, reload_path=None) -> None:
+    """Run a node of ``services`` (names, the registry's) until SIGTERM/SIGINT.  With
+    ``reload_path``, edits of that file are applied live, in every process
+    (xruntime.reload)."""
+    sock = listen(settings.host, settings.port)   # first: a taken port stops us here
+    metrics.use_directory()                       # before any process records a metric
+    _raise_file_limit()
+    # helper processes (workers, the HTTP processes, the resource tracker) ignore SIGHUP,
+    # which means "re-read the configuration" to the main process alone
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    from multiprocessing import resource_tracker
+    resource_tracker.ensure_running()
+    node = Node(settings, services)
+    http = HttpProcesses(sock, node)
+    http.start(settings.http_processes())
+    node.start()
+    stop = threading.Event()
+    reloader = None
+    if reload_path:
+        reloader = ConfigReloader(node, reload_path, services,
+                                  [lambda new: http.send(("settings", new))])
+        reloader.start()
+        signal.signal(signal.SIGHUP, lambda *_: reloader.wake.set())
+
+    def on_signal(signum, _frame):
+        log.info("signal %s: shutting down", signal.Signals(signum).name)
+        node.supervisor.closing = True
+        http.stopping = True             # HTTP processes that exit now are not replaced
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("xruntime node %s serving on http://%s:%s (%d HTTP processes of %d threads, "
+             "%d workers, database %s)", node.name, settings.host, sock.getsockname()[1],
+             settings.http_processes(), settings.threads, settings.workers,
+             _safe_url(settings.database_url))
+    try:
+        while not stop.is_set():
+            http.watch(0.5)
+    finally:
+        if reloader is not None:
+            reloader.stopped = True
+        stopping = threading.Thread(target=http.stop, name="http-stop")
+        stopping.start()                  # watches answer while the jobs are handed back
+        node.close()
+        stopping.join()
+        sock.close()
+        metrics.release_directory()
+        log.info("xruntime node %s stopped", node.name)
+
+
+def _raise_file_limit() -> None:
+    """Every held watch is an open connection: allow as many as the system lets a
+    process have (the soft limit is often 1 024; the hard one much higher).  The HTTP
+    processes inherit it."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1_048_576)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open files limit from %d: %s", soft, exc)
+    if hard < 20_000:
+        log.warning("at most %d open files per process: each held watchJob is one connection", hard)
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,1 @@
+"""The administrator's file: its keys, defaults and checks."""

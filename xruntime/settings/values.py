@@ -1,0 +1,193 @@
+"""The kinds of value a configuration key may hold, each a check and a name for the docs.
+
+The schema (``schema``) says which kind each key is; this module says what each
+kind accepts.  A check takes the value as TOML decoded it and returns it as the settings
+hold it (a duration as milliseconds, an origin in lower case), or raises ``ValueError``
+whose message is the reason an administrator reads after ``line N: [table] key:``.  Kept
+apart from the declarations so that a new key is one line there, and a new kind of value
+is written once here.
+"""
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+#: what tomllib gives for a value: str, int, float, bool, list, dict, dates
+TomlValue = object
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of value: ``check`` turns a TOML value into the settings' value (or
+    raises ValueError with the reason); ``name`` describes it in the docs."""
+    name: str
+    check: Callable[[TomlValue], object]
+
+
+# ------------------------------------------------------------------------ durations
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3600_000, "d": 86400_000, None: 1000}
+_LONGEST_MS = 100 * 365 * 86400_000
+
+
+def parse_duration(value: TomlValue) -> int:
+    """A duration as milliseconds: a string with a unit (``"500ms"``, ``"30s"``,
+    ``"15m"``, ``"48h"``, ``"7d"``) or a plain number of seconds; raises ValueError
+    with a reason."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as \"30s\", \"15m\" or \"48h\"")
+    if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{value!r} is not a duration; use e.g. \"30s\", \"15m\", \"48h\"")
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        if value * 1000 > _LONGEST_MS:
+            raise ValueError("a duration longer than 100 years is not possible")
+        return int(round(value * 1000))
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            ms = int(round(float(match.group(1)) * _UNIT_MS[match.group(2)]))
+            if ms > _LONGEST_MS:
+                raise ValueError("a duration longer than 100 years is not possible")
+            return ms
+        if value.strip().startswith("-"):
+            raise ValueError("a duration cannot be negative")
+    raise ValueError(f"{value!r} is not a duration; "
+                     "use e.g. \"500ms\", \"30s\", \"15m\", \"48h\", \"7d\"")
+
+
+def duration(positive: bool = False) -> Kind:
+    """A duration (``0`` meaning none), or with ``positive`` one longer than 0."""
+    if not positive:
+        return Kind("duration", parse_duration)
+
+    def check(value: TomlValue) -> int:
+        ms = parse_duration(value)
+        if ms <= 0:
+            raise ValueError("must be longer than 0")
+        return ms
+    return Kind("duration > 0", check)
+
+
+# ------------------------------------------------------------------------ plain values
+
+def integer(low: int, high: Optional[int] = None) -> Kind:
+    """An integer from ``low`` to ``high`` (no upper bound when None)."""
+    def check(value: TomlValue) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected an integer, got {value!r}")
+        if value < low or (high is not None and value > high):
+            raise ValueError(f"must be between {low} and {high}" if high is not None
+                             else f"must be at least {low}")
+        return value
+    return Kind(f"integer {low}–{high}" if high is not None else f"integer ≥ {low}", check)
+
+
+def _string(value: TomlValue) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _boolean(value: TomlValue) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+STRING = Kind("string", _string)
+BOOLEAN = Kind("boolean", _boolean)
+
+
+# ------------------------------------------------------------------------ checked strings
+
+def _public_url(value: TomlValue) -> str:
+    text = _string(value)
+    if text and not re.match(r"^https?://[^/\s]+", text):
+        raise ValueError("must be empty or an http(s) URL such as \"https://host/xr\"")
+    return text.rstrip("/")
+
+
+def _node_name(value: TomlValue) -> str:
+    """A name for the node in the store: unique among the nodes of one database."""
+    text = _string(value).strip()
+    if text and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,199}", text):
+        raise ValueError(f"{text!r} is no node name: letters, digits and _ . : @ -, at most 200")
+    return text
+
+
+def _token_sha256(value: TomlValue) -> str:
+    text = _string(value).strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", text):
+        raise ValueError("expected the 64 hex digits of the token's sha256 "
+                         "(`xruntime token new NAME` prints them)")
+    return text
+
+
+PUBLIC_URL = Kind("http(s) URL or \"\"", _public_url)
+NODE_NAME = Kind("name", _node_name)
+TOKEN_SHA256 = Kind("64 hex digits", _token_sha256)
+
+
+# ------------------------------------------------------------------------ lists
+
+def _strings(value: TomlValue) -> list:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"expected a list of strings, got {value!r}")
+    return value
+
+
+def _listed(normal: Callable[[str], str], pattern: str, why: str) -> Callable[[TomlValue], tuple]:
+    """A check of a list of strings, each ``normal``-ised and either "*" or matching ``pattern``."""
+    def check(value: TomlValue) -> tuple:
+        items = []
+        for item in _strings(value):
+            normalised = normal(item)
+            if normalised != "*" and not re.fullmatch(pattern, normalised):
+                raise ValueError(f"{item!r} {why}")
+            items.append(normalised)
+        return tuple(items)
+    return check
+
+
+#: Origins such as ``https://app.example:8443`` (scheme, host, port; no path), or "*".
+ORIGINS = Kind("list of origins", _listed(
+    lambda item: item.strip().lower().rstrip("/"),
+    r"https?://[a-z0-9.\-]+(:[0-9]{1,5})?|https?://\[[0-9a-f:.]+\](:[0-9]{1,5})?",
+    "is no origin; write scheme://host[:port] without a path, e.g. "
+    "\"https://app.example\", or \"*\" for every origin"))
+
+#: Host names (``.example.org``: that name and every name under it), or "*".
+HOSTS = Kind("list of host names", _listed(
+    lambda item: item.strip().lower().rstrip("."),
+    r"\.?[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?)*",
+    "is no host name; write a name without scheme or port, e.g. "
+    "\"xr.example.org\", \".example.org\" or \"*\""))
+
+
+# ------------------------------------------------------------------------ table names
+
+USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}$")
+#: The user name PTV clients send with any user's token (docs/protocol.md §10).
+ANY_USER = "xtok"
+
+#: checks the NAME of a ``[family.NAME]`` table: (name, the known services or None) →
+#: None, or raises ValueError with the reason
+NameRule = Callable[[str, Optional[Sequence[str]]], None]
+
+
+def service_name(name: str, known_services: Optional[Sequence[str]]) -> None:
+    """A service's name: one the server serves (any, when the list is not known)."""
+    if known_services is not None and name not in known_services:
+        raise ValueError(f"no service named {name!r} (known: {', '.join(known_services)})")
+
+
+def user_name(name: str, known_services: Optional[Sequence[str]] = None) -> None:
+    """A user's name: letters, digits and ``_ . @ -``; not the name of any user."""
+    if not USER_NAME.match(name):
+        raise ValueError(f"{name!r} is no user name: letters, digits and _ . @ -, "
+                         "at most 100, starting with a letter or digit")
+    if name == ANY_USER:
+        raise ValueError(f"{ANY_USER!r} is the name clients send with any user's token; "
+                         "choose another name")

@@ -1,0 +1,1 @@
+"""HTTP serving of one HTTP process: the ASGI application and the guards in front of the bindings."""

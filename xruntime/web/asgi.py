@@ -1,0 +1,342 @@
+"""The ASGI application of an HTTP process: bytes in, a binding, bytes out.
+
+It routes ``/services/rs``, ``/services/ws`` and ``/services/rpc`` to the JSON, SOAP
+and JSON-RPC bindings, with the caller its credentials name (``accounts``), and the
+operator's pages (``Page``: the status page, the metrics) by their exact paths.  A body larger than ``[server] max_request_bytes`` is refused
+before it is read (by its Content-Length, or as soon as a chunked body passes the
+limit), with a fault in the form of the binding its path names.  The bindings keep
+werkzeug's Request and Response: each request is handed over as a werkzeug Request
+over the body read here, and a streamed Response (a large SOAP result) is produced
+in the pool for blocking work, chunk by chunk.  Once a large request is answered, the
+memory its parse took is given back to the system (``bindings.parsing``).
+"""
+import io
+import logging
+from functools import partial
+
+from werkzeug.wrappers import Request, Response
+
+from . import browser_guard
+from ..support import metrics
+from ..operations.accounts import ANONYMOUS, NotAuthenticated, authenticate
+from ..support.blocking import blocking
+from ..bindings import parsing
+from ..bindings.json_binding import fault_response
+from ..support.logs import OncePerPeriod
+from ..protocol.faults import AccessDeniedFault, InvalidRequestFault
+from ..operations.failures import as_fault
+
+log = logging.getLogger("xruntime.http")
+#: Refused credentials: one line a second at most (a client retrying a wrong token
+#: in a loop must not fill the disk); never the credentials themselves.
+_refusal_log = OncePerPeriod(log, 1.0)
+#: Requests refused for their Host or Origin: one line in ten seconds at most.
+_browser_log = OncePerPeriod(log, 10.0)
+
+CHALLENGE = 'Basic realm="xruntime"'
+CREDENTIALS_HINT = ("Send your user name and token as HTTP Basic credentials, or the token as "
+                    "Authorization: Bearer; the administrator gives out tokens.")
+
+#: Chunks of a streamed answer are gathered up to this size per hop to the pool.
+STREAM_CHUNK = 256 * 1024
+#: The scope's key for the size of the request's body, once read.
+BODY_BYTES = "xruntime.body_bytes"
+
+
+class Refused(Exception):
+    """The request is answered without reading (the rest of) its body."""
+
+    def __init__(self, fault, status=None, headers=None):
+        self.fault = fault
+        self.status = status          # instead of the binding's own for the fault
+        self.headers = headers or {}
+
+
+class Page:
+    """Something of the operator's view served beside the bindings (``/status``,
+    ``/metrics``): it answers HTTP itself, in its own form.  With accounts on, only an
+    admin is let in when ``admin_only`` (others get 403); missing or wrong credentials
+    get the same 401 challenge as the bindings, so a browser asks for them.  ``admitted()``
+    asks again, under the settings in force now: a page that streams for hours ends
+    when its credentials are revoked."""
+    admin_only = True
+
+    async def serve(self, scope, receive, send, admitted) -> None:
+        raise NotImplementedError
+
+
+#: The methods a page answers (others: 405).
+PAGE_METHODS = ("GET", "HEAD")
+
+
+async def answer(scope, send, status: int, content_type: str, body: bytes, headers=()):
+    """A whole answer (the headers alone for HEAD)."""
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store"), *headers]})
+    await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+
+
+async def refuse_method(scope, send) -> bool:
+    """Answer 405 to anything but GET and HEAD; True when it did."""
+    if scope["method"] in PAGE_METHODS:
+        return False
+    await answer(scope, send, 405, "text/plain; charset=utf-8",
+                 f"{scope['method']} is not served here; use GET\n".encode(),
+                 [(b"allow", ", ".join(PAGE_METHODS).encode())])
+    return True
+
+
+class XRuntimeApp:
+    """ASGI application over the three bindings (``bindings``: path prefix → binding)
+    and the operator's pages (``pages``: exact path → Page)."""
+
+    def __init__(self, bindings: dict, settings, pages=None):
+        self.bindings = bindings
+        self.settings = settings            # a callable answering the settings in force
+        self.pages = pages or {}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":         # lifespan is off; websockets are not served
+            return
+        path = scope["path"]
+        try:
+            other_origin = browser_guard.check(scope, self.settings())
+        except browser_guard.Refusal as refusal:
+            await self._refuse_early(scope, refusal.fault, send)
+            return
+        if other_origin is not None:      # a page the file allows: CORS headers
+            if browser_guard.is_preflight(scope):
+                await send({"type": "http.response.start", "status": 204,
+                            "headers": browser_guard.cors_headers(other_origin, preflight=True)})
+                await send({"type": "http.response.body", "body": b""})
+                return
+            send = _adding_headers(send, browser_guard.cors_headers(other_origin, preflight=False))
+        page = self.pages.get(path)
+        if page is not None:
+            await self._serve_page(page, scope, receive, send)
+            return
+        prefix, binding = self._route(path)
+        began = metrics.request_began(binding.name if binding is not None else "(none)")
+        try:
+            if binding is None:
+                await self._read_body(scope, receive)
+                response = fault_response(InvalidRequestFault(
+                    f"nothing is served at {path}",
+                    hint="Operations are at /services/rs/<Service>/<operation>."))
+            else:       # (no name keeps the request: a held watch holds none of it)
+                caller = self._caller(scope, binding, path[len(prefix):])
+                response = await binding.handle(Request(_environ(
+                    scope, prefix, path[len(prefix):], await self._read_body(scope, receive))), caller)
+        except Refused as refused:
+            response = (binding.refusal(path[len(prefix):], refused.fault) if binding is not None
+                        else fault_response(refused.fault))
+            if refused.status is not None:
+                response.status_code = refused.status
+            response.headers.update(refused.headers)
+            response.headers["Connection"] = "close"      # the body is not read
+        except Exception as exc:                           # a bug: logged, never shown
+            response = fault_response(as_fault(exc, path))
+        try:
+            await _send(response, send)
+        finally:
+            metrics.request_answered(began)
+        del response
+        if scope.get(BODY_BYTES, 0) > parsing.GIVE_BACK_BYTES:     # its parse is garbage now
+            await blocking(parsing.give_back)
+
+    async def _refuse_early(self, scope, fault, send):
+        """A request whose Host or Origin may not be served: the fault in the form of
+        the binding its path names, the body unread."""
+        path = scope["path"]
+        _browser_log.warning("refused %s %s from %s: %s", scope["method"], path,
+                             (scope.get("client") or ("an unknown address",))[0], fault.faultstring)
+        prefix, binding = self._route(path)
+        response = (binding.refusal(path[len(prefix):], fault) if binding is not None
+                    else fault_response(fault))
+        response.headers["Connection"] = "close"
+        await _send(response, send)
+
+    async def _serve_page(self, page, scope, receive, send):
+        try:
+            caller = self._authenticated(scope)
+            if not self._may_see(page, caller):
+                raise Refused(AccessDeniedFault(f"only an admin may see {scope['path']}",
+                                                hint="Ask the administrator for an admin's token."))
+        except Refused as refused:
+            response = fault_response(refused.fault)
+            response.status_code = refused.status or response.status_code
+            response.headers.update(refused.headers)
+            response.headers["Connection"] = "close"      # the body (if any) is not read
+            await _send(response, send)
+            return
+        try:
+            await page.serve(scope, receive, send, partial(self._admits, scope, page))
+        except Exception:                                  # a bug: logged, never shown
+            log.exception("%s failed", scope["path"])
+            # (if the page had begun its answer, the server closes the connection)
+            await _send(Response("internal error; see the server log\n", status=500,
+                                 content_type="text/plain; charset=utf-8"), send)
+
+    @staticmethod
+    def _may_see(page, caller) -> bool:
+        return caller.admin or not page.admin_only
+
+    def _admits(self, scope, page) -> bool:
+        """Whether the request's credentials still let it see ``page`` (quietly: a
+        stream asks this at each event)."""
+        try:                           # (with accounts off: ANONYMOUS, who sees every page)
+            return self._may_see(page, authenticate(_header(scope, b"authorization"), self.settings()))
+        except NotAuthenticated:
+            return False
+
+    def _caller(self, scope, binding, path):
+        """Who calls (docs/protocol.md §10); missing or wrong credentials are refused with 401
+        and a Basic challenge (clients that send credentials only when challenged, as
+        suds does, then send them), before the body is read."""
+        settings = self.settings()
+        if settings.auth.required and settings.auth.public_wsdl and binding.is_public(
+                scope["method"], path, scope.get("query_string", b"")):
+            return ANONYMOUS
+        return self._authenticated(scope)
+
+    def _authenticated(self, scope):
+        """The caller its credentials name (ANONYMOUS with accounts off); Refused with
+        401 and the challenge when they are missing or wrong."""
+        settings = self.settings()
+        if not settings.auth.required:
+            return ANONYMOUS
+        try:
+            return authenticate(_header(scope, b"authorization"), settings)
+        except NotAuthenticated as exc:
+            _refusal_log.warning("refused %s %s from %s: %s", scope["method"], scope["path"],
+                                 (scope.get("client") or ("an unknown address",))[0], exc)
+            raise Refused(AccessDeniedFault(str(exc), hint=CREDENTIALS_HINT), status=401,
+                          headers={"WWW-Authenticate": CHALLENGE})
+
+    def _route(self, path: str):
+        for prefix, binding in self.bindings.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                return prefix, binding
+        return "", None
+
+    async def _read_body(self, scope, receive) -> bytes:
+        limit = self.settings().max_request_bytes
+        length = _header(scope, b"content-length")
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                raise Refused(InvalidRequestFault(f"the Content-Length {length!r} is not a number"))
+            if declared > limit:
+                raise Refused(InvalidRequestFault(
+                    f"the request body has {declared} bytes, more than the {limit} this server accepts",
+                    hint="Send a smaller request."))
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break                                      # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise Refused(InvalidRequestFault(
+                    f"the request body is larger than the {limit} bytes this server accepts",
+                    hint="Send a smaller request."))
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        scope[BODY_BYTES] = size
+        return b"".join(chunks)
+
+
+def _adding_headers(send, headers: list):
+    """``send``, adding ``headers`` to the answer's start."""
+    async def sending(message):
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *headers]}
+        await send(message)
+    return sending
+
+
+def _header(scope, name: bytes):
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _environ(scope, script_name: str, path_info: str, body: bytes) -> dict:
+    """The WSGI environ werkzeug's Request reads, for an ASGI request and its body."""
+    server = scope.get("server") or ("127.0.0.1", 0)
+    environ = {
+        "REQUEST_METHOD": scope["method"],
+        "SCRIPT_NAME": script_name.encode("utf-8").decode("latin-1"),
+        "PATH_INFO": path_info.encode("utf-8").decode("latin-1"),
+        "QUERY_STRING": scope.get("query_string", b"").decode("latin-1"),
+        "SERVER_NAME": str(server[0]),
+        "SERVER_PORT": str(server[1]),
+        "SERVER_PROTOCOL": f"HTTP/{scope.get('http_version', '1.1')}",
+        "REMOTE_ADDR": (scope.get("client") or ("", 0))[0],
+        "wsgi.url_scheme": scope.get("scheme", "http"),
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": io.StringIO(),
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+        "CONTENT_LENGTH": str(len(body)),
+    }
+    for key, value in scope["headers"]:
+        name = key.decode("latin-1").upper().replace("-", "_")
+        value = value.decode("latin-1")
+        if name == "CONTENT_TYPE":
+            environ["CONTENT_TYPE"] = value
+        elif name != "CONTENT_LENGTH":
+            name = "HTTP_" + name
+            environ[name] = f"{environ[name]},{value}" if name in environ else value
+    return environ
+
+
+async def _send(response: Response, send) -> None:
+    if not response.is_streamed:
+        start, body = _messages(response)
+        await send(start)
+        await send(body)
+        return
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.to_wsgi_list()]
+    await send({"type": "http.response.start", "status": response.status_code,
+                "headers": [h for h in headers if h[0].lower() != b"content-length"]})
+    chunks = iter(response.response)
+    while True:
+        part = await blocking(_gather, chunks)
+        if not part:
+            break
+        await send({"type": "http.response.body", "body": part, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _messages(response: Response):
+    """The ASGI messages of a Response, built once: watchers woken by one change are
+    all sent the same Response."""
+    messages = getattr(response, "_asgi_messages", None)
+    if messages is None:
+        headers = [(k.encode("latin-1"), v.encode("latin-1"))
+                   for k, v in response.headers.to_wsgi_list()]
+        body = response.get_data()
+        if "Content-Length" not in response.headers:
+            headers.append((b"content-length", str(len(body)).encode()))
+        messages = ({"type": "http.response.start", "status": response.status_code, "headers": headers},
+                    {"type": "http.response.body", "body": body})
+        response._asgi_messages = messages
+    return messages
+
+
+def _gather(chunks) -> bytes:
+    """The next chunks of a streamed answer, up to STREAM_CHUNK bytes (b"" at the end)."""
+    parts, size = [], 0
+    for chunk in chunks:
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= STREAM_CHUNK:
+            break
+    return b"".join(parts)

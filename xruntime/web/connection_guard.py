@@ -1,0 +1,165 @@
+"""What one connection may take of an HTTP process, before any binding sees a request
+(docs/protocol.md §15): header bytes, the time to send the headers, and a place among the
+process's connections.
+
+uvicorn's httptools protocol, as shipped, bounds none of them: a 100 MB header line
+cost ~12 s of CPU (the URL and headers are grown by concatenation), a connection that
+sends half a header and waits is kept for ever, and 1 100 of those locked every caller
+out of a node.  ``guarded_protocol`` is that protocol with the three bounds:
+
+- more than ``[server] max_header_bytes`` before the headers end: HTTP 431, closed;
+- no complete headers within ``[server] header_timeout`` of the connection's start (or
+  of its previous answer): HTTP 408 when some were sent, else closed quietly (the
+  keep-alive timeout's job, for a connection that never sent anything);
+- at ``[server] max_connections`` connections, a new one makes room by closing the
+  one that has waited longest for its headers (a slow or silent sender); when every
+  connection is serving a request (held watches included), the new one is answered
+  503, so that the process keeps answering.
+
+Each refusal is logged at most once per period.
+"""
+import logging
+import resource
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from ..support.logs import OncePerPeriod
+
+log = logging.getLogger("xruntime.http")
+_logs = {}
+
+
+def _log(kind: str) -> OncePerPeriod:
+    """One throttled log per kind of refusal, so that one kind never hides another."""
+    if kind not in _logs:
+        _logs[kind] = OncePerPeriod(log, 10.0)
+    return _logs[kind]
+
+
+class _Refused(Exception):
+    """Raised in a parser callback to stop parsing a request that was refused (httptools
+    hands it to uvicorn as a parser error, whose 400 ``send_400_response`` leaves out)."""
+
+
+def _answer(status: str, text: str) -> bytes:
+    body = text.encode("utf-8")
+    return (f"HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode("ascii") + body
+
+
+def _file_room() -> int:
+    """Connections this process can hold before it runs out of file descriptors
+    (keeping some for the database, pipes and the feed)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, soft - 128) if soft != resource.RLIM_INFINITY else 1 << 30
+
+
+def guarded_protocol(settings):
+    """uvicorn's httptools protocol bounded by ``settings()`` (read at each use, so
+    that a reload applies to the next connection)."""
+
+    room = _file_room()
+
+    class GuardedProtocol(HttpToolsProtocol):
+        _awaiting_headers, _header_bytes, _header_timer, _waiting_since = False, 0, None, 0.0
+
+        def connection_made(self, transport):
+            limit = min(settings().max_connections, room)
+            waiting = [p for p in self.connections if getattr(p, "_awaiting_headers", False)]
+            super().connection_made(transport)
+            if len(self.connections) > limit:
+                if waiting:           # the one that has waited longest for its headers
+                    oldest = min(waiting, key=lambda p: p._waiting_since)
+                    _log("evicted").warning("%d connections: closed one that sent no complete request "
+                                            "for %.1f s (max_connections %d)", len(self.connections) - 1,
+                                            self.loop.time() - oldest._waiting_since, limit)
+                    oldest._close(b"")
+                else:
+                    _log("full").warning("%d connections, every one serving a request: a new one was "
+                                         "answered 503 (max_connections %d)", len(self.connections) - 1, limit)
+                    self._close(_answer("503 Service Unavailable",
+                                        "this server process has as many connections as it takes; try again\n"))
+                    return
+            self._await_headers()
+            self._start_header_timer()
+
+        def _await_headers(self):
+            """Between requests: the next one's headers are counted and timed from its
+            first byte (an idle keep-alive connection is uvicorn's keep-alive timeout's)."""
+            self._awaiting_headers, self._header_bytes = True, 0
+            self._waiting_since = self.loop.time()
+            self._cancel_header_timer()
+
+        def _start_header_timer(self):
+            self._header_timer = self.loop.call_later(settings().header_timeout_ms / 1000, self._headers_too_slow)
+
+        def _cancel_header_timer(self):
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_too_slow(self):
+            self._header_timer = None
+            if not self._awaiting_headers or self.transport.is_closing():
+                return
+            if self._header_bytes:
+                _log("slow headers").warning("closed a connection from %s: its headers took longer than %d ms",
+                                             (self.client or ("?",))[0], settings().header_timeout_ms)
+                self._close(_answer("408 Request Timeout", "the request's headers came too slowly\n"))
+            else:
+                self._close(b"")
+
+        def _close(self, answer: bytes):
+            self._awaiting_headers = False
+            self._cancel_header_timer()
+            if answer:
+                self.transport.write(answer)
+            self.transport.close()
+
+        def data_received(self, data):
+            if self._awaiting_headers:
+                if self._header_timer is None:
+                    self._start_header_timer()
+                self._header_bytes += len(data)
+                limit = settings().max_header_bytes
+                if self._header_bytes > limit + 65536:     # past it by more than one read:
+                    self._too_large(limit)                 # not parsed at all
+                    return
+            super().data_received(data)
+
+        def send_400_response(self, msg):
+            if not self.transport.is_closing():         # not after a refusal of ours
+                super().send_400_response(msg)
+
+        def _too_large(self, limit):
+            _log("header bytes").warning(
+                "closed a connection from %s: more than %d bytes of request line and headers "
+                "(max_header_bytes)", (self.client or ("?",))[0], limit)
+            self._close(_answer("431 Request Header Fields Too Large",
+                                f"the request line and headers hold more than {limit} bytes\n"))
+
+        def on_message_begin(self):
+            super().on_message_begin()
+            if not self._awaiting_headers:          # a pipelined request
+                self._awaiting_headers, self._header_bytes = True, 0
+
+        def on_headers_complete(self):
+            self._awaiting_headers = False
+            self._cancel_header_timer()
+            limit = settings().max_header_bytes
+            if len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) > limit:
+                self._too_large(limit)
+                raise _Refused        # the parser stops here: the request never starts
+            super().on_headers_complete()
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._await_headers()
+
+        def connection_lost(self, exc):
+            self._awaiting_headers = False
+            self._cancel_header_timer()
+            super().connection_lost(exc)
+
+    return GuardedProtocol
