@@ -63,7 +63,7 @@ from xruntime.operations.accounts import token_sha256  # noqa: E402
 from xruntime.store import JobRecord, SqlJobStore, now_ms  # noqa: E402
 from xruntime.store.payload import pack  # noqa: E402
 from xruntime.store.schema import jobs, lane_of  # noqa: E402
-from xruntime.store.sql import _INSERT_KEYS  # noqa: E402
+from xruntime.store.statements import INSERT_KEYS  # noqa: E402
 
 NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
 TERMINAL = ("SUCCEEDED", "FAILED", "DELETED")
@@ -267,7 +267,7 @@ def queue_many(store, owner, count):
     rows = []
     for i in range(count):
         job = record(owner)
-        values = {k: getattr(job, k) for k in _INSERT_KEYS if k != "lane"}
+        values = {k: getattr(job, k) for k in INSERT_KEYS if k != "lane"}
         values.update(request=pack(job.request), lane=lane_of(job.service, job.owner), queued_at=now + i)
         rows.append(p.args(values))
     conn = store.engine.raw_connection()

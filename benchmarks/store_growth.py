@@ -7,8 +7,8 @@ A real node (``python -m xruntime serve``, 2 workers, SQLite) is measured over r
 temporary folder).
 
 Each store is filled once, directly, with SQLAlchemy Core in big transactions (no node
-running), with what the node itself would have written (``store/sql.py``
-``_INSERT_KEYS`` and the columns the later changes write; ``pack``ed payloads): XDemo
+running), with what the node itself would have written (``store/statements.py``
+``INSERT_KEYS`` and the columns the later changes write; ``pack``ed payloads): XDemo
 jobs, 10 % FAILED (ProcessingFault, fetched), 40 % SUCCEEDED unfetched (stopped: an
 intermediate result), 50 % SUCCEEDED fetched, each with 10 rows in ``job_events``
 (queued, running, two retries planned after a TransientFault, a hand-back, stop asked
@@ -87,7 +87,7 @@ from sqlalchemy import (BigInteger, Integer, String, case, column, create_engine
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from tests.harness import Server, free_port, write_config  # noqa: E402
-from xruntime.store.base import JobRecord, now_ms  # noqa: E402
+from xruntime.store import JobRecord, now_ms  # noqa: E402
 from xruntime.store.events import install_triggers  # noqa: E402
 from xruntime.store.payload import pack  # noqa: E402
 from xruntime.store.schema import job_events, jobs, lane_of  # noqa: E402

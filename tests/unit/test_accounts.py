@@ -11,6 +11,8 @@ from xruntime.settings import config
 from xruntime.operations.accounts import ANONYMOUS, Caller, NotAuthenticated, authenticate, token_sha256
 from xruntime.protocol.faults import QueueOverflowFault, QuotaExceededFault, UnknownJobFault
 from xruntime.store import SqlJobStore, now_ms
+from xruntime.store.claims import claim_statement
+from xruntime.store.statements import Prepared
 
 from tests.fixtures.released_schema import released_database
 
@@ -243,7 +245,7 @@ def test_nodes_never_run_more_than_max_running_together():
 def claim_work(store, limits):
     """What one claim costs the database, undone after: PostgreSQL's pages read,
     SQLite's virtual machine instructions (in hundreds).  Answers (work, rows taken)."""
-    p = store._claims[(None, limits)]
+    p = Prepared(claim_statement(store.dialect, None, limits), store.engine.dialect)
     args = p.args({"node": NODE, "now_ms": now_ms(), "lease_until": now_ms() + LEASE_MS})
     conn = store.engine.raw_connection()
     try:

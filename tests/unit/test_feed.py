@@ -9,7 +9,8 @@ import time
 import pytest
 
 from xruntime.store import SqlJobStore
-from xruntime.store.feed import QUEUE, SocketFeed
+from xruntime.store.changes import QUEUE
+from xruntime.store.feed import SocketFeed
 
 from .conftest import sqlite_url
 

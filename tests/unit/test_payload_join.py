@@ -1,4 +1,4 @@
-"""Joining children's stored lists without decoding them (xruntime/store/payload.py):
+"""Joining children's stored lists without decoding them (xruntime/store/list_join.py):
 the stored result must read back as exactly the text one job would have written."""
 import json
 import zlib
@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xruntime.store import payload
-from xruntime.store.payload import MAGIC, join_lists, pack, unpack, without_list
+from xruntime.store.list_join import join_lists, without_list
+from xruntime.store.payload import MAGIC, pack, unpack
 
 
 def dump(data):
@@ -227,19 +228,19 @@ def test_large_children_lists_are_copied_as_their_compressed_pieces(monkeypatch)
     for part in parts:
         del part["summary"]["perRow"]              # every array in the rows
     blobs = [pack(dump(part)) for part in parts]
-    assert all(kind(blob) == "compact" and len(payload._read_table(blob)[0]) > 2 for blob in blobs)
+    assert all(kind(blob) == "compact" and len(payload.read_table(blob)[0]) > 2 for blob in blobs)
     outer = dump({"rows": [], "summary": {"numberOfRowsComputed": 310}})
     expected = text_join(outer, "rows", blobs)
     read = []
-    monkeypatch.setattr(payload, "_read_compact", lambda blob: read.append(blob) or 1 / 0)
+    monkeypatch.setattr(payload, "read_compact", lambda blob: read.append(blob) or 1 / 0)
     joined = join_lists(outer, "rows", blobs)
     summaries = [without_list(blob, "rows") for blob in blobs]
     assert read == []                              # the fast path, for both
     monkeypatch.undo()
     assert unpack(joined) == expected and kind(joined) == "compact"
     assert summaries == [dump(dict(part, rows=[])) for part in parts]
-    copied = {bytes(piece) for blob in blobs for piece, _, _ in payload._read_table(blob)[0][1:]}
-    assert copied <= {bytes(piece) for piece, _, _ in payload._read_table(joined)[0]}
+    copied = {bytes(piece) for blob in blobs for piece, _, _ in payload.read_table(blob)[0][1:]}
+    assert copied <= {bytes(piece) for piece, _, _ in payload.read_table(joined)[0]}
 
 
 @pytest.mark.parametrize("form", ["plain", "zlib", "compact"])

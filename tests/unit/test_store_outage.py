@@ -13,8 +13,8 @@ from xruntime.engine.supervisor import Supervisor
 from xruntime.protocol.faults import InternalErrorFault, TemporarilyUnavailableFault
 from xruntime.operations.failures import as_fault
 from xruntime.store import StoreUnavailable, now_ms
-from xruntime.store import sql
-from xruntime.store.sql import is_unavailable
+from xruntime.store import sqlite as store_sqlite
+from xruntime.store.unavailable import is_unavailable
 
 from .test_store_races import new_record
 
@@ -55,7 +55,7 @@ def test_a_store_error_is_answered_try_again_and_a_bug_internal_error():
 @pytest.fixture
 def locked(store, monkeypatch):
     """The store's database with its write lock held by another program."""
-    monkeypatch.setattr(sql, "BUSY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(store_sqlite, "BUSY_TIMEOUT_S", 0.3)
     locker = sqlite3.connect(store.engine.url.database, isolation_level=None)
     locker.execute("BEGIN IMMEDIATE")
     yield locker
@@ -90,7 +90,7 @@ def test_writers_queued_behind_a_locked_database_each_wait_the_busy_timeout_not_
     for t in threads:
         t.join(10)
     assert len(took) == 8
-    assert max(took) < 3 * sql.BUSY_TIMEOUT_S
+    assert max(took) < 3 * store_sqlite.BUSY_TIMEOUT_S
 
 
 # ------------------------------------------------------------------ the slot's patience

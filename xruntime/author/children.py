@@ -25,7 +25,8 @@ from typing import Callable, Optional
 
 from ..protocol import codec
 from ..protocol.states import Status
-from ..store.payload import unpack, without_list
+from ..store.list_join import without_list
+from ..store.payload import unpack
 
 RAISE, RETURN = "raise", "return"
 

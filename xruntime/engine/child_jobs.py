@@ -8,11 +8,11 @@ its tree); ``jobs.py`` (stopJob) uses the same ``stop_children`` from here.
 from ..protocol import codec
 from ..protocol.faults import QueueOverflowFault, QuotaExceededFault, RequestStoppedFault, XServerFault
 from ..protocol.types import BulkProgress
-from ..store import QueueFull, SqlJobStore, now_ms
+from ..store import JobStore, QueueFull, now_ms
 from .notifier import Notifier
 
 
-def stop_children(store: SqlJobStore, notifier: Notifier, parent_id: str, why: str) -> None:
+def stop_children(store: JobStore, notifier: Notifier, parent_id: str, why: str) -> None:
     """Stop a parent's tree: running children wind down and hand back what they have;
     those not started yet fail with RequestStoppedFault saying ``why``."""
     fault = codec.dumps(codec.encode_fault(RequestStoppedFault(f"{why} before this child job started")))

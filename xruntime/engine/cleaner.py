@@ -25,7 +25,7 @@ import logging
 import time
 from typing import Optional
 
-from ..store import now_ms
+from ..store import JobStore, now_ms
 
 log = logging.getLogger("xruntime.cleaner")
 
@@ -35,7 +35,7 @@ TICK_BUDGET_S = 4.0
 
 
 class RetentionCleaner:
-    def __init__(self, store, settings, batch: int = BATCH, pause_s: float = PAUSE_S,
+    def __init__(self, store: JobStore, settings, batch: int = BATCH, pause_s: float = PAUSE_S,
                  budget_s: float = TICK_BUDGET_S, clock=now_ms):
         self.store = store
         self.settings = settings

@@ -9,7 +9,7 @@ too: it acts on every change it is told of (``Supervisor.changed_elsewhere``).
 """
 import threading
 
-from ..store.feed import QUEUE
+from ..store.changes import QUEUE
 
 
 class Notifier:

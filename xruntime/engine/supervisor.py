@@ -36,7 +36,7 @@ from .supervisor_log import log
 
 if TYPE_CHECKING:
     from ..settings.config import Limits, Settings
-    from ..store import SqlJobStore
+    from ..store import JobStore
     from .cleaner import RetentionCleaner
     from .notifier import Notifier
 
@@ -61,7 +61,7 @@ class PendingSignal(NamedTuple):
 class Supervisor:
     """Runs the node's worker slots and its housekeeping."""
 
-    def __init__(self, store: "SqlJobStore", notifier: "Notifier", settings: Callable[[], "Settings"],
+    def __init__(self, store: "JobStore", notifier: "Notifier", settings: Callable[[], "Settings"],
                  node: str, cleaner: Optional["RetentionCleaner"] = None,
                  services: Iterable[str] = ()) -> None:
         self.store = store

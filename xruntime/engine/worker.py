@@ -31,7 +31,8 @@ from ..protocol.faults import (InternalErrorFault, RequestStoppedFault, RequestT
                                TransientFault, XServerFault)
 from ..protocol.types import IntermediateResponseLimitation
 from ..store import FinishedChild
-from ..store.payload import join_lists, pack
+from ..store.list_join import join_lists
+from ..store.payload import pack
 from .messages import (ChildrenAsked, Done, Exit, Failure, Outcome, Progress, Ready, Result, RetryAsked,
                        RunJob, StopReason, Transient)
 

@@ -4,7 +4,7 @@ and the HTTP layer.  It sits above the store (a store outage is a fault of its o
 import logging
 
 from ..protocol.faults import InternalErrorFault, TemporarilyUnavailableFault, XServerFault
-from ..store.base import StoreUnavailable
+from ..store.unavailable import StoreUnavailable
 from ..support.logs import OncePerPeriod
 
 log = logging.getLogger(__name__)

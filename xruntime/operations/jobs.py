@@ -27,7 +27,7 @@ from ..protocol.types import (Job, JobCount, JobEvent, JobEvents, JobList, JobPr
                              RuntimeInformation, ServiceInformation)
 from ..protocol.watch import watch_periods
 from .storage_quota import StoredBytesQuota
-from ..store import JobRecord, now_ms
+from ..store import JobRecord, JobStore, now_ms
 from ..store.payload import TooLarge
 
 log = logging.getLogger("xruntime.jobs")
@@ -54,7 +54,7 @@ def asked_timeouts(request, limit_ms: int):
 
 
 class JobManager:
-    def __init__(self, store, notifier, settings, node: str = "", watches=None, services=None):
+    def __init__(self, store: JobStore, notifier, settings, node: str = "", watches=None, services=None):
         self.store = store
         self.services = services or {}   # the registry's services by name, for runtime information
         self.notifier = notifier          # its feed tells the supervisor of new, stopped and deleted jobs

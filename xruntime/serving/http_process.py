@@ -32,7 +32,8 @@ from ..author.registry import discover
 from ..admin.status_page import StatusPage, ToStatus
 from ..admin.status_stream import StatusEvents, StatusFeed, StatusJson
 from ..store import open_store
-from ..store.feed import QUEUE, open_feed
+from ..store.changes import QUEUE
+from ..store.feed import open_feed
 from ..operations.watching import Watches
 
 log = logging.getLogger("xruntime.http")

@@ -11,11 +11,12 @@ workers everywhere claim new jobs at once.
 import logging
 import threading
 import time
+from typing import Callable
 
 from sqlalchemy.engine import make_url
 
 from ..support.logs import OncePerPeriod
-from .feed import QUEUE
+from .changes import QUEUE
 from .postgresql import postgresql_connect_args
 
 log = OncePerPeriod(logging.getLogger("xruntime.channel"), 5.0)   # an outage fails every try
@@ -29,7 +30,9 @@ def conninfo(url: str) -> str:
 
 
 class PostgresChannel:
-    def __init__(self, url: str, origin: str, on_job, on_queue):
+    """The change feed of a PostgreSQL database (see the module's docstring)."""
+
+    def __init__(self, url: str, origin: str, on_job: Callable[[str], None], on_queue: Callable[[], None]):
         self.uri = conninfo(url)
         # the store's timeouts and keepalives: a cut-off database must not hold a
         # publisher (a request's thread) or leave the listener on a dead connection
@@ -42,13 +45,15 @@ class PostgresChannel:
         self._closed = False
         self._listener = threading.Thread(target=self._listen, name="pg-listen", daemon=True)
 
-    def start(self):
+    def start(self) -> None:
+        """Start listening."""
         self._listener.start()
 
-    def forget(self, origin_prefix: str):
+    def forget(self, origin_prefix: str) -> None:
         """Nothing to forget: LISTEN/NOTIFY keeps no list of its listeners."""
 
-    def close(self):
+    def close(self) -> None:
+        """Stop listening (within a second)."""
         self._closed = True
 
     # ------------------------------------------------------------------ publishing

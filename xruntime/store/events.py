@@ -5,10 +5,16 @@ status changes and at its first fetch, inside the statement that makes the chang
 there is never a change without its event nor an event without its change, whichever
 code (or node) makes it, and the hot path stays one statement per change.  The event's
 message is the ``event_note`` the statement writes with the change (each statement
-that changes a status sets it); its time is the database's clock, one clock for every
-node.  ``job_events`` rows go with their job (``ON DELETE CASCADE``).
+that changes a status sets it, made with ``note_of``); its time is the database's
+clock, one clock for every node.  ``job_events`` rows go with their job (``ON DELETE CASCADE``).
 """
+import json
+from typing import Optional
+
 from sqlalchemy import text
+
+#: The longest event message stored (characters).
+NOTE_CHARS = 500
 
 #: Time in ms since the epoch, by the database's clock.
 _NOW_MS = {
@@ -93,3 +99,16 @@ def install_triggers(conn, dialect: str) -> None:
     if found is None or "waiting_for" not in found:     # missing, or made before child jobs
         conn.execute(text("DROP TRIGGER IF EXISTS job_event ON jobs"))
         conn.execute(text(_PG_TRIGGER))
+
+
+def note_of(message: str) -> str:
+    """An event's message as stored (at most NOTE_CHARS characters)."""
+    return message if len(message) <= NOTE_CHARS else message[:NOTE_CHARS - 3] + "..."
+
+
+def fault_type(fault_json: Optional[str]) -> str:
+    """The type name of a stored fault (the codec's JSON), for the message of a failure."""
+    try:
+        return json.loads(fault_json)["faultInfo"]["$type"]
+    except (TypeError, ValueError, KeyError):
+        return "a fault"

@@ -28,19 +28,21 @@ import struct
 import threading
 import time
 import uuid
+from typing import Callable
 
 from sqlalchemy import delete, insert, select
 
+from .changes import QUEUE, ChangeFeed
+from .channel import PostgresChannel
+from .database import Database
 from .schema import feed_members
-from .sql import retry_while_busy
+from .sqlite import retry_while_busy
 
 log = logging.getLogger("xruntime.feed")
 _CREDENTIALS = struct.Struct("3i")                 # SCM_CREDENTIALS: pid, uid, gid
 _ORIGIN_OR_ID = re.compile(r"[A-Za-z0-9_.:@/*\[\]-]{1,200}")
 _dropped_at = [0.0]                                 # when a dropped datagram was last logged
 
-#: The id published for "a job was queued".
-QUEUE = "*queue*"
 #: The message a new member sends the others: "read the members again".
 HELLO = "*hello*"
 #: How often each member reads the member list anyway (s).
@@ -51,16 +53,19 @@ UNREACHABLE_FOR = 60.0
 DATAGRAM_BYTES = 32 * 1024
 
 
-def open_feed(store, origin: str, on_job, on_queue):
+def open_feed(store: Database, origin: str, on_job: Callable[[str], None],
+              on_queue: Callable[[], None]) -> ChangeFeed:
     """The change feed of the store's database, for the process named ``origin``."""
     if store.dialect == "postgresql":
-        from .channel import PostgresChannel
         return PostgresChannel(store.url, origin, on_job, on_queue)
     return SocketFeed(store, origin, on_job, on_queue)
 
 
 class SocketFeed:
-    def __init__(self, store, origin: str, on_job, on_queue):
+    """The change feed of an SQLite database (see the module's docstring)."""
+
+    def __init__(self, store: Database, origin: str, on_job: Callable[[str], None],
+                 on_queue: Callable[[], None]):
         self.store = store
         self.origin = origin
         self.on_job = on_job
@@ -85,7 +90,8 @@ class SocketFeed:
 
     # ------------------------------------------------------------------ life
 
-    def start(self):
+    def start(self) -> None:
+        """List this process among the members, and start sending and receiving."""
         self._write(insert(feed_members).values(address=self.address, origin=self.origin,
                                                 since=int(time.time() * 1000)))
         self._receiver.start()
@@ -93,12 +99,12 @@ class SocketFeed:
         self._read_members()
         self.publish(HELLO)                 # the others read the members again: us too
 
-    def forget(self, origin_prefix: str):
+    def forget(self, origin_prefix: str) -> None:
         """Erase the members whose origin starts with ``origin_prefix``: what this
         node's previous run left when it was killed."""
         self._write(delete(feed_members).where(feed_members.c.origin.startswith(origin_prefix)))
 
-    def close(self):
+    def close(self) -> None:
         """Stop: what is still to be published is sent first, then we leave the feed."""
         self._closed = True
         with self._outbox_ready:

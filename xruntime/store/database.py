@@ -1,0 +1,177 @@
+"""The store's way to its database: one engine, short transactions, statements compiled once.
+
+``Database`` opens the engine for a SQLAlchemy URL (SQLite, the embedded default, or
+PostgreSQL), makes or upgrades the schema, and gives the store's methods (``sql``,
+``children``) the few ways they run SQL: a write transaction (``_write``), a DBAPI
+cursor for the hot path's single statements (``_run``, ``_guarded``), each turning
+an unreachable database into ``StoreUnavailable``.  SQLite runs in WAL mode; its
+writers are kept apart by a turn in each process and by SQLite's own lock between
+processes (``sqlite``), and a transaction of several statements takes the database's
+write lock when it begins (``BEGIN IMMEDIATE``), so a read-then-write (the
+``max_queued`` check) is atomic across processes too.  PostgreSQL's writers are kept
+apart by row locks and ``FOR UPDATE SKIP LOCKED`` claims; its clock decides between
+nodes (``clock``).
+"""
+import os
+import time
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, Iterator, Optional, Union
+
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.sql import Executable
+
+from . import sqlite
+from .clock import DatabaseClock, stop_using as stop_using_clock, use as use_clock
+from .migrate import upgrade
+from .postgresql import POOL_TIMEOUT_S, postgresql_connect_args
+from .records import Run
+from .schema import feed_metadata, metadata
+from .statements import Prepared, guarded_statements, prepared_statements
+from .unavailable import unavailable_as_store_error
+
+#: PostgreSQL advisory lock serialising the schema's creation.
+SCHEMA_LOCK_KEY = 0x78727430
+#: PostgreSQL advisory lock serialising the max_queued checks (count, then insert).
+QUEUE_LOCK_KEY = 0x78727431
+#: Statements compiled for their arguments kept at most (their arguments change with
+#: the settings: past this many, the cache starts afresh).
+COMPILED_KEPT = 64
+
+
+class Database:
+    """The engine of a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://…``)
+    and the ways the store's methods run their SQL on it."""
+
+    def __init__(self, url: str):
+        self.url = url
+        parsed = make_url(url)
+        self.dialect = parsed.get_backend_name()
+        if self.dialect == "sqlite":
+            if parsed.database and parsed.database != ":memory:":
+                sqlite.make_private_file(os.path.abspath(parsed.database))
+            self.engine = create_engine(url, pool_size=20, max_overflow=200, pool_reset_on_return=None,
+                                        connect_args={"check_same_thread": False})
+            event.listen(self.engine, "connect", sqlite.set_up_connection)
+            self._writers: Optional[sqlite.WriterTurns] = sqlite.WriterTurns()
+        else:
+            self.engine = create_engine(url, pool_size=20, max_overflow=100, pool_pre_ping=True,
+                                        pool_timeout=POOL_TIMEOUT_S,
+                                        connect_args=postgresql_connect_args(parsed.query))
+            self._writers = None           # row locks keep PostgreSQL's writers apart
+        self._make_schema()
+        self.clock: Optional[DatabaseClock] = None
+        if self.dialect == "postgresql":   # several hosts: the database's clock decides
+            self.clock = DatabaseClock(self._database_ms)
+            use_clock(self.clock)
+        self._prepared = {key: Prepared(build(), self.engine.dialect, columns, keys)
+                          for key, (build, columns, keys) in prepared_statements().items()}
+        self._compiled_cache: dict[tuple, Prepared] = {}
+
+    def _make_schema(self) -> None:
+        """Create the tables (or bring an older database up to date) in one transaction:
+        on PostgreSQL under an advisory lock, so that nodes starting together do it
+        once; on SQLite with the write lock, waited for (up to SCHEMA_WAIT_S) while the
+        node's other processes or a cleanup are writing."""
+        deadline = time.monotonic() + sqlite.SCHEMA_WAIT_S
+
+        def attempt():
+            with self.engine.begin() as conn:
+                if self.dialect == "postgresql":   # an upgrade may rewrite a large table
+                    conn.execute(text("SET LOCAL statement_timeout = 0"))
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+                else:
+                    sqlite.begin_immediate(conn.exec_driver_sql, deadline)
+                metadata.create_all(conn)
+                upgrade(conn)
+                if self.dialect == "sqlite":
+                    feed_metadata.create_all(conn)
+
+        sqlite.retry_while_busy(attempt, deadline)
+
+    def _writing(self, deadline: float):
+        """This process's turn to write, on SQLite (none needed on PostgreSQL)."""
+        return self._writers.turn(deadline) if self._writers is not None else nullcontext()
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A write transaction of several statements (SQLAlchemy Core), committed at the
+        end; on SQLite it holds the database's write lock from its beginning."""
+        deadline = sqlite.write_deadline()
+        with unavailable_as_store_error(), self._writing(deadline), self.engine.begin() as conn:
+            if self.dialect == "sqlite":     # other processes write too: take the lock first
+                sqlite.begin_immediate(conn.exec_driver_sql, deadline)
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """A connection to read with (SQLAlchemy Core)."""
+        with unavailable_as_store_error(), self.engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def _cursor(self, write: bool) -> Iterator[sqlite.PatientCursor]:
+        """A DBAPI cursor on a pooled connection, committed at the end.  On SQLite the
+        connection commits each statement itself (every hot-path write is a single
+        statement), so the database's write lock is held only while SQLite runs it,
+        never while Python waits for its GIL."""
+        deadline = sqlite.write_deadline()
+        with unavailable_as_store_error(), (self._writing(deadline) if write else nullcontext()):
+            conn = self.engine.raw_connection()
+            try:
+                cur = sqlite.PatientCursor(conn.cursor(), deadline)
+                yield cur
+                conn.commit()
+            except BaseException:
+                try:
+                    conn.rollback()
+                except Exception:      # the connection is lost (a cut, a restart): the pool
+                    conn.invalidate()  # drops it, rather than fail its reset with a traceback
+                raise
+            finally:
+                conn.close()
+
+    def _compiled(self, key: tuple, build: Callable[[], Executable],
+                  columns: Optional[list] = None) -> Prepared:
+        """``build()``'s statement compiled for this database, once per ``key``: for the
+        statements that vary with their arguments (the services, limits or states they
+        name)."""
+        p = self._compiled_cache.get(key)
+        if p is None:
+            if len(self._compiled_cache) >= COMPILED_KEPT:
+                self._compiled_cache.clear()
+            p = self._compiled_cache[key] = Prepared(build(), self.engine.dialect, columns)
+        return p
+
+    def _run(self, key: Union[str, Prepared], write: bool, **params: Any) -> tuple[int, Optional[dict]]:
+        """Run a prepared statement (its key, or a Prepared); answers (rowcount, first
+        row as a dict or None)."""
+        p = key if isinstance(key, Prepared) else self._prepared[key]
+        with self._cursor(write) as cur:
+            cur.execute(p.sql, p.args(params))
+            rows = cur.fetchall() if p.columns else ()    # to its end: the statement is done
+            row = rows[0] if rows else None
+            return cur.rowcount, (dict(zip(p.columns, row)) if row is not None else None)
+
+    def _guarded(self, key: str, job_id: str, states, run: Optional[Run] = None, **values: Any) -> bool:
+        """Run a guarded statement (``statements.guarded_statements``); True if the job
+        was in one of ``states`` (and still ``run``'s, when given)."""
+        states = tuple(states)
+        fenced = run is not None
+        p = self._compiled(("guarded", key, states, fenced), lambda: guarded_statements(states, fenced)[key])
+        if fenced:
+            values.update(run_node=run.node, run_attempt=run.attempt)
+        return self._run(p, True, **dict(values, job_id=job_id))[0] == 1
+
+    def _database_ms(self) -> int:
+        """The database's clock, read now (PostgreSQL)."""
+        with self._read() as conn:
+            return int(conn.execute(text(
+                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)")).scalar())
+
+    def close(self) -> None:
+        """Stop the database's clock and close the pool's connections."""
+        if self.clock is not None:
+            self.clock.close()
+            stop_using_clock(self.clock)
+        self.engine.dispose()

@@ -1,0 +1,157 @@
+"""What the rest of xruntime may ask of the job store: the ``JobStore`` interface.
+
+The operation layer (``jobs``), the engine (supervisor, cleaner) and the operator's
+views take a ``JobStore``, never the class behind it (``sql.SqlJobStore``, the one
+implementation), so what they rely on is written here, once.  Every method that
+changes a job is one short transaction guarded on the job's current state, and
+answers whether it won; callers never read-modify-write a job themselves.  A write
+of a run names its ``Run`` and changes nothing once the job is no longer that run's.
+Every method raises ``StoreUnavailable`` when the database cannot be reached for now.
+Time stamps are milliseconds on the database's clock (``clock.now_ms``).
+``tests/unit/test_store_interface.py`` checks that ``SqlJobStore`` has every method
+with these parameters.
+"""
+from typing import Callable, Iterable, Optional, Protocol, Union
+
+from .records import FinishedChild, JobRecord, QueueFull, QueueLimit, Recovered, Run
+from .statements import ACTIVE_RUNNING
+
+
+class JobStore(Protocol):
+    """The job store, as the rest of xruntime uses it."""
+
+    # ----------------------------------------------------------------- a job's start
+
+    def create(self, job: JobRecord, max_queued: int, scope: Optional[str] = None,
+               owner_max_queued: int = 0) -> bool:
+        """Insert a QUEUING job; False when ``max_queued`` jobs are queued already (of
+        service ``scope`` only, when given), or ``owner_max_queued`` of the job's owner
+        and service (0: no such limit)."""
+
+    def count_queued(self, service: str, owner: str) -> int:
+        """How many jobs of ``owner`` and ``service`` are queued."""
+
+    def stored_bytes(self, owner: str) -> int:
+        """The bytes the payloads of ``owner``'s stored jobs take."""
+
+    # ----------------------------------------------------------------- reading a job
+
+    def get(self, job_id: str, owner: Optional[str] = None,
+            max_result_bytes: Optional[int] = None) -> Optional[JobRecord]:
+        """The whole job (only if it belongs to ``owner``, when given); with
+        ``max_result_bytes``, ``payload.TooLarge`` when its result's text is longer."""
+
+    def peek(self, job_id: str) -> Optional[JobRecord]:
+        """Like ``get``, without request, result and fault."""
+
+    def mark_fetched(self, job_id: str, now: int) -> None:
+        """Stamp the first fetch (later fetches keep the first stamp)."""
+
+    # ----------------------------------------------------------------- a run
+
+    def claim(self, node: str, now: int, lease_ms: int, services: Optional[Iterable[str]] = None,
+              running_limits: tuple = (), note: str = "running") -> Optional[JobRecord]:
+        """Move the oldest QUEUING job (of ``services``) to RUNNING on ``node``, the oldest
+        whose owner is under ``running_limits`` for its service; None when none may start."""
+
+    def next_due(self, now: int) -> Optional[int]:
+        """When the first job waiting for its retry may run (ms), or None."""
+
+    def set_progress(self, job_id: str, progress: str, run: Optional[Run] = None) -> bool:
+        """Store a running job's progress (JSON text)."""
+
+    def request_stop(self, job_id: str, note: str = "stop asked") -> bool:
+        """RUNNING → STOPPING."""
+
+    def finish(self, job_id: str, status: str, now: int, *, result: Optional[str | bytes] = None,
+               fault: Optional[str] = None, progress: Optional[str] = None,
+               from_states: Iterable[str] = ACTIVE_RUNNING, note: Optional[str] = None,
+               run: Optional[Run] = None) -> bool:
+        """An active job → SUCCEEDED (with result) or FAILED (with fault)."""
+
+    def retry(self, job_id: str, not_before: int, note: str, run: Optional[Run] = None) -> bool:
+        """A running job back to QUEUING until ``not_before`` (ms), its retry counted."""
+
+    def hand_back(self, job_id: str, node: str, run: Optional[Run] = None) -> bool:
+        """A running job back to QUEUING, untouched, its attempt not counted."""
+
+    def renew_leases(self, node: str, until: int, job_ids: Iterable[str]) -> list[tuple[str, str]]:
+        """Extend the leases of the jobs ``job_ids`` that run on ``node``; [(id, status)] of them."""
+
+    # ----------------------------------------------------------------- child jobs
+
+    def suspend(self, parent_id: str, node: str, stage: int, fail_fast: bool, children: list[JobRecord],
+                progress: str, note: str, limits: Iterable[QueueLimit] = (),
+                run: Optional[Run] = None) -> Union[str, bool, QueueFull]:
+        """Store ``children`` and let the parent wait for them, holding no worker: its
+        status, False when it no longer runs on ``node``, or the QueueFull of a limit."""
+
+    def resume(self, node: str, now: int, lease_ms: int, services: Optional[Iterable[str]] = None,
+               note: str = "resumed: its child jobs are done") -> Optional[JobRecord]:
+        """Take the oldest waiting parent whose children have all finished, to run on ``node``."""
+
+    def children_of(self, parent_id: str) -> list[FinishedChild]:
+        """Every finished child of the parent, in the order it asked for them."""
+
+    def refresh_waiting_progress(self, parent_id: str,
+                                 make_progress: Callable[[int, int, int], str]) -> Optional[bool]:
+        """Count a waiting parent's children into its progress; None when it does not wait,
+        else whether a child failed while it waits with ``fail_fast``."""
+
+    def stop_children(self, parent_id: str, now: int, fault: str) -> list[str]:
+        """Stop the parent's tree: running children to STOPPING, queued ones FAILED; the ids."""
+
+    def delete_children(self, parent_id: str) -> list[str]:
+        """Mark the parent's descendants that hold a worker DELETED; their ids."""
+
+    def waiting_timed_out(self, now: int, default_timeout_ms: int,
+                          services: Optional[Iterable[str]] = None,
+                          exclude: Optional[Iterable[str]] = None) -> list[str]:
+        """The ids of parents waiting for their children past their computation timeout."""
+
+    # ----------------------------------------------------------------- a job's end
+
+    def mark_deleted(self, job_id: str) -> bool:
+        """RUNNING/STOPPING → DELETED (the worker still has to let go)."""
+
+    def erase(self, job_id: str, statuses: Iterable[str]) -> bool:
+        """Remove the record if it is in one of ``statuses``."""
+
+    # ----------------------------------------------------------------- housekeeping
+
+    def recover(self, node: Optional[str], now: int, max_attempts: int,
+                fault_for: Callable[[int], str]) -> list[Recovered]:
+        """Re-queue (or fail past ``max_attempts``) jobs left running by a dead node:
+        those of ``node``, or with ``node=None`` those whose lease ran out."""
+
+    def fail_timed_out_queued(self, now: int, default_timeout_ms: int, fault: str,
+                              services: Optional[Iterable[str]] = None,
+                              exclude: Optional[Iterable[str]] = None) -> list[str]:
+        """Fail the QUEUING jobs past their queueing timeout; their ids."""
+
+    def erase_expired(self, now: int, unfetched_ms: int, fetched_ms: int, limit: int,
+                      services: Optional[Iterable[str]] = None,
+                      exclude: Optional[Iterable[str]] = None) -> int:
+        """Erase up to ``limit`` finished jobs past their retention; how many."""
+
+    # ----------------------------------------------------------------- views
+
+    def events(self, job_id: str, owner: Optional[str] = None) -> Optional[tuple[Optional[str], list[dict]]]:
+        """The job's parent id and its history, oldest first; None when there is no such job."""
+
+    def list_jobs(self, statuses: Optional[Iterable[str]] = None, service: Optional[str] = None,
+                  owner: Optional[str] = None, limit: int = 100, before: Optional[int] = None,
+                  parent: Optional[str] = None) -> tuple[list[tuple[int, JobRecord]], bool]:
+        """A page of jobs, newest first, without payloads: ([(seq, record)], whether more follow)."""
+
+    def counts_by_status(self, owner: Optional[str] = None) -> dict[str, int]:
+        """Stored jobs by status: every job's, or only ``owner``'s."""
+
+    def counts_by_service(self) -> dict[tuple[str, str], int]:
+        """{(service, status): count} of every stored job."""
+
+    def busy_workers(self, node: str) -> int:
+        """Worker slots of ``node`` that hold a job now."""
+
+    def close(self) -> None:
+        """Let go of the database."""

@@ -1,0 +1,131 @@
+"""What SQLite needs that PostgreSQL does not: one file shared by a node's processes.
+
+A node serves HTTP in several processes and runs its jobs from one more, all writing
+to one SQLite file.  SQLite lets one writer in at a time, across processes, and
+answers "database is locked" to the others.  Its own busy handler sleeps 1, 2, 5,
+10… ms between tries, longer than the writes of the node's processes take, so the
+store waits here instead (``retry_while_busy``, with ``PRAGMA busy_timeout=0``): a
+write waits ``BUSY_TIMEOUT_S`` in all, for this process's turn (``WriterTurns``)
+and for the database's lock, then raises ``StoreUnavailable``.  The connections run
+in WAL mode, so that readers never wait for the writer, and the file is readable by
+the server's user alone: it holds every user's requests and results.
+"""
+import logging
+import os
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional, TypeVar
+
+from sqlalchemy import exc as sa_exc
+
+from .unavailable import StoreUnavailable
+
+log = logging.getLogger("xruntime.store")
+
+#: How long an SQLite write waits in all for this process's turn and the database's lock (s).
+BUSY_TIMEOUT_S = 10.0
+#: How long opening an SQLite store waits for the write lock, to make the schema (s).
+SCHEMA_WAIT_S = 30.0
+
+T = TypeVar("T")
+
+
+def write_deadline() -> float:
+    """When a write starting now gives up waiting (``time.monotonic``)."""
+    return time.monotonic() + BUSY_TIMEOUT_S
+
+
+def retry_while_busy(action: Callable[[], T], deadline: Optional[float] = None) -> T:
+    """``action()``, tried again while SQLite answers "database is locked" (another
+    process holds the write lock).  The tries come after 50 µs, doubling up to 2 ms,
+    until ``deadline`` (time.monotonic), by default BUSY_TIMEOUT_S after the first
+    refusal.  ``action`` may run on the DBAPI connection or through SQLAlchemy, which
+    wraps the driver's error in its own."""
+    delay = 0.00005
+    while True:
+        try:
+            return action()
+        except (sqlite3.OperationalError, sa_exc.OperationalError) as error:
+            if not _busy(getattr(error, "orig", error)):
+                raise
+            now = time.monotonic()
+            deadline = deadline or now + BUSY_TIMEOUT_S
+            if now > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.002)
+
+
+def _busy(error: BaseException) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))
+
+
+def begin_immediate(execute: Callable[[str], Any], deadline: Optional[float] = None) -> None:
+    """Begin an SQLite transaction of several statements, with the write lock taken at
+    once: a read-then-write in it (the ``max_queued`` check) is atomic across processes."""
+    retry_while_busy(lambda: execute("BEGIN IMMEDIATE"), deadline)
+
+
+class PatientCursor:
+    """A DBAPI cursor whose ``execute`` waits out SQLite's lock until ``deadline``."""
+    __slots__ = ("cursor", "deadline")
+
+    def __init__(self, cursor: Any, deadline: float):
+        self.cursor, self.deadline = cursor, deadline
+
+    def execute(self, sql: str, args: Any = ()) -> Any:
+        return retry_while_busy(lambda: self.cursor.execute(sql, args), self.deadline)
+
+    def __getattr__(self, name: str) -> Any:    # fetchall, fetchone, rowcount…
+        return getattr(self.cursor, name)
+
+
+class WriterTurns:
+    """This process's writers, one at a time: SQLite would refuse all but one of them
+    anyway, and each refused one would retry on its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def turn(self, deadline: float) -> Iterator[None]:
+        """This process's turn to write, waited for until ``deadline``: requests queued
+        behind a locked database each fail at their own deadline, not one after the other."""
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise StoreUnavailable(f"the database stayed locked for {BUSY_TIMEOUT_S:g} s")
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+
+def set_up_connection(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+    """Each new connection (SQLAlchemy's ``connect`` event): WAL, no busy handler of
+    SQLite's own, foreign keys on, and no implicit transactions."""
+    cur = dbapi_connection.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=0")        # retry_while_busy waits instead
+    cur.execute("PRAGMA foreign_keys=ON")       # a job's events go with it
+    cur.close()
+    # each statement commits itself; several statements that belong together are
+    # wrapped in BEGIN IMMEDIATE … COMMIT (Database._write)
+    dbapi_connection.isolation_level = None
+
+
+def make_private_file(path: str) -> None:
+    """The SQLite file readable by the server's user alone (0600; SQLite gives its
+    journal and WAL files the database's mode), in a folder of its own (0700) when the
+    server creates it: it holds every user's requests and results."""
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    if os.stat(path).st_mode & 0o077:
+        try:
+            os.chmod(path, 0o600)
+        except OSError as exc:             # not the owner: say so, and serve
+            log.warning("the database %s is readable by other users and cannot be made private: %s",
+                        path, exc)

@@ -1,0 +1,157 @@
+"""The store's SQL pieces, written once: columns, state guards, and statements compiled once.
+
+Every change is one statement guarded on the job's current state (``UPDATE … WHERE
+id = :id AND status IN (…)``), so of two actors racing on a job exactly one wins; a
+write of a run is fenced besides on the run being still the job's (``fence``).  The
+hot path's statements are compiled once for the dialect (``Prepared``) and run on a
+pooled DBAPI connection: SQLAlchemy's per-execution work costs ten times what SQLite
+needs to run them, and every job cycle runs a dozen.  Which job runs next is the
+subject of ``claims``; the store (``sql``, ``children``) runs what is built here.
+"""
+from typing import Any, Callable, Iterable, Optional
+
+from sqlalchemy import LargeBinary, Table, bindparam, case, delete, func, insert, literal_column, select, update
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import ColumnElement, Executable, Select
+
+from ..protocol.states import Status
+from .payload import unpack
+from .records import JobRecord, Run
+from .schema import jobs
+
+#: States in which a job has been taken by a node and not finished.
+ACTIVE_RUNNING = (Status.RUNNING, Status.STOPPING)
+#: States in which a job holds a worker (a deleted one until its worker lets go).
+HOLDING_WORKER = ACTIVE_RUNNING + (Status.DELETED,)
+#: States in which a child still has to finish (a deleted one until its worker lets go).
+UNFINISHED = (Status.QUEUING,) + HOLDING_WORKER
+
+_PAYLOADS = ("request", "result", "fault", "progress")
+#: Columns the store keeps for itself: never part of a JobRecord.
+_INTERNAL = ("seq", "lane", "event_note", "stored_bytes")
+#: Every column of a JobRecord.
+ALL_NAMES = [c.name for c in jobs.c if c.name not in _INTERNAL]
+#: A JobRecord without its request, result and fault (``peek``, listings).
+LIGHT_COLUMNS = [c for c in jobs.c if c.name not in _INTERNAL + ("request", "result", "fault")]
+LIGHT_NAMES = [c.name for c in LIGHT_COLUMNS]
+#: The columns a new job is inserted with.
+INSERT_KEYS = ["id", "service", "operation", "fetch_type", "status", "queued_at", "attempts",
+               "queueing_timeout", "computation_timeout", "request", "owner", "lane"]
+
+_ID = bindparam("job_id")
+#: The job is still the run's (``Run``): its node, and the attempt that took it.
+_RUN_FENCE = (jobs.c.node == bindparam("run_node"), jobs.c.attempts == bindparam("run_attempt"))
+#: How many jobs are queued; narrowed to a service or a lane by the max_queued checks.
+QUEUED = select(func.count()).select_from(jobs).where(jobs.c.status == Status.QUEUING)
+
+
+def in_states(states: Iterable[str], table: Table = jobs) -> ColumnElement:
+    """The job is in one of a fixed list of states, rendered into the SQL (our own
+    constants, never input), so that a statement's text names them."""
+    return table.c.status.in_([literal_column(repr(str(s))) for s in states])
+
+
+def fence(run: Optional[Run]) -> tuple:
+    """The conditions that the job is still ``run``'s (none without a run)."""
+    return () if run is None else (jobs.c.node == run.node, jobs.c.attempts == run.attempt)
+
+
+class Prepared:
+    """A statement compiled once; ``args(params)`` in the driver's parameter style."""
+
+    def __init__(self, statement: Executable, dialect: Dialect, columns: Optional[list] = None,
+                 column_keys: Optional[list] = None):
+        compiled = statement.compile(dialect=dialect, column_keys=column_keys)
+        self.sql = compiled.string
+        self.names = list(compiled.positiontup) if dialect.positional else None
+        self.defaults = {k: (v if isinstance(v, (int, str)) else None)
+                         for k, v in compiled.params.items()}
+        self.columns = columns
+
+    def args(self, params: dict) -> Any:
+        """``params`` (with the statement's own defaults) as the driver takes them."""
+        values = dict(self.defaults, **params)
+        return [values[n] for n in self.names] if self.names is not None else values
+
+
+def prepared_statements() -> dict[str, tuple[Callable[[], Executable], Optional[list], Optional[list]]]:
+    """The fixed statements of the hot path: key → (statement builder, result columns,
+    insert column keys)."""
+    return {
+        "get": (lambda: select(*[jobs.c[n] for n in ALL_NAMES]).where(jobs.c.id == _ID), ALL_NAMES, None),
+        "get_owned": (lambda: select(*[jobs.c[n] for n in ALL_NAMES])
+                      .where(jobs.c.id == _ID, jobs.c.owner == bindparam("owner")), ALL_NAMES, None),
+        "peek": (lambda: select(*LIGHT_COLUMNS).where(jobs.c.id == _ID), LIGHT_NAMES, None),
+        "count_queued": (lambda: QUEUED, None, None),
+        "count_queued_of": (lambda: QUEUED.where(jobs.c.service == bindparam("service")), None, None),
+        "count_queued_in_lane": (lambda: QUEUED.where(jobs.c.lane == bindparam("lane")), ["n"], None),
+        "insert": (lambda: insert(jobs), None, INSERT_KEYS),
+        "stored_bytes": (lambda: select(func.coalesce(func.sum(jobs.c.stored_bytes), 0))
+                         .where(jobs.c.owner == bindparam("owner")), ["n"], None),
+        "mark_fetched": (lambda: update(jobs).where(jobs.c.id == _ID, jobs.c.first_fetched_at.is_(None))
+                         .values(first_fetched_at=bindparam("now")), None, None),
+    }
+
+
+def insert_below(limited: bool, scoped: bool, lane_limited: bool) -> Executable:
+    """Insert a job only while fewer than ``max_queued`` jobs (``limited``; of
+    ``service`` when ``scoped``) and fewer than ``owner_max_queued`` of its lane
+    (``lane_limited``) are queued: the checks and the insert in one statement (SQLite)."""
+    below = []
+    if limited:
+        of = QUEUED.where(jobs.c.service == bindparam("service")) if scoped else QUEUED
+        below.append(of.scalar_subquery() < bindparam("max_queued"))
+    if lane_limited:
+        below.append(QUEUED.where(jobs.c.lane == bindparam("lane")).scalar_subquery()
+                     < bindparam("owner_max_queued"))
+    row = select(*[bindparam(k, type_=jobs.c[k].type) for k in INSERT_KEYS]).where(*below)
+    return insert(jobs).from_select(INSERT_KEYS, row)
+
+
+def guarded_statements(states: Iterable[str], fenced: bool = False) -> dict[str, Executable]:
+    """Statements guarded on the job being in one of ``states`` (and, ``fenced``, still
+    the run ``run_node``/``run_attempt``'s: see ``Run``)."""
+    guard = (jobs.c.id == _ID, in_states(states)) + (_RUN_FENCE if fenced else ())
+    return {
+        "set_progress": update(jobs).where(*guard).values(progress=bindparam("progress_blob")),
+        "set_status": update(jobs).where(*guard).values(status=bindparam("new_status"),
+                                                        event_note=bindparam("note")),
+        "finish": update(jobs).where(*guard).values(
+            status=bindparam("new_status"), finished_at=bindparam("now"), event_note=bindparam("note"),
+            result=bindparam("result_blob"), fault=bindparam("fault_blob"),
+            progress=func.coalesce(bindparam("progress_blob", type_=LargeBinary), jobs.c.progress),
+            lease_until=None),
+        "erase": delete(jobs).where(*guard),
+    }
+
+
+def of_services(query: Select, services: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> Select:
+    """``query`` narrowed to the jobs of ``services`` (all, when None) that are not of
+    ``exclude``: the part of housekeeping one node does (``[services]`` settings)."""
+    if services is not None:
+        query = query.where(jobs.c.service.in_(list(services)))
+    if exclude:
+        query = query.where(jobs.c.service.not_in(list(exclude)))
+    return query
+
+
+def timeout_of(own: ColumnElement, default_timeout_ms: int) -> ColumnElement:
+    """A job's timeout in SQL: the configured ``default_timeout_ms`` (0: none),
+    shortened by the request's own (the column ``own``) when it asked for less."""
+    asked = (own.is_not(None)) & (own > 0)
+    if default_timeout_ms:
+        return case((asked & (own < default_timeout_ms), own), else_=default_timeout_ms)
+    return case((asked, own), else_=0)
+
+
+def record_of(row: Optional[dict], max_result_bytes: Optional[int] = None) -> Optional[JobRecord]:
+    """The JobRecord of a row of ``jobs`` (as a dict), its payloads read back to JSON
+    text; with ``max_result_bytes``, ``payload.TooLarge`` for a longer result."""
+    if row is None:
+        return None
+    for name in _INTERNAL:
+        row.pop(name, None)
+    for name in _PAYLOADS:
+        if name in row:
+            row[name] = unpack(row[name], max_result_bytes if name == "result" else None)
+    return JobRecord(**row)

@@ -1,0 +1,61 @@
+"""When the database, not the request, is the trouble: ``StoreUnavailable``.
+
+A locked, read-only or full SQLite file, or a PostgreSQL server restarting, failing
+over or cut off, says nothing about the request: the same call may succeed in a
+moment, and the client is told to try again (``TemporarilyUnavailableFault``, 503).
+A statement the database refuses (a missing table, a syntax error, a broken
+constraint) is a bug and stays an internal error.  This module tells the two apart,
+in one place for both dialects, and every store method raises ``StoreUnavailable``,
+and only it, for the first kind.
+"""
+import sqlite3
+from contextlib import contextmanager
+from typing import Iterator
+
+from sqlalchemy import exc as sa_exc
+
+
+class StoreUnavailable(Exception):
+    """The database cannot be reached or written for now (SQLite locked past the busy
+    timeout, read-only or full; PostgreSQL restarting, failing over or refusing
+    connections).  Nothing is wrong with the request: the same call may succeed in a
+    moment.  Every store method raises it, and only it, for such conditions."""
+
+
+#: SQLite's answers when the database, not the statement, is the trouble.
+_SQLITE_UNAVAILABLE = ("locked", "busy", "readonly", "read-only", "disk", "full",
+                       "unable to open", "i/o error")
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database cannot be reached or written for now, as
+    opposed to a bug in a statement (which stays an internal error)."""
+    if isinstance(error, sa_exc.TimeoutError):           # the pool stayed exhausted
+        return True
+    if isinstance(error, sa_exc.DBAPIError):
+        if error.connection_invalidated:
+            return True
+        error = error.orig
+    if isinstance(error, sqlite3.OperationalError):
+        return any(word in str(error).lower() for word in _SQLITE_UNAVAILABLE)
+    try:
+        import psycopg
+    except ImportError:                                  # pragma: no cover
+        return False
+    # connection lost or refused, server shutting down or starting (57P01, 57P03),
+    # disk full (53100); a standby after a failover refuses writes (25006)
+    return isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError,
+                              psycopg.errors.ReadOnlySqlTransaction))
+
+
+@contextmanager
+def unavailable_as_store_error() -> Iterator[None]:
+    """Raise what ``is_unavailable`` recognises as StoreUnavailable, anything else as is."""
+    try:
+        yield
+    except StoreUnavailable:
+        raise
+    except Exception as error:
+        if is_unavailable(error):
+            raise StoreUnavailable(f"the job store cannot be reached: {error}".strip()) from error
+        raise
