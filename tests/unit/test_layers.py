@@ -1,6 +1,7 @@
 """The layers of docs/architecture.md, checked: which part of xruntime may import which,
-and no circle between modules.  Every import counts, at module level or inside a
-function (a function-level import hides a circle; it does not remove it)."""
+and no circle between modules.  Every import that runs counts, at module level or inside
+a function (a function-level import hides a circle; it does not remove it); those under
+``if TYPE_CHECKING:`` are for the type checker and never run."""
 import ast
 import os
 from pathlib import Path
@@ -56,7 +57,7 @@ def imported(name: str, path: Path) -> set:
     from a package; the module itself for a submodule taken with ``from P import m``)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _run_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -69,6 +70,20 @@ def imported(name: str, path: Path) -> set:
             targets.update(f"{source}.{alias.name}" for alias in node.names
                            if f"{source}.{alias.name}" in MODULES)
     return {t for t in targets if t in MODULES and t != name}
+
+
+def _run_time_nodes(tree):
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (imports for the type
+    checker alone, which never run)."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and getattr(child.test, "id", None) == "TYPE_CHECKING":
+                pending.extend(child.orelse)
+                continue
+            pending.append(child)
 
 
 def part_of(module: str) -> str:
