@@ -77,7 +77,7 @@ def cleanup(client, job):
 # --------------------------------------------------------------------------- the life
 
 def test_life(client):
-    job = start(client, durationMs=600, steps=3, resultSize=12)
+    job = start(client, durationMs=2000, steps=3, resultSize=12)
     assert job["status"] == "QUEUING" and job["elapsedTime"] == 0
     assert uuid.UUID(job["id"]).version == 4
     seen = []
