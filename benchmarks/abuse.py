@@ -62,6 +62,7 @@ killed at the end, whatever happened.  Only 127.0.0.1 is ever contacted.
     python benchmarks/abuse.py [--items 1,3,8] [--quick] [--database-url URL]
                                [--baseline REV | --no-baseline]
 """
+
 import argparse
 import base64
 import contextlib
@@ -92,10 +93,10 @@ from xruntime.operations.accounts import token_sha256  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MB = 1024 * 1024
 GB = 1024 * MB
-RSS_STOP = 3 * GB          # the abusive client stops past this
-RSS_KILL = 5 * GB          # the node is killed past this
-NOFILE = 1024              # the node's open files (soft limit)
-OTHER_TIMEOUT = 15         # s: an other's call unanswered this long is an error
+RSS_STOP = 3 * GB  # the abusive client stops past this
+RSS_KILL = 5 * GB  # the node is killed past this
+NOFILE = 1024  # the node's open files (soft limit)
+OTHER_TIMEOUT = 15  # s: an other's call unanswered this long is an error
 TARGET_P99_MS = 100
 TARGET_RSS = 1 * GB
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
@@ -105,6 +106,7 @@ FAULT = re.compile(rb"\b([A-Z][A-Za-z]*Fault)\b")
 
 
 # ------------------------------------------------------------------------ nodes
+
 
 class Tree:
     """A source tree to run nodes from: this one, or the baseline's worktree."""
@@ -169,7 +171,7 @@ class Node:
         self.tree, self.folder = tree, folder
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.auth = auth                       # the other client's (user, token), if any
+        self.auth = auth  # the other client's (user, token), if any
         self.database_url = database_url or "sqlite:///data/xruntime.db"
         os.makedirs(folder, exist_ok=True)
         self.config = os.path.join(folder, "xserver.toml")
@@ -184,17 +186,33 @@ class Node:
         env = {**os.environ, "PYTHONPATH": self.tree.root, "XRUNTIME_SERVICE_MODULES": ""}
 
         def limits():
-            resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))   # (a node raises soft to hard)
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (NOFILE, NOFILE)
+            )  # (a node raises soft to hard)
 
-        self.proc = subprocess.Popen([sys.executable, "-m", "xruntime", "serve", "--config", self.config],
-                                     cwd=self.tree.root, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     preexec_fn=limits, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "xruntime", "serve", "--config", self.config],
+            cwd=self.tree.root,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=limits,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"node exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
-            status, _, _ = call(self, "XRuntime", "getRuntimeInformation", {}, timeout=2,
-                                auth=("root", TOKENS["root"]) if self.auth else None)
+                raise RuntimeError(
+                    f"node exited with {self.proc.returncode}:\n{self.log()[-3000:]}"
+                )
+            status, _, _ = call(
+                self,
+                "XRuntime",
+                "getRuntimeInformation",
+                {},
+                timeout=2,
+                auth=("root", TOKENS["root"]) if self.auth else None,
+            )
             if status == 200 and self.log().count("started (pid") >= 2:
                 return self
             time.sleep(0.1)
@@ -235,9 +253,13 @@ class Node:
         """The store's size: the SQLite folder's files, or the PostgreSQL database."""
         if self.database_url.startswith("sqlite"):
             folder = os.path.join(self.folder, "data")
-            return sum(os.path.getsize(os.path.join(folder, name)) for name in os.listdir(folder)) \
-                if os.path.isdir(folder) else 0
+            return (
+                sum(os.path.getsize(os.path.join(folder, name)) for name in os.listdir(folder))
+                if os.path.isdir(folder)
+                else 0
+            )
         from sqlalchemy import create_engine
+
         engine = create_engine(self.database_url)
         try:
             with engine.connect() as conn:
@@ -248,9 +270,13 @@ class Node:
 
 # ------------------------------------------------------------------------ HTTP
 
+
 def basic(auth):
-    return {"Authorization": "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()} \
-        if auth else {}
+    return (
+        {"Authorization": "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()}
+        if auth
+        else {}
+    )
 
 
 def raw(port, method, path, body=b"", headers=None, timeout=30):
@@ -270,9 +296,14 @@ def raw(port, method, path, body=b"", headers=None, timeout=30):
 
 def call(node, service, operation, body, timeout=30, auth=None, headers=None):
     """A JSON call: (status, answer or None, seconds)."""
-    status, data, took = raw(node.port, "POST", f"/services/rs/{service}/{operation}",
-                             json.dumps(body).encode(),
-                             {"Content-Type": "application/json", **basic(auth), **(headers or {})}, timeout)
+    status, data, took = raw(
+        node.port,
+        "POST",
+        f"/services/rs/{service}/{operation}",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json", **basic(auth), **(headers or {})},
+        timeout,
+    )
     try:
         answer = json.loads(data) if status else None
     except ValueError:
@@ -300,8 +331,9 @@ def jsonrpc(method, params, id):
 def wait_done(node, job_id, auth=None, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        status, job, _ = call(node, "XRuntime", "watchJob", {"id": job_id, "maximumPollingPeriod": 2000},
-                              auth=auth)
+        status, job, _ = call(
+            node, "XRuntime", "watchJob", {"id": job_id, "maximumPollingPeriod": 2000}, auth=auth
+        )
         if status == 200 and job["status"] in ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN"):
             return job
         if status != 200:
@@ -310,6 +342,7 @@ def wait_done(node, job_id, auth=None, timeout=60):
 
 
 # ------------------------------------------------------------------------ measuring
+
 
 class Sampler(threading.Thread):
     """The node's RSS every 50 ms; sets ``stop_abuse`` past RSS_STOP, kills past RSS_KILL."""
@@ -347,7 +380,9 @@ def rss(pids):
     for pid in pids:
         try:
             with open(f"/proc/{pid}/status") as f:
-                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
+                total += (
+                    next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
+                )
         except (OSError, StopIteration):
             pass
     return total
@@ -375,13 +410,21 @@ class Other(threading.Thread):
         self.latencies, self.errors = [], {}
 
     def timed(self, service, operation, body):
-        status, data, took = raw(self.node.port, "POST", f"/services/rs/{service}/{operation}",
-                                 json.dumps(body).encode(),
-                                 {"Content-Type": "application/json", **basic(self.node.auth)}, OTHER_TIMEOUT)
+        status, data, took = raw(
+            self.node.port,
+            "POST",
+            f"/services/rs/{service}/{operation}",
+            json.dumps(body).encode(),
+            {"Content-Type": "application/json", **basic(self.node.auth)},
+            OTHER_TIMEOUT,
+        )
         self.latencies.append(took)
         if status != 200:
-            kind = f"{status} {fault_of(data)}".strip() if status else \
-                "no answer (" + data.decode().split("(")[0] + ")"
+            kind = (
+                f"{status} {fault_of(data)}".strip()
+                if status
+                else "no answer (" + data.decode().split("(")[0] + ")"
+            )
             self.errors[kind] = self.errors.get(kind, 0) + 1
             return status, None
         return status, json.loads(data)
@@ -419,9 +462,14 @@ class Context:
 # Each item: (title, node settings, prepare(ctx) or None, abuse(ctx) → (outcome, refused
 # after in s or None), wall-clock cap in s (full, quick)).
 
+
 def prepare_1a(ctx):
-    status, job, _ = call(ctx.node, "XDemo", "startSimulate",
-                          {"durationMs": 0, "steps": 1, "resultSize": ctx.size(100, 20) * MB})
+    status, job, _ = call(
+        ctx.node,
+        "XDemo",
+        "startSimulate",
+        {"durationMs": 0, "steps": 1, "resultSize": ctx.size(100, 20) * MB},
+    )
     ctx.job = job["id"]
     assert wait_done(ctx.node, ctx.job)["status"] == "SUCCEEDED"
 
@@ -435,15 +483,18 @@ def post_batch(ctx, service, batch, what, parse=True):
     """Sends one batch, reads the answer in chunks (stops at the caps)."""
     body = json.dumps(batch).encode()
     began = time.monotonic()
-    conn = http.client.HTTPConnection("127.0.0.1", ctx.node.port, timeout=max(1, ctx.deadline - began))
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", ctx.node.port, timeout=max(1, ctx.deadline - began)
+    )
     size, chunks = 0, []
     try:
         conn.request("POST", f"/services/rpc/{service}", body, {"Content-Type": "application/json"})
         response = conn.getresponse()
         while True:
             if not ctx.running():
-                return f"{what}: stopped after {size / MB:.0f} MB of answer " + \
-                    ("(node RSS ≥ 3 GB)" if ctx.stop_abuse.is_set() else "(timed out)"), None
+                return f"{what}: stopped after {size / MB:.0f} MB of answer " + (
+                    "(node RSS ≥ 3 GB)" if ctx.stop_abuse.is_set() else "(timed out)"
+                ), None
             chunk = response.read1(1 << 20)
             if not chunk:
                 break
@@ -471,7 +522,8 @@ def post_batch(ctx, service, batch, what, parse=True):
                     key = f"{item['error'].get('code')} {item['error'].get('data', {}).get('$type', '')}".strip()
                     errors[key] = errors.get(key, 0) + 1
             summary += f", {len(answer) - sum(errors.values())} results" + "".join(
-                f", {n} × {key}" for key, n in errors.items())
+                f", {n} × {key}" for key, n in errors.items()
+            )
     refused = "refused" in summary or "×" in summary
     return f"{what}: {summary}", took if refused else None
 
@@ -505,53 +557,84 @@ def abuse_1c(ctx):
     return post_batch(ctx, "XRuntime", batch, "1000 × listJobs")
 
 
-BIG = 2 ** 63 - 1
+BIG = 2**63 - 1
 
 
 def prepare_busy(ctx):
     """Both workers busy with a long job each."""
-    ctx.busy = [call(ctx.node, "XDemo", "startSimulate", {"durationMs": ctx.size(15_000, 8_000), "steps": 1})[1]
-                ["id"] for _ in range(2)]
+    ctx.busy = [
+        call(
+            ctx.node, "XDemo", "startSimulate", {"durationMs": ctx.size(15_000, 8_000), "steps": 1}
+        )[1]["id"]
+        for _ in range(2)
+    ]
 
 
 def abuse_2a(ctx):
-    status, answer, took = call(ctx.node, "XDemo", "startSimulate",
-                                {"durationMs": 0, "steps": 1, "timeouts": {"queueingTimeout": BIG}})
+    status, answer, took = call(
+        ctx.node,
+        "XDemo",
+        "startSimulate",
+        {"durationMs": 0, "steps": 1, "timeouts": {"queueingTimeout": BIG}},
+    )
     refused = status != 200
     outcome = f"queueingTimeout 2^63-1: {status} {fault_of(json.dumps(answer).encode())}".strip()
-    time.sleep(2)                                    # a few housekeeping rounds
+    time.sleep(2)  # a few housekeeping rounds
     began = time.monotonic()
-    status, job, _ = call(ctx.node, "XDemo", "startSimulate",
-                          {"durationMs": 0, "steps": 1, "timeouts": {"queueingTimeout": 2000}})
+    status, job, _ = call(
+        ctx.node,
+        "XDemo",
+        "startSimulate",
+        {"durationMs": 0, "steps": 1, "timeouts": {"queueingTimeout": 2000}},
+    )
     while ctx.running():
-        status, job, _ = call(ctx.node, "XRuntime", "watchJob", {"id": job["id"], "maximumPollingPeriod": 1000})
+        status, job, _ = call(
+            ctx.node, "XRuntime", "watchJob", {"id": job["id"], "maximumPollingPeriod": 1000}
+        )
         if status == 200 and job["status"] != "QUEUING":
             break
     fired = time.monotonic() - began
-    other = f"other's 2 s queueing timeout: {job.get('status') if job else status} after {fired:.1f} s"
+    other = (
+        f"other's 2 s queueing timeout: {job.get('status') if job else status} after {fired:.1f} s"
+    )
     if job and job.get("status") == "QUEUING":
         other = f"other's 2 s queueing timeout: still QUEUING after {fired:.1f} s (timed out)"
-    for busy in ctx.busy:                            # free the workers
+    for busy in ctx.busy:  # free the workers
         call(ctx.node, "XRuntime", "deleteJob", {"id": busy})
     return f"{outcome}; {other}", took if refused else None
 
 
 def abuse_2b(ctx):
-    workers = lambda: sum(1 for name in process_names(ctx.node.pids(), ctx.node.port).values()  # noqa: E731
-                          if name == "worker")
+    workers = lambda: sum(
+        1
+        for name in process_names(ctx.node.pids(), ctx.node.port).values()  # noqa: E731
+        if name == "worker"
+    )
     before = workers()
-    status, answer, took = call(ctx.node, "XDemo", "startSimulate",
-                                {"durationMs": 100, "steps": 1, "timeouts": {"computationTimeout": BIG}})
+    status, answer, took = call(
+        ctx.node,
+        "XDemo",
+        "startSimulate",
+        {"durationMs": 100, "steps": 1, "timeouts": {"computationTimeout": BIG}},
+    )
     refused = status != 200
     outcome = f"computationTimeout 2^63-1: {status} {fault_of(json.dumps(answer).encode())}".strip()
     if status == 200:
         outcome += f" → job {wait_done(ctx.node, answer['id'], timeout=10)['status']}"
     began = time.monotonic()
-    ids = [call(ctx.node, "XDemo", "startSimulate", {"durationMs": 0, "steps": 1})[1]["id"] for _ in range(4)]
-    done = sum(wait_done(ctx.node, job, timeout=max(1, min(10, ctx.deadline - time.monotonic())))["status"]
-               == "SUCCEEDED" for job in ids)
-    outcome += (f"; then {done}/4 plain jobs done in {dur(time.monotonic() - began)}, "
-                f"worker processes {before} → {workers()}")
+    ids = [
+        call(ctx.node, "XDemo", "startSimulate", {"durationMs": 0, "steps": 1})[1]["id"]
+        for _ in range(4)
+    ]
+    done = sum(
+        wait_done(ctx.node, job, timeout=max(1, min(10, ctx.deadline - time.monotonic())))["status"]
+        == "SUCCEEDED"
+        for job in ids
+    )
+    outcome += (
+        f"; then {done}/4 plain jobs done in {dur(time.monotonic() - began)}, "
+        f"worker processes {before} → {workers()}"
+    )
     return outcome, took if refused else None
 
 
@@ -560,7 +643,9 @@ def big_header(ctx, size, results, index):
     sock = socket.create_connection(("127.0.0.1", ctx.node.port), timeout=60)
     sent = 0
     try:
-        sock.sendall(b"POST /services/rs/XRuntime/getRuntimeInformation HTTP/1.1\r\nHost: x\r\nX-Big: ")
+        sock.sendall(
+            b"POST /services/rs/XRuntime/getRuntimeInformation HTTP/1.1\r\nHost: x\r\nX-Big: "
+        )
         chunk = b"a" * MB
         while sent < size and ctx.running():
             sock.sendall(chunk)
@@ -570,7 +655,7 @@ def big_header(ctx, size, results, index):
         sock.settimeout(max(1, ctx.deadline - time.monotonic()))
         answer = sock.recv(200)
         line = answer.split(b"\r\n")[0].decode(errors="replace") or "closed"
-    except socket.timeout:
+    except TimeoutError:
         line = "timed out"
     except OSError as exc:
         line = type(exc).__name__
@@ -587,13 +672,19 @@ def abuse_3a(ctx):
         t.start()
     for t in threads:
         t.join()
-    refused = all(r[0].startswith(("HTTP/1.1 4", "ConnectionReset", "BrokenPipe", "closed")) for r in results)
-    return (f"2 × {size // MB} MB header: " + "; ".join(r[0] for r in results),
-            max(r[1] for r in results) if refused else None)
+    refused = all(
+        r[0].startswith(("HTTP/1.1 4", "ConnectionReset", "BrokenPipe", "closed")) for r in results
+    )
+    return (
+        f"2 × {size // MB} MB header: " + "; ".join(r[0] for r in results),
+        max(r[1] for r in results) if refused else None,
+    )
 
 
 def abuse_3b(ctx):
-    http_processes = sum(1 for name in process_names(ctx.node.pids(), ctx.node.port).values() if name == "http")
+    http_processes = sum(
+        1 for name in process_names(ctx.node.pids(), ctx.node.port).values() if name == "http"
+    )
     count, hold = 1100 * max(1, http_processes), ctx.size(15, 6)
     socks, refused_at, failed = [], None, 0
     began = time.monotonic()
@@ -603,7 +694,9 @@ def abuse_3b(ctx):
                 break
             try:
                 sock = socket.create_connection(("127.0.0.1", ctx.node.port), timeout=5)
-                sock.sendall(b"POST /services/rs/XRuntime/getRuntimeInformation HTTP/1.1\r\nHost: x\r\n")
+                sock.sendall(
+                    b"POST /services/rs/XRuntime/getRuntimeInformation HTTP/1.1\r\nHost: x\r\n"
+                )
                 sock.setblocking(False)
                 socks.append(sock)
             except OSError:
@@ -631,17 +724,25 @@ def abuse_3b(ctx):
         for sock in socks:
             sock.close()
     got = ", ".join(f"{n} {line}" for line, n in answered.items()) or "none closed"
-    return (f"{len(socks)} sockets ({http_processes} HTTP processes) opened in {opened:.1f} s "
-            f"({failed} failed), held {hold} s: {got}",
-            refused_at)
+    return (
+        f"{len(socks)} sockets ({http_processes} HTTP processes) opened in {opened:.1f} s "
+        f"({failed} failed), held {hold} s: {got}",
+        refused_at,
+    )
 
 
 def parallel_posts(ctx, path, body, content_type, count):
     results = [None] * count
 
     def one(i):
-        status, data, took = raw(ctx.node.port, "POST", path, body, {"Content-Type": content_type},
-                                 timeout=max(1, ctx.deadline - time.monotonic()))
+        status, data, took = raw(
+            ctx.node.port,
+            "POST",
+            path,
+            body,
+            {"Content-Type": content_type},
+            timeout=max(1, ctx.deadline - time.monotonic()),
+        )
         results[i] = (outcome_of(status, data), took)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
@@ -653,25 +754,31 @@ def parallel_posts(ctx, path, body, content_type, count):
     for kind, _ in results:
         kinds[kind] = kinds.get(kind, 0) + 1
     refused = all(not kind.startswith("2") for kind, _ in results)
-    return ", ".join(f"{n} × {kind}" for kind, n in kinds.items()), \
-        (max(took for _, took in results) if refused else None)
+    return ", ".join(f"{n} × {kind}" for kind, n in kinds.items()), (
+        max(took for _, took in results) if refused else None
+    )
 
 
 def abuse_4a(ctx):
     size, count = ctx.size(10 * MB - 4096, 2 * MB), ctx.size(8, 2)
     head = f'<soap:Envelope xmlns:soap="{SOAP_ENV}"><soap:Header>'.encode()
-    tail = (f'</soap:Header><soap:Body><r:getRuntimeInformation xmlns:r="{XRUNTIME_NS}"/>'
-            "</soap:Body></soap:Envelope>").encode()
+    tail = (
+        f'</soap:Header><soap:Body><r:getRuntimeInformation xmlns:r="{XRUNTIME_NS}"/>'
+        "</soap:Body></soap:Envelope>"
+    ).encode()
     body = head + b"<a/>" * ((size - len(head) - len(tail)) // 4) + tail
-    kinds, took = parallel_posts(ctx, "/services/ws/XRuntime", body, "text/xml; charset=utf-8", count)
+    kinds, took = parallel_posts(
+        ctx, "/services/ws/XRuntime", body, "text/xml; charset=utf-8", count
+    )
     return f"{count} × {len(body) / 1e6:.1f} MB SOAP: {kinds}", took
 
 
 def abuse_4b(ctx):
     size, count = ctx.size(10 * MB - 4096, 2 * MB), ctx.size(8, 2)
     body = b"[" + b"[]," * ((size - 4) // 3) + b"[]]"
-    kinds, took = parallel_posts(ctx, "/services/rs/XRuntime/getRuntimeInformation", body,
-                                 "application/json", count)
+    kinds, took = parallel_posts(
+        ctx, "/services/rs/XRuntime/getRuntimeInformation", body, "application/json", count
+    )
     return f"{count} × {len(body) / 1e6:.1f} MB JSON: {kinds}", took
 
 
@@ -681,14 +788,22 @@ ROOT_USER = ("root", TOKENS["root"])
 
 def locations(n, seed):
     rng = random.Random(seed)
-    return [{"longitude": rng.uniform(6.0, 15.0), "latitude": rng.uniform(47.3, 55.0)} for _ in range(n)]
+    return [
+        {"longitude": rng.uniform(6.0, 15.0), "latitude": rng.uniform(47.3, 55.0)} for _ in range(n)
+    ]
 
 
 def queued_peak(ctx, peaks, done):
     """The most jobs (all users') seen QUEUING, polled every 100 ms as root, into ``peaks``."""
     while not done.wait(0.1):
-        status, info, _ = call(ctx.node, "XRuntime", "getRuntimeInformation", {"withJobCounts": True},
-                               auth=ROOT_USER, timeout=10)
+        status, info, _ = call(
+            ctx.node,
+            "XRuntime",
+            "getRuntimeInformation",
+            {"withJobCounts": True},
+            auth=ROOT_USER,
+            timeout=10,
+        )
         if status == 200:
             for count in info.get("jobs") or []:
                 peaks[count["status"]] = max(peaks.get(count["status"], 0), count["count"])
@@ -697,8 +812,13 @@ def queued_peak(ctx, peaks, done):
 def prepare_5(ctx):
     """Both workers busy with root's jobs, so that alice's parents all queue first."""
     for _ in range(2):
-        call(ctx.node, "XDemo", "startSimulate", {"durationMs": ctx.size(3000, 2000), "steps": 1},
-             auth=ROOT_USER)
+        call(
+            ctx.node,
+            "XDemo",
+            "startSimulate",
+            {"durationMs": ctx.size(3000, 2000), "steps": 1},
+            auth=ROOT_USER,
+        )
 
 
 def abuse_5(ctx):
@@ -710,10 +830,15 @@ def abuse_5(ctx):
     gate = threading.Barrier(20)
     lock = threading.Lock()
 
-    def start():                          # all 20 at once, as a batch would
+    def start():  # all 20 at once, as a batch would
         gate.wait()
-        status, answer, took = call(ctx.node, "XDima", "startCreateDistanceMatrix",
-                                    {"startLocations": points, "parallelism": 64}, auth=ALICE)
+        status, answer, took = call(
+            ctx.node,
+            "XDima",
+            "startCreateDistanceMatrix",
+            {"startLocations": points, "parallelism": 64},
+            auth=ALICE,
+        )
         kind = outcome_of(status, json.dumps(answer).encode())
         with lock:
             starts[kind] = starts.get(kind, 0) + 1
@@ -729,8 +854,9 @@ def abuse_5(ctx):
     while ctx.running():
         statuses = []
         for job in parents:
-            status, answer, _ = call(ctx.node, "XRuntime", "watchJob", {"id": job, "maximumPollingPeriod": 0},
-                                     auth=ALICE)
+            status, answer, _ = call(
+                ctx.node, "XRuntime", "watchJob", {"id": job, "maximumPollingPeriod": 0}, auth=ALICE
+            )
             statuses.append(answer["status"] if status == 200 else "?")
         if statuses.count("FAILED") and refused_at is None:
             refused_at = time.monotonic() - began
@@ -740,20 +866,30 @@ def abuse_5(ctx):
     polled.set()
     poller.join()
     for job in parents:
-        status, answer, _ = call(ctx.node, "XRuntime", "watchJob", {"id": job, "maximumPollingPeriod": 0},
-                                 auth=ALICE)
+        status, answer, _ = call(
+            ctx.node, "XRuntime", "watchJob", {"id": job, "maximumPollingPeriod": 0}, auth=ALICE
+        )
         final = answer["status"] if status == 200 else "?"
         if final == "FAILED":
-            s, data, _ = raw(ctx.node.port, "POST", "/services/rs/XDima/fetchDistanceMatrixResponse",
-                             json.dumps({"id": job}).encode(), {"Content-Type": "application/json", **basic(ALICE)})
+            s, data, _ = raw(
+                ctx.node.port,
+                "POST",
+                "/services/rs/XDima/fetchDistanceMatrixResponse",
+                json.dumps({"id": job}).encode(),
+                {"Content-Type": "application/json", **basic(ALICE)},
+            )
             final += " " + fault_of(data)
         finals[final] = finals.get(final, 0) + 1
         call(ctx.node, "XRuntime", "deleteJob", {"id": job}, auth=ALICE)
     if time.monotonic() >= ctx.deadline:
         finals["(timed out)"] = 1
-    return ("starts: " + ", ".join(f"{n} × {k}" for k, n in starts.items())
-            + "; parents: " + ", ".join(f"{n} × {k}" for k, n in finals.items())
-            + f"; queue peak {peaks.get('QUEUING', 0)} jobs (max_queued 500)"), refused_at
+    return (
+        "starts: "
+        + ", ".join(f"{n} × {k}" for k, n in starts.items())
+        + "; parents: "
+        + ", ".join(f"{n} × {k}" for k, n in finals.items())
+        + f"; queue peak {peaks.get('QUEUING', 0)} jobs (max_queued 500)"
+    ), refused_at
 
 
 def quota_key(tree):
@@ -781,17 +917,27 @@ def abuse_6(ctx):
     for _ in range(cap):
         if not ctx.running():
             break
-        status, answer, took = call(ctx.node, "XDima", "startCreateDistanceMatrix", {"startLocations": points},
-                                    auth=ALICE)
+        status, answer, took = call(
+            ctx.node, "XDima", "startCreateDistanceMatrix", {"startLocations": points}, auth=ALICE
+        )
         if status != 200:
-            outcome, refused_at = f"start {outcome_of(status, json.dumps(answer).encode())}", time.monotonic() - began
+            outcome, refused_at = (
+                f"start {outcome_of(status, json.dumps(answer).encode())}",
+                time.monotonic() - began,
+            )
             break
         jobs.append(answer["id"])
-        job = wait_done(ctx.node, answer["id"], auth=ALICE, timeout=max(1, ctx.deadline - time.monotonic()))
+        job = wait_done(
+            ctx.node, answer["id"], auth=ALICE, timeout=max(1, ctx.deadline - time.monotonic())
+        )
         if job["status"] == "FAILED":
-            s, data, _ = raw(ctx.node.port, "POST", "/services/rs/XDima/fetchDistanceMatrixResponse",
-                             json.dumps({"id": answer["id"]}).encode(),
-                             {"Content-Type": "application/json", **basic(ALICE)})
+            s, data, _ = raw(
+                ctx.node.port,
+                "POST",
+                "/services/rs/XDima/fetchDistanceMatrixResponse",
+                json.dumps({"id": answer["id"]}).encode(),
+                {"Content-Type": "application/json", **basic(ALICE)},
+            )
             outcome, refused_at = f"job FAILED {fault_of(data)}", time.monotonic() - began
             break
     grown = ctx.node.stored_bytes() - before
@@ -799,8 +945,10 @@ def abuse_6(ctx):
     limit = f"{key[1]} {QUOTA // MB} MiB" if key else "no quota key in the config"
     if outcome is None:
         outcome = "never refused" + (" (timed out)" if time.monotonic() >= ctx.deadline else "")
-    return (f"{len(jobs)} jobs of {n}×{n} started; {outcome}; store grew {grown / 1e6:.0f} MB ({limit})",
-            refused_at)
+    return (
+        f"{len(jobs)} jobs of {n}×{n} started; {outcome}; store grew {grown / 1e6:.0f} MB ({limit})",
+        refused_at,
+    )
 
 
 def abuse_7(ctx):
@@ -816,6 +964,7 @@ def abuse_7(ctx):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
         do_GET = do_POST
 
         def log_message(self, *args):
@@ -824,12 +973,14 @@ def abuse_7(ctx):
     elsewhere = http.server.HTTPServer(("127.0.0.1", 0), Elsewhere)
     parts = []
     for code in (302, 307):
+
         class Redirecting(http.server.BaseHTTPRequestHandler):
             def do_POST(self, code=code):
                 self.send_response(code)
                 self.send_header("Location", f"http://127.0.0.1:{elsewhere.server_port}{self.path}")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
             do_GET = do_POST
 
             def log_message(self, *args):
@@ -841,20 +992,32 @@ def abuse_7(ctx):
             threading.Thread(target=s.serve_forever, daemon=True).start()
         heard.clear()
         env = {k: v for k, v in os.environ.items() if not k.startswith("XRUNTIME_")}
-        env.update(PYTHONPATH=ctx.tree.root, XRUNTIME_URL=f"http://127.0.0.1:{redirecting.server_port}",
-                   XRUNTIME_TOKEN="s3cret-token")
+        env.update(
+            PYTHONPATH=ctx.tree.root,
+            XRUNTIME_URL=f"http://127.0.0.1:{redirecting.server_port}",
+            XRUNTIME_TOKEN="s3cret-token",
+        )
         began = time.monotonic()
         try:
-            done = subprocess.run([sys.executable, "-m", "xruntime", "jobs"], cwd=ctx.tree.root, env=env,
-                                  capture_output=True, text=True, timeout=30)
+            done = subprocess.run(
+                [sys.executable, "-m", "xruntime", "jobs"],
+                cwd=ctx.tree.root,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             exit_code = done.returncode
         except subprocess.TimeoutExpired:
             exit_code = "timed out"
         took = time.monotonic() - began
         redirecting.shutdown()
         redirecting.server_close()
-        forwarded = "yes" if any(h and "s3cret-token" in base64_or_plain(h) for h in heard) else \
-            ("no (but the other host was called)" if heard else "no")
+        forwarded = (
+            "yes"
+            if any(h and "s3cret-token" in base64_or_plain(h) for h in heard)
+            else ("no (but the other host was called)" if heard else "no")
+        )
         parts.append(f"{code}: token forwarded: {forwarded}, exit {exit_code}")
     elsewhere.shutdown()
     elsewhere.server_close()
@@ -872,9 +1035,14 @@ def abuse_8(ctx):
     body = json.dumps({"durationMs": 0, "steps": 1}).encode()
     path = "/services/rs/XDemo/startSimulate"
     cases = {
-        "text/plain + Origin evil": {"Content-Type": "text/plain", "Origin": "https://evil.example"},
-        "form + Origin evil": {"Content-Type": "application/x-www-form-urlencoded",
-                               "Origin": "https://evil.example"},
+        "text/plain + Origin evil": {
+            "Content-Type": "text/plain",
+            "Origin": "https://evil.example",
+        },
+        "form + Origin evil": {
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Origin": "https://evil.example",
+        },
         "Host evil.example": {"Content-Type": "application/json", "Host": "evil.example"},
     }
     parts, started, slowest, all_refused = [], 0, 0.0, True
@@ -893,31 +1061,45 @@ def abuse_8(ctx):
 def abuse_9(ctx):
     node, parts, log_at = ctx.node, [], len(ctx.node.log())
     # a listJobs cursor past int64, 50 times
-    cursor = base64.urlsafe_b64encode(f"before:{2 ** 64}".encode()).decode().rstrip("=")
+    cursor = base64.urlsafe_b64encode(f"before:{2**64}".encode()).decode().rstrip("=")
     kinds, slowest, all_refused = {}, 0.0, True
     for _ in range(50):
-        status, data, took = raw(node.port, "POST", "/services/rs/XRuntime/listJobs",
-                                 json.dumps({"cursor": cursor}).encode(),
-                                 {"Content-Type": "application/json", **basic(ROOT_USER)})
+        status, data, took = raw(
+            node.port,
+            "POST",
+            "/services/rs/XRuntime/listJobs",
+            json.dumps({"cursor": cursor}).encode(),
+            {"Content-Type": "application/json", **basic(ROOT_USER)},
+        )
         kinds[outcome_of(status, data)] = kinds.get(outcome_of(status, data), 0) + 1
         all_refused = all_refused and 400 <= status < 500
         slowest = max(slowest, took)
     tracebacks = node.log()[log_at:].count("Traceback")
-    parts.append("cursor past int64 ×50: " + ", ".join(f"{n} × {k}" for k, n in kinds.items())
-                 + f", {tracebacks} tracebacks logged")
+    parts.append(
+        "cursor past int64 ×50: "
+        + ", ".join(f"{n} × {k}" for k, n in kinds.items())
+        + f", {tracebacks} tracebacks logged"
+    )
     # a %0a in a refused path
     forged = "2026-01-01 00:00:00,000 CRITICAL xruntime[1]: forged"
     for _ in range(3):
-        raw(node.port, "POST", "/services/rs/XDemo/startSimulate%0a" + forged.replace(" ", "%20"), b"{}",
-            {"Content-Type": "application/json"})
-        time.sleep(1.1)                      # refusals are logged once a second
+        raw(
+            node.port,
+            "POST",
+            "/services/rs/XDemo/startSimulate%0a" + forged.replace(" ", "%20"),
+            b"{}",
+            {"Content-Type": "application/json"},
+        )
+        time.sleep(1.1)  # refusals are logged once a second
     forged_lines = sum(line.startswith(forged) for line in node.log()[log_at:].splitlines())
     parts.append(f"%0a in a path: forged log line {'yes' if forged_lines else 'no'}")
     # the SQLite file's mode
     path = os.path.join(node.folder, "data", "xruntime.db")
     if os.path.exists(path):
-        parts.append(f"SQLite file {os.stat(path).st_mode & 0o777:o}, folder "
-                     f"{os.stat(os.path.dirname(path)).st_mode & 0o777:o}")
+        parts.append(
+            f"SQLite file {os.stat(path).st_mode & 0o777:o}, folder "
+            f"{os.stat(os.path.dirname(path)).st_mode & 0o777:o}"
+        )
     # malformed datagrams to the node's change-feed sockets
     addresses = feed_addresses(node)
     log_at = len(node.log())
@@ -927,13 +1109,22 @@ def abuse_9(ctx):
                 with contextlib.suppress(OSError):
                     sock.sendto(datagram, address)
     time.sleep(1)
-    parts.append(f"bad datagrams to {len(addresses)} feed sockets: "
-                 f"{node.log()[log_at:].count('Traceback')} tracebacks logged")
+    parts.append(
+        f"bad datagrams to {len(addresses)} feed sockets: "
+        f"{node.log()[log_at:].count('Traceback')} tracebacks logged"
+    )
     # CDATA holding "<!"
-    envelope = (f'<soap:Envelope xmlns:soap="{SOAP_ENV}"><soap:Body><r:watchJob xmlns:r="{XRUNTIME_NS}">'
-                "<id><![CDATA[x<!y]]></id></r:watchJob></soap:Body></soap:Envelope>").encode()
-    status, data, _ = raw(node.port, "POST", "/services/ws/XRuntime", envelope,
-                          {"Content-Type": "text/xml; charset=utf-8", **basic(ROOT_USER)})
+    envelope = (
+        f'<soap:Envelope xmlns:soap="{SOAP_ENV}"><soap:Body><r:watchJob xmlns:r="{XRUNTIME_NS}">'
+        "<id><![CDATA[x<!y]]></id></r:watchJob></soap:Body></soap:Envelope>"
+    ).encode()
+    status, data, _ = raw(
+        node.port,
+        "POST",
+        "/services/ws/XRuntime",
+        envelope,
+        {"Content-Type": "text/xml; charset=utf-8", **basic(ROOT_USER)},
+    )
     parts.append(f"CDATA x<!y: {outcome_of(status, data)}" + (" (DTD)" if b"DTD" in data else ""))
     return "; ".join(parts), slowest if all_refused else None
 
@@ -970,8 +1161,14 @@ ITEMS = {
     "3b": ("1 100 unfinished headers", None, "", None, abuse_3b, (40, 20)),
     "4a": ("8 × 10 MB SOAP header of empty elements", None, "", None, abuse_4a, (60, 20)),
     "4b": ("8 × 10 MB JSON of []", None, "", None, abuse_4b, (60, 20)),
-    "5": ("child jobs past max_queued", {("jobs", "max_queued"): 500, ("auth", "required"): True},
-          users_toml({"max_queued": 20}), prepare_5, abuse_5, (40, 15)),
+    "5": (
+        "child jobs past max_queued",
+        {("jobs", "max_queued"): 500, ("auth", "required"): True},
+        users_toml({"max_queued": 20}),
+        prepare_5,
+        abuse_5,
+        (40, 15),
+    ),
     "6": ("stored bytes per user", {("auth", "required"): True}, None, None, abuse_6, (90, 25)),
     "7": ("CLI and a redirect", None, "", None, abuse_7, (60, 60)),
     "8": ("a web page on a node with accounts off", None, "", None, abuse_8, (30, 15)),
@@ -983,7 +1180,7 @@ def run_item(item, tree, folder, args, nodes):
     title, keys, extra, prepare, abuse, caps = ITEMS[item]
     cap = caps[1] if args.quick else caps[0]
     row = {"item": item, "tree": tree.label}
-    if item == "7":                                          # client side: no node
+    if item == "7":  # client side: no node
         ctx = Context(None, args.quick, threading.Event(), cap)
         ctx.tree = tree
         outcome, refused = abuse(ctx)
@@ -1001,8 +1198,10 @@ def run_item(item, tree, folder, args, nodes):
         extra = users_toml(alice)
     auth = ("bob", TOKENS["bob"]) if ("auth", "required") in keys else None
     with scratch_database(args.database_url, folder) as url:
-        url = url if args.database_url else None           # SQLite: the node's own file
-        node = Node(tree, os.path.join(folder, f"{item}-{tree.label.split()[0]}"), url, keys, extra, auth)
+        url = url if args.database_url else None  # SQLite: the node's own file
+        node = Node(
+            tree, os.path.join(folder, f"{item}-{tree.label.split()[0]}"), url, keys, extra, auth
+        )
         nodes.append(node)
         try:
             node.start()
@@ -1016,20 +1215,27 @@ def run_item(item, tree, folder, args, nodes):
             sampler, other = Sampler(node, stop_abuse), Other(node)
             sampler.start()
             other.start()
-            time.sleep(0.5)                                  # the other's quiet latencies too
+            time.sleep(0.5)  # the other's quiet latencies too
             try:
                 outcome, refused = abuse(ctx)
-            except Exception as exc:                         # noqa: BLE001 (a row, not a crash)
+            except Exception as exc:  # noqa: BLE001 (a row, not a crash)
                 outcome, refused = f"abusive client failed: {exc!r}"[:300], None
             time.sleep(0.3)
             other.finish()
             sampler.finish()
             alive = node.proc.poll() is None and not node.killed
-            row.update(outcome=outcome + ("" if alive else "; NODE DIED" + (" (killed past 5 GB)" if node.killed
-                                                                                 else "")),
-                       refused=refused, rss_before=sampler.before, rss_peak=sampler.peak,
-                       capped=sampler.capped, cpu=sampler.cpu_used, latencies=other.latencies,
-                       errors=other.errors, tracebacks=node.log()[log_at:].count("Traceback"))
+            row.update(
+                outcome=outcome
+                + ("" if alive else "; NODE DIED" + (" (killed past 5 GB)" if node.killed else "")),
+                refused=refused,
+                rss_before=sampler.before,
+                rss_peak=sampler.peak,
+                capped=sampler.capped,
+                cpu=sampler.cpu_used,
+                latencies=other.latencies,
+                errors=other.errors,
+                tracebacks=node.log()[log_at:].count("Traceback"),
+            )
         finally:
             node.stop()
     return row
@@ -1045,35 +1251,63 @@ def ms(seconds):
 
 def cells(row):
     if row.get("rss_before") is None:
-        return ["-", "-", "-", row["outcome"], ms(row["refused"]) if row["refused"] is not None else "-", "-"]
+        return [
+            "-",
+            "-",
+            "-",
+            row["outcome"],
+            ms(row["refused"]) if row["refused"] is not None else "-",
+            "-",
+        ]
     peak = f"{row['rss_peak'] / MB:.0f}" + (" (≥ 3 GB, stopped)" if row["capped"] else "")
     lat = row["latencies"]
     p50, p99 = (percentile(lat, 50), percentile(lat, 99)) if lat else (None, None)
     errors = sum(row["errors"].values())
-    others = (f"{ms(p50)} / {ms(p99)} ({len(lat)} calls" + (
-        f", {errors} errors: " + ", ".join(f"{n} {k}" for k, n in row["errors"].items()) if errors else "")
-        + ")") if lat else "no call finished"
+    others = (
+        (
+            f"{ms(p50)} / {ms(p99)} ({len(lat)} calls"
+            + (
+                f", {errors} errors: " + ", ".join(f"{n} {k}" for k, n in row["errors"].items())
+                if errors
+                else ""
+            )
+            + ")"
+        )
+        if lat
+        else "no call finished"
+    )
     held = []
     if p99 is None or p99 * 1000 >= TARGET_P99_MS or errors:
         held.append("p99" if p99 is None or p99 * 1000 >= TARGET_P99_MS else "errors")
     if row["rss_peak"] >= TARGET_RSS:
         held.append("RSS")
     targets = "held" if not held else "MISSED: " + ", ".join(held)
-    notes = f"; node CPU {row['cpu']:.1f} s" + (f"; {row['tracebacks']} tracebacks logged" if row["tracebacks"]
-                                                 else "")
-    return [f"{row['rss_before'] / MB:.0f} → {peak}", others, targets, row["outcome"] + notes,
-            ms(row["refused"]) if row["refused"] is not None else "not refused"]
+    notes = f"; node CPU {row['cpu']:.1f} s" + (
+        f"; {row['tracebacks']} tracebacks logged" if row["tracebacks"] else ""
+    )
+    return [
+        f"{row['rss_before'] / MB:.0f} → {peak}",
+        others,
+        targets,
+        row["outcome"] + notes,
+        ms(row["refused"]) if row["refused"] is not None else "not refused",
+    ]
 
 
 def print_table(rows):
-    print("\n| item | tree | node RSS MB before → peak | others p50 / p99 ms | targets | abuse's outcome | "
-          "refused after |")
+    print(
+        "\n| item | tree | node RSS MB before → peak | others p50 / p99 ms | targets | abuse's outcome | "
+        "refused after |"
+    )
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         c = cells(row)
-        if len(c) == 6:                 # item 7: no node
+        if len(c) == 6:  # item 7: no node
             c = ["-", "-", "-", row["outcome"], c[4]]
-        print(f"| {row['item']} {ITEMS[row['item']][0]} | {row['tree']} | " + " | ".join(c) + " |", flush=True)
+        print(
+            f"| {row['item']} {ITEMS[row['item']][0]} | {row['tree']} | " + " | ".join(c) + " |",
+            flush=True,
+        )
 
 
 @contextlib.contextmanager
@@ -1081,10 +1315,16 @@ def baseline_tree(revision):
     """The revision checked out into a temporary worktree; removed afterwards."""
     folder = tempfile.mkdtemp(prefix="xruntime-baseline-")
     path = os.path.join(folder, "tree")
-    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "--quiet", path, revision], check=True)
+    subprocess.run(
+        ["git", "-C", ROOT, "worktree", "add", "--detach", "--quiet", path, revision], check=True
+    )
     try:
-        short = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True,
-                               text=True, check=True).stdout.strip()
+        short = subprocess.run(
+            ["git", "-C", path, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         yield Tree(path, f"baseline {short}")
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", path], check=False)
@@ -1094,42 +1334,71 @@ def baseline_tree(revision):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", default=",".join(ITEMS),
-                        help="comma-separated: 1 (= 1a,1b,1c), 3b, ... (default: all)")
+    parser.add_argument(
+        "--items",
+        default=",".join(ITEMS),
+        help="comma-separated: 1 (= 1a,1b,1c), 3b, ... (default: all)",
+    )
     parser.add_argument("--quick", action="store_true", help="smaller sizes, shorter caps")
-    parser.add_argument("--database-url", help="PostgreSQL server (a scratch database per node); "
-                                               "default: SQLite in a temporary folder")
-    parser.add_argument("--baseline", default="a2d2c9d", help="revision to compare with (default: a2d2c9d)")
+    parser.add_argument(
+        "--database-url",
+        help="PostgreSQL server (a scratch database per node); "
+        "default: SQLite in a temporary folder",
+    )
+    parser.add_argument(
+        "--baseline", default="a2d2c9d", help="revision to compare with (default: a2d2c9d)"
+    )
     parser.add_argument("--no-baseline", action="store_true")
     args = parser.parse_args()
     wanted = [i.strip() for i in args.items.split(",") if i.strip()]
-    items = [item for item in ITEMS if any(item == w or (item[:-1] == w and item[-1].isalpha()) for w in wanted)]
+    items = [
+        item
+        for item in ITEMS
+        if any(item == w or (item[:-1] == w and item[-1].isalpha()) for w in wanted)
+    ]
     unknown = [w for w in wanted if not any(item == w or item[:-1] == w for item in ITEMS)]
     if unknown:
         parser.error(f"unknown items {unknown}; known: {', '.join(ITEMS)}")
     began = time.monotonic()
-    current = Tree(ROOT, "current " + subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                                     capture_output=True, text=True).stdout.strip())
+    current = Tree(
+        ROOT,
+        "current "
+        + subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+    )
     rows, nodes = [], []
     database = "SQLite" if args.database_url is None else "PostgreSQL"
-    print(f"{database}, node of the shipped config, {NOFILE} open files; items {', '.join(items)}"
-          + (" (quick)" if args.quick else ""), flush=True)
+    print(
+        f"{database}, node of the shipped config, {NOFILE} open files; items {', '.join(items)}"
+        + (" (quick)" if args.quick else ""),
+        flush=True,
+    )
     try:
-        with tempfile.TemporaryDirectory(prefix="xruntime-abuse-") as folder, \
-                (contextlib.nullcontext(None) if args.no_baseline else baseline_tree(args.baseline)) as base:
+        with (
+            tempfile.TemporaryDirectory(prefix="xruntime-abuse-") as folder,
+            (
+                contextlib.nullcontext(None) if args.no_baseline else baseline_tree(args.baseline)
+            ) as base,
+        ):
             for item in items:
                 for tree in [current] + ([base] if base else []):
                     t0 = time.monotonic()
                     row = run_item(item, tree, folder, args, nodes)
                     rows.append(row)
-                    print(f"{item} on {tree.label}: {time.monotonic() - t0:.0f} s: {row['outcome']}", flush=True)
+                    print(
+                        f"{item} on {tree.label}: {time.monotonic() - t0:.0f} s: {row['outcome']}",
+                        flush=True,
+                    )
     finally:
-        for node in nodes:                                   # whatever happened
+        for node in nodes:  # whatever happened
             if node.proc is not None and node.proc.poll() is None:
                 node.kill()
     print_table(rows)
-    print(f"\ntargets: others' p99 < {TARGET_P99_MS} ms and no error, node RSS < 1 GB; "
-          f"run took {time.monotonic() - began:.0f} s")
+    print(
+        f"\ntargets: others' p99 < {TARGET_P99_MS} ms and no error, node RSS < 1 GB; "
+        f"run took {time.monotonic() - began:.0f} s"
+    )
 
 
 if __name__ == "__main__":

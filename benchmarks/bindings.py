@@ -8,6 +8,7 @@ per call in each binding, with 1 and with 8 concurrent clients.
 
 Target: the SOAP overhead over JSON stays within 3x.
 """
+
 import argparse
 import http.client
 import json
@@ -29,13 +30,24 @@ SOAP_WATCH = """<?xml version="1.0" encoding="utf-8"?>
 def requests_for(job_id):
     """(path, body, content type, expected marker) per binding."""
     return {
-        "json": ("/services/rs/XRuntime/watchJob", json.dumps({"id": job_id}), "application/json",
-                 b'"SUCCEEDED"'),
-        "soap": ("/services/ws/XRuntime", SOAP_WATCH.format(id=job_id), "text/xml; charset=utf-8",
-                 b">SUCCEEDED<"),
-        "jsonrpc": ("/services/rpc/XRuntime", json.dumps({"jsonrpc": "2.0", "method": "watchJob",
-                                                          "params": {"id": job_id}, "id": 1}),
-                    "application/json", b'"SUCCEEDED"'),
+        "json": (
+            "/services/rs/XRuntime/watchJob",
+            json.dumps({"id": job_id}),
+            "application/json",
+            b'"SUCCEEDED"',
+        ),
+        "soap": (
+            "/services/ws/XRuntime",
+            SOAP_WATCH.format(id=job_id),
+            "text/xml; charset=utf-8",
+            b">SUCCEEDED<",
+        ),
+        "jsonrpc": (
+            "/services/rpc/XRuntime",
+            json.dumps({"jsonrpc": "2.0", "method": "watchJob", "params": {"id": job_id}, "id": 1}),
+            "application/json",
+            b'"SUCCEEDED"',
+        ),
     }
 
 
@@ -50,6 +62,7 @@ def watch_step(port, path, body, ctype, marker):
         answer = conn.getresponse().read()
         if marker not in answer:
             raise RuntimeError(answer[:300])
+
     return step
 
 
@@ -66,10 +79,16 @@ def main():
             rates = {}
             for n in args.clients:
                 for binding, request in requests_for(job["id"]).items():
-                    rates[binding, n] = per_second(watch_step, (server.port, *request), n, args.seconds)
-                    print(f"watchJob (finished job) over {binding:8s} with {n} client(s): "
-                          f"{rates[binding, n]:.0f} calls/s")
-                print(f"SOAP costs {rates['json', n] / rates['soap', n]:.2f}x JSON with {n} client(s)")
+                    rates[binding, n] = per_second(
+                        watch_step, (server.port, *request), n, args.seconds
+                    )
+                    print(
+                        f"watchJob (finished job) over {binding:8s} with {n} client(s): "
+                        f"{rates[binding, n]:.0f} calls/s"
+                    )
+                print(
+                    f"SOAP costs {rates['json', n] / rates['soap', n]:.2f}x JSON with {n} client(s)"
+                )
         finally:
             server.stop()
 

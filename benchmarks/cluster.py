@@ -13,6 +13,7 @@ A job here is XDemo's startSimulate (no duration) → watchJob until done →
 fetchSimulateResponse, each call through HAProxy; a client starts its next job when
 it fetched the last.
 """
+
 import argparse
 import os
 import sys
@@ -27,7 +28,7 @@ from tests.cluster.net import HOSTS, NODE_PORT, Cluster, missing  # noqa: E402
 
 def throughput(cluster, clients, seconds) -> tuple:
     with Load(cluster.haproxy.base, clients, durationMs=0) as load:
-        time.sleep(3)                           # warm-up: connections, first claims
+        time.sleep(3)  # warm-up: connections, first claims
         began, done_before = time.monotonic(), len(load.fetched)
         time.sleep(seconds)
         done = len(load.fetched) - done_before
@@ -47,8 +48,14 @@ def cut_to_elsewhere(cluster, engine) -> tuple:
         cluster.network.cut("xrt-a")
         time.sleep(0.5)
         held = jobs_on(engine, a)
-        elsewhere = wait_until(lambda: all(v[0] != "QUEUING" and v[1] != a for v in states(engine, held).values())
-                               and time.monotonic(), 90, "xrt-a's jobs elsewhere")
+        elsewhere = wait_until(
+            lambda: (
+                all(v[0] != "QUEUING" and v[1] != a for v in states(engine, held).values())
+                and time.monotonic()
+            ),
+            90,
+            "xrt-a's jobs elsewhere",
+        )
         cluster.network.heal("xrt-a")
         cluster.haproxy.wait_servers({"xrt-a": "UP"}, 60)
         load.stop()
@@ -64,10 +71,14 @@ def main():
     lacks = missing()
     if lacks:
         sys.exit("needs " + ", ".join(lacks))
-    print(f"{os.cpu_count()} cores on this machine, shared by every host (network namespaces), "
-          "PostgreSQL, HAProxy and the clients")
-    print(f"{args.clients} clients through HAProxy, each: start (no duration), watch, fetch; "
-          f"2 workers and 2 HTTP processes per node; {args.seconds:g} s measured after 3 s of warm-up")
+    print(
+        f"{os.cpu_count()} cores on this machine, shared by every host (network namespaces), "
+        "PostgreSQL, HAProxy and the clients"
+    )
+    print(
+        f"{args.clients} clients through HAProxy, each: start (no duration), watch, fetch; "
+        f"2 workers and 2 HTTP processes per node; {args.seconds:g} s measured after 3 s of warm-up"
+    )
     folder = tempfile.mkdtemp(prefix="xruntime-cluster-bench-")
     hosts = list(HOSTS)
     for count in (1, 2, 3):
@@ -75,12 +86,17 @@ def main():
         try:
             cluster.up()
             rate, retried = throughput(cluster, args.clients, args.seconds)
-            print(f"  {count} node{'s' if count > 1 else ' '}: {rate:7.1f} jobs/s"
-                  + (f" ({retried} calls made again)" if retried else ""), flush=True)
+            print(
+                f"  {count} node{'s' if count > 1 else ' '}: {rate:7.1f} jobs/s"
+                + (f" ({retried} calls made again)" if retried else ""),
+                flush=True,
+            )
             if count == 3:
                 took, held = cut_to_elsewhere(cluster, cluster.pg.engine())
-                print(f"a host cut off (iptables DROP) while running {held} jobs: they ran elsewhere "
-                      f"{took:.1f} s after the cut (lease 30 s, renewed every 5 s; recovery every 5 s)")
+                print(
+                    f"a host cut off (iptables DROP) while running {held} jobs: they ran elsewhere "
+                    f"{took:.1f} s after the cut (lease 30 s, renewed every 5 s; recovery every 5 s)"
+                )
         finally:
             cluster.down()
 

@@ -43,6 +43,7 @@ run makes a scratch database of its own on that server (``CREATE DATABASE``, so 
 role needs CREATEDB) and drops it afterwards; the database the URL names is not
 touched.
 """
+
 import argparse
 import contextlib
 import os
@@ -101,6 +102,7 @@ def database_name(url):
 
 # ------------------------------------------------------------------ part 1: shares
 
+
 def node_config(users, tokens, max_running, max_queued):
     """The [jobs], [auth] and [users.NAME] tables of the node's file."""
     text = f"\n[jobs]\nmax_queued = {max_queued}\n\n[auth]\nrequired = true\n"
@@ -114,6 +116,7 @@ def node_config(users, tokens, max_running, max_queued):
 def start_jobs(server, user, token, count, duration_ms, ids):
     """``count`` startSimulate calls as ``user`` on one keep-alive connection."""
     import requests
+
     session = requests.Session()
     session.auth = (user, token)
     url = server.url("XDemo", "startSimulate")
@@ -130,9 +133,16 @@ def read_jobs(engine, ids):
     rows, ids = [], list(ids)
     with engine.connect() as conn:
         for i in range(0, len(ids), 500):
-            rows += conn.execute(select(jobs.c.id, jobs.c.owner, jobs.c.status, jobs.c.queued_at,
-                                        jobs.c.started_at, jobs.c.finished_at)
-                                 .where(jobs.c.id.in_(ids[i:i + 500]))).all()
+            rows += conn.execute(
+                select(
+                    jobs.c.id,
+                    jobs.c.owner,
+                    jobs.c.status,
+                    jobs.c.queued_at,
+                    jobs.c.started_at,
+                    jobs.c.finished_at,
+                ).where(jobs.c.id.in_(ids[i : i + 500]))
+            ).all()
     return rows
 
 
@@ -141,16 +151,25 @@ def shares_run(args, users, max_running, url):
     tokens = {user: secrets.token_urlsafe(24) for user in users}
     extra = node_config(users, tokens, max_running, max(10000, len(users) * args.jobs))
     with tempfile.TemporaryDirectory() as folder, scratch_database(url, folder) as db_url:
-        server = Server(folder, extra=extra, workers=args.workers, database_url=db_url,
-                        auth=(users[0], tokens[users[0]])).start()
+        server = Server(
+            folder,
+            extra=extra,
+            workers=args.workers,
+            database_url=db_url,
+            auth=(users[0], tokens[users[0]]),
+        ).start()
         engine = create_engine(db_url)
         try:
             ids = {user: [] for user in users}
-            first, others = users[0], users[1:]       # the flood first, then the others at once
+            first, others = users[0], users[1:]  # the flood first, then the others at once
             start_jobs(server, first, tokens[first], args.jobs, args.duration_ms, ids[first])
-            threads = [threading.Thread(target=start_jobs, args=(server, user, tokens[user], args.jobs,
-                                                                   args.duration_ms, ids[user]))
-                       for user in others]
+            threads = [
+                threading.Thread(
+                    target=start_jobs,
+                    args=(server, user, tokens[user], args.jobs, args.duration_ms, ids[user]),
+                )
+                for user in others
+            ]
             for t in threads:
                 t.start()
             for t in threads:
@@ -158,8 +177,13 @@ def shares_run(args, users, max_running, url):
             every = [i for user in users for i in ids[user]]
             if len(every) != len(users) * args.jobs:
                 raise RuntimeError("some startSimulate calls failed; see above")
-            expected = len(users) * args.jobs * args.duration_ms / 1000 / min(
-                args.workers, len(users) * (max_running or args.workers))
+            expected = (
+                len(users)
+                * args.jobs
+                * args.duration_ms
+                / 1000
+                / min(args.workers, len(users) * (max_running or args.workers))
+            )
             deadline = time.time() + 3 * expected + 120
             while True:
                 rows = read_jobs(engine, every)
@@ -179,11 +203,14 @@ def shares_run(args, users, max_running, url):
 
 def all_queued_window(rows, users):
     """The intervals [from, to) (ms) during which every user had a job queued."""
-    events = sorted((t, delta, owner) for r in rows
-                    for t, delta, owner in ((r.queued_at, 1, r.owner), (r.started_at, -1, r.owner)))
+    events = sorted(
+        (t, delta, owner)
+        for r in rows
+        for t, delta, owner in ((r.queued_at, 1, r.owner), (r.started_at, -1, r.owner))
+    )
     queued = dict.fromkeys(users, 0)
     intervals, opened = [], None
-    for t, delta, owner in events:            # at equal times a start (-1) comes first
+    for t, delta, owner in events:  # at equal times a start (-1) comes first
         queued[owner] += delta
         everyone = all(queued.values())
         if everyone and opened is None:
@@ -210,38 +237,57 @@ def report_shares(title, rows, users, workers):
         busy[r.owner] += r.finished_at - r.started_at
         busy_window[r.owner] += overlap(r.started_at, r.finished_at, window)
     total, total_window = sum(busy.values()), sum(busy_window.values())
-    print(f"{title}: {len(rows)} jobs in {(end - t0) / 1000:.1f} s; every user had jobs queued for "
-          f"{window_ms / 1000:.1f} s, workers busy {100 * total_window / max(1, workers * window_ms):.0f}% "
-          f"of that")
-    print(f"  {'user':<8}{'jobs':>5}  {'share while all queued':>22}  {'share of run':>12}  "
-          f"{'wait p50':>9}  {'wait p99':>9}  {'last done':>9}")
+    print(
+        f"{title}: {len(rows)} jobs in {(end - t0) / 1000:.1f} s; every user had jobs queued for "
+        f"{window_ms / 1000:.1f} s, workers busy {100 * total_window / max(1, workers * window_ms):.0f}% "
+        f"of that"
+    )
+    print(
+        f"  {'user':<8}{'jobs':>5}  {'share while all queued':>22}  {'share of run':>12}  "
+        f"{'wait p50':>9}  {'wait p99':>9}  {'last done':>9}"
+    )
     for user in users:
         mine = [r for r in rows if r.owner == user]
         waits = [r.started_at - r.queued_at for r in mine]
         share_window = f"{100 * busy_window[user] / total_window:.1f}%" if total_window else "-"
-        print(f"  {user:<8}{len(mine):>5}  {share_window:>22}  {100 * busy[user] / total:>11.1f}%  "
-              f"{statistics.median(waits) / 1000:>7.2f} s  {percentile(waits, 99) / 1000:>7.2f} s  "
-              f"{(max(r.finished_at for r in mine) - t0) / 1000:>7.1f} s")
+        print(
+            f"  {user:<8}{len(mine):>5}  {share_window:>22}  {100 * busy[user] / total:>11.1f}%  "
+            f"{statistics.median(waits) / 1000:>7.2f} s  {percentile(waits, 99) / 1000:>7.2f} s  "
+            f"{(max(r.finished_at for r in mine) - t0) / 1000:>7.1f} s"
+        )
 
 
 def part_shares(args):
-    users = (NAMES + [f"user{i}" for i in range(len(NAMES) + 1, args.users + 1)])[:args.users]
-    print(f"fair shares: {len(users)} users x {args.jobs} XDemo jobs of {args.duration_ms} ms, "
-          f"{args.workers} workers, {database_name(args.database_url)}; {users[0]} starts all hers "
-          f"first, then {', '.join(users[1:])} at once")
+    users = (NAMES + [f"user{i}" for i in range(len(NAMES) + 1, args.users + 1)])[: args.users]
+    print(
+        f"fair shares: {len(users)} users x {args.jobs} XDemo jobs of {args.duration_ms} ms, "
+        f"{args.workers} workers, {database_name(args.database_url)}; {users[0]} starts all hers "
+        f"first, then {', '.join(users[1:])} at once"
+    )
     for max_running in (args.max_running, 0):
-        title = (f"max_running = {max_running} (fair claims)" if max_running
-                 else "no max_running (first in, first out)")
+        title = (
+            f"max_running = {max_running} (fair claims)"
+            if max_running
+            else "no max_running (first in, first out)"
+        )
         rows = shares_run(args, users, max_running, args.database_url)
         report_shares(title, rows, users, args.workers)
 
 
 # ------------------------------------------------------------------ part 2: claim cost
 
+
 def record(owner):
-    return JobRecord(id=str(uuid.uuid4()), service="XDemo", operation="simulate",
-                     fetch_type="SimulateResponse", status="QUEUING", request='{"durationMs":0}',
-                     queued_at=now_ms(), owner=owner)
+    return JobRecord(
+        id=str(uuid.uuid4()),
+        service="XDemo",
+        operation="simulate",
+        fetch_type="SimulateResponse",
+        status="QUEUING",
+        request='{"durationMs":0}',
+        queued_at=now_ms(),
+        owner=owner,
+    )
 
 
 def timed_claims(store, limits, count):
@@ -268,7 +314,9 @@ def queue_many(store, owner, count):
     for i in range(count):
         job = record(owner)
         values = {k: getattr(job, k) for k in INSERT_KEYS if k != "lane"}
-        values.update(request=pack(job.request), lane=lane_of(job.service, job.owner), queued_at=now + i)
+        values.update(
+            request=pack(job.request), lane=lane_of(job.service, job.owner), queued_at=now + i
+        )
         rows.append(p.args(values))
     conn = store.engine.raw_connection()
     try:
@@ -283,15 +331,18 @@ def queue_many(store, owner, count):
 
 def part_claims(args):
     limits = (("alice", None, 1),)
-    with tempfile.TemporaryDirectory() as folder, scratch_database(args.database_url, folder) as url:
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        scratch_database(args.database_url, folder) as url,
+    ):
         store = SqlJobStore(url)
         try:
-            timed_claims(store, (), 100)                       # warm up: statements, pages
+            timed_claims(store, (), 100)  # warm up: statements, pages
             timed_claims(store, limits, 100)
             fifo = timed_claims(store, (), args.claims)
             empty = timed_claims(store, limits, args.claims)
             assert store.counts_by_status() == {}, store.counts_by_status()
-            first = record("alice")                            # alice runs one: her limit
+            first = record("alice")  # alice runs one: her limit
             assert store.create(first, 0)
             assert store.claim("bench", now_ms(), 30_000, None, limits).id == first.id
             t = time.perf_counter()
@@ -299,7 +350,7 @@ def part_claims(args):
             written = time.perf_counter() - t
             timed_claims(store, limits, 100)
             loaded = timed_claims(store, limits, args.claims)
-            with store.engine.begin() as conn:                 # as PostgreSQL's autovacuum will
+            with store.engine.begin() as conn:  # as PostgreSQL's autovacuum will
                 conn.exec_driver_sql("ANALYZE jobs")
             timed_claims(store, limits, 100)
             analysed = timed_claims(store, limits, args.claims)
@@ -307,17 +358,23 @@ def part_claims(args):
             assert counts == {"RUNNING": 1, "QUEUING": args.queued}, counts
         finally:
             store.close()
-    print(f"claim cost at the store ({database_name(args.database_url)}, one claim of bob's one queued job, "
-          f"{args.claims} times; µs median / p99):")
-    rows = [("plain FIFO claim (no limits), empty queue", fifo),
-            ("fair claim, empty queue", empty),
-            (f"fair claim, {args.queued} of alice's queued over her max_running", loaded),
-            ("  the same after ANALYZE", analysed)]
+    print(
+        f"claim cost at the store ({database_name(args.database_url)}, one claim of bob's one queued job, "
+        f"{args.claims} times; µs median / p99):"
+    )
+    rows = [
+        ("plain FIFO claim (no limits), empty queue", fifo),
+        ("fair claim, empty queue", empty),
+        (f"fair claim, {args.queued} of alice's queued over her max_running", loaded),
+        ("  the same after ANALYZE", analysed),
+    ]
     for label, took in rows:
         print(f"  {label + ':':<62} {statistics.median(took):7.0f} / {percentile(took, 99):7.0f}")
     ratios = [statistics.median(took) / statistics.median(empty) for took in (loaded, analysed)]
-    print(f"  ratio {args.queued} queued / empty (median): {ratios[0]:.2f}x, after ANALYZE {ratios[1]:.2f}x "
-          f"(target <= 1.5x); alice's {args.queued} jobs written in {written:.1f} s")
+    print(
+        f"  ratio {args.queued} queued / empty (median): {ratios[0]:.2f}x, after ANALYZE {ratios[1]:.2f}x "
+        f"(target <= 1.5x); alice's {args.queued} jobs written in {written:.1f} s"
+    )
 
 
 def main():
@@ -325,13 +382,21 @@ def main():
     parser.add_argument("--part", choices=("all", "shares", "claims"), default="all")
     parser.add_argument("--users", type=int, default=4)
     parser.add_argument("--jobs", type=int, default=200, help="jobs per user (part 1)")
-    parser.add_argument("--duration-ms", type=int, default=200, help="each job's durationMs (part 1)")
+    parser.add_argument(
+        "--duration-ms", type=int, default=200, help="each job's durationMs (part 1)"
+    )
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--max-running", type=int, default=1, help="every user's max_running (part 1)")
-    parser.add_argument("--queued", type=int, default=100_000, help="alice's over-quota jobs (part 2)")
+    parser.add_argument(
+        "--max-running", type=int, default=1, help="every user's max_running (part 1)"
+    )
+    parser.add_argument(
+        "--queued", type=int, default=100_000, help="alice's over-quota jobs (part 2)"
+    )
     parser.add_argument("--claims", type=int, default=2000, help="timed claims per case (part 2)")
-    parser.add_argument("--database-url", help="default: SQLite in a temporary folder; PostgreSQL: "
-                                               "a scratch database on that server")
+    parser.add_argument(
+        "--database-url",
+        help="default: SQLite in a temporary folder; PostgreSQL: a scratch database on that server",
+    )
     args = parser.parse_args()
     if args.users < 2 or args.max_running < 1:
         parser.error("--users must be at least 2 and --max-running at least 1")

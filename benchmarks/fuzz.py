@@ -24,6 +24,7 @@ script talks to 127.0.0.1 only and stops by itself.
     python benchmarks/fuzz.py [--count 100000] [--binding all|json|jsonrpc|soap|http]
                               [--clients 2] [--seed 0]
 """
+
 import argparse
 import collections
 import multiprocessing
@@ -54,18 +55,24 @@ def run_chunk(task):
     answers, problems, examples = collections.Counter(), collections.Counter(), {}
 
     @seed(chunk_seed)
-    @settings(max_examples=count, phases=[Phase.generate], database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=count,
+        phases=[Phase.generate],
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(CASES[binding](known))
     def fuzz(case):
         try:
             found, label = judge(case, exchange(port, case))
-        except OSError as exc:                  # no connection to the node at all
+        except OSError as exc:  # no connection to the node at all
             found, label = [("no connection", repr(exc))], "no connection"
         answers[label] += 1
         for kind, text in found:
             problems[kind] += 1
             examples.setdefault(kind, f"{text}\n      {case!r}"[:1500])
+
     fuzz()
     return answers, problems, examples
 
@@ -74,8 +81,16 @@ def fuzz_binding(pool, server, binding, args):
     """Fuzz one binding; prints its figures and answers whether all went well."""
     number = list(CASES).index(binding)
     known = [fuzzing.finished_job(server)]
-    tasks = [(binding, server.port, known, (args.seed * 10 + number) * 1_000_000 + index,
-              min(CHUNK, args.count - start)) for index, start in enumerate(range(0, args.count, CHUNK))]
+    tasks = [
+        (
+            binding,
+            server.port,
+            known,
+            (args.seed * 10 + number) * 1_000_000 + index,
+            min(CHUNK, args.count - start),
+        )
+        for index, start in enumerate(range(0, args.count, CHUNK))
+    ]
     rss_before, log_at = rss(server), len(server.log())
     answers, problems, examples = collections.Counter(), collections.Counter(), {}
     start = shown = time.monotonic()
@@ -87,20 +102,30 @@ def fuzz_binding(pool, server, binding, args):
         if time.monotonic() - shown > 30:
             shown = time.monotonic()
             sent = sum(answers.values())
-            print(f"  {binding}: {sent} of {args.count} sent, {sent / (shown - start):.0f}/s", flush=True)
+            print(
+                f"  {binding}: {sent} of {args.count} sent, {sent / (shown - start):.0f}/s",
+                flush=True,
+            )
     elapsed = time.monotonic() - start
     half_open = settled_half_open(server.port)
     tracebacks = fuzzing.tracebacks_logged(server, log_at)
     rss_after = rss(server)
     sent = sum(answers.values())
 
-    print(f"{binding}: {sent} inputs in {elapsed:.1f} s: {sent / elapsed:.0f} inputs/s, "
-          f"{1000 * elapsed / max(sent, 1):.2f} s per 1000 ({args.clients} client processes)")
-    print(f"  unanswered {problems['unanswered']}, InternalErrorFault {problems['InternalErrorFault']}, "
-          f"tracebacks {problems['traceback']} in answers and {len(tracebacks)} in the node's log, "
-          f"leaked sockets {problems[LEAKED]} (connections not let go) and {len(half_open)} half open at the end")
-    others = {kind: n for kind, n in problems.items()
-              if kind not in ("unanswered", "InternalErrorFault", "traceback", LEAKED)}
+    print(
+        f"{binding}: {sent} inputs in {elapsed:.1f} s: {sent / elapsed:.0f} inputs/s, "
+        f"{1000 * elapsed / max(sent, 1):.2f} s per 1000 ({args.clients} client processes)"
+    )
+    print(
+        f"  unanswered {problems['unanswered']}, InternalErrorFault {problems['InternalErrorFault']}, "
+        f"tracebacks {problems['traceback']} in answers and {len(tracebacks)} in the node's log, "
+        f"leaked sockets {problems[LEAKED]} (connections not let go) and {len(half_open)} half open at the end"
+    )
+    others = {
+        kind: n
+        for kind, n in problems.items()
+        if kind not in ("unanswered", "InternalErrorFault", "traceback", LEAKED)
+    }
     if others:
         print(f"  other problems: {others}")
     for kind, example in examples.items():
@@ -108,10 +133,16 @@ def fuzz_binding(pool, server, binding, args):
     for text in tracebacks[:2]:
         print(f"  logged: {text}")
     before, after = sum(rss_before.values()), sum(rss_after.values())
-    print(f"  node RSS {before / MB:.1f} MB before, {after / MB:.1f} MB after: {(after - before) / MB:+.1f} MB ("
-          + ", ".join(f"{name} {(rss_after[name] - rss_before[name]) / MB:+.1f}" for name in sorted(rss_after))
-          + ")")
-    print("  answers: " + ", ".join(f"{label} {n}" for label, n in answers.most_common()), flush=True)
+    print(
+        f"  node RSS {before / MB:.1f} MB before, {after / MB:.1f} MB after: {(after - before) / MB:+.1f} MB ("
+        + ", ".join(
+            f"{name} {(rss_after[name] - rss_before[name]) / MB:+.1f}" for name in sorted(rss_after)
+        )
+        + ")"
+    )
+    print(
+        "  answers: " + ", ".join(f"{label} {n}" for label, n in answers.most_common()), flush=True
+    )
     return not problems and not half_open and not tracebacks and sent == args.count
 
 
@@ -123,9 +154,11 @@ def rss(server) -> dict:
     for pid, name in process_names(pids, server.port).items():
         try:
             with open(f"/proc/{pid}/status") as f:
-                found[name] += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
+                found[name] += (
+                    next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
+                )
         except (OSError, StopIteration):
-            pass                        # gone meanwhile (a worker replaced)
+            pass  # gone meanwhile (a worker replaced)
     return found
 
 
@@ -143,8 +176,10 @@ def still_serves(server, kept) -> bool:
     except AssertionError as exc:
         print(f"after the fuzz: {exc}")
         return False
-    print(f"after the fuzz: a new job served from start to fetch: {served}; "
-          f"the job finished before the fuzz answers its result: {result}")
+    print(
+        f"after the fuzz: a new job served from start to fetch: {served}; "
+        f"the job finished before the fuzz answers its result: {result}"
+    )
     return served and result
 
 

@@ -58,6 +58,7 @@ Targets, with the default configuration on the 2-core machine:
   job ended; node RSS (all its processes) <= 400 MB.
 - 2 000 held: all answered p99 <= 50 ms after the job ended.
 """
+
 import argparse
 import asyncio
 import collections
@@ -80,29 +81,45 @@ from tests.processes import tcp_sockets  # noqa: E402
 
 HOST = "127.0.0.1"
 TERMINAL = ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN")
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)      # Linux; Python does not name it
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
 ANCILLARY = socket.CMSG_SPACE(16)
-TARGETS = {10000: {"others_p99": 20, "answered_p99": 100, "rss": 400},
-           2000: {"answered_p99": 50}}
+TARGETS = {10000: {"others_p99": 20, "answered_p99": 100, "rss": 400}, 2000: {"answered_p99": 50}}
 
 
 # ---------------------------------------------------------------- the client processes
 
+
 class Held:
     """One held watch: its own connection, its request, its answer."""
-    __slots__ = ("sent_at", "attempts", "kernel_at", "local_at", "http_status", "status",
-                 "error", "sent")
+
+    __slots__ = (
+        "sent_at",
+        "attempts",
+        "kernel_at",
+        "local_at",
+        "http_status",
+        "status",
+        "error",
+        "sent",
+    )
 
     def __init__(self, loop):
         self.sent_at = self.kernel_at = self.local_at = None
         self.attempts = 0
         self.http_status = 0
         self.status = self.error = None
-        self.sent = loop.create_future()       # done when the request is sent, or given up
+        self.sent = loop.create_future()  # done when the request is sent, or given up
 
     def row(self):
-        return (self.sent_at, self.attempts, self.kernel_at, self.local_at, self.http_status,
-                self.status, self.error)
+        return (
+            self.sent_at,
+            self.attempts,
+            self.kernel_at,
+            self.local_at,
+            self.http_status,
+            self.status,
+            self.error,
+        )
 
 
 async def _connect_and_send(loop, port, request, held, timeout, retries):
@@ -116,11 +133,11 @@ async def _connect_and_send(loop, port, request, held, timeout, retries):
             await asyncio.wait_for(loop.sock_connect(sock, (HOST, port)), timeout)
             await asyncio.wait_for(loop.sock_sendall(sock, request), timeout)
             return sock
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             sock.close()
             last = e
             await asyncio.sleep(0.05 * (attempt + 1))
-        except asyncio.CancelledError:          # the connect budget is spent
+        except asyncio.CancelledError:  # the connect budget is spent
             sock.close()
             raise
     raise ConnectionError(f"connect: {type(last).__name__}")
@@ -164,11 +181,13 @@ def _read_answer(loop, sock):
                     if name.strip().lower() == "content-length":
                         state["length"] = int(value)
         if state["header"] is not None:
-            body = buf[state["header"]:]
+            body = buf[state["header"] :]
             if (state["length"] is not None and len(body) >= state["length"]) or data == b"":
                 return finish((state["at"], time.time(), state["status"], bytes(body)))
         if data == b"":
-            finish(error=ConnectionError("closed before an answer" if not buf else "truncated answer"))
+            finish(
+                error=ConnectionError("closed before an answer" if not buf else "truncated answer")
+            )
 
     loop.add_reader(sock.fileno(), readable)
     return future
@@ -178,7 +197,9 @@ async def _hold(loop, port, request, held, timeout, retries, answered, index):
     try:
         sock = await _connect_and_send(loop, port, request, held, timeout, retries)
     except (ConnectionError, asyncio.CancelledError) as e:
-        held.error = str(e) if isinstance(e, ConnectionError) else "not connected: connect budget spent"
+        held.error = (
+            str(e) if isinstance(e, ConnectionError) else "not connected: connect budget spent"
+        )
         if not held.sent.done():
             held.sent.set_result(False)
         return
@@ -206,14 +227,29 @@ async def _hold(loop, port, request, held, timeout, retries, answered, index):
         sock.close()
 
 
-async def _clients(index, port, job_id, count, batch, timeout, retries, connect_budget,
-                   wait_budget, give_up, answered, results):
+async def _clients(
+    index,
+    port,
+    job_id,
+    count,
+    batch,
+    timeout,
+    retries,
+    connect_budget,
+    wait_budget,
+    give_up,
+    answered,
+    results,
+):
     loop = asyncio.get_running_loop()
-    body = json.dumps({"id": job_id, "progressUpdatePeriod": 50000,
-                       "maximumPollingPeriod": 50000}).encode()
-    request = (f"POST /services/rs/XRuntime/watchJob HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
-               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-               f"Connection: close\r\n\r\n").encode() + body
+    body = json.dumps(
+        {"id": job_id, "progressUpdatePeriod": 50000, "maximumPollingPeriod": 50000}
+    ).encode()
+    request = (
+        f"POST /services/rs/XRuntime/watchJob HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        f"Connection: close\r\n\r\n"
+    ).encode() + body
     helds, tasks = [], []
     connect_deadline = time.time() + connect_budget
     for start in range(0, count, batch):
@@ -221,18 +257,32 @@ async def _clients(index, port, job_id, count, batch, timeout, retries, connect_
             break
         group = [Held(loop) for _ in range(start, min(count, start + batch))]
         helds += group
-        tasks += [asyncio.create_task(_hold(loop, port, request, h, timeout, retries, answered, index))
-                  for h in group]
-        await asyncio.wait([h.sent for h in group],
-                           timeout=max(0.01, min((timeout + 1) * (retries + 2), connect_deadline - time.time())))
-    for h, t in zip(helds, tasks):                    # still connecting when the budget was spent
+        tasks += [
+            asyncio.create_task(_hold(loop, port, request, h, timeout, retries, answered, index))
+            for h in group
+        ]
+        await asyncio.wait(
+            [h.sent for h in group],
+            timeout=max(0.01, min((timeout + 1) * (retries + 2), connect_deadline - time.time())),
+        )
+    for h, t in zip(helds, tasks):  # still connecting when the budget was spent
         if not h.sent.done():
             t.cancel()
     await asyncio.wait([h.sent for h in helds], timeout=5)
     skipped = count - len(helds)
     sent = sum(1 for h in helds if h.sent_at is not None)
-    results.put(("held", index, {"sent": sent, "failed": count - sent, "skipped": skipped,
-                                 "retried": sum(1 for h in helds if h.attempts > 1)}))
+    results.put(
+        (
+            "held",
+            index,
+            {
+                "sent": sent,
+                "failed": count - sent,
+                "skipped": skipped,
+                "retried": sum(1 for h in helds if h.attempts > 1),
+            },
+        )
+    )
     deadline = time.time() + wait_budget
     while time.time() < deadline and not give_up.is_set():
         if all(t.done() for t in tasks):
@@ -246,18 +296,45 @@ async def _clients(index, port, job_id, count, batch, timeout, retries, connect_
     results.put(("done", index, rows))
 
 
-def client_process(index, port, job_id, count, batch, timeout, retries, connect_budget,
-                   wait_budget, give_up, answered, results):
+def client_process(
+    index,
+    port,
+    job_id,
+    count,
+    batch,
+    timeout,
+    retries,
+    connect_budget,
+    wait_budget,
+    give_up,
+    answered,
+    results,
+):
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ValueError, OSError):
         pass
-    asyncio.run(_clients(index, port, job_id, count, batch, timeout, retries, connect_budget,
-                         wait_budget, give_up, answered, results))
+    asyncio.run(
+        _clients(
+            index,
+            port,
+            job_id,
+            count,
+            batch,
+            timeout,
+            retries,
+            connect_budget,
+            wait_budget,
+            give_up,
+            answered,
+            results,
+        )
+    )
 
 
 # ---------------------------------------------------------------- the controlling side
+
 
 class Connection:
     """One keep-alive JSON connection with a timeout per call."""
@@ -272,8 +349,12 @@ class Connection:
         if self.conn.sock is not None:
             self.conn.sock.settimeout(self.conn.timeout)
         try:
-            self.conn.request("POST", f"/services/rs/{service}/{operation}", json.dumps(body),
-                              {"Content-Type": "application/json"})
+            self.conn.request(
+                "POST",
+                f"/services/rs/{service}/{operation}",
+                json.dumps(body),
+                {"Content-Type": "application/json"},
+            )
             response = self.conn.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException):
@@ -305,8 +386,11 @@ def other_calls(port, count, call_timeout, budget, previous_job):
         if kind == 0:
             call = ("XDemo", "startSimulate", {"durationMs": 0})
         elif kind == 1:
-            call = ("XRuntime", "watchJob", {"id": previous_job, "progressUpdatePeriod": 250,
-                                             "maximumPollingPeriod": 5000})
+            call = (
+                "XRuntime",
+                "watchJob",
+                {"id": previous_job, "progressUpdatePeriod": 250, "maximumPollingPeriod": 5000},
+            )
         elif kind == 2:
             call = ("XDemo", "fetchSimulateResponse", {"id": previous_job})
         else:
@@ -314,7 +398,7 @@ def other_calls(port, count, call_timeout, budget, previous_job):
         began = time.perf_counter()
         try:
             answer = conn.call(*call, timeout=min(call_timeout, max(0.1, remaining)))
-        except socket.timeout:
+        except TimeoutError:
             failures[f"{call[1]}: no answer within {call_timeout:g} s"] += 1
             continue
         except (OSError, http.client.HTTPException, RuntimeError, ValueError) as e:
@@ -359,9 +443,9 @@ def node_connections(port):
     process (accepted); the listening socket's rx_queue is its accept queue."""
     accepted = backlog = 0
     for _, state, queued, inode in tcp_sockets(port):
-        if state == "0A":                                   # LISTEN
+        if state == "0A":  # LISTEN
             backlog += queued
-        elif state == "01" and inode != "0":                # ESTABLISHED, owned
+        elif state == "01" and inode != "0":  # ESTABLISHED, owned
             accepted += 1
     return accepted, backlog
 
@@ -385,8 +469,10 @@ def percentile(values, p):
 def figures(values):
     if not values:
         return "none answered"
-    return (f"p50 {percentile(values, 50):.1f}, p99 {percentile(values, 99):.1f}, "
-            f"max {max(values):.1f} ms")
+    return (
+        f"p50 {percentile(values, 50):.1f}, p99 {percentile(values, 99):.1f}, "
+        f"max {max(values):.1f} ms"
+    )
 
 
 def top(counter, limit=4):
@@ -399,23 +485,35 @@ def note(text):
 
 # ---------------------------------------------------------------- one client count
 
+
 def run(server, n, args):
     port, pid = server.port, server.proc.pid
     control = Connection(port, args.stop_timeout)
     # a finished no-op job for the first cycle of the other calls
     warm = control.call("XDemo", "startSimulate", {"durationMs": 0})
     for _ in range(100):
-        if control.call("XRuntime", "watchJob", {"id": warm["id"], "progressUpdatePeriod": 250,
-                                                 "maximumPollingPeriod": 1000})["status"] in TERMINAL:
+        if (
+            control.call(
+                "XRuntime",
+                "watchJob",
+                {"id": warm["id"], "progressUpdatePeriod": 250, "maximumPollingPeriod": 1000},
+            )["status"]
+            in TERMINAL
+        ):
             break
     rss0, pss0, procs0 = node_memory(pid)
 
     started_at = time.time()
-    job = control.call("XDemo", "startSimulate", {"durationMs": int(args.job_seconds * 1000), "steps": 1})
-    start_rtt = (time.time() - started_at) * 1000    # how early the job-end estimate can be
-    for _ in range(100):                           # until a worker runs it (bounded: 100 × 1 s)
-        status = control.call("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 250,
-                                                       "maximumPollingPeriod": 1000})["status"]
+    job = control.call(
+        "XDemo", "startSimulate", {"durationMs": int(args.job_seconds * 1000), "steps": 1}
+    )
+    start_rtt = (time.time() - started_at) * 1000  # how early the job-end estimate can be
+    for _ in range(100):  # until a worker runs it (bounded: 100 × 1 s)
+        status = control.call(
+            "XRuntime",
+            "watchJob",
+            {"id": job["id"], "progressUpdatePeriod": 250, "maximumPollingPeriod": 1000},
+        )["status"]
         if status != "QUEUING":
             break
     if status != "RUNNING":
@@ -427,11 +525,27 @@ def run(server, n, args):
     wait_budget = args.settle + args.others_budget + args.stop_timeout + args.answer_timeout + 120
     ctx = multiprocessing.get_context("spawn")
     results, give_up, answered = ctx.Queue(), ctx.Event(), ctx.Array("i", processes)
-    workers = [ctx.Process(target=client_process, daemon=True,
-                           args=(i, port, job["id"], share, batch, args.connect_timeout,
-                                 args.retries, args.connect_budget, wait_budget, give_up, answered,
-                                 results))
-               for i, share in enumerate(shares)]
+    workers = [
+        ctx.Process(
+            target=client_process,
+            daemon=True,
+            args=(
+                i,
+                port,
+                job["id"],
+                share,
+                batch,
+                args.connect_timeout,
+                args.retries,
+                args.connect_budget,
+                wait_budget,
+                give_up,
+                answered,
+                results,
+            ),
+        )
+        for i, share in enumerate(shares)
+    ]
     note(f"{n} clients in {processes} process(es), {batch} connects at a time per process")
     connect_began = time.time()
     for w in workers:
@@ -458,8 +572,9 @@ def run(server, n, args):
     accepted, backlog = node_connections(port)
     rss, pss, procs = node_memory(pid)
     note(f"{args.other_calls} other calls")
-    latencies, failures = other_calls(port, args.other_calls, args.call_timeout, args.others_budget,
-                                      warm["id"])
+    latencies, failures = other_calls(
+        port, args.other_calls, args.call_timeout, args.others_budget, warm["id"]
+    )
     waiting_after = sent - sum(answered)
     held_until = time.time()
 
@@ -472,15 +587,20 @@ def run(server, n, args):
         stop_error, stop_status = f"{type(e).__name__} {e}", None
     stop_answered = time.time()
     final = None
-    for _ in range(20):                             # the frozen elapsedTime (bounded)
+    for _ in range(20):  # the frozen elapsedTime (bounded)
         try:
-            final = control.call("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 250,
-                                                          "maximumPollingPeriod": 5000})
+            final = control.call(
+                "XRuntime",
+                "watchJob",
+                {"id": job["id"], "progressUpdatePeriod": 250, "maximumPollingPeriod": 5000},
+            )
         except (OSError, http.client.HTTPException, RuntimeError, ValueError):
             break
         if final["status"] in TERMINAL:
             break
-    job_end = started_at + final["elapsedTime"] / 1000 if final and final["status"] in TERMINAL else None
+    job_end = (
+        started_at + final["elapsedTime"] / 1000 if final and final["status"] in TERMINAL else None
+    )
 
     collect(time.time() + args.answer_timeout, rows)
     if len(rows) < processes:
@@ -517,49 +637,76 @@ def run(server, n, args):
         end_how += " (the job had ended by itself)"
     final_status = final["status"] if final else "no answer"
     statuses = "/".join(sorted({row[5] for row in all_rows if row[5] in TERMINAL})) or "terminal"
-    print(f"{n} held ({processes} client process(es) on the same {os.cpu_count()} cores as the node):")
-    print(f"  held: {sent}/{n} watch requests sent in {connect_seconds:.1f} s ({not_sent} not sent, "
-          f"{retried} connects retried); {args.settle:g} s later the node had accepted {accepted} "
-          f"connections and {backlog} waited in its listen backlog")
-    print(f"  node while held: RSS {rss:.0f} MB, PSS {pss:.0f} MB, {procs} processes "
-          f"(before the clients: RSS {rss0:.0f} MB, PSS {pss0:.0f} MB, {procs0} processes)")
-    print(f"  other calls while held: {figures(latencies)} ({len(latencies)}/{args.other_calls} answered"
-          + (f"; {top(failures)}" if failures else "")
-          + f"; {waiting_before} watches waiting before them, {waiting_after} after)")
-    print(f"  job ended: {end_how}, finally {final_status}"
-          + (f" after {final['elapsedTime'] / 1000:.1f} s" if final else "")
-          + f"; stopJob answered {stop_answered - connect_began:.1f} s after the client processes were started")
+    print(
+        f"{n} held ({processes} client process(es) on the same {os.cpu_count()} cores as the node):"
+    )
+    print(
+        f"  held: {sent}/{n} watch requests sent in {connect_seconds:.1f} s ({not_sent} not sent, "
+        f"{retried} connects retried); {args.settle:g} s later the node had accepted {accepted} "
+        f"connections and {backlog} waited in its listen backlog"
+    )
+    print(
+        f"  node while held: RSS {rss:.0f} MB, PSS {pss:.0f} MB, {procs} processes "
+        f"(before the clients: RSS {rss0:.0f} MB, PSS {pss0:.0f} MB, {procs0} processes)"
+    )
+    print(
+        f"  other calls while held: {figures(latencies)} ({len(latencies)}/{args.other_calls} answered"
+        + (f"; {top(failures)}" if failures else "")
+        + f"; {waiting_before} watches waiting before them, {waiting_after} after)"
+    )
+    print(
+        f"  job ended: {end_how}, finally {final_status}"
+        + (f" after {final['elapsedTime'] / 1000:.1f} s" if final else "")
+        + f"; stopJob answered {stop_answered - connect_began:.1f} s after the client processes were started"
+    )
     if ended_early:
-        print(f"  WARNING: the job ended {held_until - job_end:.1f} s before the memory and the other "
-              f"calls were done, so they were not all measured while held: raise --job-seconds")
-    print(f"  answered after the job ended: {figures(after_end)} "
-          f"({len(terminal)}/{n} answered {statuses}, {sum(non_terminal.values())} non-terminal"
-          + (f" [{', '.join(f'{c} {s}' for s, c in non_terminal.items())}]" if non_terminal else "")
-          + f", {sum(failed.values())} failed" + (f": {top(failed)}" if failed else "") + ")")
-    detail = [f"the end taken as startSimulate sent + elapsedTime, early by at most its round trip "
-              f"({start_rtt:.1f} ms); arrival = kernel receive time"]
+        print(
+            f"  WARNING: the job ended {held_until - job_end:.1f} s before the memory and the other "
+            f"calls were done, so they were not all measured while held: raise --job-seconds"
+        )
+    print(
+        f"  answered after the job ended: {figures(after_end)} "
+        f"({len(terminal)}/{n} answered {statuses}, {sum(non_terminal.values())} non-terminal"
+        + (f" [{', '.join(f'{c} {s}' for s, c in non_terminal.items())}]" if non_terminal else "")
+        + f", {sum(failed.values())} failed"
+        + (f": {top(failed)}" if failed else "")
+        + ")"
+    )
+    detail = [
+        f"the end taken as startSimulate sent + elapsedTime, early by at most its round trip "
+        f"({start_rtt:.1f} ms); arrival = kernel receive time"
+    ]
     if stop_status == "STOPPING":
         detail.append(f"from the stopJob answer instead: {figures(after_stop)}")
     detail.append(f"arrival = when the client had parsed it: {figures(local_after_end)}")
     print(f"    ({'; '.join(detail)})")
-    print(f"  summary: {n} held: other calls {figures(latencies)}; answered after the job ended "
-          f"{figures(after_end)} ({len(terminal)}/{n} answered); node RSS {rss:.0f} MB "
-          f"(PSS {pss:.0f} MB, {procs} processes)")
+    print(
+        f"  summary: {n} held: other calls {figures(latencies)}; answered after the job ended "
+        f"{figures(after_end)} ({len(terminal)}/{n} answered); node RSS {rss:.0f} MB "
+        f"(PSS {pss:.0f} MB, {procs} processes)"
+    )
     target = TARGETS.get(n)
     if target:
         checks = []
-        partly = ("not measured while held" if ended_early
-                  else f"not measured (only {sent}/{n} held)" if sent < n else None)
+        partly = (
+            "not measured while held"
+            if ended_early
+            else f"not measured (only {sent}/{n} held)"
+            if sent < n
+            else None
+        )
         if "others_p99" in target:
             p99 = percentile(latencies, 99) if len(latencies) == args.other_calls else math.inf
-            verdict = (partly if partly else "met" if p99 <= target["others_p99"] else "MISSED")
+            verdict = partly if partly else "met" if p99 <= target["others_p99"] else "MISSED"
             checks.append(f"other calls p99 <= {target['others_p99']} ms: {verdict}")
         if "answered_p99" in target:
             p99 = percentile(after_end, 99) if after_end and len(terminal) == n else math.inf
-            checks.append(f"all {n} answered, p99 <= {target['answered_p99']} ms: "
-                          f"{'met' if p99 <= target['answered_p99'] else 'MISSED'}")
+            checks.append(
+                f"all {n} answered, p99 <= {target['answered_p99']} ms: "
+                f"{'met' if p99 <= target['answered_p99'] else 'MISSED'}"
+            )
         if "rss" in target:
-            verdict = (partly if partly else "met" if rss <= target["rss"] else "MISSED")
+            verdict = partly if partly else "met" if rss <= target["rss"] else "MISSED"
             checks.append(f"node RSS <= {target['rss']} MB: {verdict}")
         print("  targets: " + "; ".join(checks))
     sys.stdout.flush()
@@ -567,35 +714,71 @@ def run(server, n, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, nargs="+", default=[2000, 10000],
-                        help="held watches, one run per count (default: 2000 10000)")
-    parser.add_argument("--job-seconds", type=float, default=60,
-                        help="durationMs of the held job, an upper bound: stopJob ends it (default 60)")
-    parser.add_argument("--processes", type=int, default=0,
-                        help="client processes; 0: one per 2 500 clients, at most 4")
-    parser.add_argument("--batch", type=int, default=100,
-                        help="connects in flight at once over all client processes (default 100)")
+    parser.add_argument(
+        "--clients",
+        type=int,
+        nargs="+",
+        default=[2000, 10000],
+        help="held watches, one run per count (default: 2000 10000)",
+    )
+    parser.add_argument(
+        "--job-seconds",
+        type=float,
+        default=60,
+        help="durationMs of the held job, an upper bound: stopJob ends it (default 60)",
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="client processes; 0: one per 2 500 clients, at most 4",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=100,
+        help="connects in flight at once over all client processes (default 100)",
+    )
     parser.add_argument("--connect-timeout", type=float, default=10, help="per connect attempt (s)")
-    parser.add_argument("--retries", type=int, default=3, help="of a refused, reset or timed-out connect")
-    parser.add_argument("--connect-budget", type=float, default=30,
-                        help="seconds for all connects; clients not connected by then count as failed")
-    parser.add_argument("--settle", type=float, default=1.5, help="seconds between the last send and the other calls")
+    parser.add_argument(
+        "--retries", type=int, default=3, help="of a refused, reset or timed-out connect"
+    )
+    parser.add_argument(
+        "--connect-budget",
+        type=float,
+        default=30,
+        help="seconds for all connects; clients not connected by then count as failed",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=1.5,
+        help="seconds between the last send and the other calls",
+    )
     parser.add_argument("--other-calls", type=int, default=200)
     parser.add_argument("--call-timeout", type=float, default=2, help="per other call (s)")
-    parser.add_argument("--others-budget", type=float, default=10, help="seconds for all other calls")
+    parser.add_argument(
+        "--others-budget", type=float, default=10, help="seconds for all other calls"
+    )
     parser.add_argument("--stop-timeout", type=float, default=120, help="for the stopJob call (s)")
-    parser.add_argument("--answer-timeout", type=float, default=60,
-                        help="seconds after stopJob for the held watches to answer")
+    parser.add_argument(
+        "--answer-timeout",
+        type=float,
+        default=60,
+        help="seconds after stopJob for the held watches to answer",
+    )
     parser.add_argument("--database-url", help="default: SQLite in a temporary folder")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         config = default_config(folder, free_port(), args.database_url)
         server = Server(folder, config=config, env={"XRUNTIME_SERVICE_MODULES": ""}).start()
         try:
-            print(f"node: default config/xserver.toml (only port and database url changed), "
-                  f"{'SQLite' if not args.database_url else args.database_url.split(':')[0]}, "
-                  f"its open-files limit {open_files_limit(server.proc.pid)}; "
-                  f"clients and node share this machine's {os.cpu_count()} cores")
+            print(
+                f"node: default config/xserver.toml (only port and database url changed), "
+                f"{'SQLite' if not args.database_url else args.database_url.split(':')[0]}, "
+                f"its open-files limit {open_files_limit(server.proc.pid)}; "
+                f"clients and node share this machine's {os.cpu_count()} cores"
+            )
             sys.stdout.flush()
             for n in args.clients:
                 run(server, n, args)

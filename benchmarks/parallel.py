@@ -4,6 +4,7 @@ Each process builds its step (``make_step(*args)``, e.g. on its own keep-alive
 connection), waits for a common start, repeats the step for ``seconds`` and reports
 how many it did; the answer is steps per second over all processes.
 """
+
 import multiprocessing
 import time
 
@@ -22,9 +23,11 @@ def _repeat(make_step, args, seconds, start_at, results):
 def per_second(make_step, args, clients: int, seconds: float) -> float:
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    start_at = time.time() + 1.5            # time for every process to start
-    procs = [ctx.Process(target=_repeat, args=(make_step, args, seconds, start_at, results))
-             for _ in range(clients)]
+    start_at = time.time() + 1.5  # time for every process to start
+    procs = [
+        ctx.Process(target=_repeat, args=(make_step, args, seconds, start_at, results))
+        for _ in range(clients)
+    ]
     for p in procs:
         p.start()
     total = sum(results.get(timeout=seconds + 120) for _ in procs)

@@ -20,6 +20,7 @@ and the p50/p99 of a getRuntimeInformation sent every 10 ms by another client me
     python benchmarks/parsing.py [--mb 10] [--parallel 8] [--locations 100000]
                                  [--case soap-header,json-lists,json-dima,soap-dima]
 """
+
 import argparse
 import http.client
 import json
@@ -44,16 +45,21 @@ DIMA_NS = "http://xruntime.org/xserver/xdima"
 
 def soap_header(size):
     head = f'<soap:Envelope xmlns:soap="{SOAP_ENV}"><soap:Header>'
-    tail = (f'</soap:Header><soap:Body><x:startSimulate xmlns:x="{XDEMO_NS}"><durationMs>0</durationMs>'
-            "</x:startSimulate></soap:Body></soap:Envelope>")
+    tail = (
+        f'</soap:Header><soap:Body><x:startSimulate xmlns:x="{XDEMO_NS}"><durationMs>0</durationMs>'
+        "</x:startSimulate></soap:Body></soap:Envelope>"
+    )
     count = (size - len(head) - len(tail)) // 4
     return "/services/ws/XDemo", (head + "<h/>" * count + tail).encode(), "text/xml; charset=utf-8"
 
 
 def json_lists(size):
     count = (size - 2) // 3
-    return "/services/rs/XDemo/startSimulate", ("[" + ",".join(["[]"] * count) + "]").encode(), \
-        "application/json"
+    return (
+        "/services/rs/XDemo/startSimulate",
+        ("[" + ",".join(["[]"] * count) + "]").encode(),
+        "application/json",
+    )
 
 
 def _locations(n, rng):
@@ -62,20 +68,31 @@ def _locations(n, rng):
 
 def json_dima(locations):
     rng = random.Random(1)
-    body = {"startLocations": [{"longitude": x, "latitude": y} for x, y in _locations(locations, rng)],
-            "destinationLocations": [{"longitude": x, "latitude": y} for x, y in _locations(4, rng)]}
-    return "/services/rs/XDima/startCreateDistanceMatrix", json.dumps(body).encode(), "application/json"
+    body = {
+        "startLocations": [{"longitude": x, "latitude": y} for x, y in _locations(locations, rng)],
+        "destinationLocations": [{"longitude": x, "latitude": y} for x, y in _locations(4, rng)],
+    }
+    return (
+        "/services/rs/XDima/startCreateDistanceMatrix",
+        json.dumps(body).encode(),
+        "application/json",
+    )
 
 
 def soap_dima(locations):
     rng = random.Random(1)
 
     def located(tag, points):
-        return "".join(f"<{tag}><longitude>{x}</longitude><latitude>{y}</latitude></{tag}>" for x, y in points)
-    body = (f'<soap:Envelope xmlns:soap="{SOAP_ENV}"><soap:Body><d:startCreateDistanceMatrix xmlns:d="{DIMA_NS}">'
-            + located("startLocations", _locations(locations, rng))
-            + located("destinationLocations", _locations(4, rng))
-            + "</d:startCreateDistanceMatrix></soap:Body></soap:Envelope>")
+        return "".join(
+            f"<{tag}><longitude>{x}</longitude><latitude>{y}</latitude></{tag}>" for x, y in points
+        )
+
+    body = (
+        f'<soap:Envelope xmlns:soap="{SOAP_ENV}"><soap:Body><d:startCreateDistanceMatrix xmlns:d="{DIMA_NS}">'
+        + located("startLocations", _locations(locations, rng))
+        + located("destinationLocations", _locations(4, rng))
+        + "</d:startCreateDistanceMatrix></soap:Body></soap:Envelope>"
+    )
     return "/services/ws/XDima", body.encode(), "text/xml; charset=utf-8"
 
 
@@ -130,8 +147,12 @@ class Prober(threading.Thread):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         while not self.stopping.is_set():
             began = time.monotonic()
-            conn.request("POST", "/services/rs/XRuntime/getRuntimeInformation", b"{}",
-                         {"Content-Type": "application/json"})
+            conn.request(
+                "POST",
+                "/services/rs/XRuntime/getRuntimeInformation",
+                b"{}",
+                {"Content-Type": "application/json"},
+            )
             conn.getresponse().read()
             self.latencies.append(time.monotonic() - began)
             self.stopping.wait(0.01)
@@ -145,7 +166,7 @@ class Prober(threading.Thread):
 def measure(server, http_pid, name, message, parallel):
     path, body, ctype = message
     with open(f"/proc/{http_pid}/clear_refs", "w") as f:
-        f.write("5")                                 # VmHWM := VmRSS
+        f.write("5")  # VmHWM := VmRSS
     before, node_before = kb(http_pid, "VmRSS") / 1024, node_rss(server)
     prober = Prober(server.port)
     prober.start()
@@ -153,6 +174,7 @@ def measure(server, http_pid, name, message, parallel):
 
     def one(i):
         results[i] = post(server.port, path, body, ctype)
+
     threads = [threading.Thread(target=one, args=(i,)) for i in range(parallel)]
     for t in threads:
         t.start()
@@ -165,35 +187,49 @@ def measure(server, http_pid, name, message, parallel):
     statuses = sorted({status for status, _, _ in results})
     seconds = [elapsed for _, elapsed, _ in results]
     p50, p99, worst = prober.figures()
-    print(f"{name} ×{parallel} ({len(body) / MB:.1f} MB): HTTP {statuses}, answered in "
-          f"{min(seconds):.2f}-{max(seconds):.2f} s; HTTP process RSS {before:.0f} → peak {peak:.0f} "
-          f"(+{peak - before:.0f}) → after {after:.0f} MB (+{after - before:.0f}); node RSS "
-          f"{node_before:.0f} → {node_after:.0f} MB; others' latency p50 {p50:.1f} p99 {p99:.1f} "
-          f"max {worst:.1f} ms ({len(prober.latencies)} calls)", flush=True)
+    print(
+        f"{name} ×{parallel} ({len(body) / MB:.1f} MB): HTTP {statuses}, answered in "
+        f"{min(seconds):.2f}-{max(seconds):.2f} s; HTTP process RSS {before:.0f} → peak {peak:.0f} "
+        f"(+{peak - before:.0f}) → after {after:.0f} MB (+{after - before:.0f}); node RSS "
+        f"{node_before:.0f} → {node_after:.0f} MB; others' latency p50 {p50:.1f} p99 {p99:.1f} "
+        f"max {worst:.1f} ms ({len(prober.latencies)} calls)",
+        flush=True,
+    )
     first = results[0][2]
     if statuses != [200]:
         print(f"  answer: {first[:300]!r}")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--mb", type=float, default=10)
     parser.add_argument("--parallel", type=int, default=8)
     parser.add_argument("--locations", type=int, default=100_000)
     parser.add_argument("--case", default="soap-header,json-lists,json-dima,soap-dima")
     args = parser.parse_args()
     size = int(args.mb * MB) - 1024
-    makers = {"soap-header": lambda: soap_header(size), "json-lists": lambda: json_lists(size),
-              "json-dima": lambda: json_dima(args.locations), "soap-dima": lambda: soap_dima(args.locations)}
+    makers = {
+        "soap-header": lambda: soap_header(size),
+        "json-lists": lambda: json_lists(size),
+        "json-dima": lambda: json_dima(args.locations),
+        "soap-dima": lambda: soap_dima(args.locations),
+    }
     for name in args.case.split(","):
         message = makers[name]()
-        with tempfile.TemporaryDirectory() as folder:      # a fresh node for each case
-            server = Server(folder, server_keys={"processes": 1}, threads=32,
-                            env={"XRUNTIME_SERVICE_MODULES": ""}).start()
+        with tempfile.TemporaryDirectory() as folder:  # a fresh node for each case
+            server = Server(
+                folder,
+                server_keys={"processes": 1},
+                threads=32,
+                env={"XRUNTIME_SERVICE_MODULES": ""},
+            ).start()
             try:
                 pids = [server.proc.pid] + descendants(server.proc.pid)
-                http_pid = next(pid for pid, kind in process_names(pids, server.port).items()
-                                if kind == "http")
+                http_pid = next(
+                    pid for pid, kind in process_names(pids, server.port).items() if kind == "http"
+                )
                 for parallel in (1, args.parallel):
                     measure(server, http_pid, name, message, parallel)
             finally:

@@ -12,6 +12,7 @@ Targets on the 2-core machine (default config, SQLite): >= 450 cycles/s with 8 c
 cores busy, wake-up p99 <= 20 ms.  The CPU time of the node's processes during the run is
 printed too.
 """
+
 import argparse
 import http.client
 import json
@@ -51,9 +52,15 @@ def process_names(pids, port):
             fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
         except OSError:
             continue
-        names[pid] = ("main" if "xruntime serve" in cmd else
-                      "tracker" if "resource_tracker" in cmd else
-                      "http" if f"socket:[{listening}]" in fds else "worker")
+        names[pid] = (
+            "main"
+            if "xruntime serve" in cmd
+            else "tracker"
+            if "resource_tracker" in cmd
+            else "http"
+            if f"socket:[{listening}]" in fds
+            else "worker"
+        )
     return names
 
 
@@ -66,8 +73,12 @@ class Client:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=70)
 
     def call(self, service, operation, body):
-        self.conn.request("POST", f"/services/rs/{service}/{operation}", json.dumps(body),
-                          {"Content-Type": "application/json"})
+        self.conn.request(
+            "POST",
+            f"/services/rs/{service}/{operation}",
+            json.dumps(body),
+            {"Content-Type": "application/json"},
+        )
         response = self.conn.getresponse()
         data = response.read()
         if response.status != 200:
@@ -97,8 +108,11 @@ def wakeup_latencies(port, count):
         sent = time.time()
         job = client.call("XDemo", "startSimulate", {"durationMs": 200})
         while job["status"] != "SUCCEEDED":
-            job = client.call("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 250,
-                                                       "maximumPollingPeriod": 10000})
+            job = client.call(
+                "XRuntime",
+                "watchJob",
+                {"id": job["id"], "progressUpdatePeriod": 250, "maximumPollingPeriod": 10000},
+            )
         answered = time.time()
         latencies.append((answered - sent) * 1000 - job["elapsedTime"])
         client.call("XDemo", "fetchSimulateResponse", {"id": job["id"]})
@@ -118,9 +132,11 @@ def main():
     parser.add_argument("--database-url", help="default: SQLite in a temporary folder")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        server = Server(folder, database_url=args.database_url, threads=None).start()   # default config
+        server = Server(
+            folder, database_url=args.database_url, threads=None
+        ).start()  # default config
         try:
-            for _ in range(20):                     # warm up connections and workers
+            for _ in range(20):  # warm up connections and workers
                 cycle(Client(server.port))
             pids = [server.proc.pid] + descendants(server.proc.pid)
             names = process_names(pids, server.port)
@@ -129,14 +145,23 @@ def main():
                 rate = per_second(cycle_step, (server.port,), n, args.seconds)
                 after, wall = cpu_seconds(pids), time.time() - t0
                 busy = {pid: (after[pid] - before.get(pid, 0)) / wall for pid in after}
-                print(f"cycles/s with {n} client(s): {rate:.0f}   (start → watch → fetch, no-op job)")
-                print("  node CPU (cores busy, over the run incl. client start-up): "
-                      f"{sum(busy.values()):.2f} total; " + ", ".join(
-                          f"{names.get(pid, '?')} {share:.2f}" for pid, share in
-                          sorted(busy.items(), key=lambda item: -item[1]) if share >= 0.01))
+                print(
+                    f"cycles/s with {n} client(s): {rate:.0f}   (start → watch → fetch, no-op job)"
+                )
+                print(
+                    "  node CPU (cores busy, over the run incl. client start-up): "
+                    f"{sum(busy.values()):.2f} total; "
+                    + ", ".join(
+                        f"{names.get(pid, '?')} {share:.2f}"
+                        for pid, share in sorted(busy.items(), key=lambda item: -item[1])
+                        if share >= 0.01
+                    )
+                )
             lat = wakeup_latencies(server.port, args.wakeups)
-            print(f"watch wake-up latency over {len(lat)} jobs: p50 {statistics.median(lat):.1f} ms, "
-                  f"p99 {percentile(lat, 99):.1f} ms, max {max(lat):.1f} ms")
+            print(
+                f"watch wake-up latency over {len(lat)} jobs: p50 {statistics.median(lat):.1f} ms, "
+                f"p99 {percentile(lat, 99):.1f} ms, max {max(lat):.1f} ms"
+            )
         finally:
             server.stop()
 

@@ -57,6 +57,7 @@ installed is skipped, saying so)::
 
 It takes a few minutes and prints a table.
 """
+
 import json
 import os
 import sys
@@ -73,10 +74,11 @@ ECHO_BODY = b'{"jobId":"790da86f-5726-4ef1-b782-d1f3c8a5d1ce","maximumPollingPer
 
 # ---------------------------------------------------------------- the applications
 
+
 class _State:
-    event = None          # the current event (asyncio / gevent / threading)
-    make_event = None     # its constructor (WSGI flavours)
-    waiting = set()       # tokens of the /hold requests waiting (set.add/discard: atomic)
+    event = None  # the current event (asyncio / gevent / threading)
+    make_event = None  # its constructor (WSGI flavours)
+    waiting = set()  # tokens of the /hold requests waiting (set.add/discard: atomic)
 
 
 def _answer(path, body):
@@ -90,6 +92,7 @@ def _answer(path, body):
 
 async def asgi_app(scope, receive, send):
     import asyncio
+
     if scope["type"] == "lifespan":
         while True:
             message = await receive()
@@ -127,9 +130,16 @@ async def asgi_app(scope, receive, send):
         status, out = 200, b'{"released":true}'
     else:
         status, out = _answer(path, body)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(out)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(out)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": out})
 
 
@@ -152,15 +162,19 @@ def wsgi_app(environ, start_response):
         status, out = 200, b'{"released":true}'
     else:
         status, out = _answer(path, body)
-    start_response("200 OK" if status == 200 else "404 Not Found",
-                   [("Content-Type", "application/json"), ("Content-Length", str(len(out)))])
+    start_response(
+        "200 OK" if status == 200 else "404 Not Found",
+        [("Content-Type", "application/json"), ("Content-Length", str(len(out)))],
+    )
     return [out]
 
 
 # ---------------------------------------------------------------- the servers
 
+
 def _raise_nofile():
     import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
@@ -170,45 +184,71 @@ def serve(kind, port, threads):
     _raise_nofile()
     if kind == "gevent":
         from gevent import monkey
+
         monkey.patch_all()
         import gevent.event
         from gevent.pywsgi import WSGIServer
+
         _State.make_event = gevent.event.Event
         _State.event = _State.make_event()
         import socket
+
         # pywsgi sends the headers and the body in two writes: without TCP_NODELAY (which
         # gunicorn sets on its listeners, and uvloop and waitress on their sockets) each
         # keep-alive answer waits ~40 ms for the client's delayed ACK
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
+        listener.setsockopt(
+            socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
+        )  # accepted sockets inherit it
         listener.bind(("127.0.0.1", port))
         listener.listen(4096)
         WSGIServer(listener, wsgi_app, log=None).serve_forever()
     elif kind == "waitress":
         import logging
         import threading
+
         import waitress
+
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)
         _State.make_event = threading.Event
         _State.event = _State.make_event()
-        waitress.serve(wsgi_app, host="127.0.0.1", port=port, threads=threads,
-                       asyncore_use_poll=True, connection_limit=max(100, 2 * threads),
-                       backlog=4096, channel_timeout=300, _quiet=True)
+        waitress.serve(
+            wsgi_app,
+            host="127.0.0.1",
+            port=port,
+            threads=threads,
+            asyncore_use_poll=True,
+            connection_limit=max(100, 2 * threads),
+            backlog=4096,
+            channel_timeout=300,
+            _quiet=True,
+        )
     elif kind == "uvicorn":
         import uvicorn
-        uvicorn.run(asgi_app, host="127.0.0.1", port=port, http="httptools", loop="uvloop",
-                    lifespan="on", log_level="warning", access_log=False, backlog=4096,
-                    timeout_keep_alive=75)
+
+        uvicorn.run(
+            asgi_app,
+            host="127.0.0.1",
+            port=port,
+            http="httptools",
+            loop="uvloop",
+            lifespan="on",
+            log_level="warning",
+            access_log=False,
+            backlog=4096,
+            timeout_keep_alive=75,
+        )
     elif kind == "hypercorn":
         import uvloop
         from hypercorn.asyncio import serve as hypercorn_serve
         from hypercorn.config import Config
+
         config = Config()
         config.bind = [f"127.0.0.1:{port}"]
         config.backlog = 4096
         config.keep_alive_timeout = 75
-        config.keep_alive_max_requests = 10 ** 9     # default 1000: closes busy connections
+        config.keep_alive_max_requests = 10**9  # default 1000: closes busy connections
         config.accesslog = None
         config.loglevel = "WARNING"
         uvloop.run(hypercorn_serve(asgi_app, config))
@@ -221,7 +261,7 @@ CANDIDATES = {  # name: (modules it needs, server kind, threads)
     "granian": (["granian", "uvloop"], "granian", None),
     "hypercorn": (["hypercorn", "uvloop"], "hypercorn", None),
     "gevent": (["gevent"], "gevent", None),
-    "waitress": (["waitress"], "waitress", None),   # threads: 200, or N + 8 when holding
+    "waitress": (["waitress"], "waitress", None),  # threads: 200, or N + 8 when holding
 }
 
 
@@ -231,19 +271,53 @@ class Server:
     def __init__(self, kind, threads=200):
         import subprocess
         import tempfile
+
         self.kind, self.port = kind, _free_port()
         here = os.path.dirname(os.path.abspath(__file__))
         if kind == "granian":
-            cmd = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1",
-                   "--port", str(self.port), "--workers", "1", "--loop", "uvloop",
-                   "--backlog", "4096", "--backpressure", "20000", "--no-ws",
-                   "--log-level", "warning", "--working-dir", here, "servers:asgi_app"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "granian",
+                "--interface",
+                "asgi",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+                "--loop",
+                "uvloop",
+                "--backlog",
+                "4096",
+                "--backpressure",
+                "20000",
+                "--no-ws",
+                "--log-level",
+                "warning",
+                "--working-dir",
+                here,
+                "servers:asgi_app",
+            ]
         else:
-            cmd = [sys.executable, os.path.abspath(__file__), "--serve", kind,
-                   str(self.port), str(threads)]
+            cmd = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--serve",
+                kind,
+                str(self.port),
+                str(threads),
+            ]
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, cwd=here,
-                                     start_new_session=True, preexec_fn=_raise_nofile)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=here,
+            start_new_session=True,
+            preexec_fn=_raise_nofile,
+        )
         deadline = time.monotonic() + 30
         while True:
             if self.proc.poll() is not None:
@@ -272,7 +346,7 @@ class Server:
             try:
                 with open(f"/proc/{pid}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])      # utime, stime
+                total += int(fields[11]) + int(fields[12])  # utime, stime
             except (OSError, IndexError):
                 pass
         return total / ticks
@@ -292,6 +366,7 @@ class Server:
     def stop(self):
         import signal
         import subprocess
+
         for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
             try:
                 os.killpg(self.proc.pid, sig)
@@ -302,7 +377,7 @@ class Server:
                 break
             except subprocess.TimeoutExpired:
                 pass
-        try:    # anything left in its group (e.g. granian's worker)
+        try:  # anything left in its group (e.g. granian's worker)
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
@@ -310,12 +385,14 @@ class Server:
 
 def _free_port():
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- the clients
+
 
 class Client:
     """A minimal HTTP/1.1 keep-alive client on a blocking socket."""
@@ -325,6 +402,7 @@ class Client:
 
     def _connect(self):
         import socket
+
         self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=self.timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
@@ -332,8 +410,10 @@ class Client:
     def post(self, path, body):
         if self.sock is None:
             self._connect()
-        self.sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
-                          b"\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+        self.sock.sendall(
+            b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+            b"\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body)
+        )
         while b"\r\n\r\n" not in self.buf:
             self._more()
         head, self.buf = self.buf.split(b"\r\n\r\n", 1)
@@ -372,7 +452,7 @@ def _echo_loop(port, start_at, seconds, results):
             client.post("/echo", ECHO_BODY)
             done += 1
         results.put((done, None))
-    except Exception as exc:      # reported, not raised: the parent bounds its wait
+    except Exception as exc:  # reported, not raised: the parent bounds its wait
         results.put((done, repr(exc)))
 
 
@@ -380,13 +460,17 @@ def _hold_clients(port, n, ready, results, answer_wait):
     """A client process: n connections, each POSTs /hold and waits for its answer."""
     _raise_nofile()
     import asyncio
+
     try:
         import uvloop
+
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    request = (b"POST /hold HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n%s" % (len(ECHO_BODY), ECHO_BODY))
+    request = (
+        b"POST /hold HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(ECHO_BODY), ECHO_BODY)
+    )
 
     async def main():
         connecting = asyncio.Semaphore(100)
@@ -396,7 +480,8 @@ def _hold_clients(port, n, ready, results, answer_wait):
             try:
                 async with connecting:
                     reader, writer = await asyncio.wait_for(
-                        asyncio.open_connection("127.0.0.1", port), 30)
+                        asyncio.open_connection("127.0.0.1", port), 30
+                    )
                     writer.write(request)
                     await writer.drain()
                 sent[0] += 1
@@ -443,6 +528,7 @@ def _percentile(values, p):
 
 def throughput(kind, clients, seconds, threads=200):
     import multiprocessing
+
     server = Server(kind, threads)
     try:
         for _ in range(200):
@@ -450,8 +536,10 @@ def throughput(kind, clients, seconds, threads=200):
         ctx = multiprocessing.get_context("spawn")
         results = ctx.Queue()
         start_at = time.time() + 2.0
-        procs = [ctx.Process(target=_echo_loop, args=(server.port, start_at, seconds, results))
-                 for _ in range(clients)]
+        procs = [
+            ctx.Process(target=_echo_loop, args=(server.port, start_at, seconds, results))
+            for _ in range(clients)
+        ]
         for p in procs:
             p.start()
         while time.time() < start_at:
@@ -465,8 +553,11 @@ def throughput(kind, clients, seconds, threads=200):
                 p.kill()
         done = sum(g[0] for g in got)
         errors = [g[1] for g in got if g[1]]
-        return {"rps": done / seconds, "cpu_us": (cpu1 - cpu0) / max(done, 1) * 1e6,
-                "errors": errors}
+        return {
+            "rps": done / seconds,
+            "cpu_us": (cpu1 - cpu0) / max(done, 1) * 1e6,
+            "errors": errors,
+        }
     finally:
         server.stop()
 
@@ -474,6 +565,7 @@ def throughput(kind, clients, seconds, threads=200):
 def held(kind, n, threads=None, answer_wait=HOLD_TIMEOUT + 10):
     """Holds n long polls on a fresh server; the figures of stage 2."""
     import multiprocessing
+
     server = Server(kind, threads or 200)
     procs = []
     out = {"n": n}
@@ -482,7 +574,7 @@ def held(kind, n, threads=None, answer_wait=HOLD_TIMEOUT + 10):
             Client(server.port).post("/echo", ECHO_BODY)
         time.sleep(0.5)
         idle = server.rss_kb()
-        if kind == "waitress":      # it starts its threads at once: count them as held
+        if kind == "waitress":  # it starts its threads at once: count them as held
             small = Server(kind, 8)
             try:
                 for _ in range(200):
@@ -494,8 +586,10 @@ def held(kind, n, threads=None, answer_wait=HOLD_TIMEOUT + 10):
         ctx = multiprocessing.get_context("spawn")
         ready, results = ctx.Queue(), ctx.Queue()
         shares = [n // 2, n - n // 2]
-        procs = [ctx.Process(target=_hold_clients, args=(server.port, k, ready, results, answer_wait))
-                 for k in shares]
+        procs = [
+            ctx.Process(target=_hold_clients, args=(server.port, k, ready, results, answer_wait))
+            for k in shares
+        ]
         t0 = time.monotonic()
         for p in procs:
             p.start()
@@ -543,7 +637,7 @@ def held(kind, n, threads=None, answer_wait=HOLD_TIMEOUT + 10):
         try:
             releaser = Client(server.port, timeout=10)
             releaser._connect()
-            released = time.monotonic()     # some servers answer the held ones first
+            released = time.monotonic()  # some servers answer the held ones first
             releaser.post("/release", b"{}")
         except OSError:
             released = None
@@ -574,6 +668,7 @@ def held(kind, n, threads=None, answer_wait=HOLD_TIMEOUT + 10):
 
 # ---------------------------------------------------------------- the driver
 
+
 def _fmt(value, spec):
     if value is None or (isinstance(value, float) and value != value):
         return "-"
@@ -583,13 +678,18 @@ def _fmt(value, spec):
 def main(argv):
     import argparse
     import importlib.util
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("candidates", nargs="*", default=list(CANDIDATES))
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--held", default="2000,10000")
-    parser.add_argument("--waitress-max-threads", type=int, default=2000,
-                        help="waitress holds with threads = N + 8 only up to this N")
+    parser.add_argument(
+        "--waitress-max-threads",
+        type=int,
+        default=2000,
+        help="waitress holds with threads = N + 8 only up to this N",
+    )
     args = parser.parse_args(argv)
     sizes = [int(x) for x in args.held.split(",") if x]
     _raise_nofile()
@@ -632,38 +732,61 @@ def main(argv):
                 notes.append(f"{label} N={n}: /echo got no answer within 5 s while held")
             if h.get("release_blocked"):
                 notes.append(f"{label} N={n}: /release got no answer within 10 s")
-            if (h.get("connect_errors") or h.get("answer_errors")
-                    or h.get("answered") != h["n"]):
-                notes.append(f"{label} N={n}: connect errors {h.get('connect_errors')}, "
-                             f"answer errors {h.get('answer_errors')}, statuses {h.get('statuses')}")
-    header = ("server", "req/s", "cpu us/req", "req/s/core", "N", "held", "echo p50 ms",
-              "echo p99 ms", "idle MB", "KB/held", "rel p50 ms", "rel p99 ms", "rel max ms", "answered")
+            if h.get("connect_errors") or h.get("answer_errors") or h.get("answered") != h["n"]:
+                notes.append(
+                    f"{label} N={n}: connect errors {h.get('connect_errors')}, "
+                    f"answer errors {h.get('answer_errors')}, statuses {h.get('statuses')}"
+                )
+    header = (
+        "server",
+        "req/s",
+        "cpu us/req",
+        "req/s/core",
+        "N",
+        "held",
+        "echo p50 ms",
+        "echo p99 ms",
+        "idle MB",
+        "KB/held",
+        "rel p50 ms",
+        "rel p99 ms",
+        "rel max ms",
+        "answered",
+    )
     table = [header]
     for label, tp, h in rows:
         first = "shown" not in tp
-        table.append((
-            label,
-            _fmt(tp.get("rps"), ".0f") if first else "",
-            _fmt(tp.get("cpu_us"), ".0f") if first else "",
-            _fmt(1e6 / tp["cpu_us"], ".0f") if first and tp.get("cpu_us") else "",
-            str(h["n"]),
-            _fmt(h.get("held"), "d"),
-            _fmt(h.get("echo_p50_ms"), ".2f") + ("" if not h.get("echo_blocked") else " (blocked)"),
-            _fmt(h.get("echo_p99_ms"), ".2f"),
-            _fmt(h.get("rss_idle_mb"), ".1f"),
-            _fmt(h.get("kb_per_held"), ".1f"),
-            _fmt(h.get("rel_p50_ms"), ".0f"),
-            _fmt(h.get("rel_p99_ms"), ".0f"),
-            _fmt(h.get("rel_max_ms"), ".0f"),
-            _fmt(h.get("answered"), "d"),
-        ))
+        table.append(
+            (
+                label,
+                _fmt(tp.get("rps"), ".0f") if first else "",
+                _fmt(tp.get("cpu_us"), ".0f") if first else "",
+                _fmt(1e6 / tp["cpu_us"], ".0f") if first and tp.get("cpu_us") else "",
+                str(h["n"]),
+                _fmt(h.get("held"), "d"),
+                _fmt(h.get("echo_p50_ms"), ".2f")
+                + ("" if not h.get("echo_blocked") else " (blocked)"),
+                _fmt(h.get("echo_p99_ms"), ".2f"),
+                _fmt(h.get("rss_idle_mb"), ".1f"),
+                _fmt(h.get("kb_per_held"), ".1f"),
+                _fmt(h.get("rel_p50_ms"), ".0f"),
+                _fmt(h.get("rel_p99_ms"), ".0f"),
+                _fmt(h.get("rel_max_ms"), ".0f"),
+                _fmt(h.get("answered"), "d"),
+            )
+        )
     widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
     print()
-    print(f"one server process each; {os.cpu_count()} cores shared with the clients; "
-          f"throughput: {args.clients} keep-alive clients for {args.seconds:g} s")
+    print(
+        f"one server process each; {os.cpu_count()} cores shared with the clients; "
+        f"throughput: {args.clients} keep-alive clients for {args.seconds:g} s"
+    )
     for r in table:
-        print("  ".join(str(c).rjust(w) if i else str(c).ljust(w)
-                        for i, (c, w) in enumerate(zip(r, widths))))
+        print(
+            "  ".join(
+                str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))
+            )
+        )
     for note in notes:
         print("note:", note)
 

@@ -66,6 +66,7 @@ folder is removed at the end unless ``--keep``.  ``--database-url`` runs on anot
 database, one size per run; it must be a database of its own (the script adds and
 erases millions of rows); only SQLite has been measured.
 """
+
 import argparse
 import http.client
 import json
@@ -82,8 +83,20 @@ import uuid
 from datetime import datetime
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from sqlalchemy import (BigInteger, Integer, String, case, column, create_engine, event, func,  # noqa: E402
-                        insert, literal, select, text, union_all)
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    String,
+    case,
+    create_engine,
+    event,
+    func,  # noqa: E402
+    insert,
+    literal,
+    select,
+    text,
+    union_all,
+)
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from tests.harness import Server, free_port, write_config  # noqa: E402
@@ -94,9 +107,9 @@ from xruntime.store.schema import job_events, jobs, lane_of  # noqa: E402
 from xruntime.store.sql import SqlJobStore  # noqa: E402
 
 DAY_MS = 86_400_000
-NODE = "vm:50000"                    # the node the stored jobs ran on
-QUEUED_WAITING = 20                  # stored QUEUING jobs, waiting for a retry
-CHUNK = 50_000                       # jobs per fill transaction
+NODE = "vm:50000"  # the node the stored jobs ran on
+QUEUED_WAITING = 20  # stored QUEUING jobs, waiting for a retry
+CHUNK = 50_000  # jobs per fill transaction
 KEEP = '[jobs]\nunfetched_retention = "30d"\nfetched_retention = "30d"\ncleanup_interval = "1h"\n'
 ERASE = '[jobs]\nunfetched_retention = "5d"\nfetched_retention = "5d"\ncleanup_interval = "1s"\n'
 STALL_MS = 100.0
@@ -112,36 +125,65 @@ def say(text_):
 _RETRIES = [
     (0, "QUEUING", 0, None, "queued"),
     (3, "RUNNING", 1, NODE, "running on worker 0"),
-    (900, "QUEUING", 1, NODE, "retry 1 of 3 planned in 30.0 s: TransientFault: the upstream service timed out"),
+    (
+        900,
+        "QUEUING",
+        1,
+        NODE,
+        "retry 1 of 3 planned in 30.0 s: TransientFault: the upstream service timed out",
+    ),
     (30_900, "RUNNING", 2, NODE, "running on worker 1"),
-    (31_800, "QUEUING", 2, NODE, "retry 2 of 3 planned in 60.0 s: TransientFault: the upstream service timed out"),
+    (
+        31_800,
+        "QUEUING",
+        2,
+        NODE,
+        "retry 2 of 3 planned in 60.0 s: TransientFault: the upstream service timed out",
+    ),
     (91_800, "RUNNING", 3, NODE, "running on worker 0"),
     (92_400, "QUEUING", 2, NODE, "handed back: its node shut down"),
     (95_000, "RUNNING", 3, NODE, "running on worker 1"),
 ]
 #: Each kind of stored job's events: (ms after queued_at, status, attempt, node, message).
 EVENTS = {
-    "fetched": _RETRIES + [(96_000, "SUCCEEDED", 3, NODE, "succeeded"),
-                           (400_000, "SUCCEEDED", 3, NODE, "fetched")],
-    "stopped": _RETRIES + [(95_500, "STOPPING", 3, NODE, "stop asked"),
-                           (96_000, "SUCCEEDED", 3, NODE, "succeeded")],
-    "failed": _RETRIES + [(96_000, "FAILED", 3, NODE, "failed: ProcessingFault"),
-                          (400_000, "FAILED", 3, NODE, "fetched")],
-    "waiting": _RETRIES[:2] + [(900, "QUEUING", 1, NODE,
-                                "retry 1 of 3 planned in 3600.0 s: TransientFault: the upstream service timed out")],
+    "fetched": _RETRIES
+    + [(96_000, "SUCCEEDED", 3, NODE, "succeeded"), (400_000, "SUCCEEDED", 3, NODE, "fetched")],
+    "stopped": _RETRIES
+    + [(95_500, "STOPPING", 3, NODE, "stop asked"), (96_000, "SUCCEEDED", 3, NODE, "succeeded")],
+    "failed": _RETRIES
+    + [
+        (96_000, "FAILED", 3, NODE, "failed: ProcessingFault"),
+        (400_000, "FAILED", 3, NODE, "fetched"),
+    ],
+    "waiting": _RETRIES[:2]
+    + [
+        (
+            900,
+            "QUEUING",
+            1,
+            NODE,
+            "retry 1 of 3 planned in 3600.0 s: TransientFault: the upstream service timed out",
+        )
+    ],
 }
 RESULT = '{"stepsDone":%d,"payload":"%s"}'
-STOPPED = ('{"resultLimitations":[{"$type":"IntermediateResponseLimitation","message":"the job was '
-           'stopped; this is an intermediate result","reason":"REQUEST_STOPPED"}],"stepsDone":%d,"payload":""}')
-FAULT = ('{"message":"the simulation failed at step %d, as the request asked","faultInfo":{"$type":'
-         '"ProcessingFault","hint":"Send the request without failAtStep to let it succeed."}}')
+STOPPED = (
+    '{"resultLimitations":[{"$type":"IntermediateResponseLimitation","message":"the job was '
+    'stopped; this is an intermediate result","reason":"REQUEST_STOPPED"}],"stepsDone":%d,"payload":""}'
+)
+FAULT = (
+    '{"message":"the simulation failed at step %d, as the request asked","faultInfo":{"$type":'
+    '"ProcessingFault","hint":"Send the request without failAtStep to let it succeed."}}'
+)
 PROGRESS = '{"$type":"BulkProgress","remaining":%d,"successful":%d,"failed":0}'
 
 
 def _kind(position: int) -> str:
     if position % 50 == 7 and position < 50 * QUEUED_WAITING:
         return "waiting"
-    return {0: "failed", 1: "stopped", 2: "stopped", 3: "stopped", 4: "stopped"}.get(position % 10, "fetched")
+    return {0: "failed", 1: "stopped", 2: "stopped", 3: "stopped", 4: "stopped"}.get(
+        position % 10, "fetched"
+    )
 
 
 def job_row(position: int, queued_at: int, not_before_waiting: int, rng) -> dict:
@@ -149,58 +191,111 @@ def job_row(position: int, queued_at: int, not_before_waiting: int, rng) -> dict
     kind = _kind(position)
     steps = rng.randint(1, 10)
     size = rng.randrange(0, 200)
-    request = {"durationMs": rng.randrange(0, 60_000, 100), "steps": steps, "resultSize": size,
-               "transientFailures": 2}
-    row = dict(id=str(uuid.uuid4()), service="XDemo", operation="simulate", fetch_type="SimulateResponse",
-               status="SUCCEEDED", request=None, result=None, fault=None, progress=None,
-               queued_at=queued_at, started_at=queued_at + 95_000, finished_at=queued_at + 96_000,
-               first_fetched_at=queued_at + 400_000, attempts=3, node=NODE, lease_until=None,
-               queueing_timeout=None, computation_timeout=None, owner="", lane=lane_of("XDemo", ""),
-               not_before=queued_at + 91_800, retries=2, event_note="fetched")
+    request = {
+        "durationMs": rng.randrange(0, 60_000, 100),
+        "steps": steps,
+        "resultSize": size,
+        "transientFailures": 2,
+    }
+    row = dict(
+        id=str(uuid.uuid4()),
+        service="XDemo",
+        operation="simulate",
+        fetch_type="SimulateResponse",
+        status="SUCCEEDED",
+        request=None,
+        result=None,
+        fault=None,
+        progress=None,
+        queued_at=queued_at,
+        started_at=queued_at + 95_000,
+        finished_at=queued_at + 96_000,
+        first_fetched_at=queued_at + 400_000,
+        attempts=3,
+        node=NODE,
+        lease_until=None,
+        queueing_timeout=None,
+        computation_timeout=None,
+        owner="",
+        lane=lane_of("XDemo", ""),
+        not_before=queued_at + 91_800,
+        retries=2,
+        event_note="fetched",
+    )
     if kind == "failed":
         at = rng.randint(1, steps)
         request["failAtStep"] = at
-        row.update(status="FAILED", fault=pack(FAULT % at), progress=pack(PROGRESS % (steps - at + 1, at - 1)))
+        row.update(
+            status="FAILED",
+            fault=pack(FAULT % at),
+            progress=pack(PROGRESS % (steps - at + 1, at - 1)),
+        )
     elif kind == "stopped":
         done = rng.randint(1, steps)
-        row.update(result=pack(STOPPED % done), progress=pack(PROGRESS % (steps - done, done)),
-                   first_fetched_at=None, event_note="succeeded")
+        row.update(
+            result=pack(STOPPED % done),
+            progress=pack(PROGRESS % (steps - done, done)),
+            first_fetched_at=None,
+            event_note="succeeded",
+        )
     elif kind == "fetched":
         payload = ("xruntime-demo-payload/" * (size // 22 + 1))[:size]
         row.update(result=pack(RESULT % (steps, payload)), progress=pack(PROGRESS % (0, steps)))
-    else:                                                    # waiting for its retry
-        row.update(status="QUEUING", started_at=None, finished_at=None, first_fetched_at=None,
-                   attempts=1, node=None, not_before=not_before_waiting, retries=1,
-                   event_note=EVENTS["waiting"][-1][4])
+    else:  # waiting for its retry
+        row.update(
+            status="QUEUING",
+            started_at=None,
+            finished_at=None,
+            first_fetched_at=None,
+            attempts=1,
+            node=None,
+            not_before=not_before_waiting,
+            retries=1,
+            event_note=EVENTS["waiting"][-1][4],
+        )
     row["request"] = pack(json.dumps(request, separators=(",", ":")))
     return row
 
 
 def _kind_of_row():
-    return case((jobs.c.status == "QUEUING", literal("waiting")), (jobs.c.status == "FAILED", literal("failed")),
-                (jobs.c.first_fetched_at.is_(None), literal("stopped")), else_=literal("fetched"))
+    return case(
+        (jobs.c.status == "QUEUING", literal("waiting")),
+        (jobs.c.status == "FAILED", literal("failed")),
+        (jobs.c.first_fetched_at.is_(None), literal("stopped")),
+        else_=literal("fetched"),
+    )
 
 
 def _template():
     """Every kind's events as a subquery (kind, k, dt, status, attempt, node, message)."""
-    rows = [select(literal(kind, String).label("kind"), literal(k, Integer).label("k"),
-                   literal(dt, BigInteger).label("dt"), literal(status, String).label("status"),
-                   literal(attempt, Integer).label("attempt"), literal(node, String).label("node"),
-                   literal(message, String).label("message"))
-            for kind, events in EVENTS.items() for k, (dt, status, attempt, node, message) in enumerate(events)]
+    rows = [
+        select(
+            literal(kind, String).label("kind"),
+            literal(k, Integer).label("k"),
+            literal(dt, BigInteger).label("dt"),
+            literal(status, String).label("status"),
+            literal(attempt, Integer).label("attempt"),
+            literal(node, String).label("node"),
+            literal(message, String).label("message"),
+        )
+        for kind, events in EVENTS.items()
+        for k, (dt, status, attempt, node, message) in enumerate(events)
+    ]
     return union_all(*rows).subquery("template")
 
 
 def fill_engine(url):
     engine = create_engine(url)
     if engine.dialect.name == "sqlite":
+
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_connection, _record):
             cur = dbapi_connection.cursor()
-            cur.execute("PRAGMA synchronous=OFF")          # a scratch database: speed over safety
+            cur.execute("PRAGMA synchronous=OFF")  # a scratch database: speed over safety
             cur.execute("PRAGMA cache_size=-1000000")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
+
     return engine
 
 
@@ -222,38 +317,61 @@ class Fill:
             return conn.execute(select(func.count()).select_from(jobs)).scalar()
 
     def to(self, size: int):
-        SqlJobStore(self.url).close()                 # the schema, as a node makes it
+        SqlJobStore(self.url).close()  # the schema, as a node makes it
         engine = fill_engine(self.url)
         sqlite = engine.dialect.name == "sqlite"
         try:
             have = self.count(engine)
             if have >= size:
                 return
-            say(f"filling: {have} → {size} stored jobs ({size - have} jobs, ~{10 * (size - have)} events)")
+            say(
+                f"filling: {have} → {size} stored jobs ({size - have} jobs, ~{10 * (size - have)} events)"
+            )
             started = time.time()
-            with engine.begin() as conn:              # the events are written below, with the jobs' times
-                conn.execute(text("DROP TRIGGER IF EXISTS job_queued" if sqlite
-                                  else "ALTER TABLE jobs DISABLE TRIGGER job_event"))
+            with engine.begin() as conn:  # the events are written below, with the jobs' times
+                conn.execute(
+                    text(
+                        "DROP TRIGGER IF EXISTS job_queued"
+                        if sqlite
+                        else "ALTER TABLE jobs DISABLE TRIGGER job_event"
+                    )
+                )
             template = _template()
             columns = [c.name for c in jobs.c if c.name != "seq"]
-            sql = f"INSERT INTO jobs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+            sql = (
+                f"INSERT INTO jobs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+            )
             left, reported = size - have, time.time()
             while left > 0:
                 n = min(CHUNK, left)
-                rows = [job_row(p, self.first_queued + p * self.step_ms, self.not_before, self.rng)
-                        for p in range(self.position, self.position + n)]
+                rows = [
+                    job_row(p, self.first_queued + p * self.step_ms, self.not_before, self.rng)
+                    for p in range(self.position, self.position + n)
+                ]
                 with engine.begin() as conn:
                     last = conn.execute(select(func.coalesce(func.max(jobs.c.seq), 0))).scalar()
-                    if sqlite:                         # the driver's executemany: 2.5x SQLAlchemy's
+                    if sqlite:  # the driver's executemany: 2.5x SQLAlchemy's
                         conn.exec_driver_sql(sql, [tuple(r[c] for c in columns) for r in rows])
                     else:
                         conn.execute(insert(jobs), rows)
-                    made = select(jobs.c.seq, jobs.c.queued_at + template.c.dt, template.c.status,
-                                  template.c.attempt, template.c.node, template.c.message) \
-                        .select_from(jobs.join(template, template.c.kind == _kind_of_row())) \
-                        .where(jobs.c.seq > last).order_by(jobs.c.seq, template.c.k)
-                    conn.execute(insert(job_events).from_select(
-                        ["job_seq", "time", "status", "attempt", "node", "message"], made))
+                    made = (
+                        select(
+                            jobs.c.seq,
+                            jobs.c.queued_at + template.c.dt,
+                            template.c.status,
+                            template.c.attempt,
+                            template.c.node,
+                            template.c.message,
+                        )
+                        .select_from(jobs.join(template, template.c.kind == _kind_of_row()))
+                        .where(jobs.c.seq > last)
+                        .order_by(jobs.c.seq, template.c.k)
+                    )
+                    conn.execute(
+                        insert(job_events).from_select(
+                            ["job_seq", "time", "status", "attempt", "node", "message"], made
+                        )
+                    )
                 self.position += n
                 left -= n
                 if time.time() - reported > 15:
@@ -272,7 +390,9 @@ class Fill:
             disk = ""
             if sqlite:
                 disk = f", {os.path.getsize(make_url(self.url).database) / 1e6:.0f} MB on disk"
-            say(f"filled in {time.time() - started:.1f} s: {self.count(engine)} jobs, {events_} events{disk}")
+            say(
+                f"filled in {time.time() - started:.1f} s: {self.count(engine)} jobs, {events_} events{disk}"
+            )
         finally:
             engine.dispose()
 
@@ -288,18 +408,26 @@ def sample_ids(url, count, rng):
             seqs = rng.sample(range(low, top + 1), min(top - low + 1, 6 * count))
             rows = []
             for i in range(0, len(seqs), 500):
-                rows += conn.execute(select(jobs.c.id, jobs.c.status, jobs.c.first_fetched_at)
-                                     .where(jobs.c.seq.in_(seqs[i:i + 500]))).all()
+                rows += conn.execute(
+                    select(jobs.c.id, jobs.c.status, jobs.c.first_fetched_at).where(
+                        jobs.c.seq.in_(seqs[i : i + 500])
+                    )
+                ).all()
     finally:
         engine.dispose()
     rng.shuffle(rows)
     done = [r for r in rows if r.status in ("SUCCEEDED", "FAILED")]
-    return {"finished": [r.id for r in done][:count * 2],
-            "fetched": [r.id for r in done if r.status == "SUCCEEDED" and r.first_fetched_at][:count * 2],
-            "unfetched": [r.id for r in done if r.status == "SUCCEEDED" and not r.first_fetched_at]}
+    return {
+        "finished": [r.id for r in done][: count * 2],
+        "fetched": [r.id for r in done if r.status == "SUCCEEDED" and r.first_fetched_at][
+            : count * 2
+        ],
+        "unfetched": [r.id for r in done if r.status == "SUCCEEDED" and not r.first_fetched_at],
+    }
 
 
 # ---------------------------------------------------------------------- the client
+
 
 class Client:
     def __init__(self, port):
@@ -309,8 +437,12 @@ class Client:
     def call(self, service, operation, body):
         """(HTTP status, answer); the connection is made anew after an error."""
         try:
-            self.conn.request("POST", f"/services/rs/{service}/{operation}", json.dumps(body),
-                              {"Content-Type": "application/json"})
+            self.conn.request(
+                "POST",
+                f"/services/rs/{service}/{operation}",
+                json.dumps(body),
+                {"Content-Type": "application/json"},
+            )
             response = self.conn.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException):
@@ -368,9 +500,9 @@ def measure_http(server, ids, n, rng, first_fetches):
     (the machine's 2 cores are shared with the client and anything else running) spreads
     over all of them."""
     c = Client(server.port)
-    pick = lambda pool, k: [rng.choice(pool) for _ in range(k)]          # noqa: E731
+    pick = lambda pool, k: [rng.choice(pool) for _ in range(k)]  # noqa: E731
     warm = max(20, n // 10)
-    for body in pick(ids["finished"], warm):                             # warm up every path
+    for body in pick(ids["finished"], warm):  # warm up every path
         c.ok("XRuntime", "watchJob", {"id": body})
         c.ok("XDemo", "fetchSimulateResponse", {"id": rng.choice(ids["fetched"])})
         c.ok("XRuntime", "getJobEvents", {"id": body})
@@ -378,25 +510,46 @@ def measure_http(server, ids, n, rng, first_fetches):
         for _ in range(max(5, warm // 10)):
             c.ok("XRuntime", "listJobs", dict(query, limit=100))
     operations = [
-        ("watchJob (finished job)", lambda i: c.ok("XRuntime", "watchJob", {"id": i}), pick(ids["finished"], n)),
-        ("fetch (fetched before)", lambda i: c.ok("XDemo", "fetchSimulateResponse", {"id": i}),
-         pick(ids["fetched"], n)),
-        ("fetch (first fetch)", lambda i: c.ok("XDemo", "fetchSimulateResponse", {"id": i}), first_fetches),
-        ("getJobEvents (10 events)", lambda i: c.ok("XRuntime", "getJobEvents", {"id": i}),
-         pick(ids["finished"], n)),
-    ] + [(name, lambda q: c.ok("XRuntime", "listJobs", q), [dict(query, limit=100)] * n)
-         for name, query in LISTS]
+        (
+            "watchJob (finished job)",
+            lambda i: c.ok("XRuntime", "watchJob", {"id": i}),
+            pick(ids["finished"], n),
+        ),
+        (
+            "fetch (fetched before)",
+            lambda i: c.ok("XDemo", "fetchSimulateResponse", {"id": i}),
+            pick(ids["fetched"], n),
+        ),
+        (
+            "fetch (first fetch)",
+            lambda i: c.ok("XDemo", "fetchSimulateResponse", {"id": i}),
+            first_fetches,
+        ),
+        (
+            "getJobEvents (10 events)",
+            lambda i: c.ok("XRuntime", "getJobEvents", {"id": i}),
+            pick(ids["finished"], n),
+        ),
+    ] + [
+        (name, lambda q: c.ok("XRuntime", "listJobs", q), [dict(query, limit=100)] * n)
+        for name, query in LISTS
+    ]
     found = {name: [] for name, _, _ in operations}
     parts = 5
     for r in range(parts):
         for name, fn, bodies in operations:
-            found[name] += timed(fn, bodies[len(bodies) * r // parts:len(bodies) * (r + 1) // parts])
+            found[name] += timed(
+                fn, bodies[len(bodies) * r // parts : len(bodies) * (r + 1) // parts]
+            )
     started = []
-    found["startSimulate"] = timed(lambda b: started.append(c.ok("XDemo", "startSimulate", b)["id"]),
-                                   [{"durationMs": 0}] * n)
-    server.wait_done(started[-1])                  # the workers ran what was started (first in, first out)
+    found["startSimulate"] = timed(
+        lambda b: started.append(c.ok("XDemo", "startSimulate", b)["id"]), [{"durationMs": 0}] * n
+    )
+    server.wait_done(started[-1])  # the workers ran what was started (first in, first out)
     made = []
-    found["cycle start→watch→fetch"] = timed(lambda _: made.append(cycle(c)), range(max(10, n // 5)))
+    found["cycle start→watch→fetch"] = timed(
+        lambda _: made.append(cycle(c)), range(max(10, n // 5))
+    )
     return found, made
 
 
@@ -419,15 +572,21 @@ def measure_store(url, n):
     found = {"create (store)": [], "claim (store)": []}
     warm = max(20, n // 10)
     try:
-        while True:                       # a job the node handed back at its shutdown runs first
+        while True:  # a job the node handed back at its shutdown runs first
             left = store.claim("bench:1", now_ms(), 30_000, None, (), "running on worker 0")
             if left is None:
                 break
             store.finish(left.id, "SUCCEEDED", now_ms(), result='{"stepsDone":1,"payload":""}')
         for i in range(warm + n):
-            rec = JobRecord(id=str(uuid.uuid4()), service="XDemo", operation="simulate",
-                            fetch_type="SimulateResponse", status="QUEUING", request='{"durationMs":0}',
-                            queued_at=now_ms())
+            rec = JobRecord(
+                id=str(uuid.uuid4()),
+                service="XDemo",
+                operation="simulate",
+                fetch_type="SimulateResponse",
+                status="QUEUING",
+                request='{"durationMs":0}',
+                queued_at=now_ms(),
+            )
             t = time.perf_counter()
             store.create(rec, 10000)
             t1 = time.perf_counter()
@@ -440,7 +599,7 @@ def measure_store(url, n):
                 found["create (store)"].append((t1 - t) * 1000)
                 found["claim (store)"].append((t2 - t1) * 1000)
         passes, during = [], []
-        for _ in range(3):                  # and a write meanwhile, as a request would make
+        for _ in range(3):  # and a write meanwhile, as a request would make
             done = threading.Event()
 
             def clean_pass():
@@ -451,12 +610,19 @@ def measure_store(url, n):
                 finally:
                     passes.append((time.perf_counter() - t) * 1000)
                     done.set()
+
             cleaning = threading.Thread(target=clean_pass)
             cleaning.start()
             while not done.is_set():
-                rec = JobRecord(id=str(uuid.uuid4()), service="XDemo", operation="simulate",
-                                fetch_type="SimulateResponse", status="QUEUING", request='{"durationMs":0}',
-                                queued_at=now_ms())
+                rec = JobRecord(
+                    id=str(uuid.uuid4()),
+                    service="XDemo",
+                    operation="simulate",
+                    fetch_type="SimulateResponse",
+                    status="QUEUING",
+                    request='{"durationMs":0}',
+                    queued_at=now_ms(),
+                )
                 t = time.perf_counter()
                 store.create(rec, 10000)
                 during.append((time.perf_counter() - t) * 1000)
@@ -472,13 +638,19 @@ def measure_store(url, n):
 
 # ---------------------------------------------------------------------- cleanup
 
+
 class Loop(threading.Thread):
     """Sends one kind of request, 10 ms apart, until stopped: [(sent, ms, HTTP status)]."""
 
     def __init__(self, name, port, make_body, service, operation, pause=0.010):
         super().__init__(name=name, daemon=True)
         self.client = Client(port)
-        self.make_body, self.service, self.operation, self.pause = make_body, service, operation, pause
+        self.make_body, self.service, self.operation, self.pause = (
+            make_body,
+            service,
+            operation,
+            pause,
+        )
         self.stopped = threading.Event()
         self.samples = []
         self.answers = []
@@ -519,22 +691,37 @@ def cleanup(folder, port, url, database_url, recent, baseline_s, timeout_s):
         long_job = warm.ok("XDemo", "startSimulate", {"durationMs": 600_000})["id"]
         server.wait_status(long_job, "RUNNING")
         loops = [
-            Loop("watchJob", server.port, lambda: {"id": rng.choice(recent)}, "XRuntime", "watchJob"),
+            Loop(
+                "watchJob", server.port, lambda: {"id": rng.choice(recent)}, "XRuntime", "watchJob"
+            ),
             Loop("startSimulate", server.port, lambda: {"durationMs": 0}, "XDemo", "startSimulate"),
-            Loop("fetch (fetched before)", server.port, lambda: {"id": rng.choice(recent)},
-                 "XDemo", "fetchSimulateResponse"),
-            Loop("listJobs, first page", server.port, lambda: {"limit": 100}, "XRuntime", "listJobs"),
+            Loop(
+                "fetch (fetched before)",
+                server.port,
+                lambda: {"id": rng.choice(recent)},
+                "XDemo",
+                "fetchSimulateResponse",
+            ),
+            Loop(
+                "listJobs, first page", server.port, lambda: {"limit": 100}, "XRuntime", "listJobs"
+            ),
         ]
         for loop in loops:
             loop.start()
-        time.sleep(baseline_s + 1)                         # the first second is left out below
+        time.sleep(baseline_s + 1)  # the first second is left out below
         base_to = time.time()
         base_from = base_to - baseline_s
-        db = sqlite3.connect(make_url(url).database, timeout=30) if url.startswith("sqlite") else None
-        probe = ("SELECT (SELECT min(seq) FROM jobs WHERE status = 'FAILED'), "
-                 "(SELECT min(seq) FROM jobs WHERE status = 'SUCCEEDED')")
+        db = (
+            sqlite3.connect(make_url(url).database, timeout=30)
+            if url.startswith("sqlite")
+            else None
+        )
+        probe = (
+            "SELECT (SELECT min(seq) FROM jobs WHERE status = 'FAILED'), "
+            "(SELECT min(seq) FROM jobs WHERE status = 'SUCCEEDED')"
+        )
         mins = db.execute(probe).fetchone() if db is not None else None
-        with tempfile.TemporaryDirectory() as scratch:     # the administrator's edit, in one step
+        with tempfile.TemporaryDirectory() as scratch:  # the administrator's edit, in one step
             os.replace(write_config(scratch, server.port, database_url, ERASE, 2), server.config)
         edited = time.time()
         say("cleanup: retention edited to 5d, cleanup_interval 1s")
@@ -543,7 +730,9 @@ def cleanup(folder, port, url, database_url, recent, baseline_s, timeout_s):
             time.sleep(0.25)
             now = now_ms()
             if db is not None:
-                lease = db.execute("SELECT lease_until FROM jobs WHERE id = ?", (long_job,)).fetchone()
+                lease = db.execute(
+                    "SELECT lease_until FROM jobs WHERE id = ?", (long_job,)
+                ).fetchone()
                 if lease and lease[0] is not None:
                     left = lease[0] - now
                     lowest_lease = left if lowest_lease is None else min(lowest_lease, left)
@@ -563,24 +752,32 @@ def cleanup(folder, port, url, database_url, recent, baseline_s, timeout_s):
             loop.stopped.set()
         for loop in loops:
             loop.join()
-        Client(server.port).ok("XRuntime", "deleteJob", {"id": long_job})     # warm's connection timed out idle
+        Client(server.port).ok(
+            "XRuntime", "deleteJob", {"id": long_job}
+        )  # warm's connection timed out idle
         log_ = server.log()[offset:]
-        server.stop()                  # the events are read below by a store of this process
+        server.stop()  # the events are read below by a store of this process
         if erased_line is None:
             say(f"cleanup: no 'retention: erased' line within {timeout_s:g} s")
             return
         reloaded = re.search(r"^(.{23}) .*reloaded;", log_, re.M)
         end = log_time(erased_line.group(1))
-        start = log_time(reloaded.group(1)) if reloaded else edited     # the cleaner starts within 1 s
+        start = log_time(reloaded.group(1)) if reloaded else edited  # the cleaner starts within 1 s
         took = end - (first_drop or start)
         erased = int(erased_line.group(2))
         with engine.connect() as conn:
             after = conn.execute(select(func.count()).select_from(jobs)).scalar()
-        say(f"cleanup: {erased} jobs erased in {took:.1f} s ({erased / max(took, 1e-3):.0f} jobs/s; from the first "
-            f"batch seen, 0.25 s polls), {after} stored after; the figures below count from the reload")
-        print(f"\nrequests while the cleaner erased {erased} expired jobs (10 events each), "
-              f"against {baseline_s:g} s of the same loops before it:")
-        print(f"  {'loop':36} {'':9} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'>100 ms':>8} {'errors':>7}")
+        say(
+            f"cleanup: {erased} jobs erased in {took:.1f} s ({erased / max(took, 1e-3):.0f} jobs/s; from the first "
+            f"batch seen, 0.25 s polls), {after} stored after; the figures below count from the reload"
+        )
+        print(
+            f"\nrequests while the cleaner erased {erased} expired jobs (10 events each), "
+            f"against {baseline_s:g} s of the same loops before it:"
+        )
+        print(
+            f"  {'loop':36} {'':9} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'>100 ms':>8} {'errors':>7}"
+        )
         worst_request = worst_step = 0.0
         for loop in loops:
             for label, lo, hi in (("before", base_from, base_to), ("cleanup", start, end)):
@@ -590,29 +787,40 @@ def cleanup(folder, port, url, database_url, recent, baseline_s, timeout_s):
                 ms_ = [ms for ms, _ in got]
                 if label == "cleanup":
                     worst_request = max(worst_request, max(ms_))
-                print(f"  {loop.name:36} {label:9} {len(ms_):6d} {pct(ms_, 50):8.1f} {pct(ms_, 99):8.1f} "
-                      f"{max(ms_):8.1f} {sum(m > STALL_MS for m in ms_):8d} {sum(st != 200 for _, st in got):7d}")
+                print(
+                    f"  {loop.name:36} {label:9} {len(ms_):6d} {pct(ms_, 50):8.1f} {pct(ms_, 99):8.1f} "
+                    f"{max(ms_):8.1f} {sum(m > STALL_MS for m in ms_):8d} {sum(st != 200 for _, st in got):7d}"
+                )
         store = SqlJobStore(url)
         try:
             started = loops[1].answers
             for label, lo, hi in (("before", base_from, base_to), ("cleanup", start, end)):
                 ids_ = [i for sent, i in started if lo <= sent <= hi]
-                for name, (since, to) in (("queued → RUNNING (events)", ("QUEUING", "RUNNING")),
-                                          ("RUNNING → SUCCEEDED (events)", ("RUNNING", "SUCCEEDED"))):
+                for name, (since, to) in (
+                    ("queued → RUNNING (events)", ("QUEUING", "RUNNING")),
+                    ("RUNNING → SUCCEEDED (events)", ("RUNNING", "SUCCEEDED")),
+                ):
                     ms_ = queued_to(store, ids_, to, since)
                     if ms_:
                         if label == "cleanup":
                             worst_step = max(worst_step, max(ms_))
-                        print(f"  {name:36} {label:9} {len(ms_):6d} {pct(ms_, 50):8.1f} {pct(ms_, 99):8.1f} "
-                              f"{max(ms_):8.1f} {sum(m > STALL_MS for m in ms_):8d}")
+                        print(
+                            f"  {name:36} {label:9} {len(ms_):6d} {pct(ms_, 50):8.1f} {pct(ms_, 99):8.1f} "
+                            f"{max(ms_):8.1f} {sum(m > STALL_MS for m in ms_):8d}"
+                        )
         finally:
             store.close()
         if lowest_lease is not None:
-            print(f"  lease of the running 10-minute job: lowest {lowest_lease / 1000:.1f} s left "
-                  f"({'ran out' if lowest_lease < 0 else 'renewed in time'}; it is renewed every 5 s to 30 s)")
-        print(f"  slowest request during the cleanup: {worst_request:.1f} ms; slowest job step: "
-              f"{worst_step:.1f} ms (target: no request stalled over {STALL_MS:g} ms): "
-              f"{'met' if worst_request <= STALL_MS else 'NOT met'}\n", flush=True)
+            print(
+                f"  lease of the running 10-minute job: lowest {lowest_lease / 1000:.1f} s left "
+                f"({'ran out' if lowest_lease < 0 else 'renewed in time'}; it is renewed every 5 s to 30 s)"
+            )
+        print(
+            f"  slowest request during the cleanup: {worst_request:.1f} ms; slowest job step: "
+            f"{worst_step:.1f} ms (target: no request stalled over {STALL_MS:g} ms): "
+            f"{'met' if worst_request <= STALL_MS else 'NOT met'}\n",
+            flush=True,
+        )
     finally:
         server.stop()
         engine.dispose()
@@ -620,42 +828,60 @@ def cleanup(folder, port, url, database_url, recent, baseline_s, timeout_s):
 
 # ---------------------------------------------------------------------- main
 
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100_000, 1_000_000])
     parser.add_argument("--requests", type=int, default=1000, help="per operation and size")
-    parser.add_argument("--cleanup", type=int, nargs="*", default=[100_000, 1_000_000],
-                        help="sizes after which the cleaner erases every stored job (none: no cleanup)")
-    parser.add_argument("--rounds", type=int, default=3, help="turns of the sizes (a node start each)")
-    parser.add_argument("--baseline", type=float, default=10, help="seconds of the loops before the cleanup")
+    parser.add_argument(
+        "--cleanup",
+        type=int,
+        nargs="*",
+        default=[100_000, 1_000_000],
+        help="sizes after which the cleaner erases every stored job (none: no cleanup)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="turns of the sizes (a node start each)"
+    )
+    parser.add_argument(
+        "--baseline", type=float, default=10, help="seconds of the loops before the cleanup"
+    )
     parser.add_argument("--cleanup-timeout", type=float, default=1800)
     parser.add_argument("--database-url", help="default: SQLite in a temporary folder")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args()
     sizes = sorted(set(args.sizes))
     if args.database_url and len(sizes) > 1:
-        parser.error("with --database-url give one size per run: each size needs a database of its own")
+        parser.error(
+            "with --database-url give one size per run: each size needs a database of its own"
+        )
     folder = tempfile.mkdtemp(prefix="store_growth-")
-    say(f"store_growth: {make_url(database_url(args, folder)).get_backend_name()} ({folder}), sizes {sizes}, "
+    say(
+        f"store_growth: {make_url(database_url(args, folder)).get_backend_name()} ({folder}), sizes {sizes}, "
         f"{args.requests} requests per operation and size in {args.rounds} rounds, cleanup at "
-        f"{args.cleanup or 'none'}; {os.cpu_count()} cores")
+        f"{args.cleanup or 'none'}; {os.cpu_count()} cores"
+    )
     port = free_port()
     rng = random.Random(1)
     stores = {}
     try:
-        for size in sizes:                    # one store per size, each filled once
+        for size in sizes:  # one store per size, each filled once
             where = os.path.join(folder, str(size))
             url_ = database_url(args, where)
             Fill(url_, size).to(size)
             ids = sample_ids(url_, args.requests, rng)
             stores[size] = dict(folder=where, url=url_, ids=ids, figures={}, made=[])
-        for r in range(args.rounds):          # the sizes take turns: a slow spell of the machine
-            for size in sizes:                # falls on every size alike
+        for r in range(args.rounds):  # the sizes take turns: a slow spell of the machine
+            for size in sizes:  # falls on every size alike
                 st = stores[size]
                 n = args.requests * (r + 1) // args.rounds - args.requests * r // args.rounds
                 unfetched = st["ids"]["unfetched"]
-                firsts = unfetched[len(unfetched) * r // args.rounds:len(unfetched) * (r + 1) // args.rounds][:n]
-                server = Server(st["folder"], port=port, database_url=args.database_url, extra=KEEP, workers=2)
+                firsts = unfetched[
+                    len(unfetched) * r // args.rounds : len(unfetched) * (r + 1) // args.rounds
+                ][:n]
+                server = Server(
+                    st["folder"], port=port, database_url=args.database_url, extra=KEEP, workers=2
+                )
                 say(f"round {r + 1} of {args.rounds}, {spaced(size)} stored: node starting")
                 server.start(timeout=180)
                 try:
@@ -675,25 +901,38 @@ def main():
             print(f"\n{spaced(size)} stored jobs")
             print(f"  {'operation':36} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
             for name, ms in stores[size]["figures"].items():
-                print(f"  {name:36} {len(ms):6d} {pct(ms, 50):8.2f} {pct(ms, 99):8.2f} {max(ms):8.2f}")
+                print(
+                    f"  {name:36} {len(ms):6d} {pct(ms, 50):8.2f} {pct(ms, 99):8.2f} {max(ms):8.2f}"
+                )
         if len(sizes) > 1:
             lo, hi = stores[sizes[0]]["figures"], stores[sizes[-1]]["figures"]
-            print(f"\ngrowth from {spaced(sizes[0])} to {spaced(sizes[-1])} stored jobs "
-                  "(target: at most 1.2x, judged on p50):")
+            print(
+                f"\ngrowth from {spaced(sizes[0])} to {spaced(sizes[-1])} stored jobs "
+                "(target: at most 1.2x, judged on p50):"
+            )
             for name in lo:
                 a, b = lo[name], hi.get(name)
                 if not a or not b:
                     continue
-                floor = 1.0 if "(events)" in name else 1e-6      # the database's clock counts whole ms
+                floor = 1.0 if "(events)" in name else 1e-6  # the database's clock counts whole ms
                 r50 = max(pct(b, 50), floor) / max(pct(a, 50), floor)
                 r99 = max(pct(b, 99), floor) / max(pct(a, 99), floor)
-                print(f"  {name:36} p50 {r50:6.2f}x   p99 {r99:6.2f}x   {'met' if r50 <= 1.2 else 'NOT met'}")
+                print(
+                    f"  {name:36} p50 {r50:6.2f}x   p99 {r99:6.2f}x   {'met' if r50 <= 1.2 else 'NOT met'}"
+                )
         print(flush=True)
         for size in sizes:
             if size in args.cleanup:
                 st = stores[size]
-                cleanup(st["folder"], port, st["url"], args.database_url, st["made"], args.baseline,
-                        args.cleanup_timeout)
+                cleanup(
+                    st["folder"],
+                    port,
+                    st["url"],
+                    args.database_url,
+                    st["made"],
+                    args.baseline,
+                    args.cleanup_timeout,
+                )
     finally:
         if args.keep:
             say(f"kept {folder}")
@@ -703,6 +942,7 @@ def main():
 
 def database_url(args, where):
     return args.database_url or f"sqlite:///{os.path.join(where, 'data', 'xruntime.db')}"
+
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@ With ``--parallel`` it times the same matrix with ``parallelism`` 1 and 2 on a n
 same matrix, and prints the ratio; with ``--database-url`` (default: the environment's
 XRUNTIME_TEST_DATABASE_URL) also on two PostgreSQL nodes of one worker each.
 """
+
 import argparse
 import http.client
 import json
@@ -63,23 +64,28 @@ def post(port, path, body, content_type):
 
 
 def call(port, operation, body, service="XDima"):
-    return json.loads(post(port, f"/services/rs/{service}/{operation}", json.dumps(body),
-                           "application/json"))
+    return json.loads(
+        post(port, f"/services/rs/{service}/{operation}", json.dumps(body), "application/json")
+    )
 
 
 def soap_fetch(port, job_id):
-    envelope = (f'<?xml version="1.0" encoding="utf-8"?>'
-                f'<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/" '
-                f'xmlns:d="{DIMA_NS}"><soap:Body>'
-                f'<d:fetchDistanceMatrixResponse><id>{job_id}</id>'
-                f'</d:fetchDistanceMatrixResponse></soap:Body></soap:Envelope>')
+    envelope = (
+        f'<?xml version="1.0" encoding="utf-8"?>'
+        f'<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/" '
+        f'xmlns:d="{DIMA_NS}"><soap:Body>'
+        f"<d:fetchDistanceMatrixResponse><id>{job_id}</id>"
+        f"</d:fetchDistanceMatrixResponse></soap:Body></soap:Envelope>"
+    )
     return post(port, "/services/ws/XDima", envelope.encode(), "text/xml; charset=utf-8")
 
 
 def run(size, repeat):
     rng = random.Random(2000)
-    points = [{"longitude": rng.uniform(6.0, 15.0), "latitude": rng.uniform(47.3, 55.0)}
-              for _ in range(size)]
+    points = [
+        {"longitude": rng.uniform(6.0, 15.0), "latitude": rng.uniform(47.3, 55.0)}
+        for _ in range(size)
+    ]
     with tempfile.TemporaryDirectory() as folder:
         server = Server(folder).start()
         try:
@@ -89,8 +95,12 @@ def run(size, repeat):
                 began = time.perf_counter()
                 job = call(server.port, "startCreateDistanceMatrix", {"startLocations": points})
                 while True:
-                    answer = call(server.port, "watchJob", {"id": job["id"], "maximumPollingPeriod": 5000},
-                                  service="XRuntime")
+                    answer = call(
+                        server.port,
+                        "watchJob",
+                        {"id": job["id"], "maximumPollingPeriod": 5000},
+                        service="XRuntime",
+                    )
                     if answer["status"] in ("SUCCEEDED", "FAILED"):
                         break
                 computed = time.perf_counter() - began
@@ -99,8 +109,12 @@ def run(size, repeat):
                 report_memory(server, "after compute")
 
                 began = time.perf_counter()
-                body = post(server.port, "/services/rs/XDima/fetchDistanceMatrixResponse",
-                            json.dumps({"id": job["id"]}), "application/json")
+                body = post(
+                    server.port,
+                    "/services/rs/XDima/fetchDistanceMatrixResponse",
+                    json.dumps({"id": job["id"]}),
+                    "application/json",
+                )
                 fetched = time.perf_counter() - began
                 rows = json.loads(body)["rows"]
                 assert len(rows) == size and len(rows[-1]["distances"]) == size
@@ -123,10 +137,16 @@ def run(size, repeat):
 def compute_time(port, points, parallelism, watch_port=None):
     """start → SUCCEEDED of one matrix (s), and its fetched JSON answer."""
     began = time.perf_counter()
-    job = call(port, "startCreateDistanceMatrix", {"startLocations": points, "parallelism": parallelism})
+    job = call(
+        port, "startCreateDistanceMatrix", {"startLocations": points, "parallelism": parallelism}
+    )
     while True:
-        answer = call(watch_port or port, "watchJob", {"id": job["id"], "maximumPollingPeriod": 5000},
-                      service="XRuntime")
+        answer = call(
+            watch_port or port,
+            "watchJob",
+            {"id": job["id"], "maximumPollingPeriod": 5000},
+            service="XRuntime",
+        )
         if answer["status"] in ("SUCCEEDED", "FAILED"):
             break
     took = time.perf_counter() - began
@@ -147,8 +167,10 @@ def parallel(size, repeat, database_url=None):
     """parallelism 1 and 2 on 2 workers (one SQLite node), and on two PostgreSQL nodes
     of one worker each when ``database_url`` is given."""
     rng = random.Random(2000)
-    points = [{"longitude": rng.uniform(6.0, 15.0), "latitude": rng.uniform(47.3, 55.0)}
-              for _ in range(size)]
+    points = [
+        {"longitude": rng.uniform(6.0, 15.0), "latitude": rng.uniform(47.3, 55.0)}
+        for _ in range(size)
+    ]
     with tempfile.TemporaryDirectory() as folder:
         server = Server(folder).start()
         try:
@@ -164,16 +186,22 @@ def parallel(size, repeat, database_url=None):
                     del result
             best = {p: min(t) for p, t in times.items()}
             print(f"{size} × {size}, one node (SQLite), 2 workers, best of {repeat}:")
-            print(f"  parallelism 1: {best[1]:.2f} s   (runs: {', '.join(f'{t:.2f}' for t in times[1])})")
-            print(f"  parallelism 2: {best[2]:.2f} s   (runs: {', '.join(f'{t:.2f}' for t in times[2])})")
+            print(
+                f"  parallelism 1: {best[1]:.2f} s   (runs: {', '.join(f'{t:.2f}' for t in times[1])})"
+            )
+            print(
+                f"  parallelism 2: {best[2]:.2f} s   (runs: {', '.join(f'{t:.2f}' for t in times[2])})"
+            )
             print(f"  ratio: {best[2] / best[1]:.2f} (target ≤ 0.60); the same matrix: yes")
         finally:
             server.stop()
     if not database_url:
         return
     with tempfile.TemporaryDirectory() as folder:
-        nodes = [Server(os.path.join(folder, name), database_url=database_url, workers=1).start()
-                 for name in ("a", "b")]
+        nodes = [
+            Server(os.path.join(folder, name), database_url=database_url, workers=1).start()
+            for name in ("a", "b")
+        ]
         try:
             times = {1: [], 2: []}
             for _ in range(repeat):
@@ -181,10 +209,14 @@ def parallel(size, repeat, database_url=None):
                     times[p].append(compute_time(nodes[0].port, points, p, nodes[1].port)[0])
             best = {p: min(t) for p, t in times.items()}
             both = all("XDima.createDistanceMatrix RUNNING on worker" in n.log() for n in nodes)
-            print(f"{size} × {size}, two nodes on PostgreSQL, 1 worker each (the same 2 cores), "
-                  f"best of {repeat}:")
-            print(f"  parallelism 1: {best[1]:.2f} s; parallelism 2: {best[2]:.2f} s; "
-                  f"ratio {best[2] / best[1]:.2f}; children ran on both nodes: {'yes' if both else 'no'}")
+            print(
+                f"{size} × {size}, two nodes on PostgreSQL, 1 worker each (the same 2 cores), "
+                f"best of {repeat}:"
+            )
+            print(
+                f"  parallelism 1: {best[1]:.2f} s; parallelism 2: {best[2]:.2f} s; "
+                f"ratio {best[2] / best[1]:.2f}; children ran on both nodes: {'yes' if both else 'no'}"
+            )
         finally:
             for node in nodes:
                 node.stop()
@@ -194,10 +226,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--parallel", action="store_true",
-                        help="time parallelism 1 against 2 instead of the fetches")
-    parser.add_argument("--database-url", default=os.environ.get("XRUNTIME_TEST_DATABASE_URL"),
-                        help="with --parallel: also two nodes on this PostgreSQL database")
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="time parallelism 1 against 2 instead of the fetches",
+    )
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("XRUNTIME_TEST_DATABASE_URL"),
+        help="with --parallel: also two nodes on this PostgreSQL database",
+    )
     args = parser.parse_args()
     if args.parallel:
         parallel(args.size, args.repeat, args.database_url)

@@ -17,6 +17,7 @@ and the peak resident memory (VmHWM) of the server process and of each worker.
 
 Target on the 2-core machine: a feasible plan for 200 orders within 10 s.
 """
+
 import argparse
 import os
 import sys
@@ -40,12 +41,20 @@ def peak_kib(pid):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--orders", type=int, default=200)
-    parser.add_argument("--seconds", type=float, default=5.0,
-                        help="options.maxComputationTimeMs of the request, in seconds")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=5.0,
+        help="options.maxComputationTimeMs of the request, in seconds",
+    )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    request = random_instance(args.orders, args.seed, maxComputationTimeMs=int(args.seconds * 1000),
-                              maxIterationsWithoutImprovement=10 ** 9)
+    request = random_instance(
+        args.orders,
+        args.seed,
+        maxComputationTimeMs=int(args.seconds * 1000),
+        maxIterationsWithoutImprovement=10**9,
+    )
 
     srv = Server(tempfile.mkdtemp(prefix="xtour-bench-")).start()
     try:
@@ -73,20 +82,30 @@ def main():
         srv.stop()
 
     n = args.orders
-    print(f"XTour, {n} orders, 25 vehicles, bound {args.seconds:g} s (options.maxComputationTimeMs)")
+    print(
+        f"XTour, {n} orders, 25 vehicles, bound {args.seconds:g} s (options.maxComputationTimeMs)"
+    )
     if first is not None:
-        print(f"  first feasible plan:  {first:6.2f} s   ({first_progress['plannedOrders']} orders, "
-              f"{first_progress['bestDistance'] / 1000:.1f} km, iteration {first_progress['iterations']})")
-    print(f"  planned (async):      {planned:6.2f} s   ({result['plannedOrders']} orders planned, "
-          f"{len(result.get('unplannedOrderIds') or [])} unplanned, {len(result['tours'])} tours, "
-          f"{result['totalDistance'] / 1000:.1f} km, {result['iterations']} iterations, "
-          f"solver {result['computationTimeMs']} ms)")
-    print(f"  planned (planTours):  {sync_seconds:6.2f} s   ({sync['plannedOrders']} orders, "
-          f"{sync['totalDistance'] / 1000:.1f} km)")
-    print(f"  peak memory (VmHWM):  server {server_peak / 1024:.1f} MiB; its child processes "
-          + ", ".join(f"{w / 1024:.1f} MiB" for w in workers)
-          + " (the workers and multiprocessing's resource tracker)"
-          + f"; in all {(server_peak + sum(workers)) / 1024:.1f} MiB")
+        print(
+            f"  first feasible plan:  {first:6.2f} s   ({first_progress['plannedOrders']} orders, "
+            f"{first_progress['bestDistance'] / 1000:.1f} km, iteration {first_progress['iterations']})"
+        )
+    print(
+        f"  planned (async):      {planned:6.2f} s   ({result['plannedOrders']} orders planned, "
+        f"{len(result.get('unplannedOrderIds') or [])} unplanned, {len(result['tours'])} tours, "
+        f"{result['totalDistance'] / 1000:.1f} km, {result['iterations']} iterations, "
+        f"solver {result['computationTimeMs']} ms)"
+    )
+    print(
+        f"  planned (planTours):  {sync_seconds:6.2f} s   ({sync['plannedOrders']} orders, "
+        f"{sync['totalDistance'] / 1000:.1f} km)"
+    )
+    print(
+        f"  peak memory (VmHWM):  server {server_peak / 1024:.1f} MiB; its child processes "
+        + ", ".join(f"{w / 1024:.1f} MiB" for w in workers)
+        + " (the workers and multiprocessing's resource tracker)"
+        + f"; in all {(server_peak + sum(workers)) / 1024:.1f} MiB"
+    )
     ok = first is not None and first <= 10 and result["plannedOrders"] == n
     print("  target (feasible plan within 10 s):", "met" if ok else "NOT met")
     return 0 if ok else 1

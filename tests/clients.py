@@ -14,6 +14,7 @@ Three more SOAP clients, as users run them, for tests/e2e/test_soap_clients.py: 
 through tests/node/bridge.js).  Every SOAP client keeps the envelopes it sent
 (``sent``: [(service, bytes)]) so that a test can hold them against the WSDL's schemas.
 """
+
 import itertools
 import json
 import os
@@ -30,9 +31,9 @@ import suds.sudsobject
 import suds.transport.http
 import suds.transport.https
 import zeep
-import zeep.transports
 import zeep.helpers
 import zeep.plugins
+import zeep.transports
 from lxml import etree
 from zeep.xsd.valueobjects import CompoundValue
 
@@ -47,8 +48,8 @@ class RemoteFault(Exception):
         self.type = type_name
         self.message = message
         self.fields = fields
-        self.status = status          # HTTP status (JSON), or None
-        self.code = code              # SOAP faultcode or JSON-RPC error code
+        self.status = status  # HTTP status (JSON), or None
+        self.code = code  # SOAP faultcode or JSON-RPC error code
 
 
 class JsonClient:
@@ -57,11 +58,12 @@ class JsonClient:
     def __init__(self, base, auth=None):
         self.base = base
         self.session = requests.Session()
-        self.session.auth = auth          # (user, token): HTTP Basic on every call
+        self.session.auth = auth  # (user, token): HTTP Basic on every call
 
     def call(self, service, operation, request=None):
-        r = self.session.post(f"{self.base}/services/rs/{service}/{operation}", json=request or {},
-                              timeout=70)
+        r = self.session.post(
+            f"{self.base}/services/rs/{service}/{operation}", json=request or {}, timeout=70
+        )
         body = r.json()
         if r.status_code != 200:
             info = dict(body["faultInfo"])
@@ -80,15 +82,19 @@ class JsonRpcClient:
 
     def call(self, service, operation, request=None):
         request_id = next(self.ids)
-        r = self.session.post(f"{self.base}/services/rpc/{service}", timeout=70, json={
-            "jsonrpc": "2.0", "method": operation, "params": request or {}, "id": request_id})
+        r = self.session.post(
+            f"{self.base}/services/rpc/{service}",
+            timeout=70,
+            json={"jsonrpc": "2.0", "method": operation, "params": request or {}, "id": request_id},
+        )
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["jsonrpc"] == "2.0" and body["id"] == request_id
         if "error" in body:
             info = dict(body["error"]["data"])
-            raise RemoteFault(info.pop("$type"), body["error"]["message"], info,
-                              code=body["error"]["code"])
+            raise RemoteFault(
+                info.pop("$type"), body["error"]["message"], info, code=body["error"]["code"]
+            )
         return body["result"]
 
 
@@ -118,7 +124,7 @@ class _WsdlClient:
 
     def __init__(self, base, auth=None):
         self.base = base
-        self.auth = auth                  # (user, token), sent as the library sends it
+        self.auth = auth  # (user, token), sent as the library sends it
         self.clients = {}
         self.sent = []
 
@@ -140,15 +146,19 @@ class _WsdlClient:
 
 class SoapClient(_WsdlClient):
     """zeep."""
+
     name = "soap"
     Fault = zeep.exceptions.Fault
 
     def build(self, url, service):
         session = requests.Session()
-        if self.auth is not None:         # with every request, the WSDL's too
+        if self.auth is not None:  # with every request, the WSDL's too
             session.auth = requests.auth.HTTPBasicAuth(*self.auth)
-        return zeep.Client(url, plugins=[_ZeepRecorder(self.sent, service)],
-                           transport=zeep.transports.Transport(session=session))
+        return zeep.Client(
+            url,
+            plugins=[_ZeepRecorder(self.sent, service)],
+            transport=zeep.transports.Transport(session=session),
+        )
 
     def typed_fault(self, client, fault):
         return soap_fault(client, fault)
@@ -195,6 +205,7 @@ class SudsClient(_WsdlClient):
     ``challenge`` (suds.transport.https', suds' own default for a username and
     password) sends the credentials only in answer to a 401 challenge; without it
     (suds.transport.http's) they go with every request."""
+
     name = "suds"
     Fault = suds.WebFault
 
@@ -205,10 +216,15 @@ class SudsClient(_WsdlClient):
     def build(self, url, service):
         extra = {}
         if self.auth is not None:
-            transport = (suds.transport.https.HttpAuthenticated if self.challenge
-                         else suds.transport.http.HttpAuthenticated)
+            transport = (
+                suds.transport.https.HttpAuthenticated
+                if self.challenge
+                else suds.transport.http.HttpAuthenticated
+            )
             extra["transport"] = transport(username=self.auth[0], password=self.auth[1])
-        return suds.client.Client(url, cache=None, plugins=[_SudsRecorder(self.sent, service)], **extra)
+        return suds.client.Client(
+            url, cache=None, plugins=[_SudsRecorder(self.sent, service)], **extra
+        )
 
     def typed_fault(self, client, fault):
         return suds_fault(fault.fault)
@@ -244,7 +260,9 @@ def suds_fault(fault):
         raise AssertionError(f"SOAP fault without detail: {fault.faultstring}")
     [(_, typed)] = list(detail)
     fields = {k: v for k, v in suds_data(typed).items() if v is not None}
-    return RemoteFault(fields.pop("$type"), str(fault.faultstring), fields, code=str(fault.faultcode))
+    return RemoteFault(
+        fields.pop("$type"), str(fault.faultstring), fields, code=str(fault.faultcode)
+    )
 
 
 class NodeSoapClient:
@@ -255,12 +273,19 @@ class NodeSoapClient:
         self.name = package
         self.base = base
         self.sent = []
-        self.proc = subprocess.Popen(["node", "bridge.js", package, base], cwd=NODE_DIR, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            ["node", "bridge.js", package, base],
+            cwd=NODE_DIR,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
 
     def call(self, service, operation, request=None, timeout=90):
-        self.proc.stdin.write(json.dumps({"service": service, "operation": operation,
-                                          "request": request or {}}) + "\n")
+        self.proc.stdin.write(
+            json.dumps({"service": service, "operation": operation, "request": request or {}})
+            + "\n"
+        )
         self.proc.stdin.flush()
         if not select.select([self.proc.stdout], [], [], timeout)[0]:
             raise AssertionError(f"node {self.name}: no answer to {operation} in {timeout} s")

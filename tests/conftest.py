@@ -14,6 +14,7 @@ the default is two per core.  What workers share is made theirs alone or taken i
   while no other test runs.  Every other test holds a shared lock while it runs; an
   exclusive one waits for the running ones to end, and no new one starts meanwhile.
 """
+
 import fcntl
 import os
 import tempfile
@@ -28,7 +29,9 @@ WORKERS_ENV = "XRUNTIME_TEST_WORKERS"
 def pytest_xdist_auto_num_workers(config) -> int:
     if os.environ.get(WORKERS_ENV):
         return int(os.environ[WORKERS_ENV])
-    return 2 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return 2 * (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )
 
 
 def pytest_configure(config) -> None:
@@ -42,13 +45,15 @@ def _database_of_worker(url: str, worker: str) -> str:
     """The URL of ``url``'s database with ``_<worker>`` appended, created if missing."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
+
     base = make_url(url)
     own = base.set(database=f"{base.database}_{worker}")
     engine = create_engine(base, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
-            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :name"),
-                                  {"name": own.database}).scalar()
+            exists = conn.execute(
+                text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": own.database}
+            ).scalar()
             if not exists:
                 conn.execute(text(f'CREATE DATABASE "{own.database}"'))
     finally:
@@ -80,7 +85,7 @@ def pytest_runtest_protocol(item, nextitem):
         with _locked(turnstile, fcntl.LOCK_EX), _locked(gate, fcntl.LOCK_EX):
             yield
     else:
-        with _locked(turnstile, fcntl.LOCK_EX):     # passes unless an exclusive test waits
+        with _locked(turnstile, fcntl.LOCK_EX):  # passes unless an exclusive test waits
             pass
         with _locked(gate, fcntl.LOCK_SH):
             yield

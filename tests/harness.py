@@ -3,6 +3,7 @@
 Used by the end-to-end tests and the benchmarks: every call goes through real HTTP
 to a real ``python -m xruntime serve`` with real worker processes.
 """
+
 import json
 import os
 import signal
@@ -26,15 +27,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_config(folder, port, database_url=None, extra="", workers=2, threads=64, server_keys=None):
+def write_config(
+    folder, port, database_url=None, extra="", workers=2, threads=64, server_keys=None
+):
     """A config file in ``folder`` (data beside it), as an administrator would write it.
     ``server_keys`` go into its [server] table, ``extra`` (TOML) after the tables."""
     os.makedirs(folder, exist_ok=True)
     # one HTTP process unless a test asks for more: a node of one per core (the default)
     # costs a process start each on a suite that starts a hundred nodes; the tests of
     # several processes (test_serving, test_status_stream, test_metrics) say so
-    server = {"host": "127.0.0.1", "port": port, "processes": 1,
-              **({"threads": threads} if threads else {}), **(server_keys or {})}
+    server = {
+        "host": "127.0.0.1",
+        "port": port,
+        "processes": 1,
+        **({"threads": threads} if threads else {}),
+        **(server_keys or {}),
+    }
     text = "[server]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in server.items())
     text += f'\n[database]\nurl = "{database_url or "sqlite:///data/xruntime.db"}"\n'
     text += f"\n[workers]\ncount = {workers}\n"
@@ -78,14 +86,34 @@ class Server:
     it is: its port and worker count are read from it and ``database_url``, ``extra``,
     ``workers``, ``threads`` and ``server_keys`` are not used."""
 
-    def __init__(self, folder, port=None, database_url=None, extra="", workers=2, threads=64,
-                 env=None, server_keys=None, config=None, auth=None, host="127.0.0.1", prefix=()):
+    def __init__(
+        self,
+        folder,
+        port=None,
+        database_url=None,
+        extra="",
+        workers=2,
+        threads=64,
+        env=None,
+        server_keys=None,
+        config=None,
+        auth=None,
+        host="127.0.0.1",
+        prefix=(),
+    ):
         self.folder = folder
-        self.prefix = list(prefix)   # run the node through these (e.g. ip netns exec NAME)
+        self.prefix = list(prefix)  # run the node through these (e.g. ip netns exec NAME)
         if config is None:
             self.port = port or free_port()
-            self.config = write_config(folder, self.port, database_url, extra, workers, threads,
-                                       {"host": host, **(server_keys or {})})
+            self.config = write_config(
+                folder,
+                self.port,
+                database_url,
+                extra,
+                workers,
+                threads,
+                {"host": host, **(server_keys or {})},
+            )
         else:
             with open(config, "rb") as f:
                 settings = tomllib.load(f)
@@ -97,33 +125,47 @@ class Server:
         self.base = f"http://{host}:{self.port}"
         self.log_path = os.path.join(folder, "server.log")
         # ``env`` may override these two as well (e.g. XRUNTIME_SERVICE_MODULES="")
-        self.env = {**os.environ, "PYTHONPATH": ROOT, "XRUNTIME_SERVICE_MODULES": "tests.fixtures.crashy",
-                    **(env or {})}
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": ROOT,
+            "XRUNTIME_SERVICE_MODULES": "tests.fixtures.crashy",
+            **(env or {}),
+        }
         self.proc = None
         self.workers = workers
         self.session = requests.Session()
-        self.session.auth = auth      # (user, token) for the JSON calls below, with [auth] on
+        self.session.auth = auth  # (user, token) for the JSON calls below, with [auth] on
 
     def start(self, timeout=60):
         self._log = open(self.log_path, "ab")
         self._log_offset = self._log.tell()
-        self.proc = subprocess.Popen(self.prefix + [sys.executable, "-m", "xruntime", "serve", "--config", self.config],
-                                     cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            self.prefix + [sys.executable, "-m", "xruntime", "serve", "--config", self.config],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if self.session.post(self.url("XRuntime", "getRuntimeInformation"), json={},
-                                     timeout=2).status_code == 200 and self._workers_ready():
+                if (
+                    self.session.post(
+                        self.url("XRuntime", "getRuntimeInformation"), json={}, timeout=2
+                    ).status_code
+                    == 200
+                    and self._workers_ready()
+                ):
                     return self
             except (requests.ConnectionError, requests.Timeout):
-                pass            # not listening yet, or its HTTP processes are still starting
+                pass  # not listening yet, or its HTTP processes are still starting
             time.sleep(0.1)
         raise RuntimeError(f"server did not start:\n{self.log()}")
 
     def _workers_ready(self):
-        return self.log()[self._log_offset:].count("started (pid") >= self.workers
+        return self.log()[self._log_offset :].count("started (pid") >= self.workers
 
     def stop(self, sig=signal.SIGTERM, timeout=20):
         if self.proc is None:
@@ -166,8 +208,12 @@ class Server:
 
     def post(self, service, operation, body=None, **kwargs):
         """The raw response of one JSON call."""
-        return self.session.post(self.url(service, operation), json=body if body is not None else {},
-                                 timeout=kwargs.pop("timeout", 70), **kwargs)
+        return self.session.post(
+            self.url(service, operation),
+            json=body if body is not None else {},
+            timeout=kwargs.pop("timeout", 70),
+            **kwargs,
+        )
 
     def call(self, service, operation, body=None, expect=200):
         r = self.post(service, operation, body)
@@ -195,6 +241,7 @@ class Server:
             job = self.watch(job_id, progressUpdatePeriod=250, maximumPollingPeriod=1000)
             if job["status"] == status:
                 return job
-            assert job["status"] not in ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN"), \
+            assert job["status"] not in ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN"), (
                 f"job {job_id} is {job['status']}, waiting for {status}"
+            )
         raise AssertionError(f"job {job_id} never reached {status}")

@@ -1,5 +1,6 @@
 """The processes a process started and the TCP sockets of a port, from /proc (no
 dependencies: the benchmarks use it in their own environments too)."""
+
 import os
 
 
@@ -42,6 +43,12 @@ def tcp_sockets(port):
             fields = line.split()
             if len(fields) < 10 or int(fields[1].rsplit(":", 1)[1], 16) != port:
                 continue
-            found.append((int(fields[2].rsplit(":", 1)[1], 16), fields[3],
-                          int(fields[4].split(":")[1], 16), fields[9]))
+            found.append(
+                (
+                    int(fields[2].rsplit(":", 1)[1], 16),
+                    fields[3],
+                    int(fields[4].split(":")[1], 16),
+                    fields[9],
+                )
+            )
     return found

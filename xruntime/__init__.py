@@ -1,6 +1,7 @@
 """xruntime: long operations as asynchronous jobs behind the xServer job protocol."""
+
 from .support import spyne_compat
 
-spyne_compat.apply()          # before anything imports spyne (Python 3.12+)
+spyne_compat.apply()  # before anything imports spyne (Python 3.12+)
 
 __version__ = "0.1.0"

@@ -1,5 +1,6 @@
 """The ``xruntime`` command: serve, check-config, wsdl, token new; and the client
 commands start, watch, fetch, stop, delete, jobs (``client_cli``)."""
+
 import argparse
 import logging
 import sys
@@ -21,10 +22,13 @@ def cmd_serve(args) -> int:
         return 2
     settings = config.with_overrides(settings, host=args.host, port=args.port)
     from .serving.node import serve
+
     try:
         serve(settings, _service_names(), reload_path=settings.path)
     except OSError as exc:
-        logging.error("cannot serve on %s:%s: %s", settings.host, settings.port, exc.strerror or exc)
+        logging.error(
+            "cannot serve on %s:%s: %s", settings.host, settings.port, exc.strerror or exc
+        )
         return 1
     return 0
 
@@ -45,16 +49,22 @@ def cmd_wsdl(args) -> int:
     """Write every service's WSDL, the schema documents they import and the WSDL of all
     services (the files kept in wsdl/: <Service>.wsdl, schemas/<name>.xsd, XServices.wsdl)."""
     import os
+
+    from .author.registry import discover
     from .bindings.soap import wsdl_for
     from .bindings.wsdl import ALL_SERVICES_FILE, SCHEMA_FOLDER, build_all_wsdl, schema_documents
-    from .author.registry import discover
+
     base = args.base_url.rstrip("/")
     services = discover()
     os.makedirs(os.path.join(args.out, SCHEMA_FOLDER), exist_ok=True)
-    written = {f"{name}.wsdl": wsdl_for(service, f"{base}/services/ws/{name}")
-               for name, service in services.items()}
+    written = {
+        f"{name}.wsdl": wsdl_for(service, f"{base}/services/ws/{name}")
+        for name, service in services.items()
+    }
     written[ALL_SERVICES_FILE] = build_all_wsdl(list(services.values()), f"{base}/services/ws")
-    written.update({f"{SCHEMA_FOLDER}/{name}": document for name, document in schema_documents().items()})
+    written.update(
+        {f"{SCHEMA_FOLDER}/{name}": document for name, document in schema_documents().items()}
+    )
     for name, document in written.items():
         path = os.path.join(args.out, name)
         with open(path, "wb") as f:
@@ -66,9 +76,13 @@ def cmd_wsdl(args) -> int:
 def cmd_token_new(args) -> int:
     """A fresh token for a user, and the lines that give it to them (docs/protocol.md §10)."""
     from .operations.accounts import new_token, token_sha256
+
     if not config.USER_NAME.match(args.name) or args.name == config.ANY_USER:
-        print(f"{args.name!r} is no user name: letters, digits and _ . @ -, at most 100 "
-              f"(and not {config.ANY_USER!r})", file=sys.stderr)
+        print(
+            f"{args.name!r} is no user name: letters, digits and _ . @ -, at most 100 "
+            f"(and not {config.ANY_USER!r})",
+            file=sys.stderr,
+        )
         return 2
     token = new_token()
     print(f"# The token for {args.name}; give it to them, it is shown only this once:")
@@ -82,11 +96,14 @@ def cmd_token_new(args) -> int:
 
 def _service_names():
     from .author.registry import discover
+
     return list(discover())
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="xruntime", description="Long operations as asynchronous jobs.")
+    parser = argparse.ArgumentParser(
+        prog="xruntime", description="Long operations as asynchronous jobs."
+    )
     parser.add_argument("--version", action="version", version=f"xruntime {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="start a node: the HTTP server and its worker processes")
@@ -97,14 +114,23 @@ def main(argv=None) -> int:
     p = sub.add_parser("check-config", help="validate a configuration file")
     p.add_argument("path")
     p.set_defaults(func=cmd_check_config)
-    p = sub.add_parser("wsdl", help="write every service's WSDL and the schemas they import into a folder")
-    p.add_argument("--out", required=True, help="folder to write <Service>.wsdl and schemas/*.xsd into")
-    p.add_argument("--base-url", default="http://localhost:50000",
-                   help="base URL for soap:address (default http://localhost:50000)")
+    p = sub.add_parser(
+        "wsdl", help="write every service's WSDL and the schemas they import into a folder"
+    )
+    p.add_argument(
+        "--out", required=True, help="folder to write <Service>.wsdl and schemas/*.xsd into"
+    )
+    p.add_argument(
+        "--base-url",
+        default="http://localhost:50000",
+        help="base URL for soap:address (default http://localhost:50000)",
+    )
     p.set_defaults(func=cmd_wsdl)
     p = sub.add_parser("token", help="user tokens")
     tokens = p.add_subparsers(dest="token_command", required=True)
-    p = tokens.add_parser("new", help="print a fresh token for a user and the [users.NAME] lines to paste")
+    p = tokens.add_parser(
+        "new", help="print a fresh token for a user and the [users.NAME] lines to paste"
+    )
     p.add_argument("name", help="the user's name")
     p.set_defaults(func=cmd_token_new)
     client_cli.add_commands(sub)

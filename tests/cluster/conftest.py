@@ -20,7 +20,7 @@ def cluster(tmp_path_factory):
     """Three hosts (network namespaces) on one PostgreSQL over a bridge, HAProxy in
     front; removed afterwards (and a crashed run's leftovers before)."""
     ran = os.environ.get("XRUNTIME_TEST_CLUSTER_RAN")
-    if ran:                  # (CI: hosts, HAProxy and PostgreSQL are the same for every Python)
+    if ran:  # (CI: hosts, HAProxy and PostgreSQL are the same for every Python)
         pytest.skip(f"the cluster tests ran earlier in this CI run, with Python {ran}")
     lacks = missing(faketime=True)
     if lacks:

@@ -6,6 +6,7 @@ recorded as a fault.  ``served`` holds the time of every answered call, to see w
 the clients were served all along.
 
 And what the tests and the benchmark read from the database directly."""
+
 import threading
 import time
 
@@ -23,8 +24,10 @@ class Load:
         self.retried = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True, name=f"client {i}")
-                         for i in range(clients)]
+        self._threads = [
+            threading.Thread(target=self._run, daemon=True, name=f"client {i}")
+            for i in range(clients)
+        ]
 
     def __enter__(self):
         for t in self._threads:
@@ -53,14 +56,20 @@ class Load:
         """The answer; None after a fault (recorded)."""
         while True:
             try:
-                r = session.post(f"{self.base}/services/rs/{service}/{operation}", json=body, timeout=70)
+                r = session.post(
+                    f"{self.base}/services/rs/{service}/{operation}", json=body, timeout=70
+                )
             except requests.RequestException:
-                r = None                         # no answer: cut, refused, reset
+                r = None  # no answer: cut, refused, reset
             with self._lock:
                 if r is not None and r.status_code == 200:
                     self.served.append(time.monotonic())
                     return r.json()
-                if r is None or r.status_code in (502, 503, 504) and _fault_type(r) in (None, TRY_AGAIN):
+                if (
+                    r is None
+                    or r.status_code in (502, 503, 504)
+                    and _fault_type(r) in (None, TRY_AGAIN)
+                ):
                     self.retried += 1
                 else:
                     self.faults.append((operation, r.status_code, r.text[:300]))
@@ -77,8 +86,9 @@ class Load:
             with self._lock:
                 self.ids.append(job["id"])
             while job is not None and job["status"] not in TERMINAL:
-                job = self._call(session, "XRuntime", "watchJob",
-                                 {"id": job["id"], "maximumPollingPeriod": 5000})
+                job = self._call(
+                    session, "XRuntime", "watchJob", {"id": job["id"], "maximumPollingPeriod": 5000}
+                )
             if job is None:
                 continue
             if job["status"] != "SUCCEEDED":
@@ -94,41 +104,53 @@ def _fault_type(response):
     try:
         return response.json().get("faultInfo", {}).get("$type")
     except ValueError:
-        return None         # HAProxy's own page
+        return None  # HAProxy's own page
 
 
 # --------------------------------------------------------------------------- the database
 
+
 def jobs_on(engine, node, statuses=("RUNNING", "STOPPING")) -> set:
     with engine.connect() as conn:
-        return {row[0] for row in conn.execute(text(
-            "SELECT id FROM jobs WHERE node = :node AND status = ANY(:statuses)"),
-            {"node": node, "statuses": list(statuses)})}
+        return {
+            row[0]
+            for row in conn.execute(
+                text("SELECT id FROM jobs WHERE node = :node AND status = ANY(:statuses)"),
+                {"node": node, "statuses": list(statuses)},
+            )
+        }
 
 
 def states(engine, ids=None) -> dict:
     """id → (status, node, attempts, finished_at, md5 of the result) of the jobs (all, or ``ids``)."""
     query = "SELECT id, status, node, attempts, finished_at, md5(result) FROM jobs"
     with engine.connect() as conn:
-        rows = conn.execute(text(query + (" WHERE id = ANY(:ids)" if ids is not None else "")),
-                            {"ids": list(ids or ())})
+        rows = conn.execute(
+            text(query + (" WHERE id = ANY(:ids)" if ids is not None else "")),
+            {"ids": list(ids or ())},
+        )
         return {row[0]: tuple(row[1:]) for row in rows}
 
 
 def run_times(engine, ids) -> dict:
     """id → ms from the start of its last run to its outcome."""
     with engine.connect() as conn:
-        rows = conn.execute(text("SELECT id, finished_at - started_at FROM jobs WHERE id = ANY(:ids)"),
-                            {"ids": list(ids)})
+        rows = conn.execute(
+            text("SELECT id, finished_at - started_at FROM jobs WHERE id = ANY(:ids)"),
+            {"ids": list(ids)},
+        )
         return dict(rows.all())
 
 
 def runs(engine) -> dict:
     """id → the nodes its runs were on, in order (one per RUNNING event)."""
     with engine.connect() as conn:
-        rows = conn.execute(text(
-            "SELECT j.id, e.node FROM job_events e JOIN jobs j ON j.seq = e.job_seq "
-            "WHERE e.status = 'RUNNING' ORDER BY e.seq"))
+        rows = conn.execute(
+            text(
+                "SELECT j.id, e.node FROM job_events e JOIN jobs j ON j.seq = e.job_seq "
+                "WHERE e.status = 'RUNNING' ORDER BY e.seq"
+            )
+        )
         found = {}
         for job_id, node in rows:
             found.setdefault(job_id, []).append(node)
@@ -138,9 +160,13 @@ def runs(engine) -> dict:
 def events(engine, ids) -> dict:
     """id → its events' messages."""
     with engine.connect() as conn:
-        rows = conn.execute(text(
-            "SELECT j.id, e.status || ': ' || e.message FROM job_events e JOIN jobs j ON j.seq = e.job_seq "
-            "WHERE j.id = ANY(:ids) ORDER BY e.seq"), {"ids": list(ids)})
+        rows = conn.execute(
+            text(
+                "SELECT j.id, e.status || ': ' || e.message FROM job_events e JOIN jobs j ON j.seq = e.job_seq "
+                "WHERE j.id = ANY(:ids) ORDER BY e.seq"
+            ),
+            {"ids": list(ids)},
+        )
         found = {}
         for job_id, message in rows:
             found.setdefault(job_id, []).append(message)

@@ -19,6 +19,7 @@ first removes what a crashed run left (the names below, and STATE).  Needs root,
 iproute2, iptables, util-linux's unshare, HAProxy, and PostgreSQL's binaries;
 ``missing()`` says what is not there.
 """
+
 import json
 import os
 import shutil
@@ -81,6 +82,7 @@ def free_port(address) -> int:
 
 # --------------------------------------------------------------------------- network
 
+
 class Network:
     def __init__(self, hosts=HOSTS):
         self.hosts = dict(hosts)
@@ -110,7 +112,9 @@ class Network:
 
     def heal(self, name):
         for chain, direction in (("INPUT", "-i"), ("OUTPUT", "-o")):
-            in_namespace(name, "iptables", "-D", chain, direction, "eth0", "-j", "DROP", check=False)
+            in_namespace(
+                name, "iptables", "-D", chain, direction, "eth0", "-j", "DROP", check=False
+            )
 
     def down(self):
         """Remove the namespaces (ending what still runs in them), their veths and the
@@ -130,6 +134,7 @@ class Network:
 
 # --------------------------------------------------------------------------- PostgreSQL
 
+
 class Postgres:
     """A PostgreSQL cluster of the test's own (initdb'd as the user postgres), listening
     on the bridge's address only, trusting the hosts' /24."""
@@ -144,27 +149,68 @@ class Postgres:
         return f"postgresql+psycopg://postgres@{self.address}:{self.port}/xruntime"
 
     def _ctl(self, *args, check=True, timeout=60):
-        return sh("runuser", "-u", "postgres", "--", os.path.join(PG_BIN, "pg_ctl"), "-D", self.data,
-                  *args, check=check, timeout=timeout)
+        return sh(
+            "runuser",
+            "-u",
+            "postgres",
+            "--",
+            os.path.join(PG_BIN, "pg_ctl"),
+            "-D",
+            self.data,
+            *args,
+            check=check,
+            timeout=timeout,
+        )
 
     def start(self, settings=None):
         self.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
         os.makedirs(self.folder)
         shutil.chown(self.folder, "postgres", "postgres")
-        sh("runuser", "-u", "postgres", "--", os.path.join(PG_BIN, "initdb"), "-D", self.data,
-           "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+        sh(
+            "runuser",
+            "-u",
+            "postgres",
+            "--",
+            os.path.join(PG_BIN, "initdb"),
+            "-D",
+            self.data,
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
         self.port = free_port(self.address)
-        conf = {"listen_addresses": f"'{self.address}'", "port": self.port,
-                "unix_socket_directories": f"'{self.folder}'", "max_connections": 400,
-                "shared_buffers": "'64MB'", **(settings or {})}
+        conf = {
+            "listen_addresses": f"'{self.address}'",
+            "port": self.port,
+            "unix_socket_directories": f"'{self.folder}'",
+            "max_connections": 400,
+            "shared_buffers": "'64MB'",
+            **(settings or {}),
+        }
         with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
             f.write("".join(f"{key} = {value}\n" for key, value in conf.items()))
         with open(os.path.join(self.data, "pg_hba.conf"), "a") as f:
             f.write(f"host all all {PREFIX}.0/24 trust\n")
         self._ctl("-l", os.path.join(self.folder, "postgresql.log"), "-w", "start")
-        sh("runuser", "-u", "postgres", "--", os.path.join(PG_BIN, "createdb"), "-h", self.address,
-           "-p", self.port, "-U", "postgres", "xruntime")
+        sh(
+            "runuser",
+            "-u",
+            "postgres",
+            "--",
+            os.path.join(PG_BIN, "createdb"),
+            "-h",
+            self.address,
+            "-p",
+            self.port,
+            "-U",
+            "postgres",
+            "xruntime",
+        )
         return self
 
     def stop(self):
@@ -174,10 +220,12 @@ class Postgres:
 
     def engine(self):
         from sqlalchemy import create_engine
+
         return create_engine(self.url, pool_size=2)
 
 
 # --------------------------------------------------------------------------- HAProxy
+
 
 class HAProxy:
     """Debian's HAProxy on 127.0.0.1 with HAPROXY_TEMPLATE and one ``server`` line per
@@ -199,12 +247,19 @@ class HAProxy:
         with open(self.config, "w") as f:
             f.write(text)
         self.port, self.stats_port = free_port("127.0.0.1"), free_port("127.0.0.1")
-        env = {**os.environ, "XRUNTIME_LISTEN": f"127.0.0.1:{self.port}",
-               "XRUNTIME_STATS": f"127.0.0.1:{self.stats_port}"}
+        env = {
+            **os.environ,
+            "XRUNTIME_LISTEN": f"127.0.0.1:{self.port}",
+            "XRUNTIME_STATS": f"127.0.0.1:{self.stats_port}",
+        }
         subprocess.run(["haproxy", "-c", "-q", "-f", self.config], env=env, check=True, timeout=30)
         self._log = open(os.path.join(self.folder, "haproxy.log"), "ab")
-        self.proc = subprocess.Popen(["haproxy", "-db", "-f", self.config], env=env,
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            ["haproxy", "-db", "-f", self.config],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         with open(os.path.join(self.folder, "pid"), "w") as f:
             f.write(str(self.proc.pid))
         return self
@@ -218,9 +273,18 @@ class HAProxy:
         r = requests.get(f"http://127.0.0.1:{self.stats_port}/;csv", timeout=5)
         rows = [line.split(",") for line in r.text.splitlines()]
         header = rows[0]
-        name, svname, status = header.index("# pxname"), header.index("svname"), header.index("status")
-        return {row[svname]: row[status] for row in rows[1:]
-                if len(row) > status and row[name] == "xruntime" and row[svname] not in ("FRONTEND", "BACKEND")}
+        name, svname, status = (
+            header.index("# pxname"),
+            header.index("svname"),
+            header.index("status"),
+        )
+        return {
+            row[svname]: row[status]
+            for row in rows[1:]
+            if len(row) > status
+            and row[name] == "xruntime"
+            and row[svname] not in ("FRONTEND", "BACKEND")
+        }
 
     def wait_servers(self, expected: dict, timeout=30):
         deadline = time.monotonic() + timeout
@@ -245,7 +309,7 @@ class HAProxy:
                 self.proc.wait()
             self.proc = None
             self._log.close()
-        else:                              # a crashed run's, if its pid is still HAProxy
+        else:  # a crashed run's, if its pid is still HAProxy
             try:
                 with open(os.path.join(self.folder, "pid")) as f:
                     pid = int(f.read())
@@ -258,22 +322,48 @@ class HAProxy:
 
 # --------------------------------------------------------------------------- nodes
 
+
 def node_env(offset=None) -> dict:
     """A node's environment: its wall clock ``offset`` off (e.g. "+10m") with Debian's
     libfaketime, the monotonic clock left alone."""
     if not offset:
         return {"PYTHONPATH": ROOT}
-    return {"LD_PRELOAD": FAKETIME, "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            "FAKETIME_DONT_RESET": "1", "PYTHONPATH": f"{FAKETIME_SHIM}:{ROOT}"}
+    return {
+        "LD_PRELOAD": FAKETIME,
+        "FAKETIME": offset,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_DONT_RESET": "1",
+        "PYTHONPATH": f"{FAKETIME_SHIM}:{ROOT}",
+    }
 
 
-def host_node(folder, host, database_url, extra="", workers=2, offset=None, processes=None) -> Server:
+def host_node(
+    folder, host, database_url, extra="", workers=2, offset=None, processes=None
+) -> Server:
     """The node of ``host``, in its namespace, with the host's name as its hostname."""
     keys = {"processes": processes} if processes else {}
-    return Server(os.path.join(folder, host), port=NODE_PORT, host=HOSTS[host], database_url=database_url,
-                  extra=extra, workers=workers, env=node_env(offset), server_keys=keys,
-                  prefix=["ip", "netns", "exec", host, "unshare", "--uts", "sh", "-c",
-                          f'hostname {host} && exec "$@"', host])
+    return Server(
+        os.path.join(folder, host),
+        port=NODE_PORT,
+        host=HOSTS[host],
+        database_url=database_url,
+        extra=extra,
+        workers=workers,
+        env=node_env(offset),
+        server_keys=keys,
+        prefix=[
+            "ip",
+            "netns",
+            "exec",
+            host,
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            f'hostname {host} && exec "$@"',
+            host,
+        ],
+    )
 
 
 class Cluster:
@@ -294,10 +384,14 @@ class Cluster:
         self.network.up()
         self.pg.start(self.pg_settings)
         from xruntime.store.sql import SqlJobStore
-        SqlJobStore(self.pg.url).close()        # the schema, once, before the nodes start together
-        self.nodes = {host: host_node(self.folder, host, self.pg.url, self.extra, self.workers, offset,
-                                      self.processes)
-                      for host, offset in self.offsets.items()}
+
+        SqlJobStore(self.pg.url).close()  # the schema, once, before the nodes start together
+        self.nodes = {
+            host: host_node(
+                self.folder, host, self.pg.url, self.extra, self.workers, offset, self.processes
+            )
+            for host, offset in self.offsets.items()
+        }
         start_all(self.nodes.values())
         self.haproxy.start({host: f"{HOSTS[host]}:{NODE_PORT}" for host in self.nodes})
         self.haproxy.wait_servers({host: "UP" for host in self.nodes})
@@ -308,7 +402,7 @@ class Cluster:
             if node.proc is not None:
                 node.kill()
         self.haproxy.stop()
-        self.network.down()          # (kills what a crashed run left in the namespaces)
+        self.network.down()  # (kills what a crashed run left in the namespaces)
         self.pg.stop()
         shutil.rmtree(STATE, ignore_errors=True)
 
@@ -322,6 +416,7 @@ class Cluster:
 def start_all(nodes, timeout=90):
     """Start the nodes together (each waits for its own answer)."""
     import concurrent.futures
+
     with concurrent.futures.ThreadPoolExecutor(len(list(nodes)) or 1) as pool:
         for future in [pool.submit(node.start, timeout) for node in nodes]:
             future.result()
@@ -337,14 +432,18 @@ def fault_type(response):
 def call_from_inside(host, url, body, timeout=40):
     """POST ``body`` (JSON) to ``url`` from inside ``host``'s namespace; answers
     (seconds taken, HTTP status or None, body text)."""
-    code = ("import json,sys,time,urllib.request,urllib.error\n"
-            "t=time.monotonic()\n"
-            "req=urllib.request.Request(sys.argv[1],data=sys.argv[2].encode(),"
-            "headers={'Content-Type':'application/json'})\n"
-            "try:\n"
-            " r=urllib.request.urlopen(req,timeout=float(sys.argv[3]));s,b=r.status,r.read()\n"
-            "except urllib.error.HTTPError as e: s,b=e.code,e.read()\n"
-            "except Exception as e: s,b=None,repr(e).encode()\n"
-            "print(json.dumps([time.monotonic()-t,s,b.decode('utf-8','replace')]))\n")
-    out = in_namespace(host, sys.executable, "-c", code, url, json.dumps(body), timeout, timeout=timeout + 20)
+    code = (
+        "import json,sys,time,urllib.request,urllib.error\n"
+        "t=time.monotonic()\n"
+        "req=urllib.request.Request(sys.argv[1],data=sys.argv[2].encode(),"
+        "headers={'Content-Type':'application/json'})\n"
+        "try:\n"
+        " r=urllib.request.urlopen(req,timeout=float(sys.argv[3]));s,b=r.status,r.read()\n"
+        "except urllib.error.HTTPError as e: s,b=e.code,e.read()\n"
+        "except Exception as e: s,b=None,repr(e).encode()\n"
+        "print(json.dumps([time.monotonic()-t,s,b.decode('utf-8','replace')]))\n"
+    )
+    out = in_namespace(
+        host, sys.executable, "-c", code, url, json.dumps(body), timeout, timeout=timeout + 20
+    )
     return tuple(json.loads(out))

@@ -5,6 +5,7 @@ as an id never used), an admin sees and manages everyone's, fair shares under
 and revoked credentials in each binding's form, the WSDL with and without
 ``public_wsdl``, zeep, suds, JSON-RPC and curl authenticating, and accounts off
 changing nothing.  No token may ever reach a server's log."""
+
 import base64
 import json
 import os
@@ -19,29 +20,47 @@ import pytest
 import requests
 from lxml import etree
 
-from tests.clients import (BINDINGS, RemoteFault, SudsClient, make_client, start,
-                           wait_done, wait_status, watch)
+from tests.clients import (
+    BINDINGS,
+    RemoteFault,
+    SudsClient,
+    make_client,
+    start,
+    wait_done,
+    wait_status,
+    watch,
+)
 from tests.harness import Server, write_config
 from xruntime.operations.accounts import token_sha256
 
 CHALLENGE = 'Basic realm="xruntime"'
-IN_FORCE = 2.0          # s: a live edit of the file is in force this soon (§5, §10)
-AT_ONCE = 0.5           # s: "at once" for an answer that must not wait for any period
+IN_FORCE = 2.0  # s: a live edit of the file is in force this soon (§5, §10)
+AT_ONCE = 0.5  # s: "at once" for an answer that must not wait for any period
 
 #: Every user's token, fresh for each run; the file holds only their sha256.
-TOKENS = {name: secrets.token_urlsafe(24) for name in ("alice", "bob", "carol", "dave", "quinn", "root")}
+TOKENS = {
+    name: secrets.token_urlsafe(24) for name in ("alice", "bob", "carol", "dave", "quinn", "root")
+}
 #: Tokens nobody has, sent as wrong credentials.
 WRONG = [secrets.token_urlsafe(24) for _ in range(3)]
 #: alice's token after a rotation (test_users_removed_rotated_and_added_live).
 ROTATED = secrets.token_urlsafe(24)
 
 #: The module's node: plain users, an admin, and quinn with quotas.
-USERS = {"alice": {}, "bob": {}, "carol": {}, "dave": {}, "root": {"admin": True},
-         "quinn": {"max_running": 1, "max_queued": 2}}
+USERS = {
+    "alice": {},
+    "bob": {},
+    "carol": {},
+    "dave": {},
+    "root": {"admin": True},
+    "quinn": {"max_running": 1, "max_queued": 2},
+}
 
-SOAP_ENVELOPE = (b'<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/" '
-                 b'xmlns:x="http://xruntime.org/xserver/xruntime"><soap:Body>'
-                 b'<x:getRuntimeInformation/></soap:Body></soap:Envelope>')
+SOAP_ENVELOPE = (
+    b'<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/" '
+    b'xmlns:x="http://xruntime.org/xserver/xruntime"><soap:Body>'
+    b"<x:getRuntimeInformation/></soap:Body></soap:Envelope>"
+)
 
 
 def accounts_toml(users, public_wsdl=None):
@@ -101,8 +120,13 @@ def swapped(value, old, new):
 
 
 def parts(fault):
-    return {"type": fault.type, "message": fault.message, "fields": fault.fields,
-            "status": fault.status, "code": fault.code}
+    return {
+        "type": fault.type,
+        "message": fault.message,
+        "fields": fault.fields,
+        "status": fault.status,
+        "code": fault.code,
+    }
 
 
 def secrets_in(text):
@@ -126,20 +150,27 @@ def assert_no_token_logged(srv):
 def rewrite_config(srv, extra):
     """Replace the node's file as a whole (written aside, renamed in place), as a live
     edit by an administrator; the node re-reads it within IN_FORCE."""
-    path = write_config(os.path.join(srv.folder, "edit"), srv.port, extra=extra, workers=srv.workers)
+    path = write_config(
+        os.path.join(srv.folder, "edit"), srv.port, extra=extra, workers=srv.workers
+    )
     os.replace(path, srv.config)
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
     """The module's node: [auth] required, USERS, 2 workers; the harness calls as root."""
-    node = Server(str(tmp_path_factory.mktemp("accounts")), extra=accounts_toml(USERS),
-                  auth=creds("root"), server_keys={"processes": 2}).start()   # races across both
+    node = Server(
+        str(tmp_path_factory.mktemp("accounts")),
+        extra=accounts_toml(USERS),
+        auth=creds("root"),
+        server_keys={"processes": 2},
+    ).start()  # races across both
     yield node
     node.stop()
 
 
 # ----------------------------------------------------------------------- credentials
+
 
 def raw_call(srv, binding, authorization=None, user=None, token=None):
     """getRuntimeInformation in ``binding``'s own form, with an Authorization header (or
@@ -147,14 +178,32 @@ def raw_call(srv, binding, authorization=None, user=None, token=None):
     headers = {"Authorization": authorization} if authorization is not None else {}
     auth = (user, token) if user is not None else None
     if binding == "json":
-        return requests.post(f"{srv.base}/services/rs/XRuntime/getRuntimeInformation", json={},
-                             headers=headers, auth=auth, timeout=10)
+        return requests.post(
+            f"{srv.base}/services/rs/XRuntime/getRuntimeInformation",
+            json={},
+            headers=headers,
+            auth=auth,
+            timeout=10,
+        )
     if binding == "soap":
-        return requests.post(f"{srv.base}/services/ws/XRuntime", data=SOAP_ENVELOPE, auth=auth,
-                             headers={**headers, "Content-Type": "text/xml; charset=utf-8",
-                                      "SOAPAction": '"getRuntimeInformation"'}, timeout=10)
-    return requests.post(f"{srv.base}/services/rpc/XRuntime", headers=headers, auth=auth, timeout=10,
-                         json={"jsonrpc": "2.0", "method": "getRuntimeInformation", "params": {}, "id": 7})
+        return requests.post(
+            f"{srv.base}/services/ws/XRuntime",
+            data=SOAP_ENVELOPE,
+            auth=auth,
+            headers={
+                **headers,
+                "Content-Type": "text/xml; charset=utf-8",
+                "SOAPAction": '"getRuntimeInformation"',
+            },
+            timeout=10,
+        )
+    return requests.post(
+        f"{srv.base}/services/rpc/XRuntime",
+        headers=headers,
+        auth=auth,
+        timeout=10,
+        json={"jsonrpc": "2.0", "method": "getRuntimeInformation", "params": {}, "id": 7},
+    )
 
 
 def assert_refused(r, binding):
@@ -223,9 +272,15 @@ def test_missing_or_wrong_credentials_are_refused_in_the_bindings_form(srv, bind
         except AssertionError as exc:
             raise AssertionError(f"{case}: {exc}") from exc
     # which part was wrong is not told
-    messages = {case: refusal_message(raw_call(srv, binding, **WRONG_CREDENTIALS[case]), binding)
-                for case in ("wrong token", "other user's name with alice's token",
-                             "unknown user with alice's token", "Bearer with a wrong token")}
+    messages = {
+        case: refusal_message(raw_call(srv, binding, **WRONG_CREDENTIALS[case]), binding)
+        for case in (
+            "wrong token",
+            "other user's name with alice's token",
+            "unknown user with alice's token",
+            "Bearer with a wrong token",
+        )
+    }
     assert len(set(messages.values())) == 1, messages
     # the same request with credentials is served: only the credentials were wrong
     assert_served(raw_call(srv, binding, user="alice", token=TOKENS["alice"]), binding)
@@ -237,8 +292,9 @@ def test_missing_or_wrong_credentials_are_refused_in_the_bindings_form(srv, bind
 def test_a_client_without_credentials_reads_the_refusal_as_a_typed_fault(srv, binding):
     """The refusal parsed by the binding's own client (zeep reads the WSDL's fault types)."""
     for auth in (None, ("alice", WRONG[0])):
-        fault = fault_of(make_client(binding, srv.base, auth=auth).call, "XRuntime", "getRuntimeInformation",
-                         {})
+        fault = fault_of(
+            make_client(binding, srv.base, auth=auth).call, "XRuntime", "getRuntimeInformation", {}
+        )
         assert fault.type == "AccessDeniedFault"
         if binding == "json":
             assert fault.status == 401
@@ -250,12 +306,17 @@ def test_basic_xtok_and_bearer_name_the_tokens_user(srv):
     """Each accepted form starts a job owned by the token's user (the name sent with
     xtok or Bearer does not matter, the token does)."""
     url = srv.url("XDemo", "startSimulate")
-    forms = [("alice", {"Authorization": basic("alice", TOKENS["alice"])}),
-             ("alice", {"Authorization": basic("xtok", TOKENS["alice"])}),
-             ("alice", {"Authorization": f"Bearer {TOKENS['alice']}"}),
-             ("bob", {"Authorization": basic("xtok", TOKENS["bob"])}),
-             ("bob", {"Authorization": f"bearer {TOKENS['bob']}"})]
-    alice, bob = make_client("json", srv.base, creds("alice")), make_client("json", srv.base, creds("bob"))
+    forms = [
+        ("alice", {"Authorization": basic("alice", TOKENS["alice"])}),
+        ("alice", {"Authorization": basic("xtok", TOKENS["alice"])}),
+        ("alice", {"Authorization": f"Bearer {TOKENS['alice']}"}),
+        ("bob", {"Authorization": basic("xtok", TOKENS["bob"])}),
+        ("bob", {"Authorization": f"bearer {TOKENS['bob']}"}),
+    ]
+    alice, bob = (
+        make_client("json", srv.base, creds("alice")),
+        make_client("json", srv.base, creds("bob")),
+    )
     for owner, headers in forms:
         r = requests.post(url, json={"durationMs": 0}, headers=headers, timeout=10)
         assert r.status_code == 200, (headers, r.text)
@@ -280,6 +341,7 @@ def test_the_wsdl_is_public_by_default(srv):
 
 # ----------------------------------------------------------------------- isolation
 
+
 @pytest.mark.parametrize("binding", BINDINGS)
 def test_another_users_job_is_an_id_never_used(srv, binding):
     """Bob gets for each of alice's jobs exactly what he gets for a fresh uuid (the id
@@ -291,24 +353,30 @@ def test_another_users_job_is_an_id_never_used(srv, binding):
 
     def as_never_used():
         never = str(uuid.uuid4())
-        for id_ in (job, never):          # the watch answers at once, not at a period's end
+        for id_ in (job, never):  # the watch answers at once, not at a period's end
             t0 = time.monotonic()
             seen = watch(bob, id_, progressUpdatePeriod=5000, maximumPollingPeriod=10000)
             took = time.monotonic() - t0
             assert took < AT_ONCE, f"bob's watch of {id_} took {took:.2f} s"
             assert seen == {"id": id_, "status": "UNKNOWN", "elapsedTime": 0}
-        assert bob.call("XRuntime", "deleteJob", {"id": job}) == \
-            swapped(bob.call("XRuntime", "deleteJob", {"id": never}), never, job)
-        for service, operation in (("XRuntime", "stopJob"), ("XDemo", "fetchSimulateResponse"),
-                                   ("XCrashy", "fetchCrashResponse"),    # (not InvalidFetchType)
-                                   ("XRuntime", "getJobEvents")):
+        assert bob.call("XRuntime", "deleteJob", {"id": job}) == swapped(
+            bob.call("XRuntime", "deleteJob", {"id": never}), never, job
+        )
+        for service, operation in (
+            ("XRuntime", "stopJob"),
+            ("XDemo", "fetchSimulateResponse"),
+            ("XCrashy", "fetchCrashResponse"),  # (not InvalidFetchType)
+            ("XRuntime", "getJobEvents"),
+        ):
             for_job = parts(fault_of(bob.call, service, operation, {"id": job}))
             for_never = parts(fault_of(bob.call, service, operation, {"id": never}))
             assert for_job["type"] == "UnknownJobFault", for_job
             assert for_job == swapped(for_never, never, job), operation
 
-    as_never_used()                      # while it runs
-    assert job not in [j["id"] for j in bob.call("XRuntime", "listJobs", {"limit": 1000}).get("jobs", [])]
+    as_never_used()  # while it runs
+    assert job not in [
+        j["id"] for j in bob.call("XRuntime", "listJobs", {"limit": 1000}).get("jobs", [])
+    ]
     assert job in [j["id"] for j in alice.call("XRuntime", "listJobs", {"limit": 1000})["jobs"]]
     refused = fault_of(bob.call, "XRuntime", "listJobs", {"user": "alice"})
     assert refused.type == "AccessDeniedFault" and refused.status in (403, None)
@@ -316,7 +384,7 @@ def test_another_users_job_is_an_id_never_used(srv, binding):
     # done, with every step and no limitation (below): neither stopped nor deleted
     assert watch(alice, job, progressUpdatePeriod=250)["status"] in ("RUNNING", "SUCCEEDED")
     assert wait_done(alice, job)["status"] == "SUCCEEDED"
-    as_never_used()                      # and once it has its result
+    as_never_used()  # and once it has its result
     result = fetch(alice, job)
     assert result["stepsDone"] == 6 and not result.get("resultLimitations"), result
     assert watch(alice, job)["status"] == "SUCCEEDED"
@@ -340,12 +408,17 @@ def test_an_admin_sees_and_manages_every_users_jobs(srv, binding):
     assert root.call("XRuntime", "stopJob", {"id": a_run})["status"] == "STOPPING"
     assert root.call("XRuntime", "deleteJob", {"id": b_run})["status"] == "DELETED"
     assert wait_done(alice, a_run)["status"] == "SUCCEEDED"
-    assert [e["message"] for e in root.call("XRuntime", "getJobEvents", {"id": a_run})["events"]][2] == \
-        "stop asked"
-    listed = {j["id"]: j.get("user") for j in
-              root.call("XRuntime", "listJobs", {"limit": 1000, "status": ["SUCCEEDED"]})["jobs"]}
+    assert [e["message"] for e in root.call("XRuntime", "getJobEvents", {"id": a_run})["events"]][
+        2
+    ] == "stop asked"
+    listed = {
+        j["id"]: j.get("user")
+        for j in root.call("XRuntime", "listJobs", {"limit": 1000, "status": ["SUCCEEDED"]})["jobs"]
+    }
     assert listed[done["alice"]] == "alice" and listed[done["bob"]] == "bob"
-    of_bob = [j["id"] for j in root.call("XRuntime", "listJobs", {"user": "bob", "limit": 1000})["jobs"]]
+    of_bob = [
+        j["id"] for j in root.call("XRuntime", "listJobs", {"user": "bob", "limit": 1000})["jobs"]
+    ]
     assert done["bob"] in of_bob and done["alice"] not in of_bob
     stopped = fetch(alice, a_run)
     assert 0 < stopped["stepsDone"] < 40 and stopped["resultLimitations"], stopped
@@ -362,9 +435,16 @@ def test_an_admin_sees_and_manages_every_users_jobs(srv, binding):
 
 def test_job_counts_are_the_callers_own_and_an_admins_are_everyones(srv):
     quiet(srv)
-    carol, dave = make_client("json", srv.base, creds("carol")), make_client("json", srv.base, creds("dave"))
-    jobs = [(carol, start(carol, durationMs=0)["id"]), (carol, start(carol, durationMs=0)["id"]),
-            (carol, start(carol, failAtStep=1)["id"]), (dave, start(dave, durationMs=0)["id"])]
+    carol, dave = (
+        make_client("json", srv.base, creds("carol")),
+        make_client("json", srv.base, creds("dave")),
+    )
+    jobs = [
+        (carol, start(carol, durationMs=0)["id"]),
+        (carol, start(carol, durationMs=0)["id"]),
+        (carol, start(carol, failAtStep=1)["id"]),
+        (dave, start(dave, durationMs=0)["id"]),
+    ]
     assert sorted(wait_done(c, j)["status"] for c, j in jobs) == ["FAILED"] + ["SUCCEEDED"] * 3
     quiet(srv)
     nothing = dict.fromkeys(("QUEUING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "DELETED"), 0)
@@ -374,8 +454,10 @@ def test_job_counts_are_the_callers_own_and_an_admins_are_everyones(srv):
         assert counts(client(binding, srv, "dave")) == {**nothing, "SUCCEEDED": 1}
         assert counts(client(binding, srv, "bob")) == counts(client("json", srv, "bob"))
         everyone = counts(client(binding, srv, "root"))
-        total = {status: sum(counts(client("json", srv, user))[status] for user in users)
-                 for status in nothing}
+        total = {
+            status: sum(counts(client("json", srv, user))[status] for user in users)
+            for status in nothing
+        }
         assert everyone == total, (everyone, total)
     for c, j in jobs:
         assert c.call("XRuntime", "deleteJob", {"id": j})["status"] == "DELETED"
@@ -384,26 +466,32 @@ def test_job_counts_are_the_callers_own_and_an_admins_are_everyones(srv):
 
 # ----------------------------------------------------------------------- max_queued
 
+
 def test_past_max_queued_start_is_quota_exceeded_and_others_still_start(srv):
     """quinn: max_running 1, max_queued 2.  One job runs, two wait QUEUING (a worker is
     free: her max_running holds them); a fourth start is refused in every binding,
     stores nothing, and alice's starts are accepted meanwhile."""
     quiet(srv)
-    root, quinn = make_client("json", srv.base, creds("root")), make_client("json", srv.base, creds("quinn"))
+    root, quinn = (
+        make_client("json", srv.base, creds("root")),
+        make_client("json", srv.base, creds("quinn")),
+    )
     running = start(quinn, durationMs=30000, steps=60)["id"]
     wait_status(quinn, running, "RUNNING")
     queued = [start(quinn, durationMs=0)["id"] for _ in range(2)]
-    time.sleep(0.3)                      # a free worker would have taken them by now
+    time.sleep(0.3)  # a free worker would have taken them by now
     mine = {**counts(quinn)}
     assert (mine["RUNNING"], mine["QUEUING"]) == (1, 2), mine
     # queued, running: to bob her jobs are still ids never used, and stay as they are
     never, bob = str(uuid.uuid4()), make_client("json", srv.base, creds("bob"))
     for job in (queued[0], running):
         assert watch(bob, job) == swapped(watch(bob, never), never, job)
-        assert bob.call("XRuntime", "deleteJob", {"id": job}) == \
-            swapped(bob.call("XRuntime", "deleteJob", {"id": never}), never, job)
-        assert parts(fault_of(bob.call, "XRuntime", "stopJob", {"id": job})) == \
-            swapped(parts(fault_of(bob.call, "XRuntime", "stopJob", {"id": never})), never, job)
+        assert bob.call("XRuntime", "deleteJob", {"id": job}) == swapped(
+            bob.call("XRuntime", "deleteJob", {"id": never}), never, job
+        )
+        assert parts(fault_of(bob.call, "XRuntime", "stopJob", {"id": job})) == swapped(
+            parts(fault_of(bob.call, "XRuntime", "stopJob", {"id": never})), never, job
+        )
     assert counts(quinn) == mine
     everyone = counts(root)
     for binding in BINDINGS:
@@ -416,7 +504,9 @@ def test_past_max_queued_start_is_quota_exceeded_and_others_still_start(srv):
             assert fault.code.split(":")[-1] == "Client"
         else:
             assert -32099 <= fault.code <= -32000, fault.code
-        assert counts(quinn) == mine and counts(root) == everyone, "the refused start stored something"
+        assert counts(quinn) == mine and counts(root) == everyone, (
+            "the refused start stored something"
+        )
         other = client(binding, srv, "alice")
         job = start(other, durationMs=0)["id"]
         assert wait_done(other, job)["status"] == "SUCCEEDED"
@@ -449,11 +539,15 @@ def try_start(c):
 
 def quinn_jobs(srv):
     """The ids of quinn's jobs the log names as queued."""
-    return [line.split("job ")[1].split()[0] for line in srv.log().splitlines()
-            if line.endswith("QUEUING (user quinn)")]
+    return [
+        line.split("job ")[1].split()[0]
+        for line in srv.log().splitlines()
+        if line.endswith("QUEUING (user quinn)")
+    ]
 
 
 # ----------------------------------------------------------------------- real clients
+
 
 def life(c, owner, srv):
     """start, watch until SUCCEEDED, fetch; the job is ``owner``'s (bob cannot see it)."""
@@ -516,32 +610,58 @@ class UrllibJsonRpc:
         self.opener = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(passwords))
 
     def call(self, service, operation, request=None):
-        data = json.dumps({"jsonrpc": "2.0", "method": operation, "params": request or {},
-                           "id": 1}).encode()
-        req = urllib.request.Request(f"{self.base}/services/rpc/{service}", data=data,
-                                     headers={"Content-Type": "application/json"})
+        data = json.dumps(
+            {"jsonrpc": "2.0", "method": operation, "params": request or {}, "id": 1}
+        ).encode()
+        req = urllib.request.Request(
+            f"{self.base}/services/rpc/{service}",
+            data=data,
+            headers={"Content-Type": "application/json"},
+        )
         with self.opener.open(req, timeout=70) as r:
             body = json.loads(r.read())
         if "error" in body:
             info = dict(body["error"]["data"])
-            raise RemoteFault(info.pop("$type"), body["error"]["message"], info, code=body["error"]["code"])
+            raise RemoteFault(
+                info.pop("$type"), body["error"]["message"], info, code=body["error"]["code"]
+            )
         return body["result"]
 
 
 def test_curl_with_basic_and_bearer(srv):
     """curl as the operations guide shows it: -u alice:TOKEN, or a Bearer header."""
+
     def curl(*args):
-        out = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", *args], capture_output=True,
-                             text=True, timeout=30, check=True).stdout
+        out = subprocess.run(
+            ["curl", "-s", "-w", "\n%{http_code}", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
         body, _, code = out.rpartition("\n")
         return int(code), json.loads(body)
 
     url = srv.url("XDemo", "startSimulate")
-    code, job = curl("-u", f"alice:{TOKENS['alice']}", "-H", "Content-Type: application/json",
-                     "-d", '{"durationMs": 0}', url)
+    code, job = curl(
+        "-u",
+        f"alice:{TOKENS['alice']}",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        '{"durationMs": 0}',
+        url,
+    )
     assert code == 200 and job["status"] == "QUEUING"
-    code, answer = curl("-H", f"Authorization: Bearer {TOKENS['alice']}", "-H", "Content-Type: application/json",
-                        "-d", json.dumps({"id": job["id"]}), srv.url("XRuntime", "deleteJob"))
+    code, answer = curl(
+        "-H",
+        f"Authorization: Bearer {TOKENS['alice']}",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        json.dumps({"id": job["id"]}),
+        srv.url("XRuntime", "deleteJob"),
+    )
     assert code == 200 and answer["status"] == "DELETED"
     code, answer = curl("-d", "{}", srv.url("XRuntime", "getRuntimeInformation"))
     assert code == 401 and answer["faultInfo"]["$type"] == "AccessDeniedFault"
@@ -550,8 +670,10 @@ def test_curl_with_basic_and_bearer(srv):
 def test_no_token_in_the_log(srv):
     """Refusals are logged with the address, never the credentials (this module's
     calls sent every token, right and wrong)."""
-    deadline = time.time() + 3          # (at most one such line a second)
-    while "refused POST /services/rs/XRuntime/getRuntimeInformation from 127.0.0.1" not in srv.log():
+    deadline = time.time() + 3  # (at most one such line a second)
+    while (
+        "refused POST /services/rs/XRuntime/getRuntimeInformation from 127.0.0.1" not in srv.log()
+    ):
         assert time.time() < deadline, "no refusal logged"
         assert_refused(raw_call(srv, "json", user="alice", token=WRONG[0]), "json")
         time.sleep(0.1)
@@ -561,7 +683,7 @@ def test_no_token_in_the_log(srv):
 # ----------------------------------------------------------------------- fair shares
 
 FAIR_USERS = {"alice": {"max_running": 1}, "bob": {}, "root": {"admin": True}}
-HER_JOBS, HER_JOB_S = 5, 2.0      # one at a time, alice's jobs take HER_JOBS × HER_JOB_S
+HER_JOBS, HER_JOB_S = 5, 2.0  # one at a time, alice's jobs take HER_JOBS × HER_JOB_S
 PG_URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
 
 
@@ -572,11 +694,15 @@ def fair_shares(nodes):
     alices = [make_client("json", n.base, creds("alice")) for n in nodes]
     bob = make_client("json", nodes[-1].base, creds("bob"))
     t_first = time.monotonic()
-    hers = [start(alices[i % len(alices)], durationMs=int(HER_JOB_S * 1000), steps=10)["id"]
-            for i in range(HER_JOBS)]
+    hers = [
+        start(alices[i % len(alices)], durationMs=int(HER_JOB_S * 1000), steps=10)["id"]
+        for i in range(HER_JOBS)
+    ]
     t0 = time.monotonic()
     his = start(bob, durationMs=1000, steps=5)["id"]
-    while watch(bob, his, progressUpdatePeriod=250, maximumPollingPeriod=250)["status"] == "QUEUING":
+    while (
+        watch(bob, his, progressUpdatePeriod=250, maximumPollingPeriod=250)["status"] == "QUEUING"
+    ):
         assert time.monotonic() - t0 < 1.0, "bob's job waited behind alice's"
     first = counts(alices[0])
     assert (first["RUNNING"], first["QUEUING"]) == (1, HER_JOBS - 1), first
@@ -588,10 +714,14 @@ def fair_shares(nodes):
         assert now["QUEUING"] + now["RUNNING"] + now["SUCCEEDED"] == HER_JOBS, now
         if now["SUCCEEDED"] == HER_JOBS:
             break
-        assert time.monotonic() - t_first < HER_JOBS * HER_JOB_S + 20, f"alice's jobs never ended: {now}"
+        assert time.monotonic() - t_first < HER_JOBS * HER_JOB_S + 20, (
+            f"alice's jobs never ended: {now}"
+        )
         time.sleep(0.05)
     span = time.monotonic() - t_first
-    assert span >= HER_JOBS * HER_JOB_S * 0.95, f"her {HER_JOBS} jobs took {span:.1f} s: not one at a time"
+    assert span >= HER_JOBS * HER_JOB_S * 0.95, (
+        f"her {HER_JOBS} jobs took {span:.1f} s: not one at a time"
+    )
     assert span < HER_JOBS * HER_JOB_S + 5, f"her jobs took {span:.1f} s: they waited for nothing"
     assert len(samples) > 50 and sum(s["RUNNING"] == 1 for s in samples) > 0.8 * len(samples)
     assert wait_done(bob, his)["status"] == "SUCCEEDED"
@@ -609,16 +739,24 @@ def test_fair_shares_on_one_node(fresh_server):
 def test_fair_shares_across_two_nodes_on_postgresql(tmp_path):
     """Two nodes of 2 workers on one database: alice's max_running holds for both together."""
     from sqlalchemy import MetaData, create_engine
+
     engine = create_engine(PG_URL)
     tables = MetaData()
-    tables.reflect(engine)       # every table, those of other versions too (job_events...)
+    tables.reflect(engine)  # every table, those of other versions too (job_events...)
     tables.drop_all(engine)
     engine.dispose()
     nodes = []
     try:
         for name in ("a", "b"):
-            nodes.append(Server(str(tmp_path / name), database_url=PG_URL, workers=2,
-                                extra=accounts_toml(FAIR_USERS), auth=creds("root")).start())
+            nodes.append(
+                Server(
+                    str(tmp_path / name),
+                    database_url=PG_URL,
+                    workers=2,
+                    extra=accounts_toml(FAIR_USERS),
+                    auth=creds("root"),
+                ).start()
+            )
         fair_shares(nodes)
         for node in nodes:
             assert_no_token_logged(node)
@@ -628,6 +766,7 @@ def test_fair_shares_across_two_nodes_on_postgresql(tmp_path):
 
 
 # ----------------------------------------------------------------------- nodes of their own
+
 
 def wait_for_edit(node, user, token, want, others=()):
     """Call as ``user`` until the answer's status is ``want`` (the edit is in force);
@@ -648,7 +787,10 @@ def wait_for_edit(node, user, token, want, others=()):
 def test_users_removed_rotated_and_added_live(fresh_server):
     users = {"alice": {}, "bob": {}, "root": {"admin": True}}
     node = fresh_server(extra=accounts_toml(users), auth=creds("root")).start()
-    alice, bob = make_client("json", node.base, creds("alice")), make_client("json", node.base, creds("bob"))
+    alice, bob = (
+        make_client("json", node.base, creds("alice")),
+        make_client("json", node.base, creds("bob")),
+    )
     root = make_client("json", node.base, creds("root"))
     his, hers = start(bob, durationMs=1500, steps=3)["id"], start(alice, durationMs=0)["id"]
     now = counts(bob)
@@ -666,7 +808,9 @@ def test_users_removed_rotated_and_added_live(fresh_server):
     assert fetch(root, his)["stepsDone"] == 3
     assert watch(alice, his)["status"] == "UNKNOWN"
     # alice's token rotated and carol added: the old token refused, her jobs still hers
-    text = accounts_toml({**users, "carol": {}}).replace(token_sha256(TOKENS["alice"]), token_sha256(ROTATED))
+    text = accounts_toml({**users, "carol": {}}).replace(
+        token_sha256(TOKENS["alice"]), token_sha256(ROTATED)
+    )
     rewrite_config(node, text)
     wait_for_edit(node, "carol", TOKENS["carol"], 200)
     wait_for_edit(node, "alice", TOKENS["alice"], 401)
@@ -680,26 +824,33 @@ def test_users_removed_rotated_and_added_live(fresh_server):
 
 
 def test_a_private_wsdl_needs_credentials(fresh_server):
-    node = fresh_server(extra=accounts_toml({"alice": {}, "root": {"admin": True}}, public_wsdl=False),
-                        auth=creds("root")).start()
+    node = fresh_server(
+        extra=accounts_toml({"alice": {}, "root": {"admin": True}}, public_wsdl=False),
+        auth=creds("root"),
+    ).start()
     url = f"{node.base}/services/ws/XDemo?wsdl"
     r = requests.get(url, timeout=10)
     assert r.status_code == 401 and r.headers["WWW-Authenticate"] == CHALLENGE
     assert b"AccessDeniedFault" in r.content and b"definitions" not in r.content
     assert requests.get(url, auth=("alice", WRONG[0]), timeout=10).status_code == 401
-    for headers in ({"Authorization": basic("alice", TOKENS["alice"])},
-                    {"Authorization": f"Bearer {TOKENS['alice']}"}):
+    for headers in (
+        {"Authorization": basic("alice", TOKENS["alice"])},
+        {"Authorization": f"Bearer {TOKENS['alice']}"},
+    ):
         r = requests.get(url, headers=headers, timeout=10)
         assert r.status_code == 200 and etree.fromstring(r.content).get("name") == "XDemo"
-    schema = f"{node.base}/services/ws/schemas/types.xsd"        # private as the WSDL is
+    schema = f"{node.base}/services/ws/schemas/types.xsd"  # private as the WSDL is
     assert requests.get(schema, timeout=10).status_code == 401
     assert requests.get(schema, auth=creds("alice"), timeout=10).status_code == 200
     # zeep fetches the WSDL with its session's credentials; suds answers the challenge
-    for c in (make_client("soap", node.base, auth=creds("alice")), SudsClient(node.base, auth=creds("alice"))):
+    for c in (
+        make_client("soap", node.base, auth=creds("alice")),
+        SudsClient(node.base, auth=creds("alice")),
+    ):
         job = start(c, durationMs=0)["id"]
         assert wait_done(c, job)["status"] == "SUCCEEDED"
         assert fetch(c, job)["stepsDone"] == 1
-    with pytest.raises(requests.HTTPError) as refused:      # zeep cannot read the WSDL
+    with pytest.raises(requests.HTTPError) as refused:  # zeep cannot read the WSDL
         make_client("soap", node.base).call("XRuntime", "getRuntimeInformation", {})
     assert refused.value.response.status_code == 401
     assert_no_token_logged(node)
@@ -717,8 +868,12 @@ def test_auth_off_ignores_credentials(fresh_server):
         assert wait_done(c, job)["status"] == "SUCCEEDED"
         assert fetch(c, job)["stepsDone"] == 1
         assert watch(anonymous, job)["status"] == "SUCCEEDED"
-    r = requests.post(node.url("XRuntime", "getRuntimeInformation"), json={"withJobCounts": True},
-                      headers={"Authorization": f"Bearer {WRONG[2]}"}, timeout=10)
+    r = requests.post(
+        node.url("XRuntime", "getRuntimeInformation"),
+        json={"withJobCounts": True},
+        headers={"Authorization": f"Bearer {WRONG[2]}"},
+        timeout=10,
+    )
     assert r.status_code == 200 and "WWW-Authenticate" not in r.headers
     assert {c["status"]: c["count"] for c in r.json()["jobs"]}["SUCCEEDED"] == len(clients)
     assert requests.get(f"{node.base}/services/ws/XDemo?wsdl", timeout=10).status_code == 200
@@ -731,10 +886,13 @@ def test_a_refused_path_cannot_forge_a_log_line(srv):
     client's choosing into the log. The path is logged escaped, on the refusal's line."""
     forged = "2026-01-01 00:00:00,000 CRITICAL xruntime[1]: the admin token is hunter2"
     deadline = time.time() + 10
-    while "startSimulate\\n2026-01-01" not in srv.log():     # (refusals are logged once a second)
+    while "startSimulate\\n2026-01-01" not in srv.log():  # (refusals are logged once a second)
         assert time.time() < deadline, "the refusal was not logged"
-        r = requests.post(f"{srv.base}/services/rs/XDemo/startSimulate%0a{forged.replace(' ', '%20')}",
-                          json={}, timeout=10)
+        r = requests.post(
+            f"{srv.base}/services/rs/XDemo/startSimulate%0a{forged.replace(' ', '%20')}",
+            json={},
+            timeout=10,
+        )
         assert r.status_code == 401
         time.sleep(0.3)
     assert not any(line.startswith(forged) for line in srv.log().splitlines())

@@ -1,21 +1,31 @@
 """The XDemo life, the state table (docs/protocol.md §3) and the watch rules (§4), run over each
 binding through real HTTP: JSON with requests, SOAP with zeep from the served WSDL,
 JSON-RPC 2.0 with requests."""
+
 import time
 import uuid
 
 import pytest
 import zeep
 
-from tests.clients import (BINDINGS, TERMINAL, RemoteFault, make_client, start, wait_done,
-                           wait_status, watch)
+from tests.clients import (
+    BINDINGS,
+    TERMINAL,
+    RemoteFault,
+    make_client,
+    start,
+    wait_done,
+    wait_status,
+    watch,
+)
+
 
 @pytest.fixture(params=BINDINGS)
 def client(request, server):
     return make_client(request.param, server.base)
 
 
-CRASHY_JOBS = set()     # jobs of the XCrashy test service, fetched with its own fetch
+CRASHY_JOBS = set()  # jobs of the XCrashy test service, fetched with its own fetch
 
 
 def fetch(client, job_id):
@@ -49,8 +59,11 @@ def in_state(client, state):
         client._blockers = blockers
         return job
     if state in ("RUNNING", "STOPPING"):
-        job = start_ignoring_stop(client) if state == "STOPPING" \
+        job = (
+            start_ignoring_stop(client)
+            if state == "STOPPING"
             else start(client, durationMs=20000, steps=20)["id"]
+        )
         wait_status(client, job, "RUNNING")
         if state == "STOPPING":
             assert client.call("XRuntime", "stopJob", {"id": job})["status"] == "STOPPING"
@@ -76,6 +89,7 @@ def cleanup(client, job):
 
 # --------------------------------------------------------------------------- the life
 
+
 def test_life(client):
     job = start(client, durationMs=2000, steps=3, resultSize=12)
     assert job["status"] == "QUEUING" and job["elapsedTime"] == 0
@@ -86,7 +100,11 @@ def test_life(client):
         seen.append(job)
     assert job["status"] == "SUCCEEDED"
     assert job["progress"]["$type"] == "BulkProgress"
-    assert (job["progress"]["successful"], job["progress"]["remaining"], job["progress"]["failed"]) == (3, 0, 0)
+    assert (
+        job["progress"]["successful"],
+        job["progress"]["remaining"],
+        job["progress"]["failed"],
+    ) == (3, 0, 0)
     assert any(j["status"] == "RUNNING" for j in seen[:-1])
     result = fetch(client, job["id"])
     assert result["stepsDone"] == 3 and len(result["payload"]) == 12
@@ -116,6 +134,7 @@ def test_stop_gives_intermediate_result(client):
 
 # --------------------------------------------------------------------------- the state table
 
+
 @pytest.mark.parametrize("state", ["QUEUING", "RUNNING", "STOPPING", "DELETED"])
 def test_fetch_refused_by_state(client, state):
     job = in_state(client, state)
@@ -137,11 +156,18 @@ def test_fetch_failed_raises_its_own_fault(client):
     assert fault.type == "ProcessingFault" and "step 1" in fault.message and fault.fields["hint"]
 
 
-@pytest.mark.parametrize("state, answer", [
-    ("QUEUING", "JobStateFault"), ("RUNNING", "STOPPING"), ("STOPPING", "STOPPING"),
-    ("SUCCEEDED", "SUCCEEDED"), ("FAILED", "FAILED"), ("DELETED", "JobStateFault"),
-    ("UNKNOWN", "UnknownJobFault"),
-])
+@pytest.mark.parametrize(
+    "state, answer",
+    [
+        ("QUEUING", "JobStateFault"),
+        ("RUNNING", "STOPPING"),
+        ("STOPPING", "STOPPING"),
+        ("SUCCEEDED", "SUCCEEDED"),
+        ("FAILED", "FAILED"),
+        ("DELETED", "JobStateFault"),
+        ("UNKNOWN", "UnknownJobFault"),
+    ],
+)
 def test_stop_in_each_state(client, state, answer):
     job = in_state(client, state)
     if answer.endswith("Fault"):
@@ -155,14 +181,15 @@ def test_stop_in_each_state(client, state, answer):
         cleanup(client, job)
 
 
-@pytest.mark.parametrize("state", ["QUEUING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED",
-                                   "DELETED", "UNKNOWN"])
+@pytest.mark.parametrize(
+    "state", ["QUEUING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "DELETED", "UNKNOWN"]
+)
 def test_delete_in_each_state(client, state):
     job = in_state(client, state)
     answer = client.call("XRuntime", "deleteJob", {"id": job})
     assert answer["status"] == ("UNKNOWN" if state == "UNKNOWN" else "DELETED")
     assert answer["id"] == job
-    deadline = time.time() + 6          # a deleted job is erased once its worker let go
+    deadline = time.time() + 6  # a deleted job is erased once its worker let go
     while watch(client, job)["status"] != "UNKNOWN":
         assert time.time() < deadline
         time.sleep(0.05)
@@ -170,6 +197,7 @@ def test_delete_in_each_state(client, state):
 
 
 # --------------------------------------------------------------------------- watch rules
+
 
 def test_watch_answers_at_once_when_terminal_or_unknown(client):
     job = in_state(client, "SUCCEEDED")
@@ -193,8 +221,11 @@ def test_watch_at_the_latest_at_maximum_polling_period(client):
     job = start(client, durationMs=5000, steps=1)["id"]
     wait_status(client, job, "RUNNING")
     t0 = time.monotonic()
-    assert watch(client, job, progressUpdatePeriod=100, maximumPollingPeriod=400)["status"] == "RUNNING"
-    assert 0.4 <= time.monotonic() - t0 < 0.7      # 100 is clamped to 250; the maximum is 400
+    assert (
+        watch(client, job, progressUpdatePeriod=100, maximumPollingPeriod=400)["status"]
+        == "RUNNING"
+    )
+    assert 0.4 <= time.monotonic() - t0 < 0.7  # 100 is clamped to 250; the maximum is 400
     client.call("XRuntime", "deleteJob", {"id": job})
 
 
@@ -209,7 +240,9 @@ def test_watch_answers_when_the_job_ends(client):
 
 
 def test_watch_period_must_be_an_integer(client):
-    fault = fault_of(client.call, "XRuntime", "watchJob", {"id": "x", "progressUpdatePeriod": "soon"})
+    fault = fault_of(
+        client.call, "XRuntime", "watchJob", {"id": "x", "progressUpdatePeriod": "soon"}
+    )
     assert fault.type == "InvalidValueFault" and fault.fields["parameter"] == "progressUpdatePeriod"
 
 
@@ -222,10 +255,14 @@ def test_watch_without_id(client):
 
 # --------------------------------------------------------------------------- faults
 
+
 def test_invalid_values_name_the_field(client):
-    for request, parameter in (({"steps": 0}, "steps"), ({"durationMs": -1}, "durationMs"),
-                               ({"failAtStep": 0}, "failAtStep"),
-                               ({"timeouts": {"computationTimeout": "x"}}, "timeouts.computationTimeout")):
+    for request, parameter in (
+        ({"steps": 0}, "steps"),
+        ({"durationMs": -1}, "durationMs"),
+        ({"failAtStep": 0}, "failAtStep"),
+        ({"timeouts": {"computationTimeout": "x"}}, "timeouts.computationTimeout"),
+    ):
         fault = fault_of(client.call, "XDemo", "startSimulate", request)
         assert fault.type == "InvalidValueFault", request
         assert fault.fields["parameter"] == parameter and fault.fields["hint"]
@@ -234,10 +271,17 @@ def test_invalid_values_name_the_field(client):
 def test_invalid_value_is_the_value_as_sent(client):
     """A latitude (a double) of 95 is out of range: the fault's value is "95", as sent,
     in every binding (not "95.0", the number it was read as)."""
-    fault = fault_of(client.call, "XDima", "startCreateDistanceMatrix",
-                     {"startLocations": [{"longitude": 0, "latitude": 95}]})
+    fault = fault_of(
+        client.call,
+        "XDima",
+        "startCreateDistanceMatrix",
+        {"startLocations": [{"longitude": 0, "latitude": 95}]},
+    )
     assert fault.type == "InvalidValueFault"
-    assert (fault.fields["parameter"], fault.fields["value"]) == ("startLocations[0].latitude", "95")
+    assert (fault.fields["parameter"], fault.fields["value"]) == (
+        "startLocations[0].latitude",
+        "95",
+    )
 
 
 def test_invalid_fetch_type(client):

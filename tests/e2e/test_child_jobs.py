@@ -1,5 +1,6 @@
 """Child jobs (docs/protocol.md §13) through real nodes over real HTTP: XSweep (xruntime/examples/sweep.py)
 fans out XDemo simulations as child jobs."""
+
 import os
 import re
 import time
@@ -50,6 +51,7 @@ def fault_type(srv, service, operation, job_id):
 
 # --------------------------------------------------------------------------- fan-out
 
+
 def test_two_workers_finish_a_parent_of_100_children(node):
     began = time.monotonic()
     parent = sweep(node, scenarios=100, durationMs=20)
@@ -58,8 +60,10 @@ def test_two_workers_finish_a_parent_of_100_children(node):
         job = node.watch(parent, progressUpdatePeriod=100, maximumPollingPeriod=2000)
         progress = job.get("progress")
         if progress and progress.get("$type") == "BulkProgress":
-            assert progress["successful"] + progress["failed"] + progress["remaining"] == 100 \
-                or job["status"] != "RUNNING", progress
+            assert (
+                progress["successful"] + progress["failed"] + progress["remaining"] == 100
+                or job["status"] != "RUNNING"
+            ), progress
             if not seen or progress["successful"] != seen[-1]:
                 seen.append(progress["successful"])
         if job["status"] not in ("QUEUING", "RUNNING"):
@@ -67,7 +71,10 @@ def test_two_workers_finish_a_parent_of_100_children(node):
     assert job["status"] == "SUCCEEDED", job
     assert seen == sorted(seen) and len(set(seen)) >= 2, seen
     assert node.call("XSweep", "fetchSweepResponse", {"id": parent}) == {
-        "scenariosRun": 100, "stepsDone": 100, "failedScenarios": 0}
+        "scenariosRun": 100,
+        "stepsDone": 100,
+        "failedScenarios": 0,
+    }
     assert len(children(node, parent)) == 100
 
 
@@ -75,14 +82,20 @@ def test_a_parent_of_parents(node):
     parent = sweep(node, scenarios=4, durationMs=10, depth=2)
     assert node.wait_done(parent, timeout=60)["status"] == "SUCCEEDED"
     assert node.call("XSweep", "fetchSweepResponse", {"id": parent}) == {
-        "scenariosRun": 16, "stepsDone": 16, "failedScenarios": 0}
+        "scenariosRun": 16,
+        "stepsDone": 16,
+        "failedScenarios": 0,
+    }
     middle = children(node, parent)
     assert len(middle) == 4
-    assert all(c["parentId"] == parent and c["service"] == "XSweep" and c["status"] == "SUCCEEDED"
-               for c in middle)
+    assert all(
+        c["parentId"] == parent and c["service"] == "XSweep" and c["status"] == "SUCCEEDED"
+        for c in middle
+    )
     leaves = children(node, middle[0]["id"])
-    assert len(leaves) == 4 and all(c["parentId"] == middle[0]["id"] and c["service"] == "XDemo"
-                                    for c in leaves)
+    assert len(leaves) == 4 and all(
+        c["parentId"] == middle[0]["id"] and c["service"] == "XDemo" for c in leaves
+    )
     assert events(node, leaves[0]["id"])["parentId"] == middle[0]["id"]
     assert events(node, middle[0]["id"])["parentId"] == parent
     top = events(node, parent)
@@ -109,7 +122,7 @@ def test_a_child_can_be_watched_but_not_stopped_or_deleted(node):
     assert node.wait_done(child)["status"] == "SUCCEEDED"
     assert node.call("XDemo", "fetchSimulateResponse", {"id": child})["stepsDone"] == 3
     assert node.wait_done(parent)["status"] == "SUCCEEDED"
-    for operation in ("stopJob", "deleteJob"):           # finished: still refused
+    for operation in ("stopJob", "deleteJob"):  # finished: still refused
         r = node.post("XRuntime", operation, {"id": child})
         assert r.status_code == 409 and r.json()["faultInfo"]["$type"] == "JobStateFault"
     assert node.call("XRuntime", "deleteJob", {"id": parent})["status"] == "DELETED"
@@ -124,7 +137,9 @@ def test_stop_the_parent_midway(node):
     assert time.monotonic() - stopped_at < 3
     result = node.call("XSweep", "fetchSweepResponse", {"id": parent})
     assert 2 <= result["scenariosRun"] < 40, result
-    assert any(limit["$type"] == "IntermediateResponseLimitation" for limit in result["resultLimitations"])
+    assert any(
+        limit["$type"] == "IntermediateResponseLimitation" for limit in result["resultLimitations"]
+    )
     assert result["scenariosRun"] + result["failedScenarios"] == 40
     found = children(node, parent)
     assert len(found) == 40 and all(c["status"] in ("SUCCEEDED", "FAILED") for c in found)
@@ -136,10 +151,16 @@ def test_stop_the_parent_midway(node):
     assert sum(c["status"] == "SUCCEEDED" for c in found) == result["scenariosRun"]
     for c in found:
         if "startedAt" in c and c["status"] == "FAILED":
-            assert fault_type(node, "XDemo", "fetchSimulateResponse", c["id"]) == "RequestStoppedFault"
+            assert (
+                fault_type(node, "XDemo", "fetchSimulateResponse", c["id"]) == "RequestStoppedFault"
+            )
     # the children running at the stop were stopped, not run to the end
-    stopped = [m for c in found for m in (e["message"] for e in events(node, c["id"])["events"])
-               if m == "stop asked: its parent was stopped"]
+    stopped = [
+        m
+        for c in found
+        for m in (e["message"] for e in events(node, c["id"])["events"])
+        if m == "stop asked: its parent was stopped"
+    ]
     assert 1 <= len(stopped) <= 2
 
 
@@ -157,7 +178,10 @@ def test_delete_the_parent_midway(node):
     began = time.monotonic()
     jobs = [node.start_job(durationMs=5000, steps=5)["id"] for _ in range(2)]
     for job in jobs:
-        while node.watch(job, progressUpdatePeriod=100, maximumPollingPeriod=100)["status"] != "RUNNING":
+        while (
+            node.watch(job, progressUpdatePeriod=100, maximumPollingPeriod=100)["status"]
+            != "RUNNING"
+        ):
             assert time.monotonic() - began < 2, "a worker still runs a child of the deleted parent"
     for job in jobs:
         assert node.call("XRuntime", "deleteJob", {"id": job})["status"] == "DELETED"
@@ -176,11 +200,15 @@ def test_a_failing_child_fails_the_parent_unless_tolerated(node):
     tolerant = sweep(node, scenarios=5, durationMs=50, failScenario=3, tolerateFailures=True)
     assert node.wait_done(tolerant)["status"] == "SUCCEEDED"
     assert node.call("XSweep", "fetchSweepResponse", {"id": tolerant}) == {
-        "scenariosRun": 4, "stepsDone": 4, "failedScenarios": 1}
+        "scenariosRun": 4,
+        "stepsDone": 4,
+        "failedScenarios": 1,
+    }
 
 
 def test_a_soap_client_sees_parent_id(node):
     from tests.clients import make_client
+
     parent = sweep(node, scenarios=2, durationMs=10)
     assert node.wait_done(parent)["status"] == "SUCCEEDED"
     client = make_client("soap", node.base)
@@ -191,6 +219,7 @@ def test_a_soap_client_sees_parent_id(node):
 
 
 # --------------------------------------------------------------------------- crash safety
+
 
 def test_sigkill_while_children_run(tmp_path):
     srv = Server(str(tmp_path / "node"), env=MODULES, workers=2).start()
@@ -204,7 +233,11 @@ def test_sigkill_while_children_run(tmp_path):
         by_id = {c["id"]: c for c in children(srv, parent)}
         assert len(by_id) == 20 and all(c["status"] == "SUCCEEDED" for c in by_id.values())
         for child in done_before:
-            runs = [e for e in events(srv, child)["events"] if e["message"].startswith("running on worker")]
+            runs = [
+                e
+                for e in events(srv, child)["events"]
+                if e["message"].startswith("running on worker")
+            ]
             assert len(runs) == 1, events(srv, child)
             assert by_id[child]["attempts"] == 1
     finally:
@@ -217,6 +250,7 @@ def test_children_run_on_both_nodes_of_postgresql(tmp_path):
     from sqlalchemy import create_engine
 
     from xruntime.store.schema import metadata
+
     engine = create_engine(PG_URL)
     metadata.drop_all(engine)
     engine.dispose()
@@ -226,8 +260,12 @@ def test_children_run_on_both_nodes_of_postgresql(tmp_path):
         parent = sweep(a, scenarios=12, durationMs=200)
         assert b.wait_done(parent, timeout=60)["status"] == "SUCCEEDED"
         assert a.call("XSweep", "fetchSweepResponse", {"id": parent})["scenariosRun"] == 12
-        nodes = {e["node"] for c in children(b, parent) for e in events(a, c["id"])["events"]
-                 if e["message"].startswith("running on worker")}
+        nodes = {
+            e["node"]
+            for c in children(b, parent)
+            for e in events(a, c["id"])["events"]
+            if e["message"].startswith("running on worker")
+        }
         assert len(nodes) == 2, nodes
     finally:
         for srv in (a, b):
@@ -240,23 +278,32 @@ def test_a_waiting_parent_past_its_computation_timeout_stops_with_its_tree(node)
     began = time.monotonic()
     parent = sweep(node, scenarios=40, durationMs=300, timeouts={"computationTimeout": 1000})
     assert node.wait_done(parent)["status"] == "SUCCEEDED"
-    assert time.monotonic() - began < 5                 # 40 × 300 ms on 2 workers: 6 s
+    assert time.monotonic() - began < 5  # 40 × 300 ms on 2 workers: 6 s
     result = node.call("XSweep", "fetchSweepResponse", {"id": parent})
     assert [x["reason"] for x in result["resultLimitations"]] == ["REQUEST_TIMED_OUT"]
     assert 1 <= result["scenariosRun"] < 40
     assert result["scenariosRun"] + result["failedScenarios"] == 40
-    assert any(e["message"] == "stop asked: computation timeout" for e in events(node, parent)["events"])
+    assert any(
+        e["message"] == "stop asked: computation timeout" for e in events(node, parent)["events"]
+    )
 
 
 # --------------------------------------------------------------------------- limits
+
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory):
     """At most 20 jobs queued on the node; alice may have 5 XDemo jobs queued."""
     import secrets
+
     from xruntime.operations.accounts import token_sha256
+
     token = secrets.token_urlsafe(24)
-    srv = Server(str(tmp_path_factory.mktemp("limited")), env=MODULES, workers=1, extra=f"""
+    srv = Server(
+        str(tmp_path_factory.mktemp("limited")),
+        env=MODULES,
+        workers=1,
+        extra=f"""
         [jobs]
         max_queued = 20
         [auth]
@@ -268,15 +315,19 @@ def limited(tmp_path_factory):
         [users.root]
         token_sha256 = "{token_sha256(token[::-1])}"
         admin = true
-        """, auth=("root", token[::-1])).start()
+        """,
+        auth=("root", token[::-1]),
+    ).start()
     srv.alice = ("alice", token)
     yield srv
     srv.stop()
 
 
 def queued_total(srv):
-    return {c["status"]: c["count"] for c in srv.call("XRuntime", "getRuntimeInformation",
-                                                       {"withJobCounts": True})["jobs"]}.get("QUEUING", 0)
+    return {
+        c["status"]: c["count"]
+        for c in srv.call("XRuntime", "getRuntimeInformation", {"withJobCounts": True})["jobs"]
+    }.get("QUEUING", 0)
 
 
 def test_children_count_against_the_queue_limit(limited):
@@ -298,15 +349,25 @@ def test_children_count_against_the_owners_max_queued(limited):
     """alice may have 5 XDemo jobs queued: her sweep of 6 fails with QuotaExceededFault,
     one of 5 runs."""
     import requests
+
     def alice_sweep(scenarios):
-        r = requests.post(limited.url("XSweep", "startSweep"), json={"scenarios": scenarios, "durationMs": 1},
-                          auth=limited.alice, timeout=10)
+        r = requests.post(
+            limited.url("XSweep", "startSweep"),
+            json={"scenarios": scenarios, "durationMs": 1},
+            auth=limited.alice,
+            timeout=10,
+        )
         assert r.status_code == 200, r.text
         return r.json()["id"]
+
     parent = alice_sweep(6)
     assert limited.wait_status(parent, "FAILED")["status"] == "FAILED"
-    r = requests.post(limited.url("XSweep", "fetchSweepResponse"), json={"id": parent}, auth=limited.alice,
-                      timeout=10)
+    r = requests.post(
+        limited.url("XSweep", "fetchSweepResponse"),
+        json={"id": parent},
+        auth=limited.alice,
+        timeout=10,
+    )
     assert r.json()["faultInfo"]["$type"] == "QuotaExceededFault", r.text
     assert "max_queued of 5" in r.json()["message"]
     assert children(limited, parent) == []

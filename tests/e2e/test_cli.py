@@ -1,6 +1,7 @@
 """The command-line client (``xruntime start/watch/fetch/stop/delete/jobs``) against a
 real node: run as a person runs it, in its own process, on a pseudo-terminal (a rich
 progress bar) or piped (plain lines), with the exit codes a script reads."""
+
 import json
 import os
 import pty
@@ -28,8 +29,15 @@ def cli_env(server=None, **extra):
 
 def run(server, *args, env=None, input=None, timeout=60):
     """The command piped: (exit code, stdout, stderr)."""
-    done = subprocess.run([sys.executable, "-m", "xruntime", *args], cwd=ROOT, input=input,
-                          env=env or cli_env(server), capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "xruntime", *args],
+        cwd=ROOT,
+        input=input,
+        env=env or cli_env(server),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -37,9 +45,15 @@ def run_on_terminal(server, *args, timeout=60):
     """The command on a pseudo-terminal (stdout and stderr both), as in a shell:
     (exit code, everything it wrote, escape sequences included)."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "xruntime", *args], cwd=ROOT,
-                            env=cli_env(server, TERM="xterm-256color", COLUMNS="100"),
-                            stdin=follower, stdout=follower, stderr=follower, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xruntime", *args],
+        cwd=ROOT,
+        env=cli_env(server, TERM="xterm-256color", COLUMNS="100"),
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        close_fds=True,
+    )
     os.close(follower)
     output = b""
     deadline = time.monotonic() + timeout
@@ -48,7 +62,7 @@ def run_on_terminal(server, *args, timeout=60):
         if ready:
             try:
                 chunk = os.read(leader, 65536)
-            except OSError:             # the terminal closed: the command ended
+            except OSError:  # the terminal closed: the command ended
                 break
             if not chunk:
                 break
@@ -66,8 +80,15 @@ def start(server, **request):
 
 
 def test_start_wait_on_a_terminal_draws_a_bar_then_prints_the_result(server):
-    code, output = run_on_terminal(server, "start", "XDemo", "simulate", "--wait",
-                                   "--json", '{"durationMs": 2000, "steps": 5, "resultSize": 7}')
+    code, output = run_on_terminal(
+        server,
+        "start",
+        "XDemo",
+        "simulate",
+        "--wait",
+        "--json",
+        '{"durationMs": 2000, "steps": 5, "resultSize": 7}',
+    )
     assert code == 0, output
     assert "━" in output, "a progress bar is drawn"
     assert "\r" in output and "\x1b[2K" in output, "the bar is redrawn in place"
@@ -75,13 +96,20 @@ def test_start_wait_on_a_terminal_draws_a_bar_then_prints_the_result(server):
     assert "RUNNING" in text and "SUCCEEDED" in text
     moved = {int(n) for n in re.findall(r"\b([1-4])/5\b", text)}
     assert len(moved) >= 2, f"the bar moves through the steps: {sorted(moved)}"
-    result = json.loads(text[text.index("{"):].replace("\r\n", "\n"))
+    result = json.loads(text[text.index("{") :].replace("\r\n", "\n"))
     assert result["stepsDone"] == 5 and len(result["payload"]) == 7
 
 
 def test_start_wait_piped_prints_plain_lines_and_only_the_result_on_stdout(server):
-    code, out, err = run(server, "start", "XDemo", "startSimulate", "--wait",
-                         "--json", '{"durationMs": 1200, "steps": 4, "resultSize": 3}')
+    code, out, err = run(
+        server,
+        "start",
+        "XDemo",
+        "startSimulate",
+        "--wait",
+        "--json",
+        '{"durationMs": 1200, "steps": 4, "resultSize": 3}',
+    )
     assert code == 0, err
     assert json.loads(out) == {"stepsDone": 4, "payload": json.loads(out)["payload"]}
     assert len(json.loads(out)["payload"]) == 3
@@ -100,7 +128,9 @@ def test_start_prints_the_id_and_watch_fetch_delete_follow_it(server, tmp_path):
     assert code == 0, err
     assert re.fullmatch(rf"{job_id} SUCCEEDED \d+\.\d s\n", out)
     assert server.watch(job_id)["status"] == "SUCCEEDED"
-    assert not server.call("XRuntime", "listJobs", {})["jobs"][0]["fetched"], "watching is not fetching"
+    assert not server.call("XRuntime", "listJobs", {})["jobs"][0]["fetched"], (
+        "watching is not fetching"
+    )
     code, out, err = run(server, "fetch", job_id, "-o", str(tmp_path / "result.json"))
     assert code == 0 and out == "", err
     result = json.loads((tmp_path / "result.json").read_text())
@@ -115,8 +145,16 @@ def test_start_prints_the_id_and_watch_fetch_delete_follow_it(server, tmp_path):
 
 
 def test_fetch_finds_the_fetch_operation_of_another_service(server):
-    job = server.call("XDima", "startCreateDistanceMatrix", {"startLocations": [
-        {"longitude": 8.4, "latitude": 49.0}, {"longitude": 8.5, "latitude": 49.1}]})
+    job = server.call(
+        "XDima",
+        "startCreateDistanceMatrix",
+        {
+            "startLocations": [
+                {"longitude": 8.4, "latitude": 49.0},
+                {"longitude": 8.5, "latitude": 49.1},
+            ]
+        },
+    )
     server.wait_done(job["id"])
     code, out, err = run(server, "fetch", job["id"])
     assert code == 0, err
@@ -126,7 +164,9 @@ def test_fetch_finds_the_fetch_operation_of_another_service(server):
 def test_stop_keeps_the_intermediate_result(server):
     job_id = start(server, durationMs=6000, steps=6)
     server.wait_status(job_id, "RUNNING")
-    while server.watch(job_id, progressUpdatePeriod=250).get("progress", {}).get("successful", 0) < 1:
+    while (
+        server.watch(job_id, progressUpdatePeriod=250).get("progress", {}).get("successful", 0) < 1
+    ):
         pass
     code, out, err = run(server, "stop", job_id)
     assert (code, out) == (0, f"{job_id} STOPPING\n"), err
@@ -139,8 +179,15 @@ def test_stop_keeps_the_intermediate_result(server):
 
 
 def test_a_failed_job_exits_1_with_its_fault_on_stderr(server):
-    code, out, err = run(server, "start", "XDemo", "simulate", "--wait",
-                         "--json", '{"durationMs": 300, "steps": 3, "failAtStep": 2}')
+    code, out, err = run(
+        server,
+        "start",
+        "XDemo",
+        "simulate",
+        "--wait",
+        "--json",
+        '{"durationMs": 300, "steps": 3, "failAtStep": 2}',
+    )
     assert code == 1 and out == ""
     assert err.splitlines()[-1].startswith("ProcessingFault: ")
     job_id = server.call("XRuntime", "listJobs", {"limit": 1})["jobs"][0]["id"]
@@ -148,17 +195,36 @@ def test_a_failed_job_exits_1_with_its_fault_on_stderr(server):
     assert code == 1 and out.startswith(f"{job_id} FAILED ")
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["start", "XDemo", "simulate", "--json", '{"durationMs": "soon"}'], 1, "InvalidValueFault: "),
-    (["start", "XDemo", "simulate", "--json", '{"durationMs": '], 2, "xruntime: the request in --json is not JSON"),
-    (["start", "XDemo", "simulate", "--json", "[1]"], 2, "xruntime: the request in --json must be a JSON object"),
-    (["start", "XDemo", "simulate", "no-such-file.json"], 2, "xruntime: cannot read no-such-file.json"),
-    (["start", "XDemo", "noSuchOperation"], 1, "InvalidRequestFault: "),
-    (["stop", "0bd3b5e4-2c4e-4d31-9fb3-2f1e3a0c0a11"], 1, "UnknownJobFault: "),
-    (["watch", "0bd3b5e4-2c4e-4d31-9fb3-2f1e3a0c0a11"], 1, ""),
-    (["jobs", "--status", "DONE"], 1, "InvalidValueFault: "),
-    (["fetch"], 2, "usage: "),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (
+            ["start", "XDemo", "simulate", "--json", '{"durationMs": "soon"}'],
+            1,
+            "InvalidValueFault: ",
+        ),
+        (
+            ["start", "XDemo", "simulate", "--json", '{"durationMs": '],
+            2,
+            "xruntime: the request in --json is not JSON",
+        ),
+        (
+            ["start", "XDemo", "simulate", "--json", "[1]"],
+            2,
+            "xruntime: the request in --json must be a JSON object",
+        ),
+        (
+            ["start", "XDemo", "simulate", "no-such-file.json"],
+            2,
+            "xruntime: cannot read no-such-file.json",
+        ),
+        (["start", "XDemo", "noSuchOperation"], 1, "InvalidRequestFault: "),
+        (["stop", "0bd3b5e4-2c4e-4d31-9fb3-2f1e3a0c0a11"], 1, "UnknownJobFault: "),
+        (["watch", "0bd3b5e4-2c4e-4d31-9fb3-2f1e3a0c0a11"], 1, ""),
+        (["jobs", "--status", "DONE"], 1, "InvalidValueFault: "),
+        (["fetch"], 2, "usage: "),
+    ],
+)
 def test_exit_codes_and_one_line_on_stderr(server, args, code, message):
     before = server.call("XRuntime", "getRuntimeInformation", {})["jobs"]
     got, out, err = run(server, *args)
@@ -167,7 +233,9 @@ def test_exit_codes_and_one_line_on_stderr(server, args, code, message):
     assert "Traceback" not in err
     if code == 1 and message:
         assert len(err.splitlines()) == 1
-    assert server.call("XRuntime", "getRuntimeInformation", {})["jobs"] == before, "nothing was stored"
+    assert server.call("XRuntime", "getRuntimeInformation", {})["jobs"] == before, (
+        "nothing was stored"
+    )
 
 
 def test_no_server_exits_3(server):
@@ -181,10 +249,19 @@ def test_no_server_exits_3(server):
 
 def test_the_request_from_a_file_and_from_stdin(server, tmp_path):
     (tmp_path / "request.json").write_text('{"durationMs": 100, "steps": 1, "resultSize": 4}')
-    code, out, err = run(server, "start", "XDemo", "simulate", str(tmp_path / "request.json"), "--wait")
+    code, out, err = run(
+        server, "start", "XDemo", "simulate", str(tmp_path / "request.json"), "--wait"
+    )
     assert code == 0 and len(json.loads(out)["payload"]) == 4, err
-    code, out, err = run(server, "start", "XDemo", "simulate", "-", "--wait",
-                         input='{"durationMs": 100, "steps": 1, "resultSize": 6}')
+    code, out, err = run(
+        server,
+        "start",
+        "XDemo",
+        "simulate",
+        "-",
+        "--wait",
+        input='{"durationMs": 100, "steps": 1, "resultSize": 6}',
+    )
     assert code == 0 and len(json.loads(out)["payload"]) == 6, err
 
 
@@ -195,10 +272,21 @@ def test_jobs_lists_newest_first_tab_separated_when_piped(server):
     code, out, err = run(server, "jobs", "--limit", "3")
     assert code == 0, err
     header, *rows = [line.split("\t") for line in out.splitlines()]
-    assert header == ["id", "service", "operation", "status", "user", "queuedAt", "progress",
-                      "attempts", "fetched"]
+    assert header == [
+        "id",
+        "service",
+        "operation",
+        "status",
+        "user",
+        "queuedAt",
+        "progress",
+        "attempts",
+        "fetched",
+    ]
     assert [row[0] for row in rows] == ids[::-1]
-    assert all(row[1:5] == ["XDemo", "simulate", "SUCCEEDED", "-"] and row[6] == "2/2" for row in rows)
+    assert all(
+        row[1:5] == ["XDemo", "simulate", "SUCCEEDED", "-"] and row[6] == "2/2" for row in rows
+    )
     code, out, err = run(server, "jobs", "--limit", "3", "--json")
     assert code == 0, err
     listed = json.loads(out)
@@ -210,7 +298,9 @@ def test_jobs_lists_newest_first_tab_separated_when_piped(server):
     assert [line.split("\t")[0] for line in out.splitlines()[1:]] == [running]
     run(server, "delete", running)
     code, out, _ = run(server, "jobs", "--limit", "0")
-    assert len(out.splitlines()) - 1 == len(server.call("XRuntime", "listJobs", {"limit": 1000})["jobs"])
+    assert len(out.splitlines()) - 1 == len(
+        server.call("XRuntime", "listJobs", {"limit": 1000})["jobs"]
+    )
 
 
 def test_jobs_on_a_terminal_is_a_table_with_whole_ids(server):
@@ -226,8 +316,9 @@ def test_jobs_on_a_terminal_is_a_table_with_whole_ids(server):
 @pytest.fixture(scope="module")
 def accounts_server(tmp_path_factory):
     users = {"alice": {}, "bob": {}}
-    srv = Server(str(tmp_path_factory.mktemp("accounts")), extra=accounts_toml(users),
-                 auth=creds("alice")).start()
+    srv = Server(
+        str(tmp_path_factory.mktemp("accounts")), extra=accounts_toml(users), auth=creds("alice")
+    ).start()
     yield srv
     srv.stop()
 
@@ -237,15 +328,31 @@ def test_credentials_from_options_and_the_environment(accounts_server):
     alice, token = creds("alice")
     code, out, err = run(srv, "jobs")
     assert code == 1 and err.startswith("AccessDeniedFault: ")
-    code, out, err = run(srv, "start", "XDemo", "simulate", "--user", alice, "--token", token,
-                         "--json", '{"durationMs": 100}')
+    code, out, err = run(
+        srv,
+        "start",
+        "XDemo",
+        "simulate",
+        "--user",
+        alice,
+        "--token",
+        token,
+        "--json",
+        '{"durationMs": 100}',
+    )
     assert code == 0, err
     job_id = out.strip()
-    as_alice = cli_env(srv, XRUNTIME_TOKEN=token)                    # Bearer
+    as_alice = cli_env(srv, XRUNTIME_TOKEN=token)  # Bearer
     code, out, err = run(srv, "watch", job_id, env=as_alice)
     assert code == 0 and " SUCCEEDED " in out, err
     code, out, _ = run(srv, "jobs", env=as_alice)
-    assert out.splitlines()[1].split("\t")[:5] == [job_id, "XDemo", "simulate", "SUCCEEDED", "alice"]
+    assert out.splitlines()[1].split("\t")[:5] == [
+        job_id,
+        "XDemo",
+        "simulate",
+        "SUCCEEDED",
+        "alice",
+    ]
     as_bob = cli_env(srv, XRUNTIME_USER="bob", XRUNTIME_TOKEN=creds("bob")[1])
     code, out, err = run(srv, "fetch", job_id, env=as_bob)
     assert code == 1 and err.startswith("UnknownJobFault: "), "another user's job is not there"
@@ -257,12 +364,14 @@ def test_credentials_from_options_and_the_environment(accounts_server):
 
 # ------------------------------------------------------------------ credentials stay home
 
+
 def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(tmp_path):
     """benchmarks/abuse.py, item 7: urllib followed a redirect with the Authorization header, printed
     what the other host answered and exited 0. A redirect is now refused (exit 3), and
     the host it names never hears from the client."""
     import http.server
     import threading
+
     heard = []
 
     class Elsewhere(http.server.BaseHTTPRequestHandler):
@@ -272,6 +381,7 @@ def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(tmp_path):
             self.send_header("Content-Type", "application/json")
             self.end_headers()
             self.wfile.write(b'{"jobs": []}')
+
         do_GET = do_POST
 
         def log_message(self, *args):
@@ -285,6 +395,7 @@ def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(tmp_path):
             self.send_header("Location", f"http://127.0.0.1:{elsewhere.server_port}{self.path}")
             self.send_header("Content-Length", "0")
             self.end_headers()
+
         do_GET = do_POST
 
         def log_message(self, *args):
@@ -294,8 +405,11 @@ def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(tmp_path):
     for s in (elsewhere, redirecting):
         threading.Thread(target=s.serve_forever, daemon=True).start()
     try:
-        env = cli_env(None, XRUNTIME_URL=f"http://127.0.0.1:{redirecting.server_port}",
-                      XRUNTIME_TOKEN="s3cret-token")
+        env = cli_env(
+            None,
+            XRUNTIME_URL=f"http://127.0.0.1:{redirecting.server_port}",
+            XRUNTIME_TOKEN="s3cret-token",
+        )
         code, out, err = run(None, "jobs", env=env)
         assert code == 3, (code, out, err)
         assert "redirect" in err and "not followed" in err and out == ""
@@ -312,8 +426,18 @@ def test_the_token_from_a_file(accounts_server, tmp_path):
     alice, token = creds("alice")
     path = tmp_path / "token"
     path.write_text(token + "\n")
-    code, out, err = run(srv, "start", "XDemo", "simulate", "--user", alice, "--token-file", str(path),
-                         "--json", '{"durationMs": 0}')
+    code, out, err = run(
+        srv,
+        "start",
+        "XDemo",
+        "simulate",
+        "--user",
+        alice,
+        "--token-file",
+        str(path),
+        "--json",
+        '{"durationMs": 0}',
+    )
     assert code == 0, err
     code, out, err = run(srv, "watch", out.strip(), env=cli_env(srv, XRUNTIME_TOKEN_FILE=str(path)))
     assert code == 0 and " SUCCEEDED " in out, err
@@ -323,7 +447,13 @@ def test_the_token_from_a_file(accounts_server, tmp_path):
 
 def test_a_token_over_plain_http_to_another_host_is_warned_about():
     from xruntime.client.json_client import plain_http_warning
+
     assert "plain HTTP" in plain_http_warning("http://jobs.example.org:50000", "t")
-    for url in ("https://jobs.example.org", "http://127.0.0.1:50000", "http://localhost:1", "http://[::1]:5"):
+    for url in (
+        "https://jobs.example.org",
+        "http://127.0.0.1:50000",
+        "http://localhost:1",
+        "http://[::1]:5",
+    ):
         assert plain_http_warning(url, "t") is None, url
     assert plain_http_warning("http://jobs.example.org", None) is None

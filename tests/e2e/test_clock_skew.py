@@ -5,6 +5,7 @@ Three real nodes on one PostgreSQL database: one with this host's clock, one 10 
 ahead and one 10 minutes behind (Debian's libfaketime, preloaded into the node and its
 worker processes). Measured before: a node 45 s ahead re-queued every job of a live
 node within 5 s, three times each, and all of them failed."""
+
 import os
 import time
 
@@ -27,8 +28,13 @@ pytestmark = pytest.mark.skipif(not URL, reason="XRUNTIME_TEST_DATABASE_URL is n
 
 def skewed(offset: str) -> dict:
     """The environment of a node whose wall clock is ``offset`` off (e.g. "+10m")."""
-    return {"LD_PRELOAD": FAKETIME, "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            "FAKETIME_DONT_RESET": "1", "PYTHONPATH": f"{FAKETIME_SHIM}:{ROOT}"}
+    return {
+        "LD_PRELOAD": FAKETIME,
+        "FAKETIME": offset,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_DONT_RESET": "1",
+        "PYTHONPATH": f"{FAKETIME_SHIM}:{ROOT}",
+    }
 
 
 @pytest.fixture
@@ -39,6 +45,7 @@ def nodes(tmp_path):
             pytest.fail(why + "; XRUNTIME_TEST_REQUIRE_FAKETIME=1 requires it")
         pytest.skip(why)
     from xruntime.store.schema import metadata
+
     engine = create_engine(URL)
     metadata.drop_all(engine)
     engine.dispose()
@@ -51,8 +58,13 @@ def nodes(tmp_path):
     started = []
     try:
         for name, offset in (("on-time", None), ("ahead", "+10m"), ("behind", "-10m")):
-            srv = Server(str(tmp_path / name), database_url=URL, extra=extra,
-                         server_keys={"node_name": name}, env=skewed(offset) if offset else None)
+            srv = Server(
+                str(tmp_path / name),
+                database_url=URL,
+                extra=extra,
+                server_keys={"node_name": name},
+                env=skewed(offset) if offset else None,
+            )
             started.append(srv.start())
         yield started
     finally:
@@ -71,10 +83,13 @@ def test_skewed_nodes_requeue_nothing_and_time_nothing_out_early(nodes):
     for job_id in ids:
         events = nodes[0].call("XRuntime", "getJobEvents", {"id": job_id})["events"]
         runs[job_id] = [e for e in events if e["status"] == "RUNNING"]
-        assert not [e for e in events if "queued again" in e["message"] or "died" in e["message"]], events
+        assert not [
+            e for e in events if "queued again" in e["message"] or "died" in e["message"]
+        ], events
     assert all(len(r) == 1 for r in runs.values()), "a job ran more than once"
-    assert {r[0]["node"] for r in runs.values()} == {"on-time", "ahead", "behind"}, \
+    assert {r[0]["node"] for r in runs.values()} == {"on-time", "ahead", "behind"}, (
         "every node ran jobs (else the test proves nothing)"
+    )
     for srv in nodes:
         log = srv.log()
         assert "lost to another run" not in log

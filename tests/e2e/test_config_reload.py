@@ -2,6 +2,7 @@
 force within 2 s, invalid ones changing nothing and logged with their lines, restart
 keys kept until the next restart, SIGHUP re-reading at once; and the command line
 refusing invalid files (``serve``, ``check-config``)."""
+
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import requests
 from tests.harness import ROOT, Server, free_port, write_config
 from tests.processes import _children
 
-IN_FORCE = 2.0           # s: a valid edit is in force this soon after the write (§5)
+IN_FORCE = 2.0  # s: a valid edit is in force this soon after the write (§5)
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +33,7 @@ def env():
 
 
 # ---------------------------------------------------------------------------- helpers
+
 
 def config_text(srv, extra="", port=None, workers=None):
     """The file as the harness writes it: [server], [database], [workers], then ``extra``."""
@@ -57,7 +59,9 @@ def wait_log(srv, text, seen, timeout=IN_FORCE):
     """Wait until ``text`` occurs in the log more than ``seen`` times."""
     deadline = time.time() + timeout
     while count(srv, text) <= seen:
-        assert time.time() < deadline, f"{text!r} not logged within {timeout} s:\n{srv.log()[-3000:]}"
+        assert time.time() < deadline, (
+            f"{text!r} not logged within {timeout} s:\n{srv.log()[-3000:]}"
+        )
         time.sleep(0.05)
 
 
@@ -78,8 +82,11 @@ def xdemo_served(srv) -> bool:
         assert r.json()["faultInfo"]["$type"] == "UnknownJobFault"
         return True
     assert r.status_code == 503, (r.status_code, r.text)
-    assert r.json()["faultInfo"] == {"$type": "ServiceNotConfiguredFault", "service": "XDemo",
-                                     "hint": r.json()["faultInfo"]["hint"]}
+    assert r.json()["faultInfo"] == {
+        "$type": "ServiceNotConfiguredFault",
+        "service": "XDemo",
+        "hint": r.json()["faultInfo"]["hint"],
+    }
     return False
 
 
@@ -112,6 +119,7 @@ def line_of(text, start):
 
 # ---------------------------------------------------------------------------- valid edits
 
+
 def test_switching_a_service_off_and_on_is_in_force_within_2_s(server):
     srv = server
     apply(srv)
@@ -126,8 +134,11 @@ def test_switching_a_service_off_and_on_is_in_force_within_2_s(server):
     r = srv.post("XDemo", "simulate", {})
     assert r.status_code == 503 and r.json()["faultInfo"]["$type"] == "ServiceNotConfiguredFault"
     assert wsdl_status(srv) == 404
-    rpc = srv.session.post(f"{srv.base}/services/rpc/XDemo", timeout=10, json={
-        "jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": 1}).json()
+    rpc = srv.session.post(
+        f"{srv.base}/services/rpc/XDemo",
+        timeout=10,
+        json={"jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": 1},
+    ).json()
     assert rpc["error"]["data"]["$type"] == "ServiceNotConfiguredFault", rpc
     # the other services are still served
     assert crashy_served(srv) and wsdl_status(srv, "XCrashy") == 200
@@ -177,6 +188,7 @@ def test_lowering_max_queued_is_in_force_within_2_s(server):
 
 # ---------------------------------------------------------------------------- invalid edits
 
+
 def test_invalid_edit_changes_nothing_and_names_each_line(server):
     srv = server
     apply(srv, "[services.XCrashy]\nenabled = false\n")
@@ -184,7 +196,9 @@ def test_invalid_edit_changes_nothing_and_names_each_line(server):
 
     # wrong type, unknown key, an impossible value; and two changes that would be
     # visible if any of the file were applied: XDemo off, XCrashy back on
-    bad = config_text(srv, textwrap.dedent("""\
+    bad = config_text(
+        srv,
+        textwrap.dedent("""\
         [jobs]
         max_queued = "many"
         unfetched_retention = "48h"
@@ -193,15 +207,17 @@ def test_invalid_edit_changes_nothing_and_names_each_line(server):
 
         [services.XDemo]
         enabled = false
-        """))
+        """),
+    )
     lines = {key: line_of(bad, key) for key in ("max_queued", "frobnicate", "fetched_retention")}
     refused = count(srv, "the edit is not applied")
     rewrite(srv, bad)
     wait_log(srv, "the edit is not applied", refused)
     log = srv.log()
     for key, n in lines.items():
-        assert any(f"line {n}:" in entry and key in entry for entry in log.splitlines()), \
+        assert any(f"line {n}:" in entry and key in entry for entry in log.splitlines()), (
             f"no log line names line {n} ({key}):\n{log[-3000:]}"
+        )
     # the previous settings stay in force, now and after another poll or two
     time.sleep(1.0)
     assert xdemo_served(srv), "an invalid edit switched XDemo off"
@@ -234,13 +250,19 @@ def test_restart_key_change_is_logged_and_the_server_keeps_its_port(server):
     assert took is not None and took <= IN_FORCE, "the live part of the edit was not applied"
     wait_log(srv, "takes effect at the next restart", seen + 1)
     log = srv.log()
-    assert f"port changed to {other}; it takes effect at the next restart (running with {srv.port})" in log
+    assert (
+        f"port changed to {other}; it takes effect at the next restart (running with {srv.port})"
+        in log
+    )
     assert "workers changed to 2; it takes effect at the next restart (running with 1)" in log
     # still serving on its port, nothing on the new one
     assert srv.watch(str(uuid.uuid4()))["status"] == "UNKNOWN"
     with pytest.raises(requests.ConnectionError):
-        requests.post(f"http://127.0.0.1:{other}/services/rs/XRuntime/getRuntimeInformation",
-                      json={}, timeout=2)
+        requests.post(
+            f"http://127.0.0.1:{other}/services/rs/XRuntime/getRuntimeInformation",
+            json={},
+            timeout=2,
+        )
     # still one worker: two 1 s jobs run one after the other
     apply(srv, port=other, workers=2)
     assert xdemo_served(srv)
@@ -253,6 +275,7 @@ def test_restart_key_change_is_logged_and_the_server_keeps_its_port(server):
 
 
 # ---------------------------------------------------------------------------- SIGHUP
+
 
 def test_sighup_rereads_at_once_and_keeps_the_workers(server):
     srv = server
@@ -302,87 +325,131 @@ def test_sighup_rereads_at_once_and_keeps_the_workers(server):
 
 # ---------------------------------------------------------------------------- command line
 
+
 def run_cli(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "xruntime", *args], cwd=ROOT, env=env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "xruntime", *args],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_serve_refuses_to_start_on_an_invalid_file(tmp_path):
     port = free_port()
-    path = write_config(str(tmp_path), port, extra='[jobs]\nfetched_retention = "soon"\nmax_queued = -1\n')
+    path = write_config(
+        str(tmp_path), port, extra='[jobs]\nfetched_retention = "soon"\nmax_queued = -1\n'
+    )
     with open(path) as f:
         text = f.read()
     done = run_cli("serve", "--config", path)
     assert done.returncode != 0, done
     for key in ("fetched_retention", "max_queued"):
         n = line_of(text, key)
-        assert any(f"line {n}:" in entry and key in entry for entry in done.stderr.splitlines()), \
-            (n, done.stderr)
+        assert any(f"line {n}:" in entry and key in entry for entry in done.stderr.splitlines()), (
+            n,
+            done.stderr,
+        )
     with pytest.raises(requests.ConnectionError):
-        requests.post(f"http://127.0.0.1:{port}/services/rs/XRuntime/getRuntimeInformation",
-                      json={}, timeout=2)
+        requests.post(
+            f"http://127.0.0.1:{port}/services/rs/XRuntime/getRuntimeInformation",
+            json={},
+            timeout=2,
+        )
 
 
 BROKEN = {
     # kind: (file text, [(line, what the error names)] in line order)
-    "unknown key": ("""\
+    "unknown key": (
+        """\
         # a comment first
         [jobs]
         unfetched_retention = "1h"
         retention = "1h"
-        """, [(4, "retention")]),
-    "wrong type": ("""\
+        """,
+        [(4, "retention")],
+    ),
+    "wrong type": (
+        """\
         [server]
         port = 8080
 
         [workers]
         count = "two"
-        """, [(5, "count")]),
-    "negative duration": ("""\
+        """,
+        [(5, "count")],
+    ),
+    "negative duration": (
+        """\
         [jobs]
         max_queued = 5
         queueing_timeout = "-5s"
         computation_timeout = -1
-        """, [(3, "queueing_timeout"), (4, "computation_timeout")]),
-    "not a duration": ("""\
+        """,
+        [(3, "queueing_timeout"), (4, "computation_timeout")],
+    ),
+    "not a duration": (
+        """\
         [jobs]
 
         fetched_retention = "soon"
-        """, [(3, "fetched_retention")]),
-    "not TOML": ("""\
+        """,
+        [(3, "fetched_retention")],
+    ),
+    "not TOML": (
+        """\
         [server]
         port = 8080
         host = "127.0.0.1
-        """, [(3, "not valid TOML")]),
-    "unknown table": ("""\
+        """,
+        [(3, "not valid TOML")],
+    ),
+    "unknown table": (
+        """\
         [jobs]
         max_queued = 5
 
         [logging]
         level = "debug"
-        """, [(4, "logging")]),
-    "unknown service": ("""\
+        """,
+        [(4, "logging")],
+    ),
+    "unknown service": (
+        """\
         [services.XDemo]
         enabled = true
 
         [services.XNope]
         enabled = false
-        """, [(4, "XNope")]),
-    "out of range": ("""\
+        """,
+        [(4, "XNope")],
+    ),
+    "out of range": (
+        """\
         [server]
         host = "127.0.0.1"
         port = 70000
         threads = 0
-        """, [(3, "port"), (4, "threads")]),
-    "not a boolean": ("""\
+        """,
+        [(3, "port"), (4, "threads")],
+    ),
+    "not a boolean": (
+        """\
         [services.XDemo]
         max_queued = 3
         enabled = "yes"
-        """, [(3, "enabled")]),
-    "zero cleanup interval": ("""\
+        """,
+        [(3, "enabled")],
+    ),
+    "zero cleanup interval": (
+        """\
         [jobs]
         cleanup_interval = "0"
-        """, [(2, "cleanup_interval")]),
+        """,
+        [(2, "cleanup_interval")],
+    ),
 }
 
 
@@ -391,9 +458,17 @@ def test_check_config_names_the_line_of_each_error(tmp_path):
     for kind, (text, _) in BROKEN.items():
         path = tmp_path / (kind.replace(" ", "_") + ".toml")
         path.write_text(textwrap.dedent(text))
-        procs[kind] = (str(path), subprocess.Popen(
-            [sys.executable, "-m", "xruntime", "check-config", str(path)], cwd=ROOT, env=env(),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs[kind] = (
+            str(path),
+            subprocess.Popen(
+                [sys.executable, "-m", "xruntime", "check-config", str(path)],
+                cwd=ROOT,
+                env=env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )
     for kind, (path, proc) in procs.items():
         out, err = proc.communicate(timeout=60)
         assert proc.returncode != 0, (kind, out, err)
@@ -413,22 +488,28 @@ def test_check_config_accepts_the_shipped_file():
 
 # ---------------------------------------------------------------------------- emptied or gone
 
+
 @pytest.mark.parametrize("damage", ["truncated", "comments only", "removed"])
 def test_an_emptied_or_vanished_file_keeps_the_settings_in_force(server, damage):
     srv = server
     apply(srv, "[services.XDemo]\nenabled = false\n")
     assert not xdemo_served(srv)
     try:
-        seen = count(srv, f"{srv.config}: the file is empty") + count(srv, f"{srv.config}: cannot be read")
+        seen = count(srv, f"{srv.config}: the file is empty") + count(
+            srv, f"{srv.config}: cannot be read"
+        )
         if damage == "removed":
             os.remove(srv.config)
         else:
-            with open(srv.config, "w") as f:          # as an editor that truncates first
+            with open(srv.config, "w") as f:  # as an editor that truncates first
                 f.write("" if damage == "truncated" else "# being edited\n")
-        os.kill(srv.proc.pid, signal.SIGHUP)          # seen at once, whatever the stamp says
+        os.kill(srv.proc.pid, signal.SIGHUP)  # seen at once, whatever the stamp says
         deadline = time.time() + IN_FORCE
-        while count(srv, f"{srv.config}: the file is empty") + count(
-                srv, f"{srv.config}: cannot be read") == seen:
+        while (
+            count(srv, f"{srv.config}: the file is empty")
+            + count(srv, f"{srv.config}: cannot be read")
+            == seen
+        ):
             assert time.time() < deadline, f"not logged:\n{srv.log()[-2000:]}"
             time.sleep(0.05)
         time.sleep(0.3)

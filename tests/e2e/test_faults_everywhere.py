@@ -5,6 +5,7 @@ computation timeout stopped after some steps.
 
 One node serves the module: one worker, at most one queued job, XCrashy switched off.
 """
+
 import os
 import subprocess
 import sys
@@ -14,8 +15,7 @@ import pytest
 import requests
 import zeep
 
-from tests.clients import (BINDINGS, RemoteFault, make_client, start, wait_done,
-                           wait_status, watch)
+from tests.clients import BINDINGS, RemoteFault, make_client, start, wait_done, wait_status, watch
 from tests.harness import ROOT, Server
 
 CONFIG = """\
@@ -25,7 +25,11 @@ max_queued = 1
 [services.XCrashy]
 enabled = false
 """
-JSON_STATUS = {"QueueOverflowFault": 503, "ServiceNotConfiguredFault": 503, "RequestTimedOutFault": 504}
+JSON_STATUS = {
+    "QueueOverflowFault": 503,
+    "ServiceNotConfiguredFault": 503,
+    "RequestTimedOutFault": 504,
+}
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +51,13 @@ def crashy_wsdl(node, tmp_path_factory):
     here, as for a client built before the administrator switched the service off."""
     folder = tmp_path_factory.mktemp("wsdl")
     env = {**os.environ, "PYTHONPATH": ROOT, "XRUNTIME_SERVICE_MODULES": "tests.fixtures.crashy"}
-    done = subprocess.run([sys.executable, "-m", "xruntime", "wsdl", "--out", str(folder),
-                           "--base-url", node.base], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "xruntime", "wsdl", "--out", str(folder), "--base-url", node.base],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return str(folder / "XCrashy.wsdl")
 
@@ -68,7 +76,7 @@ def check_fault(client, fault, type_name):
     if client.name == "json":
         assert fault.status == JSON_STATUS[type_name]
     elif client.name == "soap":
-        assert fault.code.endswith("Client"), fault.code      # a RejectedRequestFault
+        assert fault.code.endswith("Client"), fault.code  # a RejectedRequestFault
     else:
         assert -32099 <= fault.code <= -32000, fault.code
 
@@ -104,6 +112,7 @@ def blocker(client):
 
 # --------------------------------------------------------------------------- QueueOverflowFault
 
+
 def test_queue_overflow(node, client, blocker):
     queued = start(client, durationMs=0)
     assert queued["status"] == "QUEUING"
@@ -111,22 +120,26 @@ def test_queue_overflow(node, client, blocker):
     assert before["QUEUING"] == 1
     fault = fault_of(client.call, "XDemo", "startSimulate", {"durationMs": 0})
     check_fault(client, fault, "QueueOverflowFault")
-    fault = fault_of(client.call, "XDemo", "simulate", {"durationMs": 0})     # the synchronous form
+    fault = fault_of(client.call, "XDemo", "simulate", {"durationMs": 0})  # the synchronous form
     check_fault(client, fault, "QueueOverflowFault")
     assert jobs_stored(node) == before, "a refused start stored a job"
     erase(client, queued["id"])
-    again = start(client, durationMs=0)                 # room again: accepted
+    again = start(client, durationMs=0)  # room again: accepted
     assert again["status"] == "QUEUING"
     erase(client, again["id"])
 
 
 # --------------------------------------------------------------------------- ServiceNotConfiguredFault
 
-@pytest.mark.parametrize("operation, request_data", [
-    ("startCrash", {"mode": "sleep", "seconds": 0}),
-    ("crash", {"mode": "sleep", "seconds": 0}),
-    ("fetchCrashResponse", {"id": "no-such-job"}),
-])
+
+@pytest.mark.parametrize(
+    "operation, request_data",
+    [
+        ("startCrash", {"mode": "sleep", "seconds": 0}),
+        ("crash", {"mode": "sleep", "seconds": 0}),
+        ("fetchCrashResponse", {"id": "no-such-job"}),
+    ],
+)
 def test_service_not_configured(node, client, crashy_wsdl, operation, request_data):
     if client.name == "soap":
         client.clients["XCrashy"] = zeep.Client(crashy_wsdl)
@@ -147,6 +160,7 @@ def test_switched_off_service_is_not_served(node):
 
 
 # --------------------------------------------------------------------------- RequestTimedOutFault
+
 
 def test_computation_timeout_without_result(client):
     t0 = time.monotonic()
@@ -174,8 +188,12 @@ def test_computation_timeout_with_intermediate_result(client):
 
 def test_synchronous_form_times_out(client):
     t0 = time.monotonic()
-    fault = fault_of(client.call, "XDemo", "simulate",
-                     {"durationMs": 5000, "steps": 1, "timeouts": {"computationTimeout": 300}})
+    fault = fault_of(
+        client.call,
+        "XDemo",
+        "simulate",
+        {"durationMs": 5000, "steps": 1, "timeouts": {"computationTimeout": 300}},
+    )
     check_fault(client, fault, "RequestTimedOutFault")
     assert time.monotonic() - t0 < 3
 

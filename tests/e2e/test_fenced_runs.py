@@ -6,6 +6,7 @@ process is frozen (SIGSTOP: a VM paused, a long GC, a cut-off host), its lease i
 to have run out, node B takes the job over (attempt 2). A is let go on (SIGCONT) while
 B still runs: A's worker had finished meanwhile, so A's outcome is written first —
 and refused."""
+
 import os
 import signal
 
@@ -26,6 +27,7 @@ def events(srv, job_id):
 @pytest.fixture
 def engine():
     from xruntime.store.schema import metadata
+
     engine = create_engine(URL)
     metadata.drop_all(engine)
     yield engine
@@ -33,23 +35,41 @@ def engine():
 
 
 def test_a_stalled_node_cannot_finish_the_job_another_node_took_over(tmp_path, engine):
-    a = Server(str(tmp_path / "a"), database_url=URL, workers=1, server_keys={"node_name": "node-a"}).start()
+    a = Server(
+        str(tmp_path / "a"), database_url=URL, workers=1, server_keys={"node_name": "node-a"}
+    ).start()
     b = None
     try:
         job_id = a.start_job(durationMs=4000, steps=4)["id"]
-        wait_for(lambda: [e for e in events(a, job_id) if e["status"] == "RUNNING" and e["node"] == "node-a"],
-                 60, "node A running the job")
-        b = Server(str(tmp_path / "b"), database_url=URL, workers=1, server_keys={"node_name": "node-b"})
-        os.kill(a.proc.pid, signal.SIGSTOP)           # A's supervisor and its leases freeze
+        wait_for(
+            lambda: [
+                e for e in events(a, job_id) if e["status"] == "RUNNING" and e["node"] == "node-a"
+            ],
+            60,
+            "node A running the job",
+        )
+        b = Server(
+            str(tmp_path / "b"), database_url=URL, workers=1, server_keys={"node_name": "node-b"}
+        )
+        os.kill(a.proc.pid, signal.SIGSTOP)  # A's supervisor and its leases freeze
         try:
-            with engine.begin() as conn:              # ... long enough for its lease to run out
+            with engine.begin() as conn:  # ... long enough for its lease to run out
                 conn.execute(text("UPDATE jobs SET lease_until = 0 WHERE id = :id"), {"id": job_id})
             b.start()
-            wait_for(lambda: [e for e in events(b, job_id) if e["status"] == "RUNNING" and e["node"] == "node-b"],
-                     60, "node B running the job")
+            wait_for(
+                lambda: [
+                    e
+                    for e in events(b, job_id)
+                    if e["status"] == "RUNNING" and e["node"] == "node-b"
+                ],
+                60,
+                "node B running the job",
+            )
         finally:
             os.kill(a.proc.pid, signal.SIGCONT)
-        wait_for(lambda: "lost to another run" in a.log(), 60, "node A's log saying the job was lost")
+        wait_for(
+            lambda: "lost to another run" in a.log(), 60, "node A's log saying the job was lost"
+        )
         done = b.wait_done(job_id, timeout=60)
         assert done["status"] == "SUCCEEDED"
         history = events(b, job_id)

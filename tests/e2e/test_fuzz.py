@@ -13,19 +13,26 @@ is left half open, and the node logged no traceback.
 The runs are reproducible: derandomized, without an example database.
 ``benchmarks/fuzz.py`` sends the same kinds of input by the hundred thousand.
 """
+
 import time
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.fuzzing import node as fuzzing
 from tests.fuzzing.exchange import LET_GO_WITHIN, exchange
 from tests.fuzzing.properties import judge
 from tests.fuzzing.strategies import CASES
 
-FUZZ = settings(max_examples=1000, derandomize=True, database=None, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=1000,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +40,12 @@ def node(tmp_path_factory):
     """The fuzz node, a job it finished before the fuzz (``kept``, never sent to the
     fuzz) and, per binding, a finished job the fuzz may watch, fetch, stop or delete."""
     server = fuzzing.fuzz_server(str(tmp_path_factory.mktemp("node"))).start()
-    yield SimpleNamespace(server=server, kept=fuzzing.finished_job(server), log_offset=len(server.log()),
-                          known={binding: [fuzzing.finished_job(server)] for binding in CASES})
+    yield SimpleNamespace(
+        server=server,
+        kept=fuzzing.finished_job(server),
+        log_offset=len(server.log()),
+        known={binding: [fuzzing.finished_job(server)] for binding in CASES},
+    )
     server.stop()
 
 

@@ -20,6 +20,7 @@ Without the tools the tests are skipped, unless XRUNTIME_TEST_REQUIRE_SOAP_GENER
 (as .ci/run sets after installing ``jaxws libjaxws-java mono-devel``), where their
 absence fails them.
 """
+
 import os
 import re
 import shutil
@@ -31,8 +32,20 @@ from tests.harness import ROOT
 
 SERVICES = ("XRuntime", "XDemo", "XTour", "XDima")
 PROGRAMS = os.path.join(ROOT, "tests", "soap_generated")
-STEPS = ["start", "watch", "fetch-running", "stop", "fetch", "delete", "unknown", "invalid",
-         "failing", "xtour", "xdima", "simulate"]
+STEPS = [
+    "start",
+    "watch",
+    "fetch-running",
+    "stop",
+    "fetch",
+    "delete",
+    "unknown",
+    "invalid",
+    "failing",
+    "xtour",
+    "xdima",
+    "simulate",
+]
 
 
 def require(*tools):
@@ -58,7 +71,11 @@ def jaxws_classpath() -> str:
 
 
 def wsdl_url(server, service=None):
-    return f"{server.base}/services/ws/{service}?wsdl" if service else f"{server.base}/services/ws?wsdl"
+    return (
+        f"{server.base}/services/ws/{service}?wsdl"
+        if service
+        else f"{server.base}/services/ws?wsdl"
+    )
 
 
 def steps_of(output: str) -> dict:
@@ -76,11 +93,15 @@ def steps_of(output: str) -> dict:
 def assert_every_step(output: str, client: str):
     outcome = steps_of(output)
     failed = {step: outcome.get(step, "not reached") for step in STEPS if outcome.get(step) != "ok"}
-    assert not failed, "\n".join(f"{client} × {step}: {why}" for step, why in failed.items()) + \
-        "\n" + output[-2000:]
+    assert not failed, (
+        "\n".join(f"{client} × {step}: {why}" for step, why in failed.items())
+        + "\n"
+        + output[-2000:]
+    )
 
 
 # --------------------------------------------------------------------------- JAX-WS
+
 
 @pytest.mark.parametrize("service", [*SERVICES, None])
 def test_wsimport_reads_each_wsdl_with_its_defaults(server, tmp_path, service):
@@ -94,7 +115,9 @@ def test_wsimport_reads_the_four_wsdls_in_one_run(server, tmp_path):
     """They compile together, and every common type is one class (Job once, in the
     package of the types namespace)."""
     require("wsimport", "java")
-    output = run(["wsimport", "-d", str(tmp_path), *(wsdl_url(server, s) for s in SERVICES)], tmp_path)
+    output = run(
+        ["wsimport", "-d", str(tmp_path), *(wsdl_url(server, s) for s in SERVICES)], tmp_path
+    )
     assert "[ERROR]" not in output and "[WARNING]" not in output, output
     jobs = [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("Job.class")]
     assert jobs == ["org/xruntime/xserver/types/Job.class"]
@@ -114,8 +137,13 @@ def run_java(source, classpath, folder) -> str:
     program = folder / "program"
     run(["javac", "-cp", classpath, "-d", str(program), str(source)], folder)
     name = os.path.splitext(os.path.basename(source))[0]
-    done = subprocess.run(["java", "-cp", f"{program}{os.pathsep}{classpath}", name],
-                          cwd=folder, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["java", "-cp", f"{program}{os.pathsep}{classpath}", name],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return done.returncode, done.stdout + done.stderr
 
 
@@ -152,6 +180,7 @@ def assert_example_output(output: str):
 
 # --------------------------------------------------------------------------- .NET (Mono)
 
+
 @pytest.fixture(scope="module")
 def dotnet_proxies(server, tmp_path_factory):
     """Mono's ``wsdl`` over the four WSDLs in one run: (its folder, its output)."""
@@ -166,15 +195,29 @@ def test_mono_wsdl_reads_the_four_wsdls_in_one_run_without_a_warning(dotnet_prox
     assert "warning" not in output.lower() and "error" not in output.lower(), output
     source = (folder / "Clients.cs").read_text()
     for proxy in SERVICES:
-        assert f"public partial class {proxy} : System.Web.Services.Protocols.SoapHttpClientProtocol" in source
+        assert (
+            f"public partial class {proxy} : System.Web.Services.Protocols.SoapHttpClientProtocol"
+            in source
+        )
     assert source.count("public partial class Job {") == 1
 
 
 def run_dotnet(source, folder, name):
-    compiled = run(["mcs", f"-out:{name}.exe", "-r:System.Web.Services", "-r:System.Xml",
-                    "Clients.cs", str(source)], folder)
+    compiled = run(
+        [
+            "mcs",
+            f"-out:{name}.exe",
+            "-r:System.Web.Services",
+            "-r:System.Xml",
+            "Clients.cs",
+            str(source),
+        ],
+        folder,
+    )
     assert "warning" not in compiled.lower(), compiled
-    done = subprocess.run(["mono", f"{name}.exe"], cwd=folder, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["mono", f"{name}.exe"], cwd=folder, capture_output=True, text=True, timeout=300
+    )
     return done.returncode, done.stdout + done.stderr
 
 

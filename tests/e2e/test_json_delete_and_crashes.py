@@ -1,4 +1,5 @@
 """deleteJob in every state, and what happens when service code misbehaves."""
+
 import time
 
 
@@ -20,7 +21,10 @@ def test_delete_queued_job_never_runs(server):
     for b in blockers:
         server.wait_status(b["id"], "RUNNING")
     queued = server.start_job(durationMs=0)
-    assert server.watch(queued["id"], progressUpdatePeriod=250, maximumPollingPeriod=250)["status"] == "QUEUING"
+    assert (
+        server.watch(queued["id"], progressUpdatePeriod=250, maximumPollingPeriod=250)["status"]
+        == "QUEUING"
+    )
     assert server.call("XRuntime", "deleteJob", {"id": queued["id"]})["status"] == "DELETED"
     assert server.watch(queued["id"])["status"] == "UNKNOWN"
     for b in blockers:
@@ -51,7 +55,7 @@ def test_delete_stopping_job(server):
     assert server.call("XRuntime", "stopJob", {"id": job["id"]})["status"] == "STOPPING"
     assert server.call("XRuntime", "deleteJob", {"id": job["id"]})["status"] == "DELETED"
     r = server.post("XRuntime", "stopJob", {"id": job["id"]})
-    if r.status_code == 409:       # still DELETED: stop refused with the state
+    if r.status_code == 409:  # still DELETED: stop refused with the state
         assert r.json()["faultInfo"]["status"] == "DELETED"
     t0 = time.monotonic()
     while server.watch(job["id"])["status"] != "UNKNOWN":
@@ -92,7 +96,7 @@ def test_worker_that_exits_fails_its_job_and_is_replaced(server):
         assert "died" in r.json()["message"]
     assert wait_worker_free(server, 30)
     info = server.call("XRuntime", "getRuntimeInformation", {})
-    assert info["uptime"] > 0        # the server itself is still up
+    assert info["uptime"] > 0  # the server itself is still up
 
 
 def test_service_exception_is_internal_error_without_traceback(server):
@@ -102,8 +106,8 @@ def test_service_exception_is_internal_error_without_traceback(server):
     assert r.status_code == 500
     assert r.json()["faultInfo"]["$type"] == "InternalErrorFault"
     assert "ZeroDivisionError" in r.json()["message"]
-    assert "Traceback" not in r.text and "File \"" not in r.text
-    assert "Traceback" in server.log()      # the traceback goes to the server log
+    assert "Traceback" not in r.text and 'File "' not in r.text
+    assert "Traceback" in server.log()  # the traceback goes to the server log
 
 
 def test_fetch_with_another_services_fetch_is_invalid_fetch_type(server):
@@ -111,5 +115,8 @@ def test_fetch_with_another_services_fetch_is_invalid_fetch_type(server):
     server.wait_done(job["id"])
     r = server.post("XDemo", "fetchSimulateResponse", {"id": job["id"]})
     assert r.status_code == 400
-    assert r.json()["faultInfo"] == {"$type": "InvalidFetchTypeFault", "jobId": job["id"],
-                                     "hint": r.json()["faultInfo"]["hint"]}
+    assert r.json()["faultInfo"] == {
+        "$type": "InvalidFetchTypeFault",
+        "jobId": job["id"],
+        "hint": r.json()["faultInfo"]["hint"],
+    }

@@ -1,4 +1,5 @@
 """The whole XDemo life over the JSON binding, through real HTTP and worker processes."""
+
 import time
 import uuid
 
@@ -14,7 +15,12 @@ def test_start_watch_fetch_delete(server):
         job = server.watch(job["id"], progressUpdatePeriod=250)
         seen.append(job)
     assert job["status"] == "SUCCEEDED"
-    assert job["progress"] == {"$type": "BulkProgress", "remaining": 0, "successful": 3, "failed": 0}
+    assert job["progress"] == {
+        "$type": "BulkProgress",
+        "remaining": 0,
+        "successful": 3,
+        "failed": 0,
+    }
     assert any(j["status"] == "RUNNING" and "progress" in j for j in seen[:-1])
     result = server.call("XDemo", "fetchSimulateResponse", {"id": job["id"]})
     assert result["stepsDone"] == 3 and len(result["payload"]) == 50
@@ -52,9 +58,13 @@ def test_stop_gives_the_intermediate_result(server):
     assert done["status"] == "SUCCEEDED"
     result = server.call("XDemo", "fetchSimulateResponse", {"id": job["id"]})
     assert 2 <= result["stepsDone"] < 8
-    assert result["resultLimitations"] == [{
-        "$type": "IntermediateResponseLimitation",
-        "message": result["resultLimitations"][0]["message"], "reason": "REQUEST_STOPPED"}]
+    assert result["resultLimitations"] == [
+        {
+            "$type": "IntermediateResponseLimitation",
+            "message": result["resultLimitations"][0]["message"],
+            "reason": "REQUEST_STOPPED",
+        }
+    ]
     # a stop on a finished job answers it unchanged
     assert server.call("XRuntime", "stopJob", {"id": job["id"]})["status"] == "SUCCEEDED"
 
@@ -101,8 +111,12 @@ def test_fetch_and_stop_refused_by_state(server):
     server.wait_status(job["id"], "RUNNING")
     r = server.post("XDemo", "fetchSimulateResponse", {"id": job["id"]})
     assert r.status_code == 409
-    assert r.json()["faultInfo"] == {"$type": "JobStateFault", "hint": r.json()["faultInfo"]["hint"],
-                                     "jobId": job["id"], "status": "RUNNING"}
+    assert r.json()["faultInfo"] == {
+        "$type": "JobStateFault",
+        "hint": r.json()["faultInfo"]["hint"],
+        "jobId": job["id"],
+        "status": "RUNNING",
+    }
     server.call("XRuntime", "deleteJob", {"id": job["id"]})
     r = server.post("XRuntime", "stopJob", {"id": str(uuid.uuid4())})
     assert r.status_code == 404 and r.json()["faultInfo"]["$type"] == "UnknownJobFault"
@@ -111,8 +125,11 @@ def test_fetch_and_stop_refused_by_state(server):
 def test_unknown_job_answers_unknown_at_once(server):
     job_id = str(uuid.uuid4())
     t0 = time.monotonic()
-    assert server.watch(job_id, progressUpdatePeriod=5000) == {"id": job_id, "status": "UNKNOWN",
-                                                                "elapsedTime": 0}
+    assert server.watch(job_id, progressUpdatePeriod=5000) == {
+        "id": job_id,
+        "status": "UNKNOWN",
+        "elapsedTime": 0,
+    }
     assert server.call("XRuntime", "deleteJob", {"id": job_id})["status"] == "UNKNOWN"
     assert time.monotonic() - t0 < 0.5
 
@@ -165,6 +182,8 @@ def test_runtime_information(server):
     assert info["version"] and info["uptime"] > 0
     services = {s["name"]: s["operations"] for s in info["services"]}
     assert {"startSimulate", "fetchSimulateResponse", "simulate"} <= set(services["XDemo"])
-    assert {"watchJob", "stopJob", "deleteJob", "getRuntimeInformation"} <= set(services["XRuntime"])
+    assert {"watchJob", "stopJob", "deleteJob", "getRuntimeInformation"} <= set(
+        services["XRuntime"]
+    )
     counts = {c["status"]: c["count"] for c in info["jobs"]}
     assert set(counts) == {"QUEUING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "DELETED"}

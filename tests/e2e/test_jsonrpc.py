@@ -6,6 +6,7 @@ never answered), the specification's error codes, and ``data`` = the ``faultInfo
 Everything is sent raw with requests.  The module's node accepts at most ``LIMIT`` bytes
 per request.
 """
+
 import json
 import time
 import uuid
@@ -102,8 +103,9 @@ def total_jobs(node):
 def wait_total(node, wanted, timeout=5):
     """Until ``wanted`` jobs are stored and every one has run (they take no time)."""
     deadline = time.time() + timeout
-    while (stored := jobs_stored(node)) and (sum(stored.values()) != wanted
-                                             or stored.get("QUEUING") or stored.get("RUNNING")):
+    while (stored := jobs_stored(node)) and (
+        sum(stored.values()) != wanted or stored.get("QUEUING") or stored.get("RUNNING")
+    ):
         assert time.time() < deadline, f"{stored} jobs stored, expected {wanted}, all run"
         time.sleep(0.05)
 
@@ -119,6 +121,7 @@ def unchanged(node):
 
 
 # --------------------------------------------------------------------------- single calls
+
 
 @pytest.mark.parametrize("request_id", [1, 0, -7, 2.5, "abc", "", "1"])
 def test_the_id_comes_back_as_sent(node, request_id):
@@ -141,11 +144,14 @@ def test_a_job_through_jsonrpc(node):
     job = check_result(answer_of(post(node, request("startSimulate", {"steps": 2}, id="s"))), "s")
     assert job["status"] == "QUEUING"
     assert node.wait_done(job["id"])["status"] == "SUCCEEDED"
-    result = check_result(answer_of(post(node, request("fetchSimulateResponse", {"id": job["id"]}))), 1)
+    result = check_result(
+        answer_of(post(node, request("fetchSimulateResponse", {"id": job["id"]}))), 1
+    )
     assert result["stepsDone"] == 2
 
 
 # --------------------------------------------------------------------------- batches
+
 
 def test_batch_answers_matched_by_id(node):
     unknown = str(uuid.uuid4())
@@ -177,7 +183,9 @@ def test_batch_of_one(node):
 
 
 def test_batch_with_invalid_items(node):
-    answers = answer_of(post(node, [1, "x", None, request("watchJob", {"id": "a"}, id=2)], "XRuntime"))
+    answers = answer_of(
+        post(node, [1, "x", None, request("watchJob", {"id": "a"}, id=2)], "XRuntime")
+    )
     assert isinstance(answers, list) and len(answers) == 4
     errors = [a for a in answers if "error" in a]
     assert len(errors) == 3
@@ -195,6 +203,7 @@ def test_empty_batch_is_one_invalid_request(unchanged):
 
 # --------------------------------------------------------------------------- notifications
 
+
 def test_notification_is_run_and_not_answered(node):
     before = total_jobs(node)
     r = post(node, notification("startSimulate", {"durationMs": 0}))
@@ -204,9 +213,16 @@ def test_notification_is_run_and_not_answered(node):
 
 def test_notifications_in_a_batch_are_run_and_not_answered(node):
     before = total_jobs(node)
-    answers = answer_of(post(node, [notification("startSimulate", {"durationMs": 0}),
-                                    request("startSimulate", {"durationMs": 0}, id="mine"),
-                                    notification("startSimulate", {"durationMs": 0})]))
+    answers = answer_of(
+        post(
+            node,
+            [
+                notification("startSimulate", {"durationMs": 0}),
+                request("startSimulate", {"durationMs": 0}, id="mine"),
+                notification("startSimulate", {"durationMs": 0}),
+            ],
+        )
+    )
     assert isinstance(answers, list) and len(answers) == 1
     assert check_result(answers[0], "mine")["status"] == "QUEUING"
     wait_total(node, before + 3)
@@ -214,69 +230,87 @@ def test_notifications_in_a_batch_are_run_and_not_answered(node):
 
 def test_batch_of_notifications_only_answers_204(node):
     before = total_jobs(node)
-    r = post(node, [notification("startSimulate", {"durationMs": 0}),
-                    notification("startSimulate", {"durationMs": 0})])
+    r = post(
+        node,
+        [
+            notification("startSimulate", {"durationMs": 0}),
+            notification("startSimulate", {"durationMs": 0}),
+        ],
+    )
     assert r.status_code == 204, (r.status_code, r.text)
     assert r.content == b""
     wait_total(node, before + 2)
 
 
 def test_failing_notifications_are_not_answered_either(unchanged):
-    for payload in (notification("fly", {}), notification("startSimulate", {"steps": 0}),
-                    notification("startSimulate", [1]),
-                    [notification("fly"), notification("fetchSimulateResponse", {"id": "x"})]):
+    for payload in (
+        notification("fly", {}),
+        notification("startSimulate", {"steps": 0}),
+        notification("startSimulate", [1]),
+        [notification("fly"), notification("fetchSimulateResponse", {"id": "x"})],
+    ):
         r = post(unchanged, payload)
         assert r.status_code in (200, 204) and r.content == b"", (payload, r.status_code, r.text)
 
 
 # --------------------------------------------------------------------------- errors
 
-@pytest.mark.parametrize("body", [
-    b"{not json",
-    b'{"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": 1',
-    b'[{"jsonrpc": "2.0", "method": "watchJob", "id": 1}, {"jsonrpc": "2.0", "method"]',
-    b"\xff\xfe\x00garbage",
-    b"",
-    b"   ",
-    # lone surrogates, in the id or the params: text that is no text
-    rb'{"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": "\ud800"}',
-    rb'{"jsonrpc": "2.0", "method": "startSimulate", "params": {"steps": "\udbff"}, "id": 2}',
-    # ... and encoded as bytes, not as an escape (found by the fuzz: the store refused the id)
-    b'{"jsonrpc": "2.0", "method": "fetchSimulateResponse", "params": {"id": "\xed\xa0\x80"}, "id": 3}',
-    '{"jsonrpc": "2.0", "method": "fetchSimulateResponse", "params": {"id": "\ud800"}, "id": 4}'.encode(
-        "utf-16", "surrogatepass"),
-    # numbers JSON does not have (found by the fuzz: echoed as the id, the answer was no JSON)
-    b'{"jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": NaN}',
-    b'{"jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": -Infinity}',
-    b'{"jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": 1e400}',
-])
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b'{"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": 1',
+        b'[{"jsonrpc": "2.0", "method": "watchJob", "id": 1}, {"jsonrpc": "2.0", "method"]',
+        b"\xff\xfe\x00garbage",
+        b"",
+        b"   ",
+        # lone surrogates, in the id or the params: text that is no text
+        rb'{"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": "\ud800"}',
+        rb'{"jsonrpc": "2.0", "method": "startSimulate", "params": {"steps": "\udbff"}, "id": 2}',
+        # ... and encoded as bytes, not as an escape (found by the fuzz: the store refused the id)
+        b'{"jsonrpc": "2.0", "method": "fetchSimulateResponse", "params": {"id": "\xed\xa0\x80"}, "id": 3}',
+        '{"jsonrpc": "2.0", "method": "fetchSimulateResponse", "params": {"id": "\ud800"}, "id": 4}'.encode(
+            "utf-16", "surrogatepass"
+        ),
+        # numbers JSON does not have (found by the fuzz: echoed as the id, the answer was no JSON)
+        b'{"jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": NaN}',
+        b'{"jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": -Infinity}',
+        b'{"jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": 1e400}',
+    ],
+)
 def test_parse_error(unchanged, body):
     answer = answer_of(post_raw(unchanged, body))
     assert isinstance(answer, dict)
     check_error(answer, PARSE_ERROR, None)
 
 
-@pytest.mark.parametrize("item", [
-    {"method": "watchJob", "params": {"id": "x"}, "id": 1},                   # no "jsonrpc"
-    {"jsonrpc": "1.0", "method": "watchJob", "params": {"id": "x"}, "id": 1},
-    {"jsonrpc": 2.0, "method": "watchJob", "params": {"id": "x"}, "id": 1},
-    {"jsonrpc": "2.0", "params": {"id": "x"}, "id": 1},                      # no method
-    {"jsonrpc": "2.0", "method": 7, "params": {"id": "x"}, "id": 1},
-    {"jsonrpc": "2.0", "method": None, "params": {"id": "x"}, "id": 1},
-    {"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": {"a": 1}},
-    {"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": [1]},
-    {"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": True},
-    {"method": "watchJob"},                                                  # not even an id
-    "watchJob",
-    42,
-    None,
-])
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"method": "watchJob", "params": {"id": "x"}, "id": 1},  # no "jsonrpc"
+        {"jsonrpc": "1.0", "method": "watchJob", "params": {"id": "x"}, "id": 1},
+        {"jsonrpc": 2.0, "method": "watchJob", "params": {"id": "x"}, "id": 1},
+        {"jsonrpc": "2.0", "params": {"id": "x"}, "id": 1},  # no method
+        {"jsonrpc": "2.0", "method": 7, "params": {"id": "x"}, "id": 1},
+        {"jsonrpc": "2.0", "method": None, "params": {"id": "x"}, "id": 1},
+        {"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": {"a": 1}},
+        {"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": [1]},
+        {"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": True},
+        {"method": "watchJob"},  # not even an id
+        "watchJob",
+        42,
+        None,
+    ],
+)
 def test_invalid_request_object(unchanged, item):
     answer = answer_of(post(unchanged, item, "XRuntime"))
     assert isinstance(answer, dict)
     request_id = item.get("id") if isinstance(item, dict) else None
     # the id is echoed when it could be read, otherwise null (JSON-RPC 2.0 §5)
-    assert answer.get("id") in ((None, request_id) if isinstance(request_id, (int, str)) else (None,))
+    assert answer.get("id") in (
+        (None, request_id) if isinstance(request_id, (int, str)) else (None,)
+    )
     check_error(answer, INVALID_REQUEST, fault="InvalidRequestFault")
 
 
@@ -296,47 +330,75 @@ def test_unknown_method(unchanged):
     check_error(answer, METHOD_NOT_FOUND, "m2", "InvalidRequestFault")
 
 
-@pytest.mark.parametrize("params, fault, field, value", [
-    ({"steps": "many"}, "InvalidValueFault", "parameter", "steps"),
-    ({"steps": 0}, "InvalidValueFault", "parameter", "steps"),
-    ({"stepz": 2}, "InvalidValueFault", "parameter", "stepz"),
-    ({"timeouts": {"computationTimeout": "soon"}}, "InvalidValueFault", "parameter",
-     "timeouts.computationTimeout"),
-])
+@pytest.mark.parametrize(
+    "params, fault, field, value",
+    [
+        ({"steps": "many"}, "InvalidValueFault", "parameter", "steps"),
+        ({"steps": 0}, "InvalidValueFault", "parameter", "steps"),
+        ({"stepz": 2}, "InvalidValueFault", "parameter", "stepz"),
+        (
+            {"timeouts": {"computationTimeout": "soon"}},
+            "InvalidValueFault",
+            "parameter",
+            "timeouts.computationTimeout",
+        ),
+    ],
+)
 def test_invalid_params_carry_the_fault_fields(unchanged, params, fault, field, value):
-    data = check_error(answer_of(post(unchanged, request("startSimulate", params, id=1))),
-                       INVALID_PARAMS, 1, fault)
+    data = check_error(
+        answer_of(post(unchanged, request("startSimulate", params, id=1))), INVALID_PARAMS, 1, fault
+    )
     assert data[field] == value
 
 
 def test_missing_parameter(unchanged):
-    data = check_error(answer_of(post(unchanged, request("watchJob", {}, id=1), "XRuntime")),
-                       INVALID_PARAMS, 1, "MissingParameterFault")
+    data = check_error(
+        answer_of(post(unchanged, request("watchJob", {}, id=1), "XRuntime")),
+        INVALID_PARAMS,
+        1,
+        "MissingParameterFault",
+    )
     assert data["parameter"] == "id"
 
 
 def test_job_state_and_processing_faults(node):
-    job = check_result(answer_of(post(node, request("startSimulate", {"durationMs": 20000}, id=1))), 1)
+    job = check_result(
+        answer_of(post(node, request("startSimulate", {"durationMs": 20000}, id=1))), 1
+    )
     node.wait_status(job["id"], "RUNNING")
-    data = check_error(answer_of(post(node, request("fetchSimulateResponse", {"id": job["id"]}, id=2))),
-                       INVALID_PARAMS, 2, "JobStateFault")
+    data = check_error(
+        answer_of(post(node, request("fetchSimulateResponse", {"id": job["id"]}, id=2))),
+        INVALID_PARAMS,
+        2,
+        "JobStateFault",
+    )
     assert data["jobId"] == job["id"] and data["status"] == "RUNNING"
     node.call("XRuntime", "deleteJob", {"id": job["id"]})
-    failing = check_result(answer_of(post(node, request("startSimulate", {"failAtStep": 1}, id=3))), 3)
+    failing = check_result(
+        answer_of(post(node, request("startSimulate", {"failAtStep": 1}, id=3))), 3
+    )
     assert node.wait_done(failing["id"])["status"] == "FAILED"
-    check_error(answer_of(post(node, request("fetchSimulateResponse", {"id": failing["id"]}, id=4))),
-                SERVER_ERRORS, 4, "ProcessingFault")
+    check_error(
+        answer_of(post(node, request("fetchSimulateResponse", {"id": failing["id"]}, id=4))),
+        SERVER_ERRORS,
+        4,
+        "ProcessingFault",
+    )
 
 
 # --------------------------------------------------------------------------- addresses, sizes
+
 
 def test_unknown_service(unchanged):
     answer = answer_of(post(unchanged, request("watchJob", {"id": "x"}, id=1), "XNothing"))
     check_error(answer, (INVALID_REQUEST, METHOD_NOT_FOUND), fault="InvalidRequestFault")
     assert "XNothing" in answer["error"]["message"]
     assert answer.get("id") in (None, 1)
-    answer = answer_of(requests.post(f"{unchanged.base}/services/rpc", json=request("watchJob", {"id": "x"}),
-                                     timeout=10))
+    answer = answer_of(
+        requests.post(
+            f"{unchanged.base}/services/rpc", json=request("watchJob", {"id": "x"}), timeout=10
+        )
+    )
     check_error(answer, (INVALID_REQUEST, METHOD_NOT_FOUND), fault="InvalidRequestFault")
 
 
@@ -349,7 +411,9 @@ def test_other_methods_are_errors(unchanged, method):
 
 
 def test_wrong_content_type(unchanged):
-    r = post_raw(unchanged, json.dumps(request("startSimulate", {}, id=1)).encode(), content_type="text/xml")
+    r = post_raw(
+        unchanged, json.dumps(request("startSimulate", {}, id=1)).encode(), content_type="text/xml"
+    )
     check_error(answer_of(r), (INVALID_REQUEST, PARSE_ERROR), fault="InvalidRequestFault")
 
 
@@ -381,6 +445,7 @@ def test_chunked_body_over_the_limit(unchanged):
         for _ in range(10):
             yield b" " * 1000
         yield b"}"
+
     r = post_raw(unchanged, chunks())
     assert r.request.headers.get("Transfer-Encoding") == "chunked"
     check_error(answer_of(r), (INVALID_REQUEST, INVALID_PARAMS), None, "InvalidRequestFault")
@@ -388,11 +453,14 @@ def test_chunked_body_over_the_limit(unchanged):
 
 # --------------------------------------------------------------------------- batch limits
 
+
 @pytest.fixture(scope="module")
 def small_batches(tmp_path_factory):
     """A node taking at most 5 requests per batch and 4 kB per batch answer."""
-    srv = Server(str(tmp_path_factory.mktemp("batches")),
-                 server_keys={"max_batch": 5, "max_batch_answer_bytes": 4096}).start()
+    srv = Server(
+        str(tmp_path_factory.mktemp("batches")),
+        server_keys={"max_batch": 5, "max_batch_answer_bytes": 4096},
+    ).start()
     yield srv
     srv.stop()
 

@@ -1,5 +1,6 @@
 """Requests that are not HTTP: each is answered at once and its connection
 closed, however many come; the node keeps serving and no socket is left half open."""
+
 import socket
 import time
 
@@ -13,7 +14,7 @@ UNPARSEABLE = [
     b"POST /services/rs/XRuntime/watchJob HTTP/1.1\r\nHost: x\r\nX-Note: a\x01b\r\n\r\n",
     b"POST /services/rs/XRuntime/watchJob http/1.1\r\nHost: x\r\n\r\n",
     b"POST /services/rs/XRuntime/watchJob HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
-    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32),       # a TLS hello
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32),  # a TLS hello
 ]
 
 

@@ -1,5 +1,6 @@
 """``/metrics`` of a real node with two HTTP processes, parsed with prometheus_client's
 own parser: the counts match what was run and asked, whichever process answers."""
+
 import threading
 import time
 
@@ -11,7 +12,7 @@ from tests.clients import RemoteFault, make_client
 from tests.e2e.test_accounts import accounts_toml, creds
 from tests.harness import Server
 
-SCRAPES = 8          # new connections each: the kernel spreads them over both HTTP processes
+SCRAPES = 8  # new connections each: the kernel spreads them over both HTTP processes
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +27,11 @@ def scrape(srv, **kwargs):
     r = requests.get(f"{srv.base}/metrics", timeout=10, **kwargs)
     assert r.status_code == 200, r.text
     assert r.headers["Content-Type"].startswith("text/plain; version=")
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(r.text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(r.text)
+        for s in family.samples
+    }
 
 
 def value(samples, name, **labels):
@@ -56,7 +60,9 @@ def test_counters_match_the_jobs_run_and_the_calls_made(node):
     with pytest.raises(RemoteFault) as failed:
         clients["json"].call("XDemo", "fetchSimulateResponse", {"id": failing["id"]})
     with pytest.raises(RemoteFault) as unknown:
-        clients["jsonrpc"].call("XRuntime", "stopJob", {"id": "0b7e4f5c-0000-4000-8000-000000000000"})
+        clients["jsonrpc"].call(
+            "XRuntime", "stopJob", {"id": "0b7e4f5c-0000-4000-8000-000000000000"}
+        )
     assert unknown.value.type == "UnknownJobFault"
     garbage = node.post("XDemo", "no-such-operation-42", {})
     assert garbage.status_code == 400
@@ -73,24 +79,37 @@ def test_counters_match_the_jobs_run_and_the_calls_made(node):
         assert value(s, "xruntime_queue_length", service="XDemo") == 0
         assert value(s, "xruntime_requests_total", binding="json", operation="startSimulate") == 4
         assert value(s, "xruntime_requests_total", binding="soap", operation="startSimulate") == 1
-        assert value(s, "xruntime_requests_total", binding="jsonrpc", operation="startSimulate") == 1
-        assert value(s, "xruntime_requests_total", binding="json", operation="fetchSimulateResponse") == 6
-        assert value(s, "xruntime_request_duration_seconds_count", binding="json",
-                     operation="fetchSimulateResponse") == 6
+        assert (
+            value(s, "xruntime_requests_total", binding="jsonrpc", operation="startSimulate") == 1
+        )
+        assert (
+            value(s, "xruntime_requests_total", binding="json", operation="fetchSimulateResponse")
+            == 6
+        )
+        assert (
+            value(
+                s,
+                "xruntime_request_duration_seconds_count",
+                binding="json",
+                operation="fetchSimulateResponse",
+            )
+            == 6
+        )
         assert value(s, "xruntime_requests_total", binding="json", operation="watchJob") >= 6
         assert value(s, "xruntime_faults_total", binding="json", fault=failed.value.type) == 1
         assert value(s, "xruntime_faults_total", binding="jsonrpc", fault="UnknownJobFault") == 1
         assert value(s, "xruntime_faults_total", binding="json", fault="InvalidRequestFault") == 1
         assert value(s, "xruntime_requests_total", binding="json", operation="(unknown)") == 1
-        assert not any("no-such-operation" in str(labels) for _, labels in s), \
+        assert not any("no-such-operation" in str(labels) for _, labels in s), (
             "a client's made-up operation must not become a label"
+        )
         assert value(s, "xruntime_workers", state="idle") == node.workers
     assert all(r == runs[0] for r in runs), "every HTTP process must answer the same totals"
     assert failed.value.type == "ProcessingFault"
 
 
 def test_held_watches_and_busy_workers(node):
-    job = node.start_job(durationMs=6000, steps=1)      # no progress until it ends
+    job = node.start_job(durationMs=6000, steps=1)  # no progress until it ends
     node.wait_status(job["id"], "RUNNING")
     answers = []
 
@@ -140,7 +159,7 @@ def test_with_accounts_on_only_an_admin_scrapes(tmp_path):
         assert anonymous.headers["WWW-Authenticate"] == 'Basic realm="xruntime"'
         assert requests.get(url, auth=("root", "wrong"), timeout=10).status_code == 401
         assert requests.get(url, auth=creds("alice"), timeout=10).status_code == 403
-        token = creds("root")[1]                         # as Prometheus sends it
+        token = creds("root")[1]  # as Prometheus sends it
         s = scrape(srv, headers={"Authorization": f"Bearer {token}"})
         assert value(s, "xruntime_workers", state="idle") == srv.workers
     finally:

@@ -1,4 +1,5 @@
 """A node on PostgreSQL: the same life, and a job that survives a SIGKILL."""
+
 import os
 import uuid
 
@@ -14,6 +15,7 @@ pytestmark = pytest.mark.skipif(not URL, reason="XRUNTIME_TEST_DATABASE_URL is n
 @pytest.fixture
 def pg_node(tmp_path):
     from xruntime.store.schema import metadata
+
     engine = create_engine(URL)
     metadata.drop_all(engine)
     engine.dispose()
@@ -56,7 +58,9 @@ def test_two_nodes_wake_each_other(tmp_path):
     """A watch on one node answers within milliseconds of a change on the other; a stop
     or delete asked on one node reaches the worker on the other at once."""
     import time
+
     from xruntime.store.schema import metadata
+
     engine = create_engine(URL)
     metadata.drop_all(engine)
     engine.dispose()
@@ -74,7 +78,7 @@ def test_two_nodes_wake_each_other(tmp_path):
             assert answer["status"] == "SUCCEEDED"
             assert took - answer["elapsedTime"] / 1000 < 0.3, took
         # a long job, stopped and deleted through the node that does not run it
-        jobs = [a.start_job(durationMs=20000, steps=20) for _ in range(2)]   # one per node
+        jobs = [a.start_job(durationMs=20000, steps=20) for _ in range(2)]  # one per node
         for j in jobs:
             a.wait_status(j["id"], "RUNNING")
         for j in jobs:
@@ -83,7 +87,10 @@ def test_two_nodes_wake_each_other(tmp_path):
         stopper, deleter = jobs
         t0 = time.monotonic()
         assert b.call("XRuntime", "stopJob", {"id": stopper["id"]})["status"] == "STOPPING"
-        assert a.call("XRuntime", "stopJob", {"id": stopper["id"]})["status"] in ("STOPPING", "SUCCEEDED")
+        assert a.call("XRuntime", "stopJob", {"id": stopper["id"]})["status"] in (
+            "STOPPING",
+            "SUCCEEDED",
+        )
         assert b.wait_done(stopper["id"])["status"] == "SUCCEEDED"
         assert time.monotonic() - t0 < 1.5, "the stop reached the other node's worker at once"
         assert b.call("XDemo", "fetchSimulateResponse", {"id": stopper["id"]})["resultLimitations"]

@@ -5,10 +5,11 @@ XDemo with ``durationMs`` 0 reports after every step without pause; XCrashy's "f
 writes progress messages straight into the pipe, past the worker's coalescing, and
 ignores the stop, so that the slot's own checks are what ends it.
 """
+
 import signal
 import time
 
-FLOOD = {"steps": 1_000_000, "durationMs": 0}   # about 10 s of reports without pause
+FLOOD = {"steps": 1_000_000, "durationMs": 0}  # about 10 s of reports without pause
 
 
 def flood_running(srv):
@@ -66,7 +67,7 @@ def test_delete_of_a_raw_flood_that_ignores_the_stop_kills_it(server):
     t0 = time.monotonic()
     server.call("XRuntime", "deleteJob", {"id": job["id"]})
     wait_unknown(server, job["id"], 10)
-    assert time.monotonic() - t0 < 5.5           # the 3 s grace, then the kill
+    assert time.monotonic() - t0 < 5.5  # the 3 s grace, then the kill
     assert f"job {job['id']}: worker" in server.log()
 
 
@@ -83,7 +84,7 @@ def test_sigterm_during_a_flood_hands_the_job_back_and_exits_quickly(fresh_serve
 
     srv = fresh_server(port=srv.port).start()
     srv.wait_status(job_id, "RUNNING")
-    assert "(attempt 1)" in attempt_logged(srv, job_id)   # the hand-back was not an attempt
+    assert "(attempt 1)" in attempt_logged(srv, job_id)  # the hand-back was not an attempt
     srv.call("XRuntime", "deleteJob", {"id": raw["id"]})
     srv.call("XRuntime", "deleteJob", {"id": job_id})
     wait_unknown(srv, job_id, 10)

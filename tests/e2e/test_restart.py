@@ -1,4 +1,5 @@
 """Jobs survive the server: SIGTERM hands running jobs back, SIGKILL re-runs them."""
+
 import signal
 import time
 
@@ -22,7 +23,10 @@ def test_sigkill_mid_job_then_restart_completes_the_job(fresh_server):
     # it runs again from the start, as its second attempt; a stop ends it early
     rerun = srv.wait_status(job["id"], "RUNNING")
     assert f"job {job['id']} XDemo.simulate RUNNING on worker" in srv.log()
-    assert "(attempt 2)" in srv.log().split(f"job {job['id']} XDemo.simulate RUNNING")[-1].splitlines()[0]
+    assert (
+        "(attempt 2)"
+        in srv.log().split(f"job {job['id']} XDemo.simulate RUNNING")[-1].splitlines()[0]
+    )
     assert rerun["elapsedTime"] > 0
     while "progress" not in srv.watch(job["id"], progressUpdatePeriod=250):
         pass
@@ -63,17 +67,24 @@ def test_sigterm_hands_running_jobs_back_and_exits_quickly(fresh_server):
     assert srv.call("XDemo", "fetchSimulateResponse", {"id": job["id"]})["stepsDone"] == 3
     # the hand-back did not count as an attempt
     assert f"job {job['id']} XDemo.simulate RUNNING on worker" in srv.log()
-    assert "(attempt 1)" in srv.log().split(f"job {job['id']} XDemo.simulate RUNNING")[-1].splitlines()[0]
+    assert (
+        "(attempt 1)"
+        in srv.log().split(f"job {job['id']} XDemo.simulate RUNNING")[-1].splitlines()[0]
+    )
 
 
 def test_watch_held_during_shutdown_answers(fresh_server):
     import threading
+
     srv = fresh_server().start()
     job = srv.start_job(durationMs=30000)
     srv.wait_status(job["id"], "RUNNING")
     answers = []
-    t = threading.Thread(target=lambda: answers.append(
-        srv.post("XRuntime", "watchJob", {"id": job["id"], "maximumPollingPeriod": 50000})))
+    t = threading.Thread(
+        target=lambda: answers.append(
+            srv.post("XRuntime", "watchJob", {"id": job["id"], "maximumPollingPeriod": 50000})
+        )
+    )
     t.start()
     time.sleep(0.3)
     srv.stop(signal.SIGINT)

@@ -7,6 +7,7 @@ Times are taken on the client; the server runs on the same host and clock.  A jo
 end is known to within the start call's round trip: ``queued_at`` lies between the
 times before and after the start call, and ``elapsedTime`` is frozen at the end.
 """
+
 import os
 import time
 
@@ -14,10 +15,10 @@ import pytest
 
 from tests.harness import Server, write_config
 
-UNFETCHED = 3.0      # s, [jobs] unfetched_retention of the module's server
-FETCHED = 1.0        # s, [jobs] fetched_retention
-CLEANUP = 0.5        # s, [jobs] cleanup_interval
-SLACK = 0.3          # s: HTTP round trips and the 50 ms polling of the tests
+UNFETCHED = 3.0  # s, [jobs] unfetched_retention of the module's server
+FETCHED = 1.0  # s, [jobs] fetched_retention
+CLEANUP = 0.5  # s, [jobs] cleanup_interval
+SLACK = 0.3  # s: HTTP round trips and the 50 ms polling of the tests
 # The server's housekeeping thread ticks once a second, so a cleanup may come up to
 # 1 s late whatever cleanup_interval says; the tests of the retention rules allow for
 # that, test_cleanup_runs_every_cleanup_interval checks the interval itself.
@@ -44,13 +45,16 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def long_server(tmp_path_factory):
     """A node with long retention; its tests edit the file while it runs."""
-    srv = Server(str(tmp_path_factory.mktemp("retention-live")),
-                 extra='[jobs]\nunfetched_retention = "1h"\nfetched_retention = "1h"\n').start()
+    srv = Server(
+        str(tmp_path_factory.mktemp("retention-live")),
+        extra='[jobs]\nunfetched_retention = "1h"\nfetched_retention = "1h"\n',
+    ).start()
     yield srv
     srv.stop()
 
 
 # ---------------------------------------------------------------------------- helpers
+
 
 def finished_job(srv, service="XDemo", **request):
     """Start a job and wait for its end.  Answers (id, last Job, earliest and latest
@@ -114,11 +118,14 @@ def apply(srv, extra, timeout=2.0):
     rewrite(srv, extra)
     deadline = time.time() + timeout
     while reloads(srv) == seen:
-        assert time.time() < deadline, f"the edit was not read within {timeout} s:\n{srv.log()[-3000:]}"
+        assert time.time() < deadline, (
+            f"the edit was not read within {timeout} s:\n{srv.log()[-3000:]}"
+        )
         time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------- unfetched
+
 
 def test_unfetched_job_is_kept_for_unfetched_retention_then_unknown(server):
     kept_id, _, _, _ = finished_job(server, durationMs=0, resultSize=10)
@@ -131,10 +138,12 @@ def test_unfetched_job_is_kept_for_unfetched_retention_then_unknown(server):
     assert time.time() < end_min + UNFETCHED, "the test was too slow to check in time"
     gone = watch_until_gone(server, [job_id], UNFETCHED + LATE + 2)
     assert job_id in gone, "the unfetched job was never erased"
-    assert gone[job_id] >= end_min + UNFETCHED, \
+    assert gone[job_id] >= end_min + UNFETCHED, (
         f"erased {end_min + UNFETCHED - gone[job_id]:.2f} s before its unfetched retention"
-    assert gone[job_id] <= end_max + UNFETCHED + LATE, \
+    )
+    assert gone[job_id] <= end_max + UNFETCHED + LATE, (
         f"erased {gone[job_id] - end_max - UNFETCHED:.2f} s after its unfetched retention"
+    )
     assert_unknown(server, job_id)
 
 
@@ -163,10 +172,12 @@ def test_cleanup_runs_every_cleanup_interval(server):
     worst = max(late.values())
     assert worst <= CLEANUP + SLACK, (
         f"a job was erased {worst:.2f} s after its retention ran out, with cleanup_interval = "
-        f"{CLEANUP} s; lateness per job: {sorted(round(v, 2) for v in late.values())}")
+        f"{CLEANUP} s; lateness per job: {sorted(round(v, 2) for v in late.values())}"
+    )
 
 
 # ---------------------------------------------------------------------------- fetched
+
 
 def test_fetched_job_expires_fetched_retention_after_its_first_fetch(server):
     job_id, _, _, _ = finished_job(server, durationMs=0, steps=2, resultSize=30)
@@ -190,7 +201,9 @@ def test_fetched_job_expires_fetched_retention_after_its_first_fetch(server):
         assert sent < after + FETCHED + LATE, "fetching again extended the fetched retention"
         time.sleep(0.1)
     assert answers >= 5
-    assert gone >= before + FETCHED, f"erased {before + FETCHED - gone:.2f} s before its fetched retention"
+    assert gone >= before + FETCHED, (
+        f"erased {before + FETCHED - gone:.2f} s before its fetched retention"
+    )
     # its fetched retention (1 s) applied, not the unfetched one (3 s) from its end
     assert gone <= after + FETCHED + LATE, f"erased {gone - after - FETCHED:.2f} s late"
     assert_unknown(server, job_id)
@@ -214,6 +227,7 @@ def test_fetched_retention_counts_from_the_first_fetch_not_from_the_end(server):
 
 # ---------------------------------------------------------------------------- failed
 
+
 def test_failed_jobs_are_kept_and_expire_the_same_way(server):
     unfetched_id, done, end_min, end_max = finished_job(server, durationMs=0, failAtStep=1)
     assert done["status"] == "FAILED"
@@ -233,13 +247,15 @@ def test_failed_jobs_are_kept_and_expire_the_same_way(server):
     gone = watch_until_gone(server, [unfetched_id, fetched_id], UNFETCHED + LATE + 2)
     assert set(gone) == {unfetched_id, fetched_id}
     assert before + FETCHED <= gone[fetched_id] <= after + FETCHED + LATE, gone[fetched_id] - after
-    assert end_min + UNFETCHED <= gone[unfetched_id] <= end_max + UNFETCHED + LATE, \
+    assert end_min + UNFETCHED <= gone[unfetched_id] <= end_max + UNFETCHED + LATE, (
         gone[unfetched_id] - end_max
+    )
     assert_unknown(server, fetched_id)
     assert_unknown(server, unfetched_id)
 
 
 # ---------------------------------------------------------------------------- active jobs
+
 
 def test_running_and_queued_jobs_are_never_erased(server):
     """Two jobs run (both workers busy) and a third waits in the queue for longer than
@@ -266,6 +282,7 @@ def test_running_and_queued_jobs_are_never_erased(server):
 
 # ---------------------------------------------------------------------------- live edits
 
+
 def test_live_edit_of_retention_applies_to_jobs_already_stored(long_server):
     srv = long_server
     apply(srv, '[jobs]\nunfetched_retention = "1h"\nfetched_retention = "1h"\n')
@@ -273,13 +290,16 @@ def test_live_edit_of_retention_applies_to_jobs_already_stored(long_server):
     old_id, _, _, _ = finished_job(srv, durationMs=0)
     fetched_id, _, _, _ = finished_job(srv, durationMs=0)
     assert fetch(srv, fetched_id).status_code == 200
-    time.sleep(1.2)          # both are past 1 s now, and kept: the retention is 1 h
+    time.sleep(1.2)  # both are past 1 s now, and kept: the retention is 1 h
     assert srv.watch(old_id)["status"] == "SUCCEEDED"
     assert srv.watch(fetched_id)["status"] == "SUCCEEDED"
 
     written = time.time()
-    rewrite(srv, '[jobs]\nunfetched_retention = "1s"\nfetched_retention = "1h"\n'
-                 'cleanup_interval = "500ms"\n')
+    rewrite(
+        srv,
+        '[jobs]\nunfetched_retention = "1s"\nfetched_retention = "1h"\n'
+        'cleanup_interval = "500ms"\n',
+    )
     gone = watch_until_gone(srv, [old_id], 5)
     assert old_id in gone, f"the edit did not apply to the stored job:\n{srv.log()[-3000:]}"
     assert gone[old_id] - written <= 3.0, f"erased {gone[old_id] - written:.2f} s after the edit"
@@ -288,8 +308,11 @@ def test_live_edit_of_retention_applies_to_jobs_already_stored(long_server):
     assert srv.watch(fetched_id)["status"] == "SUCCEEDED"
     assert fetch(srv, fetched_id).status_code == 200
 
-    rewrite(srv, '[jobs]\nunfetched_retention = "1h"\nfetched_retention = "1s"\n'
-                 'cleanup_interval = "500ms"\n')
+    rewrite(
+        srv,
+        '[jobs]\nunfetched_retention = "1h"\nfetched_retention = "1s"\n'
+        'cleanup_interval = "500ms"\n',
+    )
     written = time.time()
     gone = watch_until_gone(srv, [fetched_id], 5)
     assert fetched_id in gone and gone[fetched_id] - written <= 3.0
@@ -298,9 +321,12 @@ def test_live_edit_of_retention_applies_to_jobs_already_stored(long_server):
 
 def test_per_service_retention_override(long_server):
     srv = long_server
-    apply(srv, '[jobs]\nunfetched_retention = "1h"\nfetched_retention = "1h"\n'
-               'cleanup_interval = "500ms"\n\n'
-               '[services.XDemo]\nunfetched_retention = "1s"\n')
+    apply(
+        srv,
+        '[jobs]\nunfetched_retention = "1h"\nfetched_retention = "1h"\n'
+        'cleanup_interval = "500ms"\n\n'
+        '[services.XDemo]\nunfetched_retention = "1s"\n',
+    )
     demo_id, _, _, demo_end = finished_job(srv, durationMs=0)
     crashy_id, done, _, _ = finished_job(srv, "XCrashy", mode="sleep", seconds=0)
     assert done["status"] == "SUCCEEDED"

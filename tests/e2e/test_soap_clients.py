@@ -10,6 +10,7 @@ UnknownJobFault for an unknown id, InvalidValueFault (``value`` as sent) for a b
 request and the service's ProcessingFault for a job that fails; and every envelope it
 sent is valid against the schemas of the WSDL it was built from.
 """
+
 import os
 import shutil
 import subprocess
@@ -20,15 +21,32 @@ import pytest
 import requests
 from lxml import etree
 
-from tests.clients import NODE_DIR, NodeSoapClient, RemoteFault, SoapClient, SudsClient, wsdl_documents
+from tests.clients import (
+    NODE_DIR,
+    NodeSoapClient,
+    RemoteFault,
+    SoapClient,
+    SudsClient,
+    wsdl_documents,
+)
 from tests.fixtures.instances import random_instance
 from xruntime.bindings.xml_codec import plan
 from xruntime.protocol.typeinfo import OBJ
 
 CLIENTS = ("zeep", "suds", "soap", "strong-soap")
 SERVICES = ("XDemo", "XTour", "XDima")
-STEPS = ("start", "watch", "fetch-running", "stop", "fetch", "delete", "unknown", "invalid",
-         "failing", "schema")
+STEPS = (
+    "start",
+    "watch",
+    "fetch-running",
+    "stop",
+    "fetch",
+    "delete",
+    "unknown",
+    "invalid",
+    "failing",
+    "schema",
+)
 TIMEOUTS = {"queueingTimeout": 60000, "computationTimeout": 60000}
 WSDL_NS = "http://schemas.xmlsoap.org/wsdl/"
 XSD_NS = "http://www.w3.org/2001/XMLSchema"
@@ -43,8 +61,11 @@ def in_schema_order(data, cls):
         if name in data:
             value = data[name]
             if field.kind == OBJ:
-                value = ([in_schema_order(v, field.type) for v in value] if field.many
-                         else in_schema_order(value, field.type))
+                value = (
+                    [in_schema_order(v, field.type) for v in value]
+                    if field.many
+                    else in_schema_order(value, field.type)
+                )
             ordered[name] = value
     assert set(ordered) == set(data), set(data) - set(ordered)
     return ordered
@@ -54,51 +75,70 @@ def square(capacity):
     """Three orders on the corners of a 1 km square, the depot on the fourth."""
     d = [[0, 1000, 1414, 1000], [1000, 0, 1000, 1414], [1414, 1000, 0, 1000], [1000, 1414, 1000, 0]]
     here = {"lon": 0, "lat": 0}
-    return {"depot": {"id": "D", "location": here},
-            "orders": [{"id": name, "location": here, "demand": [1]} for name in "ABC"],
-            "fleet": {"count": 1, "capacities": [capacity]},
-            "matrix": {"rows": [{"distances": row, "durations": row} for row in d]},
-            "options": {"maxComputationTimeMs": 2000}}
+    return {
+        "depot": {"id": "D", "location": here},
+        "orders": [{"id": name, "location": here, "demand": [1]} for name in "ABC"],
+        "fleet": {"count": 1, "capacities": [capacity]},
+        "matrix": {"rows": [{"distances": row, "durations": row} for row in d]},
+        "options": {"maxComputationTimeMs": 2000},
+    }
 
 
 def scenario():
     """Per service: its operations, and the requests of each step."""
-    from xruntime.services.xdima.types import CreateDistanceMatrixRequest
     from xruntime.services.xdemo.types import SimulateRequest
+    from xruntime.services.xdima.types import CreateDistanceMatrixRequest
     from xruntime.services.xtour.types import PlanToursRequest
-    tour = random_instance(n=60, maxComputationTimeMs=60000, maxIterationsWithoutImprovement=10 ** 9)
+
+    tour = random_instance(n=60, maxComputationTimeMs=60000, maxIterationsWithoutImprovement=10**9)
     out_of_range = square(10)
     out_of_range["orders"][0]["location"] = {"lon": 0, "lat": 95}
     return {
         "XDemo": dict(
-            start="startSimulate", fetch="fetchSimulateResponse", type=SimulateRequest,
+            start="startSimulate",
+            fetch="fetchSimulateResponse",
+            type=SimulateRequest,
             request={"timeouts": TIMEOUTS, "durationMs": 30000, "steps": 60},
             progress=("BulkProgress", "successful"),
             invalid=({"steps": 0}, "steps", "0"),
-            failing=({"steps": 2, "failAtStep": 1}, "ProcessingFault", {})),
+            failing=({"steps": 2, "failAtStep": 1}, "ProcessingFault", {}),
+        ),
         "XTour": dict(
-            start="startPlanTours", fetch="fetchToursResponse", type=PlanToursRequest,
+            start="startPlanTours",
+            fetch="fetchToursResponse",
+            type=PlanToursRequest,
             request={"timeouts": TIMEOUTS, **tour},
             progress=("TourPlanProgress", "bestCost"),
             invalid=(out_of_range, "orders[0].location.lat", "95"),
-            failing=(square(0), "NoFeasibleSolutionFault", {"orders": 3})),
+            failing=(square(0), "NoFeasibleSolutionFault", {"orders": 3}),
+        ),
         "XDima": dict(
-            start="startCreateDistanceMatrix", fetch="fetchDistanceMatrixResponse",
+            start="startCreateDistanceMatrix",
+            fetch="fetchDistanceMatrixResponse",
             type=CreateDistanceMatrixRequest,
-            request={"timeouts": TIMEOUTS,
-                     "startLocations": [{"longitude": i / 100, "latitude": 0} for i in range(1000)],
-                     "destinationLocations": [{"longitude": 0, "latitude": 0},
-                                              {"longitude": 1, "latitude": 1}],
-                     "blockPauseMs": 2000},
+            request={
+                "timeouts": TIMEOUTS,
+                "startLocations": [{"longitude": i / 100, "latitude": 0} for i in range(1000)],
+                "destinationLocations": [
+                    {"longitude": 0, "latitude": 0},
+                    {"longitude": 1, "latitude": 1},
+                ],
+                "blockPauseMs": 2000,
+            },
             progress=("DistanceMatrixProgress", "calculationProgress"),
-            invalid=({"startLocations": [{"longitude": 0, "latitude": 95}]},
-                     "startLocations[0].latitude", "95"),
+            invalid=(
+                {"startLocations": [{"longitude": 0, "latitude": 95}]},
+                "startLocations[0].latitude",
+                "95",
+            ),
             # DistanceMatrixCalculationFault comes only from a server out of memory
-            failing=None),
+            failing=None,
+        ),
     }
 
 
 # --------------------------------------------------------------------------- the life
+
 
 class Life:
     """One client's life of one service: each step's outcome, "ok" or why not."""
@@ -109,18 +149,22 @@ class Life:
         self.schemas = wsdl_schemas
         self.outcome = {}
         self.job = None
-        self.out_of_schema = range(0)     # what the client sent in step "invalid"
+        self.out_of_schema = range(0)  # what the client sent in step "invalid"
 
     def start(self, request):
-        return self.client.call(self.service, self.case["start"],
-                                in_schema_order(request, self.case["type"]))
+        return self.client.call(
+            self.service, self.case["start"], in_schema_order(request, self.case["type"])
+        )
 
     def fetch(self, job_id):
         return self.client.call(self.service, self.case["fetch"], {"id": job_id})
 
     def watch(self, job_id):
-        return self.client.call("XRuntime", "watchJob", {
-            "id": job_id, "progressUpdatePeriod": 250, "maximumPollingPeriod": 2000})
+        return self.client.call(
+            "XRuntime",
+            "watchJob",
+            {"id": job_id, "progressUpdatePeriod": 250, "maximumPollingPeriod": 2000},
+        )
 
     def wait_done(self, job_id, timeout=30):
         deadline = time.time() + timeout
@@ -134,9 +178,15 @@ class Life:
         sent_before = len(self.client.sent)
         for name in STEPS:
             try:
-                self.outcome[name] = getattr(self, "step_" + name.replace("-", "_"))(sent_before) or "ok"
-            except Exception as exc:        # the table says which step failed and why
-                text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, AssertionError) else str(exc)
+                self.outcome[name] = (
+                    getattr(self, "step_" + name.replace("-", "_"))(sent_before) or "ok"
+                )
+            except Exception as exc:  # the table says which step failed and why
+                text = (
+                    f"{type(exc).__name__}: {exc}"
+                    if not isinstance(exc, AssertionError)
+                    else str(exc)
+                )
                 self.outcome[name] = text.splitlines()[0][:240] if text else type(exc).__name__
         return self.outcome
 
@@ -152,8 +202,11 @@ class Life:
             job = self.start(self.case["request"])
         except Exception:
             # the other steps are measured on a job started over JSON
-            self.job = requests.post(f"{self.client.base}/services/rs/{self.service}/{self.case['start']}",
-                                     json=self.case["request"], timeout=30).json()["id"]
+            self.job = requests.post(
+                f"{self.client.base}/services/rs/{self.service}/{self.case['start']}",
+                json=self.case["request"],
+                timeout=30,
+            ).json()["id"]
             raise
         assert job["status"] in ("QUEUING", "RUNNING") and job["id"], job
         self.job = job["id"]
@@ -176,14 +229,18 @@ class Life:
 
     def step_stop(self, _):
         job_id = self.need_job()
-        assert self.client.call("XRuntime", "stopJob", {"id": job_id})["status"] in ("STOPPING", "SUCCEEDED")
+        assert self.client.call("XRuntime", "stopJob", {"id": job_id})["status"] in (
+            "STOPPING",
+            "SUCCEEDED",
+        )
         assert self.wait_done(job_id)["status"] == "SUCCEEDED"
 
     def step_fetch(self, _):
         result = self.fetch(self.need_job())
         limitations = result.get("resultLimitations")
-        assert isinstance(limitations, list) and len(limitations) == 1, \
+        assert isinstance(limitations, list) and len(limitations) == 1, (
             f"resultLimitations: {limitations!r}"
+        )
         [limitation] = limitations
         assert limitation.get("$type") == "IntermediateResponseLimitation", limitation
         assert limitation["reason"] == "REQUEST_STOPPED" and limitation["message"], limitation
@@ -195,8 +252,14 @@ class Life:
     def step_unknown(self, _):
         unknown = str(uuid.uuid4())
         expect_fault("UnknownJobFault", self.fetch, unknown, jobId=unknown)
-        expect_fault("UnknownJobFault", self.client.call, "XRuntime", "stopJob", {"id": unknown},
-                     jobId=unknown)
+        expect_fault(
+            "UnknownJobFault",
+            self.client.call,
+            "XRuntime",
+            "stopJob",
+            {"id": unknown},
+            jobId=unknown,
+        )
 
     def step_invalid(self, _):
         request, parameter, value = self.case["invalid"]
@@ -216,7 +279,11 @@ class Life:
         self.client.call("XRuntime", "deleteJob", {"id": job_id})
 
     def step_schema(self, sent_before):
-        sent = [m for i, m in enumerate(self.client.sent) if i >= sent_before and i not in self.out_of_schema]
+        sent = [
+            m
+            for i, m in enumerate(self.client.sent)
+            if i >= sent_before and i not in self.out_of_schema
+        ]
         assert sent, "the client sent nothing"
         for service, envelope in sent:
             problem = invalid_against(self.schemas(service), envelope)
@@ -230,13 +297,15 @@ def expect_fault(expected, call, *args, **fields):
         assert fault.type == expected, f"{fault.type} ({fault.message}) instead of {expected}"
         assert fault.fields.get("hint"), f"{expected} without its hint: {fault.fields}"
         for name, value in fields.items():
-            assert str(fault.fields.get(name)) == str(value), \
+            assert str(fault.fields.get(name)) == str(value), (
                 f"{expected}.{name} = {fault.fields.get(name)!r}, not {value!r}"
+            )
         return
     raise AssertionError(f"{expected} expected, got an answer: {answer}")
 
 
 # --------------------------------------------------------------------------- schemas
+
 
 class Schemas:
     """The XML Schema of each service's served WSDL (libxml2, as xmllint uses it)."""
@@ -246,8 +315,9 @@ class Schemas:
 
     def __call__(self, service):
         if service not in self.cache:
-            self.cache[service] = schema_of(f"{self.base}/services/ws/{service}?wsdl",
-                                            os.path.join(self.folder, service))
+            self.cache[service] = schema_of(
+                f"{self.base}/services/ws/{service}?wsdl", os.path.join(self.folder, service)
+            )
         return self.cache[service]
 
 
@@ -264,8 +334,12 @@ def schema_of(wsdl_url: str, folder: str) -> etree.XMLSchema:
             f.write(etree.tostring(schema))
     main = etree.Element(f"{{{XSD_NS}}}schema", nsmap={"xs": XSD_NS})
     for namespace, name in files.items():
-        etree.SubElement(main, f"{{{XSD_NS}}}import", namespace=namespace,
-                         schemaLocation=os.path.join(folder, name))
+        etree.SubElement(
+            main,
+            f"{{{XSD_NS}}}import",
+            namespace=namespace,
+            schemaLocation=os.path.join(folder, name),
+        )
     return etree.XMLSchema(main)
 
 
@@ -280,6 +354,7 @@ def invalid_against(schema: etree.XMLSchema, envelope: bytes):
 
 # --------------------------------------------------------------------------- fixtures
 
+
 @pytest.fixture(scope="module")
 def node_packages():
     """npm ``soap`` and ``strong-soap`` in tests/node/node_modules, as package-lock.json
@@ -289,8 +364,13 @@ def node_packages():
     lock = os.path.join(NODE_DIR, "package-lock.json")
     installed = os.path.join(NODE_DIR, "node_modules", ".package-lock.json")
     if not os.path.exists(installed) or os.path.getmtime(installed) < os.path.getmtime(lock):
-        done = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                              cwd=NODE_DIR, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=NODE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, f"npm ci failed:\n{done.stdout}\n{done.stderr}"
 
 
@@ -323,4 +403,6 @@ def schemas(server, tmp_path_factory):
 def test_life(clients, schemas, name, service):
     outcome = Life(clients(name), service, schemas).run()
     failed = {step: why for step, why in outcome.items() if why not in ("ok", "n/a")}
-    assert not failed, "\n".join(f"{name} × {service} × {step}: {why}" for step, why in failed.items())
+    assert not failed, "\n".join(
+        f"{name} × {service} × {step}: {why}" for step, why in failed.items()
+    )

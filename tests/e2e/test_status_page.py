@@ -7,6 +7,7 @@ phone width) are kept under ``test-artifacts/status-page/`` for a person to look
 Without chromium or chromedriver the test is skipped, unless
 XRUNTIME_TEST_REQUIRE_BROWSER=1 (as in .ci/run), where their absence fails it.
 """
+
 import os
 import shutil
 import time
@@ -33,17 +34,26 @@ def _missing():
 def browser():
     missing = _missing()
     if missing:
-        why = ("no browser to test the status page with: missing " + ", ".join(missing)
-               + " (apt-get install chromium chromium-driver)")
+        why = (
+            "no browser to test the status page with: missing "
+            + ", ".join(missing)
+            + " (apt-get install chromium chromium-driver)"
+        )
         if os.environ.get("XRUNTIME_TEST_REQUIRE_BROWSER") == "1":
             pytest.fail(why + "; XRUNTIME_TEST_REQUIRE_BROWSER=1 requires it")
         pytest.skip(why)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--window-size=1200,900", "--disable-gpu"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1200,900",
+        "--disable-gpu",
+    ):
         options.add_argument(argument)
     # the driver's path given: Selenium Manager never looks for (or downloads) one
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
@@ -70,7 +80,9 @@ def bar_value(browser, job_id):
         "const p = li.querySelector('progress');"
         "return {value: p.hasAttribute('value') ? p.value : null,"
         "        text: li.querySelector('.ptext').textContent,"
-        "        name: li.querySelector('.name').textContent};", job_id)
+        "        name: li.querySelector('.name').textContent};",
+        job_id,
+    )
 
 
 def screenshot(browser, name):
@@ -81,27 +93,37 @@ def screenshot(browser, name):
 
 
 def test_a_job_started_while_the_page_is_open_shows_and_its_bar_moves(browser, server):
-    browser.get(f"{server.base}/")                                   # / leads to /status
+    browser.get(f"{server.base}/")  # / leads to /status
     assert browser.current_url == f"{server.base}/status"
     wait_for(lambda: browser.find_element("id", "live").text == "live", 15, "its stream open")
     wait_for(lambda: browser.find_element("id", "node").text not in ("", "…"), 10, "the node")
-    browser.execute_script("window.__loaded = 1")                  # gone if the page reloads
+    browser.execute_script("window.__loaded = 1")  # gone if the page reloads
 
     job = server.start_job(durationMs=6000, steps=20)
-    first = wait_for(lambda: (bar_value(browser, job["id"]) or {}).get("value"), 10,
-                     "the new job with a progress")
+    first = wait_for(
+        lambda: (bar_value(browser, job["id"]) or {}).get("value"),
+        10,
+        "the new job with a progress",
+    )
     assert bar_value(browser, job["id"])["name"] == "XDemo.simulate"
-    later = wait_for(lambda: (bar_value(browser, job["id"]) or {}).get("value", 0) > first + 0.1
-                     and bar_value(browser, job["id"])["value"], 10, "the bar moving")
+    later = wait_for(
+        lambda: (
+            (bar_value(browser, job["id"]) or {}).get("value", 0) > first + 0.1
+            and bar_value(browser, job["id"])["value"]
+        ),
+        10,
+        "the bar moving",
+    )
     assert 0 < first < later <= 1
     assert bar_value(browser, job["id"])["text"].endswith("/20")
     assert int(browser.find_element("id", "busy").text) >= 1
     screenshot(browser, "desktop.png")
 
-    browser.set_window_size(390, 844)                               # a phone
+    browser.set_window_size(390, 844)  # a phone
     time.sleep(0.5)
     assert browser.execute_script(
-        "return document.documentElement.scrollWidth <= window.innerWidth"), "no sideways scrolling"
+        "return document.documentElement.scrollWidth <= window.innerWidth"
+    ), "no sideways scrolling"
     screenshot(browser, "phone.png")
     browser.set_window_size(1200, 900)
 
@@ -121,13 +143,27 @@ def test_job_fields_are_shown_as_text_never_as_markup(browser, server):
     browser.get(f"{server.base}/status")
     wait_for(lambda: browser.find_element("id", "live").text == "live", 15, "its stream open")
     snapshot = browser.execute_script("return last")
-    snapshot["running"] = [{"id": "x-1", "service": MARKUP, "operation": MARKUP, "user": MARKUP,
-                            "status": "RUNNING", "node": MARKUP, "elapsedMs": 1000, "parentId": MARKUP,
-                            "progress": None, "bar": {"fraction": 0.5, "text": MARKUP}}]
+    snapshot["running"] = [
+        {
+            "id": "x-1",
+            "service": MARKUP,
+            "operation": MARKUP,
+            "user": MARKUP,
+            "status": "RUNNING",
+            "node": MARKUP,
+            "elapsedMs": 1000,
+            "parentId": MARKUP,
+            "progress": None,
+            "bar": {"fraction": 0.5, "text": MARKUP},
+        }
+    ]
     snapshot["node"] = MARKUP
     browser.execute_script("render(arguments[0])", snapshot)
-    time.sleep(0.5)                                  # (an injected image would fail and fire by now)
-    assert browser.execute_script("return document.querySelectorAll('main img, header img').length") == 0
+    time.sleep(0.5)  # (an injected image would fail and fire by now)
+    assert (
+        browser.execute_script("return document.querySelectorAll('main img, header img').length")
+        == 0
+    )
     assert browser.execute_script("return window.__injected") is None
     row = bar_value(browser, "x-1")
     assert row["text"] == MARKUP and row["name"] == f"{MARKUP}.{MARKUP}"

@@ -2,6 +2,7 @@
 Server-Sent Events stream (a snapshot at once, the next within a second of a change,
 coalesced, one read shared by every open stream), admin-only with accounts on, the
 node's uptime, and a node with open streams stopping promptly on SIGTERM."""
+
 import json
 import os
 import queue
@@ -14,12 +15,12 @@ import time
 import pytest
 import requests
 
-from tests.harness import Server
 from tests.e2e.test_accounts import accounts_toml, creds
 from tests.e2e.test_config_reload import apply
+from tests.harness import Server
 
-SOON = 1.0                  # s: a change shows on the stream this soon
-PERIOD = 0.5                # s: status_stream.PERIOD, the least time between two snapshots
+SOON = 1.0  # s: a change shows on the stream this soon
+PERIOD = 0.5  # s: status_stream.PERIOD, the least time between two snapshots
 
 
 class EventStream:
@@ -27,7 +28,9 @@ class EventStream:
     came, and None at the stream's end."""
 
     def __init__(self, base, auth=None):
-        self.response = requests.get(f"{base}/status/events", stream=True, auth=auth, timeout=(5, 60))
+        self.response = requests.get(
+            f"{base}/status/events", stream=True, auth=auth, timeout=(5, 60)
+        )
         assert self.response.status_code == 200, (self.response.status_code, self.response.text)
         assert self.response.headers["Content-Type"].startswith("text/event-stream")
         self.events = queue.Queue()
@@ -44,8 +47,8 @@ class EventStream:
                 for event in events:
                     for line in event.decode("utf-8").splitlines():
                         if line.startswith("data: "):
-                            self.events.put((time.monotonic(), json.loads(line[len("data: "):])))
-        except Exception:                 # closed by close(), or cut off
+                            self.events.put((time.monotonic(), json.loads(line[len("data: ") :])))
+        except Exception:  # closed by close(), or cut off
             pass
         self.ended.set()
         self.events.put((time.monotonic(), None))
@@ -92,7 +95,7 @@ def test_the_page_is_html_and_the_root_leads_to_it(node):
     page = requests.get(f"{node.base}/status", timeout=10)
     assert page.status_code == 200 and page.headers["Content-Type"] == "text/html; charset=utf-8"
     assert '<meta name="viewport"' in page.text and 'EventSource("status/events")' in page.text
-    assert "innerHTML" not in page.text                 # data go in as text, never markup
+    assert "innerHTML" not in page.text  # data go in as text, never markup
     root = requests.get(f"{node.base}/", allow_redirects=False, timeout=10)
     assert root.status_code in (302, 303, 307)
     followed = requests.get(f"{node.base}/", timeout=10)
@@ -111,17 +114,32 @@ def test_a_snapshot_at_once_and_another_within_a_second_of_a_change(node):
         assert first["node"] and first["workers"]["total"] == node.workers
         job = node.start_job(durationMs=3000, steps=6)
         started = time.monotonic()
-        shown, _ = stream.until(lambda s: job["id"] in running_ids(s) or s["queued"] > first["queued"])
+        shown, _ = stream.until(
+            lambda s: job["id"] in running_ids(s) or s["queued"] > first["queued"]
+        )
         assert time.monotonic() - started < SOON + PERIOD, "a new job must show within a second"
-        running, _ = stream.until(lambda s: any(j["id"] == job["id"] and (j["bar"] or {}).get("fraction")
-                                                for j in s["running"]))
+        running, _ = stream.until(
+            lambda s: any(
+                j["id"] == job["id"] and (j["bar"] or {}).get("fraction") for j in s["running"]
+            )
+        )
         entry = next(j for j in running["running"] if j["id"] == job["id"])
-        assert (entry["service"], entry["operation"], entry["status"]) == ("XDemo", "simulate", "RUNNING")
+        assert (entry["service"], entry["operation"], entry["status"]) == (
+            "XDemo",
+            "simulate",
+            "RUNNING",
+        )
         assert entry["bar"]["text"].endswith("/6") and running["workers"]["busy"] >= 1
         # (a snapshot is three reads: one may straddle the job's end, and the change
         # that arrived meanwhile brings the next, consistent one)
-        stream.until(lambda s: job["id"] not in running_ids(s) and s["jobs"]["SUCCEEDED"] >= 1
-                     and s["workers"]["busy"] == 0, timeout=15)
+        stream.until(
+            lambda s: (
+                job["id"] not in running_ids(s)
+                and s["jobs"]["SUCCEEDED"] >= 1
+                and s["workers"]["busy"] == 0
+            ),
+            timeout=15,
+        )
     finally:
         stream.close()
 
@@ -175,18 +193,20 @@ def test_a_job_queued_behind_busy_workers_shows_in_the_queue(tmp_path, database)
         if not PG_URL:
             pytest.skip("XRUNTIME_TEST_DATABASE_URL is not set")
         from sqlalchemy import MetaData, create_engine
+
         engine = create_engine(PG_URL)
         tables = MetaData()
         tables.reflect(engine)
         tables.drop_all(engine)
         engine.dispose()
         url = PG_URL
-    srv = Server(str(tmp_path / "node"), database_url=url, workers=1,
-                 server_keys={"processes": 2}).start()
+    srv = Server(
+        str(tmp_path / "node"), database_url=url, workers=1, server_keys={"processes": 2}
+    ).start()
     try:
-        busy = srv.start_job(durationMs=8000, steps=1)     # no progress until it ends
+        busy = srv.start_job(durationMs=8000, steps=1)  # no progress until it ends
         srv.wait_status(busy["id"], "RUNNING")
-        streams = [EventStream(srv.base) for _ in range(4)]     # as the kernel spreads them
+        streams = [EventStream(srv.base) for _ in range(4)]  # as the kernel spreads them
         for s in streams:
             s.until(lambda snap: snap["workers"]["busy"] == 1 and snap["queued"] == 0)
         srv.start_job(durationMs=0, steps=1)
@@ -239,25 +259,36 @@ def test_with_accounts_on_only_an_admin_sees_the_status_and_a_demoted_admins_str
             anonymous = requests.get(url, allow_redirects=False, timeout=10)
             assert anonymous.status_code == 401, path
             assert anonymous.headers["WWW-Authenticate"] == 'Basic realm="xruntime"'
-            wrong = requests.get(url, auth=("root", "not-the-token"), allow_redirects=False, timeout=10)
+            wrong = requests.get(
+                url, auth=("root", "not-the-token"), allow_redirects=False, timeout=10
+            )
             assert wrong.status_code == 401, path
-            assert requests.get(url, auth=creds("alice"), allow_redirects=False,
-                                timeout=10).status_code == 403, path
+            assert (
+                requests.get(
+                    url, auth=creds("alice"), allow_redirects=False, timeout=10
+                ).status_code
+                == 403
+            ), path
         assert requests.get(f"{srv.base}/status", auth=creds("root"), timeout=10).status_code == 200
-        assert requests.get(f"{srv.base}/", auth=creds("root"), allow_redirects=False,
-                            timeout=10).status_code in (302, 303, 307)
-        job = srv.start_job(durationMs=2000, steps=4)          # root's own job
+        assert requests.get(
+            f"{srv.base}/", auth=creds("root"), allow_redirects=False, timeout=10
+        ).status_code in (302, 303, 307)
+        job = srv.start_job(durationMs=2000, steps=4)  # root's own job
         stream = EventStream(srv.base, auth=creds("root"))
         try:
             snap, _ = stream.until(lambda s: job["id"] in running_ids(s))
             assert next(j for j in snap["running"] if j["id"] == job["id"])["user"] == "root"
             # the administrator takes root's admin away: the open page is told nothing more
             apply(srv, accounts_toml({"alice": {}, "root": {}}))
-            srv.start_job(durationMs=100, steps=1)              # a change: the next event
+            srv.start_job(durationMs=100, steps=1)  # a change: the next event
             assert stream.ended.wait(5), "the stream must end once its admin is demoted"
             assert "its credentials no longer admit it" in srv.log()
-            assert requests.get(f"{srv.base}/status/events", auth=creds("root"),
-                                timeout=10).status_code == 403
+            assert (
+                requests.get(
+                    f"{srv.base}/status/events", auth=creds("root"), timeout=10
+                ).status_code
+                == 403
+            )
         finally:
             stream.close()
     finally:

@@ -3,6 +3,7 @@ real node: one XDima 2000² job stores some 28 MB (27.8 MB when it was first mea
 ``max_stored_bytes`` below that, the job's owner is refused the next start with a
 QuotaExceededFault in every binding's own form, nothing stored, while another user
 still starts; once the owner deletes the job, starts are accepted again."""
+
 import random
 import re
 
@@ -12,7 +13,7 @@ from tests.clients import BINDINGS, RemoteFault, make_client, wait_done
 from tests.e2e.test_accounts import TOKENS, accounts_toml, counts, creds
 from tests.harness import Server
 
-BOUND = 20_000_000            # carol's max_stored_bytes: below one 2000² matrix
+BOUND = 20_000_000  # carol's max_stored_bytes: below one 2000² matrix
 STORED = re.compile(r"your stored jobs take (\d+) bytes, at or past max_stored_bytes of (\d+)")
 
 
@@ -20,16 +21,20 @@ STORED = re.compile(r"your stored jobs take (\d+) bytes, at or past max_stored_b
 def srv(tmp_path_factory):
     users = {"carol": {"max_stored_bytes": BOUND}, "bob": {}, "root": {"admin": True}}
     assert set(users) <= set(TOKENS)
-    node = Server(str(tmp_path_factory.mktemp("quota")), extra=accounts_toml(users),
-                  auth=creds("root")).start()
+    node = Server(
+        str(tmp_path_factory.mktemp("quota")), extra=accounts_toml(users), auth=creds("root")
+    ).start()
     yield node
     node.stop()
 
 
 def matrix_request(size):
     rnd = random.Random(22)
-    return {"startLocations": [{"longitude": rnd.uniform(5, 15), "latitude": rnd.uniform(47, 55)}
-                               for _ in range(size)]}
+    return {
+        "startLocations": [
+            {"longitude": rnd.uniform(5, 15), "latitude": rnd.uniform(47, 55)} for _ in range(size)
+        ]
+    }
 
 
 def refused(client, service, operation, request):
@@ -46,8 +51,10 @@ def test_past_max_stored_bytes_a_start_is_quota_exceeded_in_every_binding(srv):
 
     figures = []
     for binding, client in carol.items():
-        for service, operation, request in (("XDima", "startCreateDistanceMatrix", matrix_request(10)),
-                                            ("XDemo", "startSimulate", {"steps": 1})):
+        for service, operation, request in (
+            ("XDima", "startCreateDistanceMatrix", matrix_request(10)),
+            ("XDemo", "startSimulate", {"steps": 1}),
+        ):
             fault = refused(client, service, operation, request)
             assert fault.type == "QuotaExceededFault", (binding, fault)
             found = STORED.search(fault.message)
@@ -62,12 +69,12 @@ def test_past_max_stored_bytes_a_start_is_quota_exceeded_in_every_binding(srv):
             else:
                 assert -32099 <= fault.code <= -32000
     stored = figures[0]
-    assert set(figures) == {stored}                       # nothing was stored by a refusal
-    assert 20_000_000 < stored < 40_000_000, stored       # the 27.8 MB first measured, give or take
+    assert set(figures) == {stored}  # nothing was stored by a refusal
+    assert 20_000_000 < stored < 40_000_000, stored  # the 27.8 MB first measured, give or take
     print(f"\none XDima 2000² job stores {stored} bytes ({stored / 1e6:.1f} MB)")
-    assert sum(counts(carol["json"]).values()) == 1        # carol's one job, and no other
+    assert sum(counts(carol["json"]).values()) == 1  # carol's one job, and no other
 
-    other = bob.call("XDemo", "startSimulate", {"steps": 1})["id"]     # another user: unaffected
+    other = bob.call("XDemo", "startSimulate", {"steps": 1})["id"]  # another user: unaffected
     assert wait_done(bob, other)["status"] == "SUCCEEDED"
 
     assert carol["soap"].call("XRuntime", "deleteJob", {"id": job})["status"] == "DELETED"

@@ -2,6 +2,7 @@
 ``TemporarilyUnavailableFault`` ("try again": JSON 503 with Retry-After) and never
 ``InternalErrorFault``; a job whose outcome comes while the store is away has it
 written once the store is back; nothing is lost and nothing stays RUNNING."""
+
 import os
 import shutil
 import sqlite3
@@ -51,6 +52,7 @@ class Users:
     def _call(self, session, service, operation, body):
         """The answer, tried again while it is "try again"; None after another fault."""
         import requests
+
         while True:
             try:
                 r = session.post(self.srv.url(service, operation), json=body, timeout=30)
@@ -59,17 +61,25 @@ class Users:
             with self._lock:
                 if not isinstance(r, Exception) and r.status_code == 200:
                     return r.json()
-                if not isinstance(r, Exception) and r.status_code == 503 and fault_type(r) == TRY_AGAIN \
-                        and r.headers.get("Retry-After"):
+                if (
+                    not isinstance(r, Exception)
+                    and r.status_code == 503
+                    and fault_type(r) == TRY_AGAIN
+                    and r.headers.get("Retry-After")
+                ):
                     self.try_again += 1
                 else:
-                    self.other_faults.append(repr(r) if isinstance(r, Exception)
-                                             else (operation, r.status_code, r.text[:300]))
+                    self.other_faults.append(
+                        repr(r)
+                        if isinstance(r, Exception)
+                        else (operation, r.status_code, r.text[:300])
+                    )
                     return None
             time.sleep(0.2)
 
     def _run(self):
         import requests
+
         session = requests.Session()
         while not self._stop.is_set():
             started = self._call(session, "XDemo", "startSimulate", self.job)
@@ -78,11 +88,23 @@ class Users:
             with self._lock:
                 self.ids.append(started["id"])
             job = started
-            while job is not None and job["status"] not in ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN"):
-                job = self._call(session, "XRuntime", "watchJob",
-                                 {"id": started["id"], "maximumPollingPeriod": 2000})
-            if job is not None and job["status"] == "SUCCEEDED" and \
-                    self._call(session, "XDemo", "fetchSimulateResponse", {"id": started["id"]}):
+            while job is not None and job["status"] not in (
+                "SUCCEEDED",
+                "FAILED",
+                "DELETED",
+                "UNKNOWN",
+            ):
+                job = self._call(
+                    session,
+                    "XRuntime",
+                    "watchJob",
+                    {"id": started["id"], "maximumPollingPeriod": 2000},
+                )
+            if (
+                job is not None
+                and job["status"] == "SUCCEEDED"
+                and self._call(session, "XDemo", "fetchSimulateResponse", {"id": started["id"]})
+            ):
                 with self._lock:
                     self.fetched += 1
 
@@ -109,6 +131,7 @@ def no_internal_errors(srv):
 
 # ------------------------------------------------------------------------ PostgreSQL
 
+
 def restart_postgresql(down_for=2.0):
     """Stop the PostgreSQL cluster of this machine (its connections all drop), and
     start it again ``down_for`` s later: an outage like a restart or a failover."""
@@ -127,11 +150,14 @@ def postmaster_started(engine):
 
 
 @pytest.mark.skipif(not PG_URL, reason="XRUNTIME_TEST_DATABASE_URL is not set")
-@pytest.mark.skipif(not shutil.which("pg_ctlcluster") or os.geteuid() != 0,
-                    reason="restarting PostgreSQL needs pg_ctlcluster, as root")
-@pytest.mark.exclusive            # every worker's database goes away with it
+@pytest.mark.skipif(
+    not shutil.which("pg_ctlcluster") or os.geteuid() != 0,
+    reason="restarting PostgreSQL needs pg_ctlcluster, as root",
+)
+@pytest.mark.exclusive  # every worker's database goes away with it
 def test_postgresql_restarted_under_load_loses_nothing(tmp_path):
     from xruntime.store.schema import metadata
+
     engine = create_engine(PG_URL, pool_pre_ping=True)
     metadata.drop_all(engine)
     srv = Server(str(tmp_path / "node"), database_url=PG_URL, workers=4).start()
@@ -153,13 +179,15 @@ def test_postgresql_restarted_under_load_loses_nothing(tmp_path):
         deadline = time.time() + 60
         while time.time() < deadline:
             with engine.connect() as conn:
-                left = conn.execute(text("SELECT count(*) FROM jobs WHERE status <> 'SUCCEEDED'")).scalar()
+                left = conn.execute(
+                    text("SELECT count(*) FROM jobs WHERE status <> 'SUCCEEDED'")
+                ).scalar()
             if left == 0:
                 break
             time.sleep(0.5)
         assert left == 0
         no_internal_errors(srv)
-        job = srv.start_job(durationMs=100, steps=1)          # and it serves as before
+        job = srv.start_job(durationMs=100, steps=1)  # and it serves as before
         assert srv.wait_done(job["id"])["status"] == "SUCCEEDED"
     finally:
         srv.stop()
@@ -168,7 +196,7 @@ def test_postgresql_restarted_under_load_loses_nothing(tmp_path):
 
 # ------------------------------------------------------------------------ SQLite
 
-LOCKED_FOR = 12.0     # s: longer than a write waits for SQLite's lock (BUSY_TIMEOUT_S)
+LOCKED_FOR = 12.0  # s: longer than a write waits for SQLite's lock (BUSY_TIMEOUT_S)
 
 
 def test_sqlite_locked_for_a_while_answers_try_again_and_loses_nothing(tmp_path):
@@ -189,6 +217,7 @@ def test_sqlite_locked_for_a_while_answers_try_again_and_loses_nothing(tmp_path)
                 answers[binding] = client.call("XDemo", "startSimulate", {"durationMs": 100})
             except RemoteFault as fault:
                 answers[binding] = fault
+
         askers = [threading.Thread(target=ask, args=(b,)) for b in ("json", "jsonrpc", "soap")]
         for t in askers:
             t.start()
@@ -196,7 +225,10 @@ def test_sqlite_locked_for_a_while_answers_try_again_and_loses_nothing(tmp_path)
         for t in askers:
             t.join(60)
         # a watch only reads: it is answered while the lock is held
-        assert srv.watch(running["id"], maximumPollingPeriod=500)["status"] in ("RUNNING", "STOPPING")
+        assert srv.watch(running["id"], maximumPollingPeriod=500)["status"] in (
+            "RUNNING",
+            "STOPPING",
+        )
         assert time.monotonic() - locked_at < LOCKED_FOR
         time.sleep(max(0.0, LOCKED_FOR - (time.monotonic() - locked_at)))
         locker.execute("ROLLBACK")
@@ -213,7 +245,9 @@ def test_sqlite_locked_for_a_while_answers_try_again_and_loses_nothing(tmp_path)
         after = srv.start_job(durationMs=100, steps=1)
         assert srv.wait_done(after["id"])["status"] == "SUCCEEDED"
         with sqlite3.connect(str(folder / "data" / "xruntime.db")) as db:
-            stuck = db.execute("SELECT count(*) FROM jobs WHERE status IN ('RUNNING', 'STOPPING')").fetchone()[0]
+            stuck = db.execute(
+                "SELECT count(*) FROM jobs WHERE status IN ('RUNNING', 'STOPPING')"
+            ).fetchone()[0]
         assert stuck == 0
         no_internal_errors(srv)
     finally:

@@ -2,6 +2,7 @@
 set in the file, shortened (never lengthened) by a request's own ``timeouts``, per
 service, for the synchronous form too, and the abort of an operation that ignores
 the stop."""
+
 import time
 
 import pytest
@@ -10,20 +11,24 @@ from tests.clients import BINDINGS, RemoteFault, make_client, wait_done
 from tests.harness import Server
 
 TERMINAL = ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN")
-HOUSEKEEPING = 1.0       # s: queued jobs are checked for their timeout this often
-STOP_GRACE = 5.0         # s a timed-out operation gets to return before its process is killed
+HOUSEKEEPING = 1.0  # s: queued jobs are checked for their timeout this often
+STOP_GRACE = 5.0  # s a timed-out operation gets to return before its process is killed
 
 
 @pytest.fixture(scope="module")
 def queue_server(tmp_path_factory):
     """One worker; queued XDemo jobs time out after 1 s, XCrashy ones after 3 s."""
-    srv = Server(str(tmp_path_factory.mktemp("queueing")), workers=1, extra="""
+    srv = Server(
+        str(tmp_path_factory.mktemp("queueing")),
+        workers=1,
+        extra="""
         [jobs]
         queueing_timeout = "1s"
 
         [services.XCrashy]
         queueing_timeout = "3s"
-        """).start()
+        """,
+    ).start()
     yield srv
     srv.stop()
 
@@ -31,15 +36,20 @@ def queue_server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def compute_server(tmp_path_factory):
     """One worker; running jobs are stopped after 1 s."""
-    srv = Server(str(tmp_path_factory.mktemp("computation")), workers=1, extra="""
+    srv = Server(
+        str(tmp_path_factory.mktemp("computation")),
+        workers=1,
+        extra="""
         [jobs]
         computation_timeout = "1s"
-        """).start()
+        """,
+    ).start()
     yield srv
     srv.stop()
 
 
 # ---------------------------------------------------------------------------- helpers
+
 
 def occupy(srv):
     """Keep the only worker busy with a long XDemo job; answers its id."""
@@ -88,6 +98,7 @@ def assert_never_ran(srv, job_id, seen):
 
 
 # ---------------------------------------------------------------------------- queueing
+
 
 def test_queueing_timeout_from_the_file_fails_a_waiting_job(queue_server):
     srv = queue_server
@@ -142,8 +153,8 @@ def test_job_past_its_queueing_timeout_is_not_run_when_a_worker_frees(queue_serv
     """The worker frees 1.4 s after the job was queued, with a 700 ms timeout: whether
     the housekeeping or the claim finds it first, it fails and never runs."""
     srv = queue_server
-    for _ in range(3):                      # the housekeeping's phase differs each time
-        blocker = srv.start_job(durationMs=1400)      # queued first: it runs first
+    for _ in range(3):  # the housekeeping's phase differs each time
+        blocker = srv.start_job(durationMs=1400)  # queued first: it runs first
         job = srv.start_job(durationMs=0, resultSize=1, timeouts={"queueingTimeout": 700})
         done = srv.wait_done(job["id"])
         assert done["status"] == "FAILED", done
@@ -154,6 +165,7 @@ def test_job_past_its_queueing_timeout_is_not_run_when_a_worker_frees(queue_serv
 
 
 # ---------------------------------------------------------------------------- computation
+
 
 def fetch_simulate(srv, job_id):
     r = srv.post("XDemo", "fetchSimulateResponse", {"id": job_id})
@@ -250,16 +262,27 @@ def test_synchronous_simulate_is_bounded_by_the_computation_timeout(compute_serv
 
     # and the request's own, shorter, timeout
     t0 = time.time()
-    r = srv.post("XDemo", "simulate", {"durationMs": 5000, "steps": 1,
-                                       "timeouts": {"computationTimeout": 300}})
+    r = srv.post(
+        "XDemo",
+        "simulate",
+        {"durationMs": 5000, "steps": 1, "timeouts": {"computationTimeout": 300}},
+    )
     assert r.status_code == 504 and time.time() - t0 < 0.9, (r.status_code, time.time() - t0)
 
 
 # ---------------------------------------------------------------------------- bounds
 
+
 @pytest.mark.parametrize("binding", BINDINGS)
-@pytest.mark.parametrize("field, value", [("queueingTimeout", 2 ** 63 - 1), ("computationTimeout", 2 ** 63 - 1),
-                                          ("computationTimeout", 604_800_001), ("queueingTimeout", -1)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("queueingTimeout", 2**63 - 1),
+        ("computationTimeout", 2**63 - 1),
+        ("computationTimeout", 604_800_001),
+        ("queueingTimeout", -1),
+    ],
+)
 def test_a_timeout_past_the_limit_is_refused(server, binding, field, value):
     """docs/protocol.md §15: a request's timeout past ``[jobs] max_request_timeout`` (7 days by
     default) or below 0 is an InvalidValueFault naming it, and nothing is stored.  (An
@@ -276,6 +299,7 @@ def test_a_timeout_past_the_limit_is_refused(server, binding, field, value):
 
 
 def test_the_longest_timeout_allowed_is_taken(server):
-    job = server.start_job(timeouts={"queueingTimeout": 604_800_000, "computationTimeout": 604_800_000},
-                           durationMs=0)
+    job = server.start_job(
+        timeouts={"queueingTimeout": 604_800_000, "computationTimeout": 604_800_000}, durationMs=0
+    )
     assert wait_done(make_client("json", server.base), job["id"])["status"] == "SUCCEEDED"

@@ -4,6 +4,7 @@ declares the polymorphic types and every fault on every operation, it imports on
 schema document per namespace (the same ``schemas/types.xsd`` in every WSDL) with
 global elements only for operations and faults, and the files kept in ``wsdl/`` are
 what ``xruntime wsdl`` writes today."""
+
 import os
 import subprocess
 import sys
@@ -30,20 +31,32 @@ CHECKED_IN = os.path.join(ROOT, "wsdl")
 DEFAULT_BASE = "http://localhost:50000"
 
 FAULTS = {
-    "XServerFault": (), "InvalidRequestFault": (), "InvalidValueFault": ("parameter", "value"),
-    "MissingParameterFault": ("parameter",), "InvalidFetchTypeFault": ("jobId",),
-    "UnknownJobFault": ("jobId",), "JobStateFault": ("jobId", "status"),
-    "RejectedRequestFault": (), "AccessDeniedFault": (), "QueueOverflowFault": (),
-    "RequestTimedOutFault": (), "RequestStoppedFault": (), "ServiceNotConfiguredFault": ("service",),
-    "ProcessingFault": (), "InternalErrorFault": (), "QuotaExceededFault": (), "TransientFault": (),
+    "XServerFault": (),
+    "InvalidRequestFault": (),
+    "InvalidValueFault": ("parameter", "value"),
+    "MissingParameterFault": ("parameter",),
+    "InvalidFetchTypeFault": ("jobId",),
+    "UnknownJobFault": ("jobId",),
+    "JobStateFault": ("jobId", "status"),
+    "RejectedRequestFault": (),
+    "AccessDeniedFault": (),
+    "QueueOverflowFault": (),
+    "RequestTimedOutFault": (),
+    "RequestStoppedFault": (),
+    "ServiceNotConfiguredFault": ("service",),
+    "ProcessingFault": (),
+    "InternalErrorFault": (),
+    "QuotaExceededFault": (),
+    "TransientFault": (),
 }
 
 
 @pytest.fixture(scope="module")
 def public_node(tmp_path_factory):
     """A node whose administrator set a public URL (behind a reverse proxy, say)."""
-    srv = Server(str(tmp_path_factory.mktemp("public")), workers=1,
-                 server_keys={"public_url": PUBLIC_URL})
+    srv = Server(
+        str(tmp_path_factory.mktemp("public")), workers=1, server_keys={"public_url": PUBLIC_URL}
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -65,6 +78,7 @@ def soap_address(document: bytes) -> str:
 
 # --------------------------------------------------------------------------- zeep
 
+
 @pytest.mark.parametrize("service", SERVICES)
 @pytest.mark.parametrize("query", ["wsdl", "WSDL"])
 def test_zeep_accepts_the_served_wsdl(server, service, query):
@@ -74,12 +88,18 @@ def test_zeep_accepts_the_served_wsdl(server, service, query):
     if service == "XDemo":
         assert operations == {"startSimulate", "fetchSimulateResponse", "simulate"}
     if service == "XRuntime":
-        assert operations == {"watchJob", "stopJob", "deleteJob", "getRuntimeInformation", "getJobEvents",
-                              "listJobs"}
+        assert operations == {
+            "watchJob",
+            "stopJob",
+            "deleteJob",
+            "getRuntimeInformation",
+            "getJobEvents",
+            "listJobs",
+        }
     assert client.service._binding_options["address"] == f"{server.base}/services/ws/{service}"
     for name in ("BulkProgress", "IntermediateResponseLimitation"):
         assert client.get_type(f"{{{TYPES_NS}}}{name}") is not None
-    for name in FAULTS:          # the typed faults a generated client raises
+    for name in FAULTS:  # the typed faults a generated client raises
         assert client.get_element(f"{{{TYPES_NS}}}{name}") is not None
 
 
@@ -88,12 +108,16 @@ def test_zeep_calls_through_the_address_it_was_given(server):
     address that WSDL names."""
     port = server.port
     client = zeep.Client(f"http://localhost:{port}/services/ws/XRuntime?wsdl")
-    assert client.service._binding_options["address"] == f"http://localhost:{port}/services/ws/XRuntime"
+    assert (
+        client.service._binding_options["address"]
+        == f"http://localhost:{port}/services/ws/XRuntime"
+    )
     info = client.service.getRuntimeInformation()
     assert info.version and "XDemo" in [s.name for s in info.services]
 
 
 # --------------------------------------------------------------------------- soap:address
+
 
 @pytest.mark.parametrize("service", SERVICES)
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
@@ -105,8 +129,11 @@ def test_address_is_the_one_the_client_used(server, service, host):
 @pytest.fixture(scope="module")
 def aliased_node(tmp_path_factory):
     """A node its clients reach under a DNS alias, listed in [server] allowed_hosts."""
-    srv = Server(str(tmp_path_factory.mktemp("aliased")), workers=1,
-                 server_keys={"allowed_hosts": ["xr-alias.test"]})
+    srv = Server(
+        str(tmp_path_factory.mktemp("aliased")),
+        workers=1,
+        server_keys={"allowed_hosts": ["xr-alias.test"]},
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -123,9 +150,16 @@ def test_address_follows_the_host_header(aliased_node, service):
 @pytest.mark.parametrize("service", SERVICES)
 def test_untrusted_proxy_headers_do_not_move_the_address(server, service):
     """No proxy is configured as trusted: X-Forwarded-* from a client changes nothing."""
-    document = fetch_wsdl(server.base, service, headers={
-        "X-Forwarded-Host": "evil.example", "X-Forwarded-Proto": "https",
-        "X-Forwarded-Port": "1", "Forwarded": "host=evil.example;proto=https"})
+    document = fetch_wsdl(
+        server.base,
+        service,
+        headers={
+            "X-Forwarded-Host": "evil.example",
+            "X-Forwarded-Proto": "https",
+            "X-Forwarded-Port": "1",
+            "Forwarded": "host=evil.example;proto=https",
+        },
+    )
     assert soap_address(document) == f"{server.base}/services/ws/{service}"
 
 
@@ -139,6 +173,7 @@ def test_public_url_wins(public_node, service, host):
 
 
 # --------------------------------------------------------------------------- content
+
 
 def served(base, service):
     """The served WSDL of ``service`` (parsed) and every schema document it imports."""
@@ -179,16 +214,23 @@ def fields_of(decls, namespace, type_name):
 def test_polymorphic_types_are_declared(server, service):
     _, documents = served(server.base, service)
     decls = declarations(documents)
-    for name, base, fields in (("BulkProgress", "JobProgress", {"remaining", "successful", "failed"}),
-                               ("IntermediateResponseLimitation", "ResultLimitation", {"reason", "message"})):
+    for name, base, fields in (
+        ("BulkProgress", "JobProgress", {"remaining", "successful", "failed"}),
+        ("IntermediateResponseLimitation", "ResultLimitation", {"reason", "message"}),
+    ):
         ctype = decls.get((TYPES_NS, "complexType", name))
         assert ctype is not None, f"{name} is not declared"
         extension = ctype.find(".//xs:extension", NS)
-        assert extension is not None and resolve(extension, extension.get("base")) == (TYPES_NS, base)
+        assert extension is not None and resolve(extension, extension.get("base")) == (
+            TYPES_NS,
+            base,
+        )
         assert set(fields_of(decls, TYPES_NS, name)) >= fields
     reason = decls[(TYPES_NS, "simpleType", "IntermediateResponseReason")]
-    assert {e.get("value") for e in reason.iter(f"{{{XSD_NS}}}enumeration")} == \
-        {"REQUEST_STOPPED", "REQUEST_TIMED_OUT"}
+    assert {e.get("value") for e in reason.iter(f"{{{XSD_NS}}}enumeration")} == {
+        "REQUEST_STOPPED",
+        "REQUEST_TIMED_OUT",
+    }
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -216,12 +258,15 @@ def test_every_operation_declares_every_fault(server, service):
     [binding] = root.findall("wsdl:binding", NS)
     for op in binding.findall("wsdl:operation", NS):
         soap_faults = {f.get("name") for f in op.findall("wsdl:fault/soap:fault", NS)}
-        assert set(FAULTS) <= soap_faults, f"binding of {op.get('name')} lacks {set(FAULTS) - soap_faults}"
+        assert set(FAULTS) <= soap_faults, (
+            f"binding of {op.get('name')} lacks {set(FAULTS) - soap_faults}"
+        )
         for f in op.findall("wsdl:fault/soap:fault", NS):
             assert f.get("use") == "literal"
 
 
 # --------------------------------------------------------------------------- wsdl/ is current
+
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
@@ -229,8 +274,14 @@ def generated(tmp_path_factory):
     out = tmp_path_factory.mktemp("wsdl")
     env = {k: v for k, v in os.environ.items() if k != "XRUNTIME_SERVICE_MODULES"}
     env["PYTHONPATH"] = ROOT
-    done = subprocess.run([sys.executable, "-m", "xruntime", "wsdl", "--out", str(out)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "xruntime", "wsdl", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -255,15 +306,18 @@ def test_checked_in_wsdl_is_current(generated, service):
     with open(os.path.join(CHECKED_IN, f"{service}.wsdl"), "rb") as f:
         kept = f.read()
     assert soap_address(kept) == f"{DEFAULT_BASE}/services/ws/{service}"
-    assert fresh == kept, (f"wsdl/{service}.wsdl is out of date; regenerate it with "
-                           "`python -m xruntime wsdl --out wsdl`")
+    assert fresh == kept, (
+        f"wsdl/{service}.wsdl is out of date; regenerate it with "
+        "`python -m xruntime wsdl --out wsdl`"
+    )
 
 
 def test_checked_in_wsdl_of_every_service_is_current(generated):
     kept = os.path.join(CHECKED_IN, "XServices.wsdl")
     with open(kept, "rb") as f:
         assert (generated / "XServices.wsdl").read_bytes() == f.read(), (
-            "wsdl/XServices.wsdl is out of date; regenerate it with `python -m xruntime wsdl --out wsdl`")
+            "wsdl/XServices.wsdl is out of date; regenerate it with `python -m xruntime wsdl --out wsdl`"
+        )
 
 
 def test_the_wsdl_of_every_service(server):
@@ -272,9 +326,11 @@ def test_the_wsdl_of_every_service(server):
     root = etree.fromstring(fetch_wsdl(server.base, ""))
     base = f"{server.base}/services/ws"
     imports = {i.get("namespace"): i.get("location") for i in root.findall("wsdl:import", NS)}
-    ports = {p.get("name"): p.find("soap:address", NS).get("location")
-             for p in root.findall("wsdl:service/wsdl:port", NS)}
-    for service in SERVICES:      # (and XCrashy, which this node serves too)
+    ports = {
+        p.get("name"): p.find("soap:address", NS).get("location")
+        for p in root.findall("wsdl:service/wsdl:port", NS)
+    }
+    for service in SERVICES:  # (and XCrashy, which this node serves too)
         assert imports[SERVICE_NS[service]] == f"{base}/{service}?wsdl"
         assert ports[service] == f"{base}/{service}"
     client = zeep.Client(f"{base}?wsdl")
@@ -287,7 +343,8 @@ def test_checked_in_schemas_are_current(generated):
         with open(os.path.join(CHECKED_IN, "schemas", name), "rb") as kept:
             assert (generated / "schemas" / name).read_bytes() == kept.read(), (
                 f"wsdl/schemas/{name} is out of date; regenerate it with "
-                "`python -m xruntime wsdl --out wsdl`")
+                "`python -m xruntime wsdl --out wsdl`"
+            )
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -298,7 +355,9 @@ def test_served_wsdl_is_the_checked_in_one(server, service):
     with open(os.path.join(CHECKED_IN, f"{service}.wsdl"), "rb") as f:
         kept = f.read()
     here = f"{server.base}/services/ws/{service}".encode()
-    assert served.replace(here, b"@") == kept.replace(f"{DEFAULT_BASE}/services/ws/{service}".encode(), b"@")
+    assert served.replace(here, b"@") == kept.replace(
+        f"{DEFAULT_BASE}/services/ws/{service}".encode(), b"@"
+    )
 
 
 def test_served_schemas_are_the_checked_in_ones(server):
@@ -307,7 +366,9 @@ def test_served_schemas_are_the_checked_in_ones(server):
     for name in kept_schemas():
         with open(os.path.join(CHECKED_IN, "schemas", name), "rb") as kept:
             answer = requests.get(f"{server.base}/services/ws/schemas/{name}", timeout=10)
-            assert answer.status_code == 200 and answer.headers["Content-Type"].startswith("text/xml")
+            assert answer.status_code == 200 and answer.headers["Content-Type"].startswith(
+                "text/xml"
+            )
             assert answer.content == kept.read(), name
     missing = requests.get(f"{server.base}/services/ws/schemas/nothing.xsd", timeout=10)
     assert missing.status_code == 404
@@ -315,20 +376,24 @@ def test_served_schemas_are_the_checked_in_ones(server):
 
 # --------------------------------------------------------------------------- one definition
 
+
 def test_one_definition_of_every_type(server):
     """Every WSDL holds no type of its own, only imports, and every namespace is one
     document at one address: a client generated from all the WSDLs in one run (JAX-WS
     wsimport, Mono's wsdl) reads each type once, and ``Job`` is one class."""
-    address_of = {}            # {namespace: the one address its schema is at}
+    address_of = {}  # {namespace: the one address its schema is at}
     for service in SERVICES:
         root, _ = served(server.base, service)
         [schema] = root.findall("wsdl:types/xs:schema", NS)
-        assert [etree.QName(c).localname for c in schema] == ["import"] * len(schema), \
+        assert [etree.QName(c).localname for c in schema] == ["import"] * len(schema), (
             f"{service}'s WSDL defines types inline"
+        )
         imported = {i.get("namespace"): i.get("schemaLocation") for i in schema}
         assert imported[TYPES_NS] == "schemas/types.xsd"
         assert SERVICE_NS[service] in imported
-        for address, document in wsdl_documents(f"{server.base}/services/ws/{service}?wsdl").items():
+        for address, document in wsdl_documents(
+            f"{server.base}/services/ws/{service}?wsdl"
+        ).items():
             if etree.QName(document).localname == "schema":
                 namespace = document.get("targetNamespace")
                 assert address_of.setdefault(namespace, address) == address, namespace
@@ -341,8 +406,12 @@ def test_global_elements_are_only_operations_and_faults(server):
     method for the element ``JobProgress`` collided with the one for the optional field
     ``Job/progress``.  Only the operations' elements and the faults' exist, and an
     optional field is not ``nillable`` (JAXB would wrap it in JAXBElement)."""
-    operations = {(SERVICE_NS[name], element) for name, service in discover().items()
-                  for op in service.operations() for element in (op, op + "Response")}
+    operations = {
+        (SERVICE_NS[name], element)
+        for name, service in discover().items()
+        for op in service.operations()
+        for element in (op, op + "Response")
+    }
     documents = {}
     for service in SERVICES:
         documents.update(wsdl_documents(f"{server.base}/services/ws/{service}?wsdl"))
@@ -354,5 +423,7 @@ def test_global_elements_are_only_operations_and_faults(server):
     assert operations <= elements
     for schema in schemas:
         for field in schema.iter(f"{{{XSD_NS}}}element"):
-            assert not (field.get("minOccurs") == "0" and field.get("nillable") == "true"), \
-                (schema.get("targetNamespace"), field.get("name"))
+            assert not (field.get("minOccurs") == "0" and field.get("nillable") == "true"), (
+                schema.get("targetNamespace"),
+                field.get("name"),
+            )

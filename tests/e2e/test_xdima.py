@@ -1,4 +1,5 @@
 """XDima end to end: a real node (tests/harness.py), over JSON, SOAP (zeep) and JSON-RPC."""
+
 import math
 import random
 
@@ -7,13 +8,14 @@ import pytest
 from tests.clients import BINDINGS, RemoteFault, make_client
 from tests.harness import Server
 
-MAX_CELLS = 250_000               # lowered for this node through XDIMA_MAX_CELLS
+MAX_CELLS = 250_000  # lowered for this node through XDIMA_MAX_CELLS
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = Server(str(tmp_path_factory.mktemp("xdima")),
-                 env={"XDIMA_MAX_CELLS": str(MAX_CELLS)}).start()
+    srv = Server(
+        str(tmp_path_factory.mktemp("xdima")), env={"XDIMA_MAX_CELLS": str(MAX_CELLS)}
+    ).start()
     yield srv
     srv.stop()
 
@@ -38,8 +40,10 @@ def plain(data):
 
 def haversine(lon1, lat1, lon2, lat2):
     p1, p2 = math.radians(lat1), math.radians(lat2)
-    h = (math.sin((p2 - p1) / 2) ** 2
-         + math.cos(p1) * math.cos(p2) * math.sin(math.radians(lon2 - lon1) / 2) ** 2)
+    h = (
+        math.sin((p2 - p1) / 2) ** 2
+        + math.cos(p1) * math.cos(p2) * math.sin(math.radians(lon2 - lon1) / 2) ** 2
+    )
     return 2 * 6_371_000 * math.asin(math.sqrt(h))
 
 
@@ -50,13 +54,19 @@ def haversine(lon1, lat1, lon2, lat2):
 STARTS = [(0, 0), (1, 0)]
 DESTINATIONS = [(0, 0), (0, 1), (90, 0)]
 DISTANCES = [[0, 111_195, 10_007_543], [111_195, 157_249, 9_896_348]]
-TIMES = [[0, 11_119, 1_000_754], [11_119, 15_725, 989_635]]      # at 10 m/s, from the unrounded metres
+TIMES = [[0, 11_119, 1_000_754], [11_119, 15_725, 989_635]]  # at 10 m/s, from the unrounded metres
 
 
 def test_matrix_matches_hand_computed_great_circles(client):
-    result = client.call("XDima", "createDistanceMatrix", {
-        "startLocations": locations(STARTS), "destinationLocations": locations(DESTINATIONS),
-        "profile": {"averageSpeedKmh": 36.0, "detourFactor": 1.0}})
+    result = client.call(
+        "XDima",
+        "createDistanceMatrix",
+        {
+            "startLocations": locations(STARTS),
+            "destinationLocations": locations(DESTINATIONS),
+            "profile": {"averageSpeedKmh": 36.0, "detourFactor": 1.0},
+        },
+    )
     assert [row["distances"] for row in result["rows"]] == DISTANCES
     assert [row["travelTimes"] for row in result["rows"]] == TIMES
     summary = plain(result["summary"])
@@ -67,11 +77,16 @@ def test_matrix_matches_hand_computed_great_circles(client):
 
 
 def test_detour_factor_and_default_destinations(client):
-    result = client.call("XDima", "createDistanceMatrix", {
-        "startLocations": locations([(0, 0), (0, 1)]),
-        "profile": {"averageSpeedKmh": 72.0, "detourFactor": 1.5}})
+    result = client.call(
+        "XDima",
+        "createDistanceMatrix",
+        {
+            "startLocations": locations([(0, 0), (0, 1)]),
+            "profile": {"averageSpeedKmh": 72.0, "detourFactor": 1.5},
+        },
+    )
     assert [row["distances"] for row in result["rows"]] == [[0, 166_792], [166_792, 0]]
-    assert result["rows"][0]["travelTimes"] == [0, 8_340]         # 166 792.4 m at 20 m/s
+    assert result["rows"][0]["travelTimes"] == [0, 8_340]  # 166 792.4 m at 20 m/s
 
 
 def test_start_watch_fetch_over_every_binding_agree(server):
@@ -79,19 +94,30 @@ def test_start_watch_fetch_over_every_binding_agree(server):
     points = [(rng.uniform(6, 15), rng.uniform(47, 55)) for _ in range(300)]
     job = server.call("XDima", "startCreateDistanceMatrix", {"startLocations": locations(points)})
     assert server.wait_done(job["id"])["status"] == "SUCCEEDED"
-    answers = [plain(make_client(b, server.base).call("XDima", "fetchDistanceMatrixResponse",
-                                                      {"id": job["id"]})) for b in BINDINGS]
+    answers = [
+        plain(
+            make_client(b, server.base).call(
+                "XDima", "fetchDistanceMatrixResponse", {"id": job["id"]}
+            )
+        )
+        for b in BINDINGS
+    ]
     assert answers[0] == answers[1] == answers[2]
     rows = answers[0]["rows"]
     assert len(rows) == 300 and all(len(r["distances"]) == 300 for r in rows)
     for i, j in ((0, 1), (17, 250), (299, 3)):
         assert rows[i]["distances"][j] == round(haversine(*points[i], *points[j]) * 1.3)
-        assert rows[i]["travelTimes"][j] == round(haversine(*points[i], *points[j]) * 1.3 / (50 / 3.6))
+        assert rows[i]["travelTimes"][j] == round(
+            haversine(*points[i], *points[j]) * 1.3 / (50 / 3.6)
+        )
 
 
 def _slow_request(starts=1000):
-    return {"startLocations": locations([(i / 100, 0) for i in range(starts)]),
-            "destinationLocations": locations([(0, 0), (1, 1)]), "blockPauseMs": 300}
+    return {
+        "startLocations": locations([(i / 100, 0) for i in range(starts)]),
+        "destinationLocations": locations([(0, 0), (1, 1)]),
+        "blockPauseMs": 300,
+    }
 
 
 def test_progress_is_seen_while_running(server):
@@ -100,8 +126,13 @@ def test_progress_is_seen_while_running(server):
     while True:
         answer = server.watch(job["id"], progressUpdatePeriod=100, maximumPollingPeriod=2000)
         if "progress" in answer:
-            seen.append((answer["status"], answer["progress"]["status"],
-                         answer["progress"]["calculationProgress"]))
+            seen.append(
+                (
+                    answer["status"],
+                    answer["progress"]["status"],
+                    answer["progress"]["calculationProgress"],
+                )
+            )
             assert answer["progress"]["$type"] == "DistanceMatrixProgress"
         if answer["status"] in ("SUCCEEDED", "FAILED"):
             break
@@ -122,30 +153,55 @@ def test_stop_answers_the_rows_so_far(server, binding):
         assert answer["status"] in ("QUEUING", "RUNNING"), answer
     assert server.call("XRuntime", "stopJob", {"id": job["id"]})["status"] == "STOPPING"
     assert server.wait_done(job["id"])["status"] == "SUCCEEDED"
-    result = make_client(binding, server.base).call("XDima", "fetchDistanceMatrixResponse",
-                                                    {"id": job["id"]})
+    result = make_client(binding, server.base).call(
+        "XDima", "fetchDistanceMatrixResponse", {"id": job["id"]}
+    )
     done = result["summary"]["numberOfRowsComputed"]
     assert 0 < done < 1000 and len(result["rows"]) == done
-    assert result["rows"][1]["distances"] == [round(haversine(0.01, 0, x, y) * 1.3) for x, y in ((0, 0), (1, 1))]
+    assert result["rows"][1]["distances"] == [
+        round(haversine(0.01, 0, x, y) * 1.3) for x, y in ((0, 0), (1, 1))
+    ]
     (limitation,) = result["resultLimitations"]
     assert limitation["$type"] == "IntermediateResponseLimitation"
     assert limitation["reason"] == "REQUEST_STOPPED"
 
 
-@pytest.mark.parametrize("request_, fault_type, parameter", [
-    ({}, "MissingParameterFault", "startLocations"),
-    ({"startLocations": []}, "MissingParameterFault", "startLocations"),
-    ({"startLocations": locations([(0, 0), (200, 0)])}, "InvalidValueFault",
-     "startLocations[1].longitude"),
-    ({"startLocations": [{"longitude": 1.0}]}, "MissingParameterFault", "startLocations[0].latitude"),
-    ({"startLocations": locations([(0, 0)]), "profile": {"detourFactor": 0.5}}, "InvalidValueFault",
-     "profile.detourFactor"),
-    ({"startLocations": locations([(0, 0)]), "profile": {"averageSpeedKmh": 0.0}},
-     "InvalidValueFault", "profile.averageSpeedKmh"),
-    ({"startLocations": locations([(0, 0)] * 501), "destinationLocations": locations([(1, 1)] * 500)},
-     "InvalidValueFault", "destinationLocations"),
-    ({"startLocations": locations([(0, 0)] * 501)}, "InvalidValueFault", "startLocations"),
-])
+@pytest.mark.parametrize(
+    "request_, fault_type, parameter",
+    [
+        ({}, "MissingParameterFault", "startLocations"),
+        ({"startLocations": []}, "MissingParameterFault", "startLocations"),
+        (
+            {"startLocations": locations([(0, 0), (200, 0)])},
+            "InvalidValueFault",
+            "startLocations[1].longitude",
+        ),
+        (
+            {"startLocations": [{"longitude": 1.0}]},
+            "MissingParameterFault",
+            "startLocations[0].latitude",
+        ),
+        (
+            {"startLocations": locations([(0, 0)]), "profile": {"detourFactor": 0.5}},
+            "InvalidValueFault",
+            "profile.detourFactor",
+        ),
+        (
+            {"startLocations": locations([(0, 0)]), "profile": {"averageSpeedKmh": 0.0}},
+            "InvalidValueFault",
+            "profile.averageSpeedKmh",
+        ),
+        (
+            {
+                "startLocations": locations([(0, 0)] * 501),
+                "destinationLocations": locations([(1, 1)] * 500),
+            },
+            "InvalidValueFault",
+            "destinationLocations",
+        ),
+        ({"startLocations": locations([(0, 0)] * 501)}, "InvalidValueFault", "startLocations"),
+    ],
+)
 @pytest.mark.parametrize("operation", ("startCreateDistanceMatrix", "createDistanceMatrix"))
 def test_invalid_input_is_refused_at_once(client, request_, fault_type, parameter, operation):
     if client.name == "soap" and parameter.endswith(".latitude"):
@@ -159,8 +215,9 @@ def test_invalid_input_is_refused_at_once(client, request_, fault_type, paramete
 
 
 def test_the_largest_allowed_matrix_is_accepted(server):
-    job = server.call("XDima", "startCreateDistanceMatrix",
-                      {"startLocations": locations([(0, 0)] * 500)})       # 500 × 500 = MAX_CELLS
+    job = server.call(
+        "XDima", "startCreateDistanceMatrix", {"startLocations": locations([(0, 0)] * 500)}
+    )  # 500 × 500 = MAX_CELLS
     assert server.wait_done(job["id"])["status"] == "SUCCEEDED"
 
 
@@ -169,8 +226,10 @@ def test_fetching_with_another_services_fetch_is_refused(client, server):
     demo = server.call("XDemo", "startSimulate", {"steps": 1})
     for job in (dima, demo):
         assert server.wait_done(job["id"])["status"] == "SUCCEEDED"
-    for service, operation, job in (("XDemo", "fetchSimulateResponse", dima),
-                                    ("XDima", "fetchDistanceMatrixResponse", demo)):
+    for service, operation, job in (
+        ("XDemo", "fetchSimulateResponse", dima),
+        ("XDima", "fetchDistanceMatrixResponse", demo),
+    ):
         with pytest.raises(RemoteFault) as fault:
             client.call(service, operation, {"id": job["id"]})
         assert fault.value.type == "InvalidFetchTypeFault"
@@ -180,8 +239,10 @@ def test_fetching_with_another_services_fetch_is_refused(client, server):
 
 def _grid(rows, columns):
     rng = random.Random(rows * 1000 + columns)
-    return (locations([(rng.uniform(6, 15), rng.uniform(47, 55)) for _ in range(rows)]),
-            locations([(rng.uniform(6, 15), rng.uniform(47, 55)) for _ in range(columns)]))
+    return (
+        locations([(rng.uniform(6, 15), rng.uniform(47, 55)) for _ in range(rows)]),
+        locations([(rng.uniform(6, 15), rng.uniform(47, 55)) for _ in range(columns)]),
+    )
 
 
 def _without_time(result):
@@ -201,18 +262,29 @@ def test_parallelism_answers_the_same_matrix_as_one_job(server, parallelism):
     assert server.wait_done(job["id"])["status"] == "SUCCEEDED"
     assert len(server.call("XRuntime", "listJobs", {"parentId": job["id"]})["jobs"]) == parallelism
     for binding in BINDINGS:
-        result = make_client(binding, server.base).call("XDima", "fetchDistanceMatrixResponse", {"id": job["id"]})
+        result = make_client(binding, server.base).call(
+            "XDima", "fetchDistanceMatrixResponse", {"id": job["id"]}
+        )
         assert plain(_without_time(result)) == plain(_without_time(single))
 
 
 def test_a_stopped_parallel_matrix_answers_the_rows_of_the_blocks_done(server):
-    starts, destinations = _grid(900, 2)          # 2 children of 450 rows: blocks of 250 and 200
-    job = server.call("XDima", "startCreateDistanceMatrix", {
-        "startLocations": starts, "destinationLocations": destinations, "parallelism": 2,
-        "blockPauseMs": 1000})
+    starts, destinations = _grid(900, 2)  # 2 children of 450 rows: blocks of 250 and 200
+    job = server.call(
+        "XDima",
+        "startCreateDistanceMatrix",
+        {
+            "startLocations": starts,
+            "destinationLocations": destinations,
+            "parallelism": 2,
+            "blockPauseMs": 1000,
+        },
+    )
     server.wait_status(job["id"], "RUNNING")
-    while not any(c["status"] == "RUNNING" for c in
-                  server.call("XRuntime", "listJobs", {"parentId": job["id"]}).get("jobs", [])):
+    while not any(
+        c["status"] == "RUNNING"
+        for c in server.call("XRuntime", "listJobs", {"parentId": job["id"]}).get("jobs", [])
+    ):
         pass
     assert server.call("XRuntime", "stopJob", {"id": job["id"]})["status"] == "STOPPING"
     assert server.wait_done(job["id"])["status"] == "SUCCEEDED"
@@ -220,6 +292,9 @@ def test_a_stopped_parallel_matrix_answers_the_rows_of_the_blocks_done(server):
     done = result["summary"]["numberOfRowsComputed"]
     assert 0 < done < 900 and len(result["rows"]) == done
     assert [x["reason"] for x in result["resultLimitations"]] == ["REQUEST_STOPPED"]
-    whole = server.call("XDima", "createDistanceMatrix",
-                        {"startLocations": starts[:done], "destinationLocations": destinations})
-    assert result["rows"] == whole["rows"]         # the first rows, in order
+    whole = server.call(
+        "XDima",
+        "createDistanceMatrix",
+        {"startLocations": starts[:done], "destinationLocations": destinations},
+    )
+    assert result["rows"] == whole["rows"]  # the first rows, in order

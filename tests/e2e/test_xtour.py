@@ -2,13 +2,13 @@
 tests also over JSON-RPC.  Small instances whose optimum is known by hand, progress
 while a 200-order instance runs, stop and timeout with the best plan so far, invalid
 input, unplannable orders, and fetching across services."""
+
 import time
 
 import pytest
 
 from tests.clients import BINDINGS, TERMINAL, RemoteFault, make_client, wait_done, watch
 from tests.fixtures.instances import random_instance
-
 
 
 @pytest.fixture(params=BINDINGS)
@@ -23,6 +23,7 @@ def client2(request, server):
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 def plain(value):
     """The answer without "$type" (SOAP answers carry it on every object)."""
@@ -53,8 +54,9 @@ def fault_of(call, *args):
 
 def matrix(distances, speed=10):
     """A matrix request part: durations = distance / speed (m/s)."""
-    return {"rows": [{"distances": row, "durations": [d // speed for d in row]}
-                     for row in distances]}
+    return {
+        "rows": [{"distances": row, "durations": [d // speed for d in row]} for row in distances]
+    }
 
 
 def origin():
@@ -65,28 +67,32 @@ def origin():
 def square():
     """A depot at one corner of a 1 km square, orders at the other three: the best
     single tour is the square's perimeter, 4000 m (a diagonal is 1414 m)."""
-    d = [[0, 1000, 1414, 1000],
-         [1000, 0, 1000, 1414],
-         [1414, 1000, 0, 1000],
-         [1000, 1414, 1000, 0]]
-    return {"depot": {"id": "D", "location": origin()},
-            "orders": [{"id": name, "location": origin(), "demand": [1], "serviceTime": 60}
-                       for name in ("A", "B", "C")],
-            "fleet": {"count": 3, "capacities": [10]},
-            "matrix": matrix(d)}
+    d = [[0, 1000, 1414, 1000], [1000, 0, 1000, 1414], [1414, 1000, 0, 1000], [1000, 1414, 1000, 0]]
+    return {
+        "depot": {"id": "D", "location": origin()},
+        "orders": [
+            {"id": name, "location": origin(), "demand": [1], "serviceTime": 60}
+            for name in ("A", "B", "C")
+        ],
+        "fleet": {"count": 3, "capacities": [10]},
+        "matrix": matrix(d),
+    }
 
 
 def line_with_capacity():
     """Orders at -2, -1, +1, +2 km on a line through the depot, 1 unit each, vehicles
     of capacity 2: the optimum is one tour per side, 4000 m each, 8000 m in all."""
     xs = [0, -2000, -1000, 1000, 2000]
-    return {"depot": {"location": origin()},
-            "orders": [{"id": f"o{x}", "location": origin(), "demand": [1]} for x in xs[1:]],
-            "fleet": {"count": 4, "capacities": [2]},
-            "matrix": matrix([[abs(a - b) for b in xs] for a in xs])}
+    return {
+        "depot": {"location": origin()},
+        "orders": [{"id": f"o{x}", "location": origin(), "demand": [1]} for x in xs[1:]],
+        "fleet": {"count": 4, "capacities": [2]},
+        "matrix": matrix([[abs(a - b) for b in xs] for a in xs]),
+    }
 
 
 # --------------------------------------------------------------------------- solved exactly
+
 
 def test_square_solved_exactly(client):
     result = plain(client.call("XTour", "planTours", square()))
@@ -95,7 +101,7 @@ def test_square_solved_exactly(client):
     (tour,) = result["tours"]
     assert tour["vehicle"] == 0 and tour["distance"] == 4000 and tour["load"] == [3]
     ids = [s["orderId"] for s in tour["stops"]]
-    assert ids in (["A", "B", "C"], ["C", "B", "A"])          # around the square
+    assert ids in (["A", "B", "C"], ["C", "B", "A"])  # around the square
     # 100 s per side, 60 s per stop, leaving at 0: arrivals 100, 260, 420, back at 580
     assert [s["arrivalTime"] for s in tour["stops"]] == [100, 260, 420]
     assert [s["departureTime"] for s in tour["stops"]] == [160, 320, 480]
@@ -116,7 +122,7 @@ def test_capacity_splits_into_two_optimal_tours(client2):
 
 def test_time_window_makes_the_vehicle_wait(client2):
     request = square()
-    request["orders"][1]["timeWindow"] = {"start": 1000, "end": 2000}   # B, the far corner
+    request["orders"][1]["timeWindow"] = {"start": 1000, "end": 2000}  # B, the far corner
     request["fleet"]["count"] = 1
     result = plain(client2.call("XTour", "planTours", request))
     (tour,) = result["tours"]
@@ -129,10 +135,12 @@ def test_time_window_makes_the_vehicle_wait(client2):
 def test_profile_computes_great_circle_distances(client2):
     """One order 0.01° east of the depot on the equator: 1111.95 m great circle,
     × 1.2 detour = 1334 m each way; 36 km/h = 10 m/s, so 133 s each way."""
-    request = {"depot": {"location": {"lon": 0.0, "lat": 0.0}},
-               "orders": [{"id": "east", "location": {"lon": 0.01, "lat": 0.0}}],
-               "fleet": {"count": 1},
-               "profile": {"averageSpeedKmh": 36, "detourFactor": 1.2}}
+    request = {
+        "depot": {"location": {"lon": 0.0, "lat": 0.0}},
+        "orders": [{"id": "east", "location": {"lon": 0.01, "lat": 0.0}}],
+        "fleet": {"count": 1},
+        "profile": {"averageSpeedKmh": 36, "detourFactor": 1.2},
+    }
     result = plain(client2.call("XTour", "planTours", request))
     (tour,) = result["tours"]
     assert tour["distance"] == 2 * 1334 and tour["stops"][0]["arrivalTime"] == 133
@@ -140,8 +148,8 @@ def test_profile_computes_great_circle_distances(client2):
 
 def test_unplannable_orders_are_listed(client2):
     request = square()
-    request["orders"][0]["demand"] = [11]                      # more than a vehicle holds
-    request["orders"][2]["timeWindow"] = {"start": 0, "end": 50}   # C is 100 s away
+    request["orders"][0]["demand"] = [11]  # more than a vehicle holds
+    request["orders"][2]["timeWindow"] = {"start": 0, "end": 50}  # C is 100 s away
     result = plain(client2.call("XTour", "planTours", request))
     assert result["unplannedOrderIds"] == ["A", "C"]
     assert result["plannedOrders"] == 1 and result["totalDistance"] == 2828
@@ -159,8 +167,9 @@ def test_no_order_can_be_served(client2):
 
 # --------------------------------------------------------------------------- progress, stop
 
+
 def test_progress_while_running_and_own_time_bound(client2):
-    request = random_instance(maxComputationTimeMs=2500, maxIterationsWithoutImprovement=10 ** 9)
+    request = random_instance(maxComputationTimeMs=2500, maxIterationsWithoutImprovement=10**9)
     began = time.time()
     job = client2.call("XTour", "startPlanTours", request)
     running = wait_progress(client2, job["id"], iterations=1)
@@ -174,7 +183,7 @@ def test_progress_while_running_and_own_time_bound(client2):
     assert done["progress"]["bestCost"] <= progress["bestCost"]
     result = plain(client2.call("XTour", "fetchToursResponse", {"id": job["id"]}))
     assert time.time() - began < 10
-    assert not result.get("resultLimitations")            # its own bound is no stop
+    assert not result.get("resultLimitations")  # its own bound is no stop
     assert 2500 <= result["computationTimeMs"] < 5000
     assert result["plannedOrders"] == 200 and not result.get("unplannedOrderIds")
     assert result["totalDistance"] == done["progress"]["bestDistance"]
@@ -185,8 +194,9 @@ def test_progress_while_running_and_own_time_bound(client2):
 
 
 def test_stop_answers_the_best_plan_so_far(client2):
-    request = random_instance(seed=11, maxComputationTimeMs=60000,
-                              maxIterationsWithoutImprovement=10 ** 9)
+    request = random_instance(
+        seed=11, maxComputationTimeMs=60000, maxIterationsWithoutImprovement=10**9
+    )
     job = client2.call("XTour", "startPlanTours", request)
     seen = wait_progress(client2, job["id"], iterations=5)["progress"]
     assert client2.call("XRuntime", "stopJob", {"id": job["id"]})["status"] == "STOPPING"
@@ -202,8 +212,9 @@ def test_stop_answers_the_best_plan_so_far(client2):
 
 def test_computation_timeout_answers_the_best_plan_so_far(server):
     client = make_client("json", server.base)
-    request = random_instance(seed=3, maxComputationTimeMs=60000,
-                              maxIterationsWithoutImprovement=10 ** 9)
+    request = random_instance(
+        seed=3, maxComputationTimeMs=60000, maxIterationsWithoutImprovement=10**9
+    )
     request["timeouts"] = {"computationTimeout": 1500}
     began = time.time()
     job = client.call("XTour", "startPlanTours", request)
@@ -216,6 +227,7 @@ def test_computation_timeout_answers_the_best_plan_so_far(server):
 
 # --------------------------------------------------------------------------- invalid input
 
+
 def _with(change):
     request = square()
     change(request)
@@ -227,17 +239,28 @@ INVALID = [
     (lambda r: r["orders"][2].update(demand=[-1]), "orders[2].demand[0]"),
     (lambda r: r["orders"][0]["location"].update(lat=95.0), "orders[0].location.lat"),
     (lambda r: r["orders"][2].update(id="A"), "orders[2].id"),
-    (lambda r: r["orders"][0].update(timeWindow={"start": 500, "end": 100}), "orders[0].timeWindow.end"),
+    (
+        lambda r: r["orders"][0].update(timeWindow={"start": 500, "end": 100}),
+        "orders[0].timeWindow.end",
+    ),
     (lambda r: r["orders"][0].update(serviceTime=-5), "orders[0].serviceTime"),
     (lambda r: r["fleet"].update(count=0), "fleet.count"),
     (lambda r: r["fleet"].update(shift={"start": 10, "end": 5}), "fleet.shift.end"),
     (lambda r: r["matrix"]["rows"].pop(), "matrix.rows"),
     (lambda r: r["matrix"]["rows"][2]["durations"].pop(), "matrix.rows[2].durations"),
-    (lambda r: r["matrix"]["rows"][1]["distances"].__setitem__(0, -1), "matrix.rows[1].distances[0]"),
+    (
+        lambda r: r["matrix"]["rows"][1]["distances"].__setitem__(0, -1),
+        "matrix.rows[1].distances[0]",
+    ),
     (lambda r: r.update(profile={"averageSpeedKmh": 50}), "profile"),
-    (lambda r: (r.pop("matrix"), r.update(profile={"averageSpeedKmh": 0})), "profile.averageSpeedKmh"),
-    (lambda r: (r.pop("matrix"), r.update(profile={"averageSpeedKmh": 50, "detourFactor": 0.9})),
-     "profile.detourFactor"),
+    (
+        lambda r: (r.pop("matrix"), r.update(profile={"averageSpeedKmh": 0})),
+        "profile.averageSpeedKmh",
+    ),
+    (
+        lambda r: (r.pop("matrix"), r.update(profile={"averageSpeedKmh": 50, "detourFactor": 0.9})),
+        "profile.detourFactor",
+    ),
     (lambda r: r.update(options={"maxComputationTimeMs": 0}), "options.maxComputationTimeMs"),
 ]
 
@@ -253,8 +276,10 @@ def test_invalid_input_over_json_rpc_and_missing_parts(server):
     client = make_client("jsonrpc", server.base)
     fault = fault_of(client.call, "XTour", "planTours", _with(lambda r: r["fleet"].update(count=0)))
     assert fault.type == "InvalidValueFault" and fault.fields["parameter"] == "fleet.count"
-    for change, parameter in ((lambda r: r.pop("matrix"), "profile"),
-                              (lambda r: r.update(orders=[]), "orders")):
+    for change, parameter in (
+        (lambda r: r.pop("matrix"), "profile"),
+        (lambda r: r.update(orders=[]), "orders"),
+    ):
         fault = fault_of(client.call, "XTour", "startPlanTours", _with(change))
         assert (fault.type, fault.fields["parameter"]) == ("MissingParameterFault", parameter)
     json_client = make_client("json", server.base)
@@ -263,6 +288,7 @@ def test_invalid_input_over_json_rpc_and_missing_parts(server):
 
 
 # --------------------------------------------------------------------------- across services
+
 
 def test_invalid_fetch_type_both_ways(client):
     tour_job = client.call("XTour", "startPlanTours", square())["id"]
@@ -274,7 +300,9 @@ def test_invalid_fetch_type_both_ways(client):
     fault = fault_of(client.call, "XTour", "fetchToursResponse", {"id": demo_job})
     assert fault.type == "InvalidFetchTypeFault" and fault.fields["jobId"] == demo_job
     # each job is still there for its own fetch
-    assert plain(client.call("XTour", "fetchToursResponse", {"id": tour_job}))["totalDistance"] == 4000
+    assert (
+        plain(client.call("XTour", "fetchToursResponse", {"id": tour_job}))["totalDistance"] == 4000
+    )
     assert client.call("XDemo", "fetchSimulateResponse", {"id": demo_job})["stepsDone"] == 1
 
 

@@ -6,6 +6,7 @@ EINVAL (libfaketime issue #426): a node's threads that sleep die, and a skewed n
 looks well while its housekeeping (leases, recovery, timeouts) is dead.  Everything
 else that waits (events, locks, select, epoll, asyncio) is unaffected.  Here, only when
 ``time.sleep`` fails so, it sleeps by ``select``'s relative timeout instead."""
+
 import select
 import time
 
@@ -14,7 +15,7 @@ def _install():
     original = time.sleep
     try:
         original(0.000001)
-        return                        # a libfaketime without the bug, or none
+        return  # a libfaketime without the bug, or none
     except OSError:
         pass
 

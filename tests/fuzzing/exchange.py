@@ -7,6 +7,7 @@ every single connection, however many other connections are open meanwhile.  A c
 that may look unfinished to the server (a body cut short) is half-closed at once, as a
 client that gives up would: the server must then answer or close.
 """
+
 import http.client
 import socket
 import time
@@ -21,11 +22,11 @@ LET_GO_WITHIN = 1.0
 @dataclass
 class Outcome:
     elapsed: float
-    ending: str                 # answered | closed | hung | reset | garbled
+    ending: str  # answered | closed | hung | reset | garbled
     status: int = 0
     content_type: str = ""
     body: bytes = b""
-    lingered: bool = False      # the server kept its side open after the client had closed
+    lingered: bool = False  # the server kept its side open after the client had closed
     detail: str = ""
 
 
@@ -40,26 +41,34 @@ def exchange(port: int, case) -> Outcome:
 def _answer(sock, case, start) -> Outcome:
     def ended(ending, detail=""):
         return Outcome(time.monotonic() - start, ending, detail=detail)
+
     try:
         try:
             sock.sendall(case.request)
         except (BrokenPipeError, ConnectionResetError):
-            pass                     # the server answered before it read it all: read what it said
+            pass  # the server answered before it read it all: read what it said
         if case.ends_open:
             sock.shutdown(socket.SHUT_WR)
-        response = http.client.HTTPResponse(sock, method=case.method if case.method == "HEAD" else "POST")
+        response = http.client.HTTPResponse(
+            sock, method=case.method if case.method == "HEAD" else "POST"
+        )
         response.begin()
         body = response.read()
     except http.client.RemoteDisconnected:
         return ended("closed")
-    except socket.timeout:
+    except TimeoutError:
         return ended("hung")
     except ConnectionResetError:
         return ended("reset")
     except (http.client.HTTPException, ValueError, OSError) as exc:
         return ended("garbled", repr(exc))
-    return Outcome(time.monotonic() - start, "answered", response.status,
-                   response.getheader("Content-Type", ""), body)
+    return Outcome(
+        time.monotonic() - start,
+        "answered",
+        response.status,
+        response.getheader("Content-Type", ""),
+        body,
+    )
 
 
 def _let_go(sock, already: bool) -> bool:
@@ -73,8 +82,8 @@ def _let_go(sock, already: bool) -> bool:
         while time.monotonic() < deadline:
             if not sock.recv(65536):
                 return True
-    except socket.timeout:
+    except TimeoutError:
         return False
-    except OSError:                  # reset, or already gone: nothing is left open
+    except OSError:  # reset, or already gone: nothing is left open
         return True
     return False

@@ -7,6 +7,7 @@ queued for days) so that whatever the fuzz started is soon over and the node can
 job of ours again.  Its requests are limited to ``MAX_REQUEST_BYTES``, so that the
 fuzz sends bodies over the limit too.
 """
+
 import time
 
 from tests.harness import Server
@@ -24,8 +25,13 @@ CLOSE_WAIT = "08"
 
 
 def fuzz_server(folder, **kwargs) -> Server:
-    return Server(folder, workers=1, extra=JOBS, server_keys={"max_request_bytes": MAX_REQUEST_BYTES},
-                  **kwargs)
+    return Server(
+        folder,
+        workers=1,
+        extra=JOBS,
+        server_keys={"max_request_bytes": MAX_REQUEST_BYTES},
+        **kwargs,
+    )
 
 
 def finished_job(server, timeout=30) -> str:
@@ -34,7 +40,9 @@ def finished_job(server, timeout=30) -> str:
     outwait the node's queueing timeout)."""
     deadline = time.monotonic() + timeout
     while busy(server):
-        assert time.monotonic() < deadline, f"the jobs the fuzz started are not over: {busy(server)}"
+        assert time.monotonic() < deadline, (
+            f"the jobs the fuzz started are not over: {busy(server)}"
+        )
         time.sleep(0.2)
     job_id = server.start_job(steps=2, durationMs=20)["id"]
     job = server.wait_done(job_id)
@@ -55,8 +63,11 @@ def serves_a_job(server) -> dict:
 def busy(server) -> dict:
     """{status: count} of the jobs queued or running."""
     counts = server.call("XRuntime", "getRuntimeInformation", {})["jobs"]
-    return {c["status"]: c["count"] for c in counts if c["status"] in ("QUEUING", "RUNNING", "STOPPING")
-            and c["count"]}
+    return {
+        c["status"]: c["count"]
+        for c in counts
+        if c["status"] in ("QUEUING", "RUNNING", "STOPPING") and c["count"]
+    }
 
 
 def half_open(port) -> list:
@@ -70,7 +81,7 @@ def tracebacks_logged(server, since: int = 0) -> list:
     text, found = server.log()[since:], []
     at = text.find("Traceback (most recent call last)")
     while at >= 0:
-        logged = text.rfind("\n", 0, max(0, at - 1)) + 1           # from the line that logged it
-        found.append(text[logged:at + 2000])
+        logged = text.rfind("\n", 0, max(0, at - 1)) + 1  # from the line that logged it
+        found.append(text[logged : at + 2000])
         at = text.find("Traceback (most recent call last)", at + 1)
     return found

@@ -14,6 +14,7 @@
 ``judge(case, outcome)`` lists what is wrong (nothing, when all is well) and names the
 answer, for counting answers of each kind.
 """
+
 import json
 
 from lxml import etree
@@ -50,8 +51,12 @@ def strict_json(outcome):
 def _json_fault(status, data) -> str:
     if not 400 <= status <= 599:
         raise Wrong(f"a fault with HTTP {status}")
-    if not (isinstance(data, dict) and isinstance(data.get("message"), str)
-            and isinstance(data.get("faultInfo"), dict) and data["faultInfo"].get("$type")):
+    if not (
+        isinstance(data, dict)
+        and isinstance(data.get("message"), str)
+        and isinstance(data.get("faultInfo"), dict)
+        and data["faultInfo"].get("$type")
+    ):
         raise Wrong(f"not a JSON fault: {str(data)[:300]}")
     return data["faultInfo"]["$type"]
 
@@ -69,13 +74,20 @@ def json_answer(case, outcome) -> list:
 def _sent_ids(payload):
     """The ids of the requests in ``payload`` (JSON-RPC), as (type, value)."""
     items = payload if isinstance(payload, list) else [payload]
-    return {(type(i["id"]), i["id"]) for i in items
-            if isinstance(i, dict) and isinstance(i.get("id"), (int, float, str))}
+    return {
+        (type(i["id"]), i["id"])
+        for i in items
+        if isinstance(i, dict) and isinstance(i.get("id"), (int, float, str))
+    }
 
 
 def _is_notification(item) -> bool:
-    return (isinstance(item, dict) and item.get("jsonrpc") == "2.0" and type(item.get("method")) is str
-            and "id" not in item)
+    return (
+        isinstance(item, dict)
+        and item.get("jsonrpc") == "2.0"
+        and type(item.get("method")) is str
+        and "id" not in item
+    )
 
 
 def _expected_answers(payload) -> int:
@@ -86,8 +98,13 @@ def _expected_answers(payload) -> int:
 
 def _rpc_error(answer) -> str:
     error = answer["error"]
-    if not (isinstance(error, dict) and type(error.get("code")) is int and isinstance(error.get("message"), str)
-            and isinstance(error.get("data"), dict) and error["data"].get("$type")):
+    if not (
+        isinstance(error, dict)
+        and type(error.get("code")) is int
+        and isinstance(error.get("message"), str)
+        and isinstance(error.get("data"), dict)
+        and error["data"].get("$type")
+    ):
         raise Wrong(f"not a JSON-RPC error object: {str(answer)[:300]}")
     return error["data"]["$type"]
 
@@ -97,21 +114,31 @@ def jsonrpc_answer(case, outcome) -> list:
     notification, or one error for a body that is no request at all."""
     if outcome.status == 204:
         if outcome.body or (case.payload is not None and _expected_answers(case.payload)):
-            raise Wrong(f"HTTP 204 for requests that are not all notifications: {outcome.body[:200]!r}")
+            raise Wrong(
+                f"HTTP 204 for requests that are not all notifications: {outcome.body[:200]!r}"
+            )
         return []
     if outcome.status != 200:
         raise Wrong(f"HTTP {outcome.status} from JSON-RPC")
     data = strict_json(outcome)
     answers = data if isinstance(data, list) else [data]
     for answer in answers:
-        if not (isinstance(answer, dict) and answer.get("jsonrpc") == "2.0" and "id" in answer
-                and ("result" in answer) != ("error" in answer)):
+        if not (
+            isinstance(answer, dict)
+            and answer.get("jsonrpc") == "2.0"
+            and "id" in answer
+            and ("result" in answer) != ("error" in answer)
+        ):
             raise Wrong(f"not a JSON-RPC answer: {str(answer)[:300]}")
     faults = [_rpc_error(a) for a in answers if "error" in a]
-    whole = (isinstance(data, dict) and data["id"] is None and "error" in data
-             and data["error"]["code"] in (-32700, -32600))
+    whole = (
+        isinstance(data, dict)
+        and data["id"] is None
+        and "error" in data
+        and data["error"]["code"] in (-32700, -32600)
+    )
     if whole or case.payload is None or _has_raw(case.payload):
-        return faults                 # the body as a whole was refused, or cannot be told
+        return faults  # the body as a whole was refused, or cannot be told
     expected = _expected_answers(case.payload)
     if isinstance(case.payload, list) != isinstance(data, list) or len(answers) != expected:
         raise Wrong(f"{len(answers)} answers ({type(data).__name__}) to {expected} requests")
@@ -126,7 +153,9 @@ def _has_raw(payload) -> bool:
     """Whether a request's id is written as raw JSON text (its value as read cannot be
     known here: 1E+2 is 100.0)."""
     items = payload if isinstance(payload, list) else [payload]
-    return isinstance(payload, Raw) or any(isinstance(i, dict) and isinstance(i.get("id"), Raw) for i in items)
+    return isinstance(payload, Raw) or any(
+        isinstance(i, dict) and isinstance(i.get("id"), Raw) for i in items
+    )
 
 
 def soap_answer(case, outcome) -> list:
@@ -150,9 +179,15 @@ def soap_answer(case, outcome) -> list:
     fault = content[0]
     code = fault.findtext("faultcode") or ""
     detail = fault.findall("detail/*")
-    if (fault.tag != f"{SOAP_ENV}Fault" or code.rpartition(":")[2] not in ("Client", "Server")
-            or not (fault.findtext("faultstring") or "").strip() or len(detail) != 1):
-        raise Wrong(f"not a soap:Fault with a faultcode, a faultstring and a typed detail: {outcome.body[:400]!r}")
+    if (
+        fault.tag != f"{SOAP_ENV}Fault"
+        or code.rpartition(":")[2] not in ("Client", "Server")
+        or not (fault.findtext("faultstring") or "").strip()
+        or len(detail) != 1
+    ):
+        raise Wrong(
+            f"not a soap:Fault with a faultcode, a faultstring and a typed detail: {outcome.body[:400]!r}"
+        )
     kind = etree.QName(detail[0]).localname
     if case.refused and kind != "InvalidRequestFault":
         raise Wrong(f"a message with a DTD answered {kind}, not InvalidRequestFault")
@@ -171,8 +206,11 @@ def http_answer(case, outcome) -> list:
         if content_type.startswith("application/json") and outcome.body:
             data = strict_json(outcome)
             answers = data if isinstance(data, list) else [data]
-            faults = [_rpc_error(a) if "error" in a else _json_fault(outcome.status, a) for a in answers
-                      if isinstance(a, dict) and ("error" in a or "faultInfo" in a)]
+            faults = [
+                _rpc_error(a) if "error" in a else _json_fault(outcome.status, a)
+                for a in answers
+                if isinstance(a, dict) and ("error" in a or "faultInfo" in a)
+            ]
         elif content_type.startswith("text/xml") and outcome.status == 500:
             faults = soap_answer(case, outcome)
     except Wrong:
@@ -188,7 +226,14 @@ ANSWERS = {"json": json_answer, "jsonrpc": jsonrpc_answer, "soap": soap_answer, 
 
 #: the kinds of problem, as ``judge`` names them
 UNANSWERED, RESET, NOT_HTTP, LEAKED, TRACEBACK, INTERNAL_ERROR, WRONG_FORM = (
-    "unanswered", "reset", "not HTTP", "leaked socket", "traceback", "InternalErrorFault", "wrong form")
+    "unanswered",
+    "reset",
+    "not HTTP",
+    "leaked socket",
+    "traceback",
+    "InternalErrorFault",
+    "wrong form",
+)
 
 
 def judge(case, outcome):

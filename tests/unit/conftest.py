@@ -6,12 +6,13 @@ ask for ``any_store`` when ``XRUNTIME_TEST_DATABASE_URL`` is set) and a real in-
 ``Notifier``.  Jobs are moved between states with the store's own guarded methods,
 the way the supervisor does.
 """
+
 import os
 
 import pytest
 
-from xruntime.settings.config import Settings
 from xruntime.engine.notifier import Notifier
+from xruntime.settings.config import Settings
 from xruntime.store import SqlJobStore
 
 from .helpers import BlockingJobs
@@ -28,6 +29,7 @@ def fresh_postgres_store(url: str) -> SqlJobStore:
     from sqlalchemy import create_engine
 
     from xruntime.store.schema import metadata
+
     engine = create_engine(url)
     try:
         metadata.drop_all(engine)
@@ -85,4 +87,5 @@ def jobs(store, notifier, settings):
 def simulate_op():
     """XDemo's long operation ``simulate``, as the registry finds it."""
     from xruntime.author.registry import discover
+
     return discover()["XDemo"].long_operations["simulate"]

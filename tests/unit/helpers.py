@@ -1,13 +1,13 @@
 """Helpers shared by the unit tests (fixtures are in conftest.py)."""
+
 import json
 import uuid
 
 from xruntime.protocol import codec
 from xruntime.protocol.faults import ProcessingFault
 from xruntime.protocol.types import BulkProgress, IntermediateResponseLimitation
-from xruntime.store import JobRecord, now_ms
-
 from xruntime.services.xdemo.types import SimulateRequest, SimulateResponse
+from xruntime.store import JobRecord, now_ms
 
 NODE = "node-under-test"
 LEASE_MS = 30_000
@@ -15,14 +15,22 @@ LEASE_MS = 30_000
 
 def new_record(status="QUEUING", queued_at=None, service="XDemo", **fields) -> JobRecord:
     """A record as JobManager.start would create it (for the store-level tests)."""
-    return JobRecord(id=str(uuid.uuid4()), service=service, operation="simulate",
-                     fetch_type="SimulateResponse", status=status, request="{}",
-                     queued_at=now_ms() if queued_at is None else queued_at, **fields)
+    return JobRecord(
+        id=str(uuid.uuid4()),
+        service=service,
+        operation="simulate",
+        fetch_type="SimulateResponse",
+        status=status,
+        request="{}",
+        queued_at=now_ms() if queued_at is None else queued_at,
+        **fields,
+    )
 
 
 def progress_json(remaining, successful, failed=0) -> str:
-    return json.dumps(codec.encode(BulkProgress(remaining=remaining, successful=successful,
-                                                failed=failed)))
+    return json.dumps(
+        codec.encode(BulkProgress(remaining=remaining, successful=successful, failed=failed))
+    )
 
 
 def claim_exactly(store, job_id, node=NODE, now=None):
@@ -33,10 +41,14 @@ def claim_exactly(store, job_id, node=NODE, now=None):
 
 
 def stored_response(steps_done=3, stopped=False) -> SimulateResponse:
-    limitations = ([IntermediateResponseLimitation(message="stopped", reason="REQUEST_STOPPED")]
-                   if stopped else None)
-    return SimulateResponse(stepsDone=steps_done, payload="p" * steps_done,
-                            resultLimitations=limitations)
+    limitations = (
+        [IntermediateResponseLimitation(message="stopped", reason="REQUEST_STOPPED")]
+        if stopped
+        else None
+    )
+    return SimulateResponse(
+        stepsDone=steps_done, payload="p" * steps_done, resultLimitations=limitations
+    )
 
 
 def result_json(response) -> str:
@@ -50,8 +62,7 @@ def fault_json(fault) -> str:
 STATES = ("QUEUING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "DELETED", "UNKNOWN")
 
 
-def put_in_state(jobs, op, state, *, progress=None, response=None, fault=None,
-                 finished_at=None):
+def put_in_state(jobs, op, state, *, progress=None, response=None, fault=None, finished_at=None):
     """A new XDemo job in ``state``, moved there with the store's own methods.
 
     ``progress`` (JSON text) is reported while it runs; ``response``/``fault`` are the
@@ -71,12 +82,21 @@ def put_in_state(jobs, op, state, *, progress=None, response=None, fault=None,
     if state == "STOPPING":
         assert store.request_stop(job.id)
     elif state == "SUCCEEDED":
-        assert store.finish(job.id, "SUCCEEDED", finished_at or now_ms(),
-                            result=result_json(response or stored_response()))
+        assert store.finish(
+            job.id,
+            "SUCCEEDED",
+            finished_at or now_ms(),
+            result=result_json(response or stored_response()),
+        )
     elif state == "FAILED":
-        assert store.finish(job.id, "FAILED", finished_at or now_ms(),
-                            fault=fault_json(fault or ProcessingFault(
-                                "the simulation failed at step 2", hint="send it again")))
+        assert store.finish(
+            job.id,
+            "FAILED",
+            finished_at or now_ms(),
+            fault=fault_json(
+                fault or ProcessingFault("the simulation failed at step 2", hint="send it again")
+            ),
+        )
     elif state == "DELETED":
         assert store.mark_deleted(job.id)
     assert store.peek(job.id).status == state
@@ -96,6 +116,7 @@ class BlockingJobs:
 
         from xruntime.operations.jobs import JobManager
         from xruntime.operations.watching import Watches
+
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="test-loop", daemon=True).start()
         self.watches = Watches(store, notifier)
@@ -106,6 +127,7 @@ class BlockingJobs:
 
     def _await(self, coro):
         import asyncio
+
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(120)
 
     def watch(self, *args, **kwargs):

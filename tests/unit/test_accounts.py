@@ -1,5 +1,6 @@
 """Accounts (docs/protocol.md §10) without HTTP: the [auth] and [users] tables, credentials,
 fair claiming and per-user queue limits in the store, and isolation in JobManager."""
+
 import base64
 import os
 import threading
@@ -7,14 +8,19 @@ import time
 
 import pytest
 
-from xruntime.settings import config
-from xruntime.operations.accounts import ANONYMOUS, Caller, NotAuthenticated, authenticate, token_sha256
+from tests.fixtures.released_schema import released_database
+from xruntime.operations.accounts import (
+    ANONYMOUS,
+    Caller,
+    NotAuthenticated,
+    authenticate,
+    token_sha256,
+)
 from xruntime.protocol.faults import QueueOverflowFault, QuotaExceededFault, UnknownJobFault
+from xruntime.settings import config
 from xruntime.store import SqlJobStore, now_ms
 from xruntime.store.claims import claim_statement
 from xruntime.store.statements import Prepared
-
-from tests.fixtures.released_schema import released_database
 
 from .conftest import PG_ENV, fresh_postgres_store, sqlite_url
 from .helpers import LEASE_MS, NODE, new_record
@@ -24,9 +30,10 @@ SERVICES = ["XDemo", "XTour", "XDima", "XRuntime"]
 
 
 def accounts(extra="", required=True):
-    return config.parse(f"""
+    return config.parse(
+        f"""
 [auth]
-required = {'true' if required else 'false'}
+required = {"true" if required else "false"}
 
 [users.alice]
 token_sha256 = "{token_sha256(ALICE)}"
@@ -37,9 +44,12 @@ max_queued = 3
 token_sha256 = "{token_sha256(BOB)}"
 
 [users.root]
-token_sha256 = "{token_sha256('root-token-abcdefghij')}"
+token_sha256 = "{token_sha256("root-token-abcdefghij")}"
 admin = true
-""" + extra, known_services=SERVICES)
+"""
+        + extra,
+        known_services=SERVICES,
+    )
 
 
 def basic(name, token):
@@ -47,6 +57,7 @@ def basic(name, token):
 
 
 # --------------------------------------------------------------------------- the file
+
 
 def test_users_and_per_service_values_are_read():
     settings = accounts("""
@@ -68,23 +79,43 @@ def test_no_limits_means_a_plain_queue():
     assert accounts().running_limits() == (("alice", None, 1),)
 
 
-@pytest.mark.parametrize("text, message", [
-    ('[users.a]\nadmin = true\n', "line 1: [users.a]: token_sha256 is missing"),
-    ('[users.a]\ntoken_sha256 = "abc"\n', "line 2: [users.a] token_sha256: expected the 64 hex digits"),
-    (f'[users.xtok]\ntoken_sha256 = "{"a" * 64}"\n', "line 1: [users.xtok]: 'xtok' is the name"),
-    (f'[users."a b"]\ntoken_sha256 = "{"a" * 64}"\n', "is no user name"),
-    (f'[users.a]\ntoken_sha256 = "{"a" * 64}"\nmax_running = -1\n',
-     "line 3: [users.a] max_running: must be between 0 and 100000"),
-    (f'[users.a]\ntoken_sha256 = "{"a" * 64}"\nmax_runing = 1\n', "line 3: [users.a] max_runing: unknown key"),
-    (f'[users.a]\ntoken_sha256 = "{"a" * 64}"\n[users.b]\ntoken_sha256 = "{"A" * 64}"\n',
-     "line 4: [users.b] token_sha256: the same token as [users.a]"),
-    (f'[users.a]\ntoken_sha256 = "{"a" * 64}"\n[users.a.services.XNope]\nmax_running = 1\n',
-     "line 3: [users.a.services.XNope]: no service named 'XNope'"),
-    (f'[users.a]\ntoken_sha256 = "{"a" * 64}"\n[users.a.services.XDemo]\nadmin = true\n',
-     "line 4: [users.a.services.XDemo] admin: unknown key"),
-    ('[auth]\nrequired = "yes"\n', "line 2: [auth] required: expected true or false"),
-    ('[auth]\nrequire = true\n', "line 2: [auth] require: unknown key"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[users.a]\nadmin = true\n", "line 1: [users.a]: token_sha256 is missing"),
+        (
+            '[users.a]\ntoken_sha256 = "abc"\n',
+            "line 2: [users.a] token_sha256: expected the 64 hex digits",
+        ),
+        (
+            f'[users.xtok]\ntoken_sha256 = "{"a" * 64}"\n',
+            "line 1: [users.xtok]: 'xtok' is the name",
+        ),
+        (f'[users."a b"]\ntoken_sha256 = "{"a" * 64}"\n', "is no user name"),
+        (
+            f'[users.a]\ntoken_sha256 = "{"a" * 64}"\nmax_running = -1\n',
+            "line 3: [users.a] max_running: must be between 0 and 100000",
+        ),
+        (
+            f'[users.a]\ntoken_sha256 = "{"a" * 64}"\nmax_runing = 1\n',
+            "line 3: [users.a] max_runing: unknown key",
+        ),
+        (
+            f'[users.a]\ntoken_sha256 = "{"a" * 64}"\n[users.b]\ntoken_sha256 = "{"A" * 64}"\n',
+            "line 4: [users.b] token_sha256: the same token as [users.a]",
+        ),
+        (
+            f'[users.a]\ntoken_sha256 = "{"a" * 64}"\n[users.a.services.XNope]\nmax_running = 1\n',
+            "line 3: [users.a.services.XNope]: no service named 'XNope'",
+        ),
+        (
+            f'[users.a]\ntoken_sha256 = "{"a" * 64}"\n[users.a.services.XDemo]\nadmin = true\n',
+            "line 4: [users.a.services.XDemo] admin: unknown key",
+        ),
+        ('[auth]\nrequired = "yes"\n', "line 2: [auth] required: expected true or false"),
+        ("[auth]\nrequire = true\n", "line 2: [auth] require: unknown key"),
+    ],
+)
 def test_invalid_accounts_are_refused_with_their_line(text, message):
     with pytest.raises(config.ConfigError) as caught:
         config.parse(text, known_services=SERVICES)
@@ -92,6 +123,7 @@ def test_invalid_accounts_are_refused_with_their_line(text, message):
 
 
 # --------------------------------------------------------------------------- credentials
+
 
 def test_basic_bearer_and_xtok_name_the_user():
     settings = accounts()
@@ -102,12 +134,23 @@ def test_basic_bearer_and_xtok_name_the_user():
     assert authenticate(basic("root", "root-token-abcdefghij"), settings) == Caller("root", True)
 
 
-@pytest.mark.parametrize("header", [
-    None, "", "Basic", "Bearer", "Bearer wrong-token", "Digest abc",
-    "Basic !!!notbase64", basic("alice", BOB),          # bob's token under alice's name
-    basic("alice", ""), basic("nobody", ALICE), basic("alice", ALICE + "x"),
-    "Basic " + base64.b64encode(b"alice" + ALICE.encode()).decode(),   # no colon
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "",
+        "Basic",
+        "Bearer",
+        "Bearer wrong-token",
+        "Digest abc",
+        "Basic !!!notbase64",
+        basic("alice", BOB),  # bob's token under alice's name
+        basic("alice", ""),
+        basic("nobody", ALICE),
+        basic("alice", ALICE + "x"),
+        "Basic " + base64.b64encode(b"alice" + ALICE.encode()).decode(),  # no colon
+    ],
+)
 def test_missing_or_wrong_credentials_are_refused(header):
     with pytest.raises(NotAuthenticated) as caught:
         authenticate(header, accounts())
@@ -123,6 +166,7 @@ def test_with_auth_off_everyone_is_anonymous_and_sees_everything():
 
 
 # --------------------------------------------------------------------------- fair claims
+
 
 def queue(store, owner, count, service="XDemo"):
     made = []
@@ -143,12 +187,12 @@ def test_a_user_over_max_running_waits_while_others_run(any_store):
     alice = queue(any_store, "alice", 5)
     bob = queue(any_store, "bob", 2)
     assert claim(store, limits) == ("alice", alice[0])
-    assert claim(store, limits) == ("bob", bob[0])          # alice's 4 others wait
+    assert claim(store, limits) == ("bob", bob[0])  # alice's 4 others wait
     assert claim(store, limits) == ("bob", bob[1])
     assert claim(store, limits) is None
     assert store.counts_by_status("alice") == {"RUNNING": 1, "QUEUING": 4}
     store.finish(alice[0], "SUCCEEDED", now_ms(), result="{}")
-    assert claim(store, limits) == ("alice", alice[1])      # her next one, in order
+    assert claim(store, limits) == ("alice", alice[1])  # her next one, in order
     assert claim(store, limits) is None
 
 
@@ -160,7 +204,7 @@ def test_per_service_values_and_served_services(any_store):
     got = [claim(store, limits) for _ in range(4)]
     assert got == [("alice", tours[0]), ("alice", tours[1]), ("alice", demos[0]), None]
     store.finish(tours[0], "SUCCEEDED", now_ms(), result="{}")
-    assert claim(store, limits, services=["XDemo"]) is None     # XDemo's one runs
+    assert claim(store, limits, services=["XDemo"]) is None  # XDemo's one runs
     assert claim(store, limits, services=["XTour"]) == ("alice", tours[2])
 
 
@@ -171,7 +215,7 @@ def test_a_lane_whose_jobs_all_wait_for_a_retry_neither_hides_nor_doubles_the_ne
     assert store.retry(waiting, now_ms() + 60_000, "later")
     bob = queue(store, "bob", 2)
     assert claim(store, limits) == ("bob", bob[0])
-    assert claim(store, limits) is None                     # bob at his limit, alice not due
+    assert claim(store, limits) is None  # bob at his limit, alice not due
 
 
 def test_a_stopping_or_deleted_job_still_holds_its_workers_share(any_store):
@@ -218,25 +262,30 @@ def test_nodes_never_run_more_than_max_running_together():
                     if rec is None:
                         time.sleep(0.001)
                         continue
-                    with lock:           # held from after its claim to before its end
+                    with lock:  # held from after its claim to before its end
                         held.add(rec.id)
                         most[0] = max(most[0], len(held))
                     time.sleep(0.003)
                     with lock:
                         held.discard(rec.id)
                     assert store.finish(rec.id, "SUCCEEDED", now_ms(), result="{}")
-            except Exception as exc:      # pragma: no cover - reported below
+            except Exception as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=worker, args=(s, f"node{i}")) for i, s in enumerate(stores)
-                   for _ in range(2)]
+        threads = [
+            threading.Thread(target=worker, args=(s, f"node{i}"))
+            for i, s in enumerate(stores)
+            for _ in range(2)
+        ]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         assert not errors
         assert stores[0].counts_by_status("alice") == {"SUCCEEDED": 60}
-        assert most[0] == 2, "six workers on three nodes ran more (or fewer) of alice's jobs at once"
+        assert most[0] == 2, (
+            "six workers on three nodes ran more (or fewer) of alice's jobs at once"
+        )
     finally:
         for s in stores:
             s.close()
@@ -261,7 +310,7 @@ def claim_work(store, limits):
             taken = len(cur.execute(p.sql, args).fetchall())
             conn.driver_connection.set_progress_handler(None, 0)
             work = len(steps)
-        conn.rollback()                          # the claim ran: undo it
+        conn.rollback()  # the claim ran: undo it
     finally:
         conn.close()
     return work, taken
@@ -277,11 +326,25 @@ def test_a_flooded_lane_does_not_slow_a_claim(any_store):
     queue(store, "alice", 1)
     assert claim(store, limits)[0] == "alice"
     insert = store._prepared["insert"]
-    flood = [insert.args(dict(id=f"flood-{i}", service="XDemo", operation="simulate",
-                              fetch_type="SimulateResponse", status="QUEUING", request=b"{}",
-                              queued_at=now_ms(), attempts=0, queueing_timeout=None,
-                              computation_timeout=None, owner="alice", lane="XDemo/alice"))
-             for i in range(20_000)]
+    flood = [
+        insert.args(
+            dict(
+                id=f"flood-{i}",
+                service="XDemo",
+                operation="simulate",
+                fetch_type="SimulateResponse",
+                status="QUEUING",
+                request=b"{}",
+                queued_at=now_ms(),
+                attempts=0,
+                queueing_timeout=None,
+                computation_timeout=None,
+                owner="alice",
+                lane="XDemo/alice",
+            )
+        )
+        for i in range(20_000)
+    ]
     conn = store.engine.raw_connection()
     try:
         conn.cursor().executemany(insert.sql, flood)
@@ -306,17 +369,19 @@ def test_an_old_database_is_upgraded_and_its_jobs_are_anonymous(tmp_path):
     store = SqlJobStore(url)
     try:
         assert store.peek("old-job").owner == ""
-        assert claim(store, (("alice", None, 1),)) == ("", "old-job")   # its lane is right too
-        SqlJobStore(url).close()                                        # a second open: nothing to do
+        assert claim(store, (("alice", None, 1),)) == ("", "old-job")  # its lane is right too
+        SqlJobStore(url).close()  # a second open: nothing to do
     finally:
         store.close()
 
 
 # --------------------------------------------------------------------------- isolation
 
+
 def watched(jobs, job_id, caller):
     """watchJob's answer and how long it took (s), held for at most 0.3 s."""
     import time
+
     began = time.monotonic()
     answer = jobs.watch(job_id, None, 300, caller=caller)
     return answer.status, time.monotonic() - began
@@ -324,6 +389,7 @@ def watched(jobs, job_id, caller):
 
 def test_another_users_job_is_an_id_never_used(jobs, settings, simulate_op):
     from xruntime.services.xdemo.types import SimulateRequest
+
     settings[0] = accounts()
     alice, bob, root = Caller("alice"), Caller("bob"), Caller("root", admin=True)
     job = jobs.start(simulate_op, SimulateRequest(steps=1), alice).id
@@ -331,9 +397,12 @@ def test_another_users_job_is_an_id_never_used(jobs, settings, simulate_op):
     for caller in (bob,):
         for job_id in (job, never):
             status, took = watched(jobs, job_id, caller)
-            assert status == "UNKNOWN" and took < 0.2      # answered at once, as unknown ids are
+            assert status == "UNKNOWN" and took < 0.2  # answered at once, as unknown ids are
             assert jobs.delete(job_id, caller).status == "UNKNOWN"
-            for act in (lambda: jobs.stop(job_id, caller), lambda: jobs.fetch(simulate_op, job_id, caller)):
+            for act in (
+                lambda: jobs.stop(job_id, caller),
+                lambda: jobs.fetch(simulate_op, job_id, caller),
+            ):
                 with pytest.raises(UnknownJobFault) as caught:
                     act()
                 assert caught.value.faultstring == f"there is no job with id {job_id}"
@@ -347,8 +416,11 @@ def test_another_users_job_is_an_id_never_used(jobs, settings, simulate_op):
     assert jobs.delete(job, root).status == "DELETED"
 
 
-def test_max_queued_of_a_user_is_quota_exceeded_and_the_queues_own_is_overflow(jobs, settings, simulate_op):
+def test_max_queued_of_a_user_is_quota_exceeded_and_the_queues_own_is_overflow(
+    jobs, settings, simulate_op
+):
     from xruntime.services.xdemo.types import SimulateRequest
+
     settings[0] = accounts("\n[jobs]\nmax_queued = 5\n")
     alice, bob = Caller("alice"), Caller("bob")
     for _ in range(3):

@@ -1,5 +1,6 @@
 """Child jobs (docs/protocol.md §13) in the store, without HTTP or workers: SQLite, and
 PostgreSQL when XRUNTIME_TEST_DATABASE_URL is set."""
+
 import json
 
 from sqlalchemy import select
@@ -8,10 +9,20 @@ from xruntime.protocol.faults import RequestStoppedFault
 from xruntime.store import QueueFull, QueueLimit, now_ms
 from xruntime.store.schema import jobs as jobs_table
 
-from .helpers import LEASE_MS, NODE, claim_exactly, fault_json, new_record, progress_json, result_json, \
-    stored_response
+from .helpers import (
+    LEASE_MS,
+    NODE,
+    claim_exactly,
+    fault_json,
+    new_record,
+    progress_json,
+    result_json,
+    stored_response,
+)
 
-STOP_FAULT = fault_json(RequestStoppedFault("its parent job was stopped before this child job started"))
+STOP_FAULT = fault_json(
+    RequestStoppedFault("its parent job was stopped before this child job started")
+)
 
 
 def running_parent(store, owner="alice"):
@@ -23,17 +34,25 @@ def running_parent(store, owner="alice"):
 
 
 def fan_out(store, parent_id, count, stage=0, fail_fast=True):
-    children = [new_record() for _ in range(count)]     # owner "" on purpose: the parent's is taken
-    status = store.suspend(parent_id, NODE, stage, fail_fast, children, progress_json(count, 0),
-                           f"waiting for {count} child jobs")
+    children = [new_record() for _ in range(count)]  # owner "" on purpose: the parent's is taken
+    status = store.suspend(
+        parent_id,
+        NODE,
+        stage,
+        fail_fast,
+        children,
+        progress_json(count, 0),
+        f"waiting for {count} child jobs",
+    )
     assert status == "RUNNING"
     return [c.id for c in children]
 
 
 def raw(store, job_id, *columns):
     with store.engine.connect() as conn:
-        return conn.execute(select(*(jobs_table.c[c] for c in columns))
-                            .where(jobs_table.c.id == job_id)).first()
+        return conn.execute(
+            select(*(jobs_table.c[c] for c in columns)).where(jobs_table.c.id == job_id)
+        ).first()
 
 
 def succeed(store, job_id):
@@ -49,18 +68,31 @@ def test_suspend_queues_the_children_in_the_parents_lane_and_frees_the_node(any_
     parent = running_parent(store, owner="alice")
     kids = fan_out(store, parent, 3)
     rec = store.peek(parent)
-    assert rec.status == "RUNNING" and rec.node is None and rec.lease_until is None and rec.waiting_for == 0
+    assert (
+        rec.status == "RUNNING"
+        and rec.node is None
+        and rec.lease_until is None
+        and rec.waiting_for == 0
+    )
     for index, kid in enumerate(kids):
         child = store.peek(kid)
-        assert (child.status, child.owner, child.parent_id, child.child_stage, child.child_index) == \
-            ("QUEUING", "alice", parent, 0, index)
+        assert (
+            child.status,
+            child.owner,
+            child.parent_id,
+            child.child_stage,
+            child.child_index,
+        ) == ("QUEUING", "alice", parent, 0, index)
         assert raw(store, kid, "lane")[0] == "XDemo/alice"
     assert raw(store, parent, "lane")[0] != "XDemo/alice"
     # the children are claimed; the waiting parent is not (it is not queued)
     claimed = [store.claim(NODE, now_ms(), LEASE_MS) for _ in range(4)]
     assert sorted(c.id for c in claimed if c is not None) == sorted(kids) and claimed[3] is None
     # a parent that no longer runs on the node stores nothing
-    assert store.suspend(kids[0], "another-node", 0, True, [new_record()], progress_json(1, 0), "x") is False
+    assert (
+        store.suspend(kids[0], "another-node", 0, True, [new_record()], progress_json(1, 0), "x")
+        is False
+    )
 
 
 def test_children_past_a_queue_limit_are_not_stored(any_store):
@@ -68,20 +100,33 @@ def test_children_past_a_queue_limit_are_not_stored(any_store):
     past either, suspend stores nothing and says which limit."""
     store = any_store
     parent = running_parent(store)
-    assert store.create(new_record(owner="bob"), 0)               # 1 queued already
+    assert store.create(new_record(owner="bob"), 0)  # 1 queued already
     four = [new_record() for _ in range(4)]
-    full = store.suspend(parent, NODE, 0, True, four, progress_json(4, 0), "x",
-                         [QueueLimit("XDemo", 4, None, 0)])
+    full = store.suspend(
+        parent, NODE, 0, True, four, progress_json(4, 0), "x", [QueueLimit("XDemo", 4, None, 0)]
+    )
     assert full == QueueFull("XDemo", 4, own=False)
-    full = store.suspend(parent, NODE, 0, True, four, progress_json(4, 0), "x",
-                         [QueueLimit("XDemo", 10, "XDemo", 3)])
-    assert full == QueueFull("XDemo", 3, own=True)                 # alice's own lane
+    full = store.suspend(
+        parent, NODE, 0, True, four, progress_json(4, 0), "x", [QueueLimit("XDemo", 10, "XDemo", 3)]
+    )
+    assert full == QueueFull("XDemo", 3, own=True)  # alice's own lane
     assert raw(store, parent, "status", "node") == ("RUNNING", NODE)
     with store.engine.connect() as conn:
-        assert conn.execute(select(jobs_table.c.id).where(jobs_table.c.parent_id == parent)).all() == []
+        assert (
+            conn.execute(select(jobs_table.c.id).where(jobs_table.c.parent_id == parent)).all()
+            == []
+        )
     # a limit of another service, and limits that hold, let them in
-    status = store.suspend(parent, NODE, 0, True, four, progress_json(4, 0), "x",
-                           [QueueLimit("XTour", 1, None, 1), QueueLimit("XDemo", 5, None, 4)])
+    status = store.suspend(
+        parent,
+        NODE,
+        0,
+        True,
+        four,
+        progress_json(4, 0),
+        "x",
+        [QueueLimit("XTour", 1, None, 1), QueueLimit("XDemo", 5, None, 4)],
+    )
     assert status == "RUNNING"
 
 
@@ -94,15 +139,18 @@ def test_resume_only_after_every_child_finished(any_store):
         claim_exactly(store, kid)
     succeed(store, kids[0])
     assert store.finish(kids[1], "FAILED", now_ms(), fault=STOP_FAULT)
-    assert store.resume(NODE, now_ms(), LEASE_MS) is None        # one still runs
+    assert store.resume(NODE, now_ms(), LEASE_MS) is None  # one still runs
     succeed(store, kids[2])
     resumed = store.resume("other-node", now_ms(), LEASE_MS)
     assert resumed is not None and resumed.id == parent and resumed.node == "other-node"
     assert resumed.status == "RUNNING"
-    assert store.resume(NODE, now_ms(), LEASE_MS) is None        # taken once
+    assert store.resume(NODE, now_ms(), LEASE_MS) is None  # taken once
     outcomes = store.children_of(parent)
     assert [(c.id, c.status, c.index) for c in outcomes] == [
-        (kids[0], "SUCCEEDED", 0), (kids[1], "FAILED", 1), (kids[2], "SUCCEEDED", 2)]
+        (kids[0], "SUCCEEDED", 0),
+        (kids[1], "FAILED", 1),
+        (kids[2], "SUCCEEDED", 2),
+    ]
 
 
 def test_a_stopped_waiting_parent_resumes_stopping(any_store):
@@ -126,16 +174,26 @@ def test_refresh_waiting_progress_counts_the_children(any_store):
         return progress_json(remaining, successful, failed)
 
     assert store.refresh_waiting_progress(parent, make) is False
-    assert bulk(store, parent) == {"$type": "BulkProgress", "remaining": 4, "successful": 0, "failed": 0}
+    assert bulk(store, parent) == {
+        "$type": "BulkProgress",
+        "remaining": 4,
+        "successful": 0,
+        "failed": 0,
+    }
     claim_exactly(store, kids[0])
     succeed(store, kids[0])
     assert store.refresh_waiting_progress(parent, make) is False
     assert bulk(store, parent)["successful"] == 1 and bulk(store, parent)["remaining"] == 3
     claim_exactly(store, kids[1])
     assert store.finish(kids[1], "FAILED", now_ms(), fault=STOP_FAULT)
-    assert store.refresh_waiting_progress(parent, make) is True          # fail fast: stop the others
-    assert bulk(store, parent) == {"$type": "BulkProgress", "remaining": 2, "successful": 1, "failed": 1}
-    assert store.refresh_waiting_progress(kids[2], make) is None          # not a waiting parent
+    assert store.refresh_waiting_progress(parent, make) is True  # fail fast: stop the others
+    assert bulk(store, parent) == {
+        "$type": "BulkProgress",
+        "remaining": 2,
+        "successful": 1,
+        "failed": 1,
+    }
+    assert store.refresh_waiting_progress(kids[2], make) is None  # not a waiting parent
 
 
 def test_stop_children_fails_the_queued_and_stops_the_running(any_store):
@@ -150,7 +208,7 @@ def test_stop_children_fails_the_queued_and_stops_the_running(any_store):
     assert sorted(changed) == sorted(kids[1:])
     assert [store.peek(k).status for k in kids] == ["SUCCEEDED", "STOPPING", "FAILED", "FAILED"]
     assert json.loads(store.get(kids[2]).fault)["faultInfo"]["$type"] == "RequestStoppedFault"
-    assert store.claim(NODE, now_ms(), LEASE_MS) is None                  # nothing left queued
+    assert store.claim(NODE, now_ms(), LEASE_MS) is None  # nothing left queued
 
 
 def test_stop_children_reaches_grandchildren(any_store):
@@ -162,7 +220,11 @@ def test_stop_children_reaches_grandchildren(any_store):
     claim_exactly(store, grandchildren[0])
     changed = store.stop_children(parent, now_ms(), STOP_FAULT)
     assert sorted(changed) == sorted([middle] + grandchildren)
-    assert [store.peek(j).status for j in [middle] + grandchildren] == ["STOPPING", "STOPPING", "FAILED"]
+    assert [store.peek(j).status for j in [middle] + grandchildren] == [
+        "STOPPING",
+        "STOPPING",
+        "FAILED",
+    ]
 
 
 def test_erasing_the_parent_erases_its_children(any_store):
@@ -174,7 +236,7 @@ def test_erasing_the_parent_erases_its_children(any_store):
         succeed(store, kid)
     assert store.resume(NODE, now_ms(), LEASE_MS).id == parent
     succeed(store, parent)
-    assert store.delete_children(parent) == []                            # none holds a worker
+    assert store.delete_children(parent) == []  # none holds a worker
     assert store.erase(parent, ("SUCCEEDED",))
     assert all(store.peek(k) is None for k in kids + [parent])
     assert store.events(kids[0]) is None
@@ -205,7 +267,7 @@ def test_the_cleaner_never_erases_a_child_on_its_own(any_store):
     assert all(store.peek(k) is not None for k in kids)
     assert store.resume(NODE, now_ms(), LEASE_MS).id == parent
     assert store.finish(parent, "SUCCEEDED", now_ms(), result=result_json(stored_response()))
-    assert store.erase_expired(now_ms(), 1000, 1000, 100) == 0          # the parent has not expired
+    assert store.erase_expired(now_ms(), 1000, 1000, 100) == 0  # the parent has not expired
     assert all(store.peek(k) is not None for k in kids)
     # once the parent expires, it goes, with its children
     assert store.erase_expired(now_ms() + 5000, 1000, 1000, 100) == 1

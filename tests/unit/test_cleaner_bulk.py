@@ -4,6 +4,7 @@ expired jobs go: not fresh ones, not active ones, not fetched ones inside their
 fetched retention.  On SQLite, and on PostgreSQL when XRUNTIME_TEST_DATABASE_URL is set
 (the ``any_store`` fixture drops and re-creates its table first).  A million, with the
 figures, is ``benchmarks/store_growth.py``'s."""
+
 import random
 import threading
 import time
@@ -11,9 +12,9 @@ import uuid
 
 from sqlalchemy import func, insert, select
 
-from xruntime.settings.config import JobSettings, Settings
 from xruntime.engine.cleaner import RetentionCleaner
 from xruntime.engine.notifier import Notifier
+from xruntime.settings.config import JobSettings, Settings
 from xruntime.store import now_ms
 from xruntime.store.schema import jobs as jobs_table
 
@@ -23,7 +24,7 @@ EXPIRED = 20_000
 MINUTE = 60_000
 HOUR = 60 * MINUTE
 SETTINGS = Settings(jobs=JobSettings(unfetched_retention_ms=HOUR, fetched_retention_ms=10 * MINUTE))
-MAX_LATENCY = 0.5            # s: "well under 1 s" for any one call while the cleaner runs
+MAX_LATENCY = 0.5  # s: "well under 1 s" for any one call while the cleaner runs
 
 RESULT = b'{"stepsDone":1,"payload":"x"}'
 FAULT = b'{"$type":"ProcessingFault","message":"failed","hint":"retry"}'
@@ -32,18 +33,24 @@ FAULT = b'{"$type":"ProcessingFault","message":"failed","hint":"retry"}'
 def row(now, status, *, finished_ago=None, fetched_ago=None, queued_ago=None):
     queued_at = now - (queued_ago if queued_ago is not None else (finished_ago or 0) + MINUTE)
     return {
-        "id": str(uuid.uuid4()), "service": "XDemo", "operation": "simulate",
-        "fetch_type": "SimulateResponse", "status": status, "request": b"{}",
+        "id": str(uuid.uuid4()),
+        "service": "XDemo",
+        "operation": "simulate",
+        "fetch_type": "SimulateResponse",
+        "status": status,
+        "request": b"{}",
         "result": RESULT if status == "SUCCEEDED" else None,
         "fault": FAULT if status == "FAILED" else None,
-        "progress": None, "queued_at": queued_at,
+        "progress": None,
+        "queued_at": queued_at,
         "started_at": queued_at + 10 if status != "QUEUING" else None,
         "finished_at": now - finished_ago if finished_ago is not None else None,
         "first_fetched_at": now - fetched_ago if fetched_ago is not None else None,
         "attempts": 0 if status == "QUEUING" else 1,
         "node": "n1" if status in ("RUNNING", "STOPPING", "DELETED") else None,
         "lease_until": now + MINUTE if status in ("RUNNING", "STOPPING", "DELETED") else None,
-        "queueing_timeout": None, "computation_timeout": None,
+        "queueing_timeout": None,
+        "computation_timeout": None,
     }
 
 
@@ -55,9 +62,9 @@ def fill(store, now):
     rows = []
     for i in range(EXPIRED):
         status = "SUCCEEDED" if i % 3 else "FAILED"
-        if i % 10 == 0:      # fetched, and its fetched retention is over too
+        if i % 10 == 0:  # fetched, and its fetched retention is over too
             r = row(now, status, finished_ago=2 * HOUR, fetched_ago=11 * MINUTE + i % 1000)
-        else:                # never fetched, finished longer ago than the unfetched retention
+        else:  # never fetched, finished longer ago than the unfetched retention
             r = row(now, status, finished_ago=HOUR + 1 + rng.randrange(10 * HOUR))
         rows.append(r)
         expired.append(r["id"])
@@ -84,7 +91,7 @@ def fill(store, now):
     rng.shuffle(rows)
     with store.engine.begin() as conn:
         for start in range(0, len(rows), 20_000):
-            conn.execute(insert(jobs_table), rows[start:start + 20_000])
+            conn.execute(insert(jobs_table), rows[start : start + 20_000])
     return expired, kept
 
 
@@ -101,7 +108,7 @@ def test_cleaner_erases_20k_expired_jobs_without_stalling_requests(any_store):
     manager = BlockingJobs(store, notifier, lambda: SETTINGS)
     fresh_id = kept["fresh"][0]
     fetched_id = kept["fetched inside"][0]
-    active_id = kept["active"][1]           # a RUNNING one
+    active_id = kept["active"][1]  # a RUNNING one
 
     # The cleaner judges expiry at the instant the rows were stamped against, however
     # long filling and cleaning take: on a real clock every margin of the rows that
@@ -115,7 +122,7 @@ def test_cleaner_erases_20k_expired_jobs_without_stalling_requests(any_store):
         t0 = time.perf_counter()
         try:
             outcome["erased"] = cleaner.clean()
-        except BaseException as exc:        # reported by the main thread
+        except BaseException as exc:  # reported by the main thread
             outcome["error"] = exc
         outcome["took"] = time.perf_counter() - t0
 
@@ -142,7 +149,7 @@ def test_cleaner_erases_20k_expired_jobs_without_stalling_requests(any_store):
             created.append(job.id)
 
             t = time.perf_counter()
-            answer = manager.watch(fresh_id)           # terminal: answers at once
+            answer = manager.watch(fresh_id)  # terminal: answers at once
             latencies["watch"].append(time.perf_counter() - t)
             assert answer.status in ("SUCCEEDED", "FAILED")
 
@@ -156,9 +163,11 @@ def test_cleaner_erases_20k_expired_jobs_without_stalling_requests(any_store):
     assert "error" not in outcome, outcome.get("error")
 
     worst = {name: max(values) for name, values in latencies.items()}
-    print(f"\n{store.dialect}: cleaner erased {outcome['erased']} jobs in {outcome['took']:.2f} s; "
-          f"{len(created)} request rounds meanwhile; max latency (ms): "
-          + ", ".join(f"{k} {v * 1000:.1f}" for k, v in worst.items()))
+    print(
+        f"\n{store.dialect}: cleaner erased {outcome['erased']} jobs in {outcome['took']:.2f} s; "
+        f"{len(created)} request rounds meanwhile; max latency (ms): "
+        + ", ".join(f"{k} {v * 1000:.1f}" for k, v in worst.items())
+    )
     assert len(created) >= 5, "the cleaner ended before the requests could overlap it"
     for name, value in worst.items():
         assert value < MAX_LATENCY, f"{name} took {value:.3f} s while the cleaner ran"
@@ -170,8 +179,11 @@ def test_cleaner_erases_20k_expired_jobs_without_stalling_requests(any_store):
     assert remaining == should_stay, (
         f"{len(should_stay - remaining)} jobs that should stay were erased "
         f"({[k for k, ids in kept.items() if set(ids) - remaining]}), "
-        f"{len(remaining - should_stay)} expired ones are left")
+        f"{len(remaining - should_stay)} expired ones are left"
+    )
     # a second run finds nothing more
     assert cleaner.clean() == 0
     with store.engine.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(jobs_table)).scalar() == len(should_stay)
+        assert conn.execute(select(func.count()).select_from(jobs_table)).scalar() == len(
+            should_stay
+        )

@@ -1,28 +1,47 @@
 """The JSON codec (docs/protocol.md §2, §6, §7): ``$type`` on polymorphic values, round trips,
 and the faults a wrong request gets, each naming the field by its path."""
+
 import json
 
 import pytest
 from lxml import etree
 from spyne import Unicode
 
-from xruntime.services.xdemo.types import SimulateRequest, SimulateResponse
-from xruntime.services.xdima.types import CreateDistanceMatrixRequest
 from xruntime.bindings import xml_codec
 from xruntime.protocol import codec
-from xruntime.protocol.faults import (AccessDeniedFault, InternalErrorFault,
-                                      InvalidFetchTypeFault, InvalidRequestFault,
-                                      InvalidValueFault, JobStateFault, MissingParameterFault,
-                                      ProcessingFault, QueueOverflowFault, RequestStoppedFault,
-                                      RequestTimedOutFault, ServiceNotConfiguredFault,
-                                      UnknownJobFault, XServerFault)
-from xruntime.protocol.types import (BulkProgress, IntermediateResponseLimitation, Job,
-                                     JobProgress, JobRequest, ResultLimitation, Timeouts,
-                                     WatchRequest)
+from xruntime.protocol.faults import (
+    AccessDeniedFault,
+    InternalErrorFault,
+    InvalidFetchTypeFault,
+    InvalidRequestFault,
+    InvalidValueFault,
+    JobStateFault,
+    MissingParameterFault,
+    ProcessingFault,
+    QueueOverflowFault,
+    RequestStoppedFault,
+    RequestTimedOutFault,
+    ServiceNotConfiguredFault,
+    UnknownJobFault,
+    XServerFault,
+)
+from xruntime.protocol.types import (
+    BulkProgress,
+    IntermediateResponseLimitation,
+    Job,
+    JobProgress,
+    JobRequest,
+    ResultLimitation,
+    Timeouts,
+    WatchRequest,
+)
+from xruntime.services.xdemo.types import SimulateRequest, SimulateResponse
+from xruntime.services.xdima.types import CreateDistanceMatrixRequest
 
 
 class CodecTestFault(ProcessingFault):
     """A service's own fault subtype with a field of its own."""
+
     detail = Unicode
 
 
@@ -33,12 +52,22 @@ def roundtrip(value, cls):
 
 # --------------------------------------------------------------------------- encode / $type
 
+
 def test_job_progress_carries_its_type():
-    job = Job(id="j1", status="RUNNING", elapsedTime=1200,
-              progress=BulkProgress(remaining=3, successful=2, failed=1))
+    job = Job(
+        id="j1",
+        status="RUNNING",
+        elapsedTime=1200,
+        progress=BulkProgress(remaining=3, successful=2, failed=1),
+    )
     data = codec.encode(job, Job)
     assert data["id"] == "j1" and data["status"] == "RUNNING" and data["elapsedTime"] == 1200
-    assert data["progress"] == {"$type": "BulkProgress", "remaining": 3, "successful": 2, "failed": 1}
+    assert data["progress"] == {
+        "$type": "BulkProgress",
+        "remaining": 3,
+        "successful": 2,
+        "failed": 1,
+    }
 
 
 def test_job_without_progress_has_no_progress_member():
@@ -48,12 +77,23 @@ def test_job_without_progress_has_no_progress_member():
 
 
 def test_result_limitations_carry_their_type():
-    response = SimulateResponse(stepsDone=2, payload="ab", resultLimitations=[
-        IntermediateResponseLimitation(message="stopped after 2 steps", reason="REQUEST_STOPPED")])
+    response = SimulateResponse(
+        stepsDone=2,
+        payload="ab",
+        resultLimitations=[
+            IntermediateResponseLimitation(
+                message="stopped after 2 steps", reason="REQUEST_STOPPED"
+            )
+        ],
+    )
     data = codec.encode(response, SimulateResponse)
-    assert data["resultLimitations"] == [{"$type": "IntermediateResponseLimitation",
-                                          "message": "stopped after 2 steps",
-                                          "reason": "REQUEST_STOPPED"}]
+    assert data["resultLimitations"] == [
+        {
+            "$type": "IntermediateResponseLimitation",
+            "message": "stopped after 2 steps",
+            "reason": "REQUEST_STOPPED",
+        }
+    ]
     assert data["stepsDone"] == 2 and data["payload"] == "ab"
 
 
@@ -64,8 +104,12 @@ def test_declared_monomorphic_values_need_no_type():
 
 
 def test_job_round_trip_keeps_the_progress_subtype():
-    job = Job(id="j1", status="STOPPING", elapsedTime=5,
-              progress=BulkProgress(remaining=0, successful=7, failed=2))
+    job = Job(
+        id="j1",
+        status="STOPPING",
+        elapsedTime=5,
+        progress=BulkProgress(remaining=0, successful=7, failed=2),
+    )
     back = roundtrip(job, Job)
     assert isinstance(back.progress, BulkProgress)
     assert (back.progress.remaining, back.progress.successful, back.progress.failed) == (0, 7, 2)
@@ -73,9 +117,14 @@ def test_job_round_trip_keeps_the_progress_subtype():
 
 
 def test_response_round_trip():
-    response = SimulateResponse(stepsDone=4, payload="xyz", resultLimitations=[
-        IntermediateResponseLimitation(message="m", reason="REQUEST_TIMED_OUT"),
-        ResultLimitation(message="plain")])
+    response = SimulateResponse(
+        stepsDone=4,
+        payload="xyz",
+        resultLimitations=[
+            IntermediateResponseLimitation(message="m", reason="REQUEST_TIMED_OUT"),
+            ResultLimitation(message="plain"),
+        ],
+    )
     back = roundtrip(response, SimulateResponse)
     assert back.stepsDone == 4 and back.payload == "xyz"
     first, second = back.resultLimitations
@@ -85,13 +134,24 @@ def test_response_round_trip():
 
 
 def test_request_round_trip():
-    data = {"timeouts": {"queueingTimeout": 1000, "computationTimeout": 2000},
-            "durationMs": 1500, "steps": 3, "failAtStep": 2, "resultSize": 10, "busy": True}
+    data = {
+        "timeouts": {"queueingTimeout": 1000, "computationTimeout": 2000},
+        "durationMs": 1500,
+        "steps": 3,
+        "failAtStep": 2,
+        "resultSize": 10,
+        "busy": True,
+    }
     request = codec.decode(data, SimulateRequest)
     assert request.timeouts.queueingTimeout == 1000
     assert request.timeouts.computationTimeout == 2000
-    assert (request.durationMs, request.steps, request.failAtStep, request.resultSize,
-            request.busy) == (1500, 3, 2, 10, True)
+    assert (
+        request.durationMs,
+        request.steps,
+        request.failAtStep,
+        request.resultSize,
+        request.busy,
+    ) == (1500, 3, 2, 10, True)
     assert codec.encode(request, SimulateRequest) == data
 
 
@@ -116,6 +176,7 @@ def test_integral_float_is_an_integer():
 
 # --------------------------------------------------------------------------- decode errors
 
+
 def invalid(data, cls):
     with pytest.raises(InvalidValueFault) as excinfo:
         codec.decode(data, cls)
@@ -125,17 +186,20 @@ def invalid(data, cls):
     return fault
 
 
-@pytest.mark.parametrize("data, parameter", [
-    ({"timeouts": {"computationTimeout": "soon"}}, "timeouts.computationTimeout"),
-    ({"timeouts": {"queueingTimeout": 1.5}}, "timeouts.queueingTimeout"),
-    ({"timeouts": {"computationTimeout": [1]}}, "timeouts.computationTimeout"),
-    ({"timeouts": 5}, "timeouts"),
-    ({"steps": "3"}, "steps"),
-    ({"steps": 2.5}, "steps"),
-    ({"durationMs": {"ms": 1}}, "durationMs"),
-    ({"busy": 1}, "busy"),
-    ({"busy": "true"}, "busy"),
-])
+@pytest.mark.parametrize(
+    "data, parameter",
+    [
+        ({"timeouts": {"computationTimeout": "soon"}}, "timeouts.computationTimeout"),
+        ({"timeouts": {"queueingTimeout": 1.5}}, "timeouts.queueingTimeout"),
+        ({"timeouts": {"computationTimeout": [1]}}, "timeouts.computationTimeout"),
+        ({"timeouts": 5}, "timeouts"),
+        ({"steps": "3"}, "steps"),
+        ({"steps": 2.5}, "steps"),
+        ({"durationMs": {"ms": 1}}, "durationMs"),
+        ({"busy": 1}, "busy"),
+        ({"busy": "true"}, "busy"),
+    ],
+)
 def test_wrong_type_names_the_field_by_its_path(data, parameter):
     fault = invalid(data, SimulateRequest)
     assert fault.parameter == parameter
@@ -149,30 +213,38 @@ def test_booleans_are_not_integers(field, value):
 
 
 def test_booleans_are_not_integers_in_nested_values():
-    assert invalid({"timeouts": {"computationTimeout": True}},
-                   SimulateRequest).parameter == "timeouts.computationTimeout"
+    assert (
+        invalid({"timeouts": {"computationTimeout": True}}, SimulateRequest).parameter
+        == "timeouts.computationTimeout"
+    )
 
 
-@pytest.mark.parametrize("data, parameter", [
-    ({"steps": 0}, "steps"),
-    ({"steps": -3}, "steps"),
-    ({"durationMs": -1}, "durationMs"),
-    ({"failAtStep": 0}, "failAtStep"),
-    ({"resultSize": -1}, "resultSize"),
-    ({"resultSize": 100 * 1024 * 1024 + 1}, "resultSize"),
-])
+@pytest.mark.parametrize(
+    "data, parameter",
+    [
+        ({"steps": 0}, "steps"),
+        ({"steps": -3}, "steps"),
+        ({"durationMs": -1}, "durationMs"),
+        ({"failAtStep": 0}, "failAtStep"),
+        ({"resultSize": -1}, "resultSize"),
+        ({"resultSize": 100 * 1024 * 1024 + 1}, "resultSize"),
+    ],
+)
 def test_out_of_range_values_are_invalid(data, parameter):
     fault = invalid(data, SimulateRequest)
     assert fault.parameter == parameter
     assert fault.value == str(data[parameter])
 
 
-@pytest.mark.parametrize("data, parameter", [
-    ({"durationMs": 2 ** 63}, "durationMs"),
-    ({"timeouts": {"computationTimeout": 2 ** 70}}, "timeouts.computationTimeout"),
-    ({"timeouts": {"queueingTimeout": -(2 ** 63) - 1}}, "timeouts.queueingTimeout"),
-    ({"durationMs": 1e300}, "durationMs"),
-])
+@pytest.mark.parametrize(
+    "data, parameter",
+    [
+        ({"durationMs": 2**63}, "durationMs"),
+        ({"timeouts": {"computationTimeout": 2**70}}, "timeouts.computationTimeout"),
+        ({"timeouts": {"queueingTimeout": -(2**63) - 1}}, "timeouts.queueingTimeout"),
+        ({"durationMs": 1e300}, "durationMs"),
+    ],
+)
 def test_integers_beyond_64_bits_are_invalid(data, parameter):
     """Long is xs:long (64 bits): a larger number must be refused as the request's
     mistake, not reach the store and fail there as an internal error."""
@@ -180,32 +252,61 @@ def test_integers_beyond_64_bits_are_invalid(data, parameter):
 
 
 def test_within_range_values_are_accepted():
-    request = codec.decode({"steps": 1, "durationMs": 0, "failAtStep": 1,
-                            "resultSize": 100 * 1024 * 1024,
-                            "timeouts": {"computationTimeout": 2 ** 63 - 1}}, SimulateRequest)
+    request = codec.decode(
+        {
+            "steps": 1,
+            "durationMs": 0,
+            "failAtStep": 1,
+            "resultSize": 100 * 1024 * 1024,
+            "timeouts": {"computationTimeout": 2**63 - 1},
+        },
+        SimulateRequest,
+    )
     assert request.resultSize == 100 * 1024 * 1024
 
 
-@pytest.mark.parametrize("data, parameter", [
-    ({"stepz": 3}, "stepz"),
-    ({"timeouts": {"computationTimeOut": 5}}, "timeouts.computationTimeOut"),
-])
+@pytest.mark.parametrize(
+    "data, parameter",
+    [
+        ({"stepz": 3}, "stepz"),
+        ({"timeouts": {"computationTimeOut": 5}}, "timeouts.computationTimeOut"),
+    ],
+)
 def test_unknown_field_is_invalid(data, parameter):
     assert invalid(data, SimulateRequest).parameter == parameter
 
 
 def test_unknown_field_inside_a_polymorphic_value():
-    fault = invalid({"id": "j", "status": "RUNNING", "elapsedTime": 1,
-                     "progress": {"$type": "BulkProgress", "percent": 5}}, Job)
+    fault = invalid(
+        {
+            "id": "j",
+            "status": "RUNNING",
+            "elapsedTime": 1,
+            "progress": {"$type": "BulkProgress", "percent": 5},
+        },
+        Job,
+    )
     assert fault.parameter == "progress.percent"
 
 
-@pytest.mark.parametrize("data, parameter", [
-    ({"id": "j", "status": "RUNNING", "elapsedTime": 1, "progress": {"$type": "NoSuchProgress"}},
-     "progress.$type"),
-    ({"id": "j", "status": "RUNNING", "elapsedTime": 1, "progress": {"$type": "Timeouts"}},
-     "progress.$type"),        # a known type, but not a JobProgress
-])
+@pytest.mark.parametrize(
+    "data, parameter",
+    [
+        (
+            {
+                "id": "j",
+                "status": "RUNNING",
+                "elapsedTime": 1,
+                "progress": {"$type": "NoSuchProgress"},
+            },
+            "progress.$type",
+        ),
+        (
+            {"id": "j", "status": "RUNNING", "elapsedTime": 1, "progress": {"$type": "Timeouts"}},
+            "progress.$type",
+        ),  # a known type, but not a JobProgress
+    ],
+)
 def test_unknown_type_is_invalid(data, parameter):
     fault = invalid(data, Job)
     assert fault.parameter == parameter
@@ -218,15 +319,19 @@ def test_unknown_type_in_a_list_names_the_index():
 
 
 def test_wrong_enum_value_names_the_field():
-    fault = invalid({"resultLimitations": [{"$type": "IntermediateResponseLimitation",
-                                            "reason": "BORED"}]}, SimulateResponse)
+    fault = invalid(
+        {"resultLimitations": [{"$type": "IntermediateResponseLimitation", "reason": "BORED"}]},
+        SimulateResponse,
+    )
     assert fault.parameter == "resultLimitations[0].reason"
     assert invalid({"id": "j", "status": "DONE", "elapsedTime": 1}, Job).parameter == "status"
 
 
 def test_list_expected():
-    assert invalid({"resultLimitations": {"message": "x"}},
-                   SimulateResponse).parameter == "resultLimitations"
+    assert (
+        invalid({"resultLimitations": {"message": "x"}}, SimulateResponse).parameter
+        == "resultLimitations"
+    )
 
 
 def test_request_that_is_not_an_object_is_invalid():
@@ -235,13 +340,16 @@ def test_request_that_is_not_an_object_is_invalid():
             codec.decode(data, SimulateRequest)
 
 
-@pytest.mark.parametrize("cls, data, parameter", [
-    (JobRequest, {}, "id"),
-    (JobRequest, {"id": None}, "id"),
-    (WatchRequest, {"progressUpdatePeriod": 1000}, "id"),
-    (Job, {"id": "j", "elapsedTime": 0}, "status"),
-    (Job, {"id": "j", "status": "RUNNING"}, "elapsedTime"),
-])
+@pytest.mark.parametrize(
+    "cls, data, parameter",
+    [
+        (JobRequest, {}, "id"),
+        (JobRequest, {"id": None}, "id"),
+        (WatchRequest, {"progressUpdatePeriod": 1000}, "id"),
+        (Job, {"id": "j", "elapsedTime": 0}, "status"),
+        (Job, {"id": "j", "status": "RUNNING"}, "elapsedTime"),
+    ],
+)
 def test_missing_required_is_missing_parameter(cls, data, parameter):
     with pytest.raises(MissingParameterFault) as excinfo:
         codec.decode(data, cls)
@@ -256,16 +364,21 @@ def test_long_values_are_shortened_in_the_fault():
 
 # --------------------------------------------------------------------------- the value as sent
 
+
 def read_xml(fields, cls):
     """``fields`` (XML text) in an operation's element, as the SOAP binding reads them:
     (data, sent)."""
-    return xml_codec.read(etree.fromstring(f'<x:op xmlns:x="{cls.get_namespace()}">{fields}</x:op>'), cls)
+    return xml_codec.read(
+        etree.fromstring(f'<x:op xmlns:x="{cls.get_namespace()}">{fields}</x:op>'), cls
+    )
 
 
 @pytest.mark.parametrize("text", ["95", "95.50", "9.5e1", " 95 ", "+95"])
 def test_out_of_range_value_is_named_as_sent_in_xml(text):
-    data, sent = read_xml(f"<startLocations><longitude>0</longitude><latitude>{text}</latitude>"
-                          "</startLocations>", CreateDistanceMatrixRequest)
+    data, sent = read_xml(
+        f"<startLocations><longitude>0</longitude><latitude>{text}</latitude></startLocations>",
+        CreateDistanceMatrixRequest,
+    )
     assert data == {"startLocations": [{"longitude": 0.0, "latitude": float(text)}]}
     with pytest.raises(InvalidValueFault) as excinfo:
         codec.decode(data, CreateDistanceMatrixRequest, sent=sent)
@@ -276,14 +389,19 @@ def test_out_of_range_value_is_named_as_sent_in_xml(text):
 def test_xml_keeps_only_the_texts_a_value_would_not_show():
     """ "1.5" reads as 1.5 and "2" as the integer 2: both show as sent; 0 as a double
     shows "0.0", so its text is kept."""
-    _, sent = read_xml("<startLocations><longitude>1.5</longitude><latitude>0</latitude>"
-                       "</startLocations><startLocations><longitude>2</longitude>"
-                       "<latitude>0.0</latitude></startLocations>", CreateDistanceMatrixRequest)
+    _, sent = read_xml(
+        "<startLocations><longitude>1.5</longitude><latitude>0</latitude>"
+        "</startLocations><startLocations><longitude>2</longitude>"
+        "<latitude>0.0</latitude></startLocations>",
+        CreateDistanceMatrixRequest,
+    )
     assert sent == {"startLocations[0].latitude": "0", "startLocations[1].longitude": "2"}
 
 
 def test_json_value_is_named_as_sent():
-    fault = invalid({"startLocations": [{"longitude": 0, "latitude": 95}]}, CreateDistanceMatrixRequest)
+    fault = invalid(
+        {"startLocations": [{"longitude": 0, "latitude": 95}]}, CreateDistanceMatrixRequest
+    )
     assert (fault.parameter, fault.value) == ("startLocations[0].latitude", "95")
 
 
@@ -320,8 +438,13 @@ def test_fault_json_form():
     fault = InvalidValueFault("invalid value for steps", parameter="steps", value="0")
     assert codec.encode_fault(fault) == {
         "message": "invalid value for steps",
-        "faultInfo": {"$type": "InvalidValueFault", "hint": fault.hint,
-                      "parameter": "steps", "value": "0"}}
+        "faultInfo": {
+            "$type": "InvalidValueFault",
+            "hint": fault.hint,
+            "parameter": "steps",
+            "value": "0",
+        },
+    }
     assert fault.hint, "every fault type of the protocol tells the caller what to do"
 
 

@@ -1,6 +1,7 @@
 """The configuration schema against everything that repeats it: the settings' dataclasses,
 the parser, the shipped config/xserver.toml and the documentation's key tables.  Each
 test fails on drift, so that a key is added in one place (xruntime/settings/schema.py)."""
+
 import os
 import tomllib
 from dataclasses import fields
@@ -28,19 +29,31 @@ TOKEN = "a" * 64
 SAMPLES = {"token_sha256": TOKEN, "max_stored_bytes": 5}
 
 #: the model object whose fields a table's own keys fill, with its defaults
-MODELS = {"server": Settings(), "database": Settings(), "workers": Settings(),
-          "jobs": JobSettings(), "services.NAME": ServiceSettings(), "auth": AuthSettings(),
-          "users.NAME": User(name="u", token_sha256=TOKEN)}
+MODELS = {
+    "server": Settings(),
+    "database": Settings(),
+    "workers": Settings(),
+    "jobs": JobSettings(),
+    "services.NAME": ServiceSettings(),
+    "auth": AuthSettings(),
+    "users.NAME": User(name="u", token_sha256=TOKEN),
+}
 #: the fields of each model that no key fills (objects of their own, or derived)
-NOT_KEYS = {Settings: {"jobs", "services", "auth", "users", "path"},
-            ServiceSettings: {"jobs", "overridden"}, User: {"name", "quota", "services"}}
+NOT_KEYS = {
+    Settings: {"jobs", "services", "auth", "users", "path"},
+    ServiceSettings: {"jobs", "overridden"},
+    User: {"name", "quota", "services"},
+}
 
 
 def concrete(path: str) -> str:
     """A table path as a file writes it: ``users.NAME.services.SERVICE`` →
     ``users.alice.services.XDemo``."""
-    return (path.replace("services.NAME", "services.XDemo").replace("NAME", "alice")
-            .replace("SERVICE", "XDemo"))
+    return (
+        path.replace("services.NAME", "services.XDemo")
+        .replace("NAME", "alice")
+        .replace("SERVICE", "XDemo")
+    )
 
 
 def file_with(path: str, line: str) -> str:
@@ -69,22 +82,29 @@ def test_every_table_and_key_is_declared_consistently():
         assert not set(names) & set(children_of(declared.path)), declared.path
 
 
-@pytest.mark.parametrize("model", [Settings, JobSettings, ServiceSettings, AuthSettings, Quota,
-                                   User])
+@pytest.mark.parametrize(
+    "model", [Settings, JobSettings, ServiceSettings, AuthSettings, Quota, User]
+)
 def test_each_model_field_is_a_key_and_each_key_a_model_field(model):
-    homes = {Settings: ("server", "database", "workers"), JobSettings: ("jobs",),
-             ServiceSettings: ("services.NAME",), AuthSettings: ("auth",), Quota: ("users.NAME",),
-             User: ("users.NAME",)}[model]
+    homes = {
+        Settings: ("server", "database", "workers"),
+        JobSettings: ("jobs",),
+        ServiceSettings: ("services.NAME",),
+        AuthSettings: ("auth",),
+        Quota: ("users.NAME",),
+        User: ("users.NAME",),
+    }[model]
     own = {f.name for f in fields(model)} - NOT_KEYS.get(model, set())
     declared = {key.setting for key in KEYS if key.home in homes}
-    if model in (Quota, User):          # [users.NAME] keys fill a User and its Quota
+    if model in (Quota, User):  # [users.NAME] keys fill a User and its Quota
         quota = {f.name for f in fields(Quota)}
         declared = declared & quota if model is Quota else declared - quota
     assert own == declared
 
 
-@pytest.mark.parametrize("key", [key for key in KEYS if not key.missing],
-                         ids=lambda key: f"{key.home}.{key.name}")
+@pytest.mark.parametrize(
+    "key", [key for key in KEYS if not key.missing], ids=lambda key: f"{key.home}.{key.name}"
+)
 def test_the_models_defaults_are_the_schemas(key):
     model = MODELS[key.home]
     if isinstance(model, User) and key.setting in {f.name for f in fields(Quota)}:
@@ -98,8 +118,11 @@ def test_the_restart_keys_are_the_keys_not_applied_live():
     assert set(config.RESTART_KEYS) | set(config.LIVE_FIELDS) | {"path"} == every
 
 
-@pytest.mark.parametrize("path, key", [(path, key) for key in KEYS for path in key.tables],
-                         ids=lambda item: getattr(item, "name", item))
+@pytest.mark.parametrize(
+    "path, key",
+    [(path, key) for key in KEYS for path in key.tables],
+    ids=lambda item: getattr(item, "name", item),
+)
 def test_every_key_is_read_where_it_may_be_written(path, key):
     value = key.default if key.default is not None else SAMPLES[key.name]
     config.parse(file_with(path, f"{key.name} = {_toml(value)}"), "f.toml", ["XDemo"])
@@ -107,13 +130,16 @@ def test_every_key_is_read_where_it_may_be_written(path, key):
     with pytest.raises(ConfigError) as caught:
         config.parse(text, "f.toml", ["XDemo"])
     line = text.count("\n")
-    assert caught.value.errors[0].startswith(f"line {line}: [{concrete(path)}] {key.name}: "), \
+    assert caught.value.errors[0].startswith(f"line {line}: [{concrete(path)}] {key.name}: "), (
         caught.value.errors
+    )
 
 
-@pytest.mark.parametrize("path, key, why",
-                         [(path, key, why) for key in KEYS for path, why in key.refused.items()],
-                         ids=lambda item: getattr(item, "name", item))
+@pytest.mark.parametrize(
+    "path, key, why",
+    [(path, key, why) for key in KEYS for path, why in key.refused.items()],
+    ids=lambda item: getattr(item, "name", item),
+)
 def test_a_refused_key_names_why(path, key, why):
     text = file_with(path, f"{key.name} = {_toml(SAMPLES.get(key.name, key.default))}")
     with pytest.raises(ConfigError) as caught:
@@ -131,6 +157,7 @@ def test_an_unknown_key_lists_the_tables_keys(declared):
 
 
 # --------------------------------------------------------------------------- the shipped file
+
 
 def shipped() -> tuple[str, dict]:
     with open(os.path.join(ROOT, "config", "xserver.toml"), encoding="utf-8") as f:
@@ -150,9 +177,10 @@ def test_the_shipped_file_writes_every_default_as_the_schema_declares_it():
         for key_name, value in table.items():
             key = keys[key_name]
             assert key.home == path, f"[{name}] {key_name}: the shipped file overrides [{key.home}]"
-            assert key.kind.check(value) == key.default_value(), \
-                f"config/xserver.toml [{name}] {key_name} = {value!r}; " \
+            assert key.kind.check(value) == key.default_value(), (
+                f"config/xserver.toml [{name}] {key_name} = {value!r}; "
                 f"the schema's default is {key.default!r}"
+            )
 
 
 def test_the_shipped_file_shows_every_key():
@@ -165,11 +193,13 @@ def test_the_shipped_file_shows_every_key():
             continue
         family = text.index(f"[{key.home.split('.')[0]}.")
         example = text[family:].splitlines()
-        assert any(line.lstrip("# ").startswith(f"{key.name} =") for line in example), \
+        assert any(line.lstrip("# ").startswith(f"{key.name} =") for line in example), (
             f"config/xserver.toml shows no [{key.home}] {key.name}"
+        )
 
 
 # --------------------------------------------------------------------------- the documents
+
 
 @pytest.mark.parametrize("document, cite", config_docs.DOCUMENTS.items())
 def test_the_documents_key_tables_are_generated_from_the_schema(document, cite):
@@ -179,7 +209,8 @@ def test_the_documents_key_tables_are_generated_from_the_schema(document, cite):
     assert found is not None, f"{document} has no <!-- config-table:begin --> … end markers"
     assert found == config_docs.block(cite), (
         f"{document}'s table of configuration keys differs from {config_schema.__name__}; "
-        f"run `{config_docs.command()}` in the repository's root")
+        f"run `{config_docs.command()}` in the repository's root"
+    )
 
 
 def test_the_generated_table_has_a_row_for_every_key():
@@ -193,8 +224,9 @@ def test_the_generated_table_has_a_row_for_every_key():
 def test_write_rewrites_a_stale_table(tmp_path):
     for document in config_docs.DOCUMENTS:
         os.makedirs(tmp_path / os.path.dirname(document), exist_ok=True)
-        (tmp_path / document).write_text("intro\n\n<!-- config-table:begin -->\n| old |\n"
-                                         "<!-- config-table:end -->\n\nrest\n")
+        (tmp_path / document).write_text(
+            "intro\n\n<!-- config-table:begin -->\n| old |\n<!-- config-table:end -->\n\nrest\n"
+        )
     assert sorted(config_docs.write(str(tmp_path))) == sorted(config_docs.DOCUMENTS)
     assert config_docs.write(str(tmp_path)) == []
     text = (tmp_path / "README.md").read_text()

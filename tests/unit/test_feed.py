@@ -3,6 +3,7 @@
 Each feed here stands for one process of a node; they run in this test's process, on
 one real SQLite file, and talk over real Unix datagram sockets.
 """
+
 import threading
 import time
 
@@ -89,17 +90,17 @@ def test_a_burst_arrives_whole(processes):
 def test_a_member_that_starts_later_is_told_at_once(processes):
     a = processes("n/main/1")
     time.sleep(0.1)
-    b = processes("n/http0/2")          # it says hello: a reads the members again
+    b = processes("n/http0/2")  # it says hello: a reads the members again
     time.sleep(0.2)
     a.feed.publish("job-1")
-    b.wait(timeout=0.5)                 # well before a's own re-read of the members (1 s)
+    b.wait(timeout=0.5)  # well before a's own re-read of the members (1 s)
     assert b.jobs == ["job-1"]
 
 
 def test_a_member_gone_is_left_out_and_the_others_still_hear(processes):
     a, b, c = processes("n/main/1"), processes("n/http0/2"), processes("n/http1/3")
     time.sleep(0.1)
-    b.feed._inbox.close()               # as if the process were killed: its row stays
+    b.feed._inbox.close()  # as if the process were killed: its row stays
     a.feed.publish("job-1")
     c.wait()
     assert c.jobs == ["job-1"]
@@ -113,21 +114,30 @@ def send_as(address: str, datagram: bytes, uid=None):
     import os
     import socket
     import subprocess
+
     if uid is None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
             sock.sendto(datagram, address)
         return
-    code = ("import socket,sys; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); "
-            "s.sendto(bytes.fromhex(sys.argv[2]), sys.argv[1].replace('@', chr(0), 1))")
+    code = (
+        "import socket,sys; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); "
+        "s.sendto(bytes.fromhex(sys.argv[2]), sys.argv[1].replace('@', chr(0), 1))"
+    )
     # (the system's Python: another user cannot read root's pyenv)
-    subprocess.run(["/usr/bin/python3", "-c", code, address.replace("\0", "@", 1), datagram.hex()],
-                   check=True, preexec_fn=lambda: os.setuid(uid), timeout=30, cwd="/")
+    subprocess.run(
+        ["/usr/bin/python3", "-c", code, address.replace("\0", "@", 1), datagram.hex()],
+        check=True,
+        preexec_fn=lambda: os.setuid(uid),
+        timeout=30,
+        cwd="/",
+    )
 
 
 def test_malformed_datagrams_and_other_users_are_dropped_quietly(processes, caplog):
     """benchmarks/abuse.py, item 9: a malformed datagram logged a traceback, and any local user can
     reach the feed's abstract socket. Both are dropped, with one line at most."""
     import os
+
     a = processes("n/main/1")
     time.sleep(0.1)
     with caplog.at_level("WARNING", logger="xruntime.feed"):
@@ -135,8 +145,8 @@ def test_malformed_datagrams_and_other_users_are_dropped_quietly(processes, capl
         send_as(a.feed.address, b"n/x/9\njob\x00with a NUL")
         if os.getuid() == 0 and os.path.exists("/usr/bin/python3"):
             send_as(a.feed.address, b"n/x/9\nsomeone-elses-job", uid=65534)
-        send_as(a.feed.address, b"n/x/9\njob-ok")          # the control: heard
+        send_as(a.feed.address, b"n/x/9\njob-ok")  # the control: heard
         a.wait()
     assert a.jobs == ["job-ok"]
     assert "Traceback" not in caplog.text and "could not be handled" not in caplog.text
-    assert caplog.text.count("the change feed dropped") == 1         # one line a minute
+    assert caplog.text.count("the change feed dropped") == 1  # one line a minute

@@ -4,6 +4,7 @@ job another run took over, can change nothing of it, on SQLite and PostgreSQL.
 The story of each test: node A takes the job (attempt 1) and stops renewing (cut off);
 the job's lease runs out; recovery queues it again and node B (or A itself, in another
 slot) takes it (attempt 2). Then A's delayed writes land."""
+
 import pytest
 
 from xruntime.store import JobRecord, Run, now_ms
@@ -54,13 +55,24 @@ def test_a_lost_run_cannot_write_progress_retry_or_hand_back(any_store):
 
 def test_a_lost_run_cannot_start_children(any_store):
     job_id, lost, holder = taken_over(any_store, by=A)
-    child = JobRecord(id="0c0c0c0c-0000-4000-8000-000000000001", service="XDemo", operation="startSimulate",
-                      fetch_type="SimulateResponse", status="QUEUING", request="{}", queued_at=now_ms())
-    assert any_store.suspend(job_id, A, 0, False, [child], progress_json(1, 0), "waiting",
-                             run=lost) is False
+    child = JobRecord(
+        id="0c0c0c0c-0000-4000-8000-000000000001",
+        service="XDemo",
+        operation="startSimulate",
+        fetch_type="SimulateResponse",
+        status="QUEUING",
+        request="{}",
+        queued_at=now_ms(),
+    )
+    assert (
+        any_store.suspend(job_id, A, 0, False, [child], progress_json(1, 0), "waiting", run=lost)
+        is False
+    )
     assert any_store.get(child.id) is None
-    assert any_store.suspend(job_id, A, 0, False, [child], progress_json(1, 0), "waiting",
-                             run=holder) == "RUNNING"
+    assert (
+        any_store.suspend(job_id, A, 0, False, [child], progress_json(1, 0), "waiting", run=holder)
+        == "RUNNING"
+    )
     assert any_store.get(child.id).status == "QUEUING"
 
 

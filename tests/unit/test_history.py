@@ -1,25 +1,38 @@
 """Retries, each job's history and listing (docs/protocol.md §11, §12) without HTTP: the store
 and the operation layer, on SQLite and (with XRUNTIME_TEST_DATABASE_URL) PostgreSQL."""
+
 import threading
 import time
 
 import pytest
 from sqlalchemy import text
 
-from xruntime.settings import config
+from tests.fixtures.released_schema import released_database
 from xruntime.operations.accounts import Caller
-from xruntime.protocol.faults import (AccessDeniedFault, InternalErrorFault, InvalidValueFault,
-                                      ProcessingFault, RequestTimedOutFault, UnknownJobFault)
+from xruntime.protocol.faults import (
+    AccessDeniedFault,
+    InternalErrorFault,
+    InvalidValueFault,
+    ProcessingFault,
+    RequestTimedOutFault,
+    UnknownJobFault,
+)
 from xruntime.protocol.types import ListJobsRequest
+from xruntime.services.xdemo.types import SimulateRequest
+from xruntime.settings import config
 from xruntime.store import SqlJobStore, now_ms
 
-from xruntime.services.xdemo.types import SimulateRequest
-
-from tests.fixtures.released_schema import released_database
-
 from .conftest import sqlite_url
-from .helpers import (LEASE_MS, NODE, BlockingJobs, claim_exactly, fault_json, new_record,
-                      result_json, stored_response)
+from .helpers import (
+    LEASE_MS,
+    NODE,
+    BlockingJobs,
+    claim_exactly,
+    fault_json,
+    new_record,
+    result_json,
+    stored_response,
+)
 
 
 @pytest.fixture
@@ -41,15 +54,20 @@ def start(jobs, op, caller=Caller("", admin=True)):
 
 # --------------------------------------------------------------------------- every path
 
+
 def test_a_job_that_succeeds_and_is_fetched(any_jobs, simulate_op):
     jobs = any_jobs
     job_id = start(jobs, simulate_op)
     claim_exactly(jobs.store, job_id)
     jobs.store.finish(job_id, "SUCCEEDED", now_ms(), result=result_json(stored_response()))
     jobs.fetch(simulate_op, job_id)
-    jobs.fetch(simulate_op, job_id)                 # a second fetch is no change
-    assert history(jobs, job_id) == [("QUEUING", 0, "queued"), ("RUNNING", 1, "running"),
-                                     ("SUCCEEDED", 1, "succeeded"), ("SUCCEEDED", 1, "fetched")]
+    jobs.fetch(simulate_op, job_id)  # a second fetch is no change
+    assert history(jobs, job_id) == [
+        ("QUEUING", 0, "queued"),
+        ("RUNNING", 1, "running"),
+        ("SUCCEEDED", 1, "succeeded"),
+        ("SUCCEEDED", 1, "fetched"),
+    ]
     events = jobs.events(job_id).events
     assert all(e.node == NODE for e in events[1:]) and events[0].node is None
     assert [e.time for e in events] == sorted(e.time for e in events)
@@ -61,10 +79,13 @@ def test_stop_then_a_fault(any_jobs, simulate_op):
     job_id = start(jobs, simulate_op)
     claim_exactly(jobs.store, job_id)
     assert jobs.stop(job_id).status == "STOPPING"
-    jobs.store.finish(job_id, "FAILED", now_ms(), fault=fault_json(ProcessingFault("no")),
-                      note="stopped")
-    assert history(jobs, job_id)[2:] == [("STOPPING", 1, "stop asked"),
-                                         ("FAILED", 1, "failed: ProcessingFault (stopped)")]
+    jobs.store.finish(
+        job_id, "FAILED", now_ms(), fault=fault_json(ProcessingFault("no")), note="stopped"
+    )
+    assert history(jobs, job_id)[2:] == [
+        ("STOPPING", 1, "stop asked"),
+        ("FAILED", 1, "failed: ProcessingFault (stopped)"),
+    ]
 
 
 def test_computation_timeout_and_a_kill(any_jobs, simulate_op):
@@ -72,19 +93,28 @@ def test_computation_timeout_and_a_kill(any_jobs, simulate_op):
     job_id = start(jobs, simulate_op)
     claim_exactly(jobs.store, job_id)
     assert jobs.store.request_stop(job_id, "stop asked: computation timeout")
-    jobs.store.finish(job_id, "FAILED", now_ms(), fault=fault_json(RequestTimedOutFault("late")),
-                      note="aborted after timeout")
+    jobs.store.finish(
+        job_id,
+        "FAILED",
+        now_ms(),
+        fault=fault_json(RequestTimedOutFault("late")),
+        note="aborted after timeout",
+    )
     assert history(jobs, job_id)[2:] == [
         ("STOPPING", 1, "stop asked: computation timeout"),
-        ("FAILED", 1, "failed: RequestTimedOutFault (aborted after timeout)")]
+        ("FAILED", 1, "failed: RequestTimedOutFault (aborted after timeout)"),
+    ]
 
 
 def test_queueing_timeout(any_jobs, simulate_op):
     jobs = any_jobs
     job_id = start(jobs, simulate_op)
-    assert jobs.store.fail_timed_out_queued(now_ms() + 10_000, 1000,
-                                            fault_json(RequestTimedOutFault("waited"))) == [job_id]
-    assert history(jobs, job_id)[1:] == [("FAILED", 0, "failed: RequestTimedOutFault (queueing timeout)")]
+    assert jobs.store.fail_timed_out_queued(
+        now_ms() + 10_000, 1000, fault_json(RequestTimedOutFault("waited"))
+    ) == [job_id]
+    assert history(jobs, job_id)[1:] == [
+        ("FAILED", 0, "failed: RequestTimedOutFault (queueing timeout)")
+    ]
 
 
 def test_delete_of_a_running_job_and_its_erasure(any_jobs, simulate_op):
@@ -96,14 +126,14 @@ def test_delete_of_a_running_job_and_its_erasure(any_jobs, simulate_op):
     assert jobs.store.erase(job_id, ("DELETED",))
     with pytest.raises(UnknownJobFault):
         jobs.events(job_id)
-    assert event_rows(jobs.store) == 0                 # erased with the job
+    assert event_rows(jobs.store) == 0  # erased with the job
 
 
 def test_delete_of_a_queued_or_finished_job_erases_its_history(any_jobs, simulate_op):
     jobs = any_jobs
     queued = start(jobs, simulate_op)
     done = start(jobs, simulate_op)
-    claim_exactly(jobs.store, queued)                   # the older one first
+    claim_exactly(jobs.store, queued)  # the older one first
     jobs.store.finish(queued, "SUCCEEDED", now_ms(), result=result_json(stored_response()))
     assert jobs.delete(queued).status == "DELETED" and jobs.delete(done).status == "DELETED"
     assert event_rows(jobs.store) == 0
@@ -119,10 +149,13 @@ def test_hand_back_and_node_death(any_jobs, simulate_op):
     claim_exactly(store, job_id)
     assert [r.requeued for r in store.recover(NODE, now_ms(), 2, _died)] == [False]
     assert history(jobs, job_id)[1:] == [
-        ("RUNNING", 1, "running"), ("QUEUING", 0, "handed back: its node shut down"),
-        ("RUNNING", 1, "running"), ("QUEUING", 1, f"queued again: its node {NODE} died"),
+        ("RUNNING", 1, "running"),
+        ("QUEUING", 0, "handed back: its node shut down"),
+        ("RUNNING", 1, "running"),
+        ("QUEUING", 1, f"queued again: its node {NODE} died"),
         ("RUNNING", 2, "running"),
-        ("FAILED", 2, f"failed: InternalErrorFault (its node {NODE} died; 2 runs lost)")]
+        ("FAILED", 2, f"failed: InternalErrorFault (its node {NODE} died; 2 runs lost)"),
+    ]
     assert all(e.node == NODE for e in jobs.events(job_id).events[1:])
 
 
@@ -147,6 +180,7 @@ def test_another_users_history_is_an_unknown_job(any_jobs, simulate_op):
 
 # --------------------------------------------------------------------------- retries
 
+
 def test_a_retry_waits_queued_until_it_is_due_then_runs_again(any_store):
     store = any_store
     rec = new_record()
@@ -155,8 +189,8 @@ def test_a_retry_waits_queued_until_it_is_due_then_runs_again(any_store):
     due = now_ms() + 60_000
     assert store.retry(rec.id, due, "retry 1 of 3 planned in 60.0 s: TransientFault: down")
     assert store.peek(rec.id).status == "QUEUING" and store.peek(rec.id).retries == 1
-    assert store.claim(NODE, now_ms(), LEASE_MS) is None                    # not before its time
-    assert store.claim(NODE, now_ms(), LEASE_MS, None, (("", None, 5),)) is None   # nor fairly
+    assert store.claim(NODE, now_ms(), LEASE_MS) is None  # not before its time
+    assert store.claim(NODE, now_ms(), LEASE_MS, None, (("", None, 5),)) is None  # nor fairly
     assert store.next_due(now_ms()) == due
     later = store.claim(NODE, due, LEASE_MS)
     assert (later.id, later.attempts, later.retries) == (rec.id, 2, 1)
@@ -171,7 +205,7 @@ def test_a_waiting_retry_does_not_block_the_jobs_behind_it(any_store):
     claim_exactly(store, first.id)
     store.retry(first.id, now_ms() + 60_000, "later")
     got = store.claim(NODE, now_ms(), LEASE_MS, None, (("alice", None, 1),))
-    assert got.id == second.id                  # the lane's first *due* job
+    assert got.id == second.id  # the lane's first *due* job
 
 
 def test_only_a_running_job_is_retried(any_store):
@@ -180,7 +214,7 @@ def test_only_a_running_job_is_retried(any_store):
     store.create(rec, 0)
     claim_exactly(store, rec.id)
     store.request_stop(rec.id)
-    assert not store.retry(rec.id, now_ms(), "later")      # stopped: it is not run again
+    assert not store.retry(rec.id, now_ms(), "later")  # stopped: it is not run again
 
 
 def test_node_deaths_and_retries_count_apart(any_store):
@@ -188,21 +222,32 @@ def test_node_deaths_and_retries_count_apart(any_store):
     store = any_store
     rec = new_record()
     store.create(rec, 0)
-    for _ in range(3):                           # three runs that each ended in a retry
+    for _ in range(3):  # three runs that each ended in a retry
         claim_exactly(store, rec.id)
         store.retry(rec.id, now_ms(), "later")
     claim_exactly(store, rec.id)
-    assert [r.requeued for r in store.recover(NODE, now_ms(), 2, _died)] == [True]    # 1 run lost
+    assert [r.requeued for r in store.recover(NODE, now_ms(), 2, _died)] == [True]  # 1 run lost
     claim_exactly(store, rec.id)
-    assert [(r.requeued, r.attempts) for r in store.recover(NODE, now_ms(), 2, _died)] == [(False, 2)]
+    assert [(r.requeued, r.attempts) for r in store.recover(NODE, now_ms(), 2, _died)] == [
+        (False, 2)
+    ]
 
 
 def test_retry_settings():
-    settings = config.parse('[jobs]\nmax_retries = 5\nretry_backoff = "10s"\nretry_max_delay = "1m"\n'
-                            '[services.XDemo]\nmax_retries = 0\n', known_services=["XDemo", "XTour"])
+    settings = config.parse(
+        '[jobs]\nmax_retries = 5\nretry_backoff = "10s"\nretry_max_delay = "1m"\n'
+        "[services.XDemo]\nmax_retries = 0\n",
+        known_services=["XDemo", "XTour"],
+    )
     jobs = settings.jobs_for("XTour")
     assert (jobs.max_retries, jobs.retry_backoff_ms, jobs.retry_max_delay_ms) == (5, 10_000, 60_000)
-    assert [jobs.retry_delay_ms(n) for n in (1, 2, 3, 4, 100)] == [10_000, 20_000, 40_000, 60_000, 60_000]
+    assert [jobs.retry_delay_ms(n) for n in (1, 2, 3, 4, 100)] == [
+        10_000,
+        20_000,
+        40_000,
+        60_000,
+        60_000,
+    ]
     assert settings.jobs_for("XDemo").max_retries == 0
     assert config.JobSettings().max_retries == 3
     with pytest.raises(config.ConfigError) as caught:
@@ -211,6 +256,7 @@ def test_retry_settings():
 
 
 # --------------------------------------------------------------------------- listing
+
 
 def listed(jobs, caller=Caller("", admin=True), **request):
     page = jobs.list_jobs(ListJobsRequest(**request), caller)
@@ -240,9 +286,9 @@ def test_pages_newest_first_never_miss_or_repeat_a_job_while_jobs_are_added(any_
     finally:
         stop.set()
         adder.join()
-    assert len(seen) == len(set(seen))                          # no repeats
-    assert [j for j in seen if j in set(existing)] == existing[::-1]   # none missing, newest first
-    assert added                                                 # jobs were added meanwhile
+    assert len(seen) == len(set(seen))  # no repeats
+    assert [j for j in seen if j in set(existing)] == existing[::-1]  # none missing, newest first
+    assert added  # jobs were added meanwhile
 
 
 def test_filters_and_summaries(any_jobs, simulate_op):
@@ -258,21 +304,33 @@ def test_filters_and_summaries(any_jobs, simulate_op):
     assert listed(jobs, status=["UNKNOWN"]) == ([], None)
     assert listed(jobs, service="XTour") == ([], None)
     assert listed(jobs, user="bob") == ([b], None)
-    assert listed(jobs, Caller("alice")) == ([a], None)                  # her own only
+    assert listed(jobs, Caller("alice")) == ([a], None)  # her own only
     assert listed(jobs, Caller("alice"), user="alice") == ([a], None)
     with pytest.raises(AccessDeniedFault):
         listed(jobs, Caller("alice"), user="bob")
     [summary] = jobs.list_jobs(ListJobsRequest(user="alice"), Caller("root", admin=True)).jobs
-    assert (summary.id, summary.service, summary.operation, summary.status, summary.user,
-            summary.fetched, summary.attempts) == (a, "XDemo", "simulate", "SUCCEEDED", "alice", True, 1)
+    assert (
+        summary.id,
+        summary.service,
+        summary.operation,
+        summary.status,
+        summary.user,
+        summary.fetched,
+        summary.attempts,
+    ) == (a, "XDemo", "simulate", "SUCCEEDED", "alice", True, 1)
     assert summary.queuedAt <= summary.startedAt <= summary.finishedAt
     assert summary.finishedAt.endswith("Z")
 
 
-@pytest.mark.parametrize("request_, parameter", [
-    (dict(limit=0), "limit"), (dict(limit=1001), "limit"),
-    (dict(cursor="not-a-cursor"), "cursor"), (dict(cursor="YWZ0ZXI6MTI"), "cursor"),
-])
+@pytest.mark.parametrize(
+    "request_, parameter",
+    [
+        (dict(limit=0), "limit"),
+        (dict(limit=1001), "limit"),
+        (dict(cursor="not-a-cursor"), "cursor"),
+        (dict(cursor="YWZ0ZXI6MTI"), "cursor"),
+    ],
+)
 def test_bad_limits_and_cursors(jobs, request_, parameter):
     with pytest.raises(InvalidValueFault) as caught:
         jobs.list_jobs(ListJobsRequest(**request_))

@@ -2,8 +2,8 @@
 and no circle between modules.  Every import that runs counts, at module level or inside
 a function (a function-level import hides a circle; it does not remove it); those under
 ``if TYPE_CHECKING:`` are for the type checker and never run."""
+
 import ast
-import os
 from pathlib import Path
 
 import pytest
@@ -13,18 +13,18 @@ PACKAGE = Path(__file__).resolve().parents[2] / "xruntime"
 #: Lowest first.  A part may import its own layer's modules only from itself, and any
 #: part of a lower layer.
 LAYERS = [
-    {"support", "settings"},        # the log, metrics, blocking pool; the administrator's file
-    {"protocol"},                   # the contract: types, faults, states, codec (no I/O)
-    {"store"},                      # the job store
-    {"author"},                     # the service author's API and the registry of services
-    {"engine"},                     # workers and their supervision, the notifier
-    {"operations"},                 # the job protocol's operations (uses the engine's notifier)
-    {"bindings"},                   # SOAP, JSON, JSON-RPC
-    {"web"},                        # the ASGI application and its guards
-    {"admin"},                      # the status page, /metrics
-    {"serving"},                    # a node's processes and live reload
-    {"cli"},                        # the command
-    {"__main__"},                   # python -m xruntime
+    {"support", "settings"},  # the log, metrics, blocking pool; the administrator's file
+    {"protocol"},  # the contract: types, faults, states, codec (no I/O)
+    {"store"},  # the job store
+    {"author"},  # the service author's API and the registry of services
+    {"engine"},  # workers and their supervision, the notifier
+    {"operations"},  # the job protocol's operations (uses the engine's notifier)
+    {"bindings"},  # SOAP, JSON, JSON-RPC
+    {"web"},  # the ASGI application and its guards
+    {"admin"},  # the status page, /metrics
+    {"serving"},  # a node's processes and live reload
+    {"cli"},  # the command
+    {"__main__"},  # python -m xruntime
 ]
 #: Parts outside the stack, with what they may import.
 OUTSIDE = {
@@ -62,13 +62,16 @@ def imported(name: str, path: Path) -> set:
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 source = ".".join(base + ([node.module] if node.module else []))
             else:
                 source = node.module
             targets.add(source)
-            targets.update(f"{source}.{alias.name}" for alias in node.names
-                           if f"{source}.{alias.name}" in MODULES)
+            targets.update(
+                f"{source}.{alias.name}"
+                for alias in node.names
+                if f"{source}.{alias.name}" in MODULES
+            )
     return {t for t in targets if t in MODULES and t != name}
 
 
@@ -92,7 +95,7 @@ def part_of(module: str) -> str:
 
 
 def allowed(source: str, target: str) -> bool:
-    if target == "xruntime" or source == target:   # the root package: __version__ and the spyne shim
+    if target == "xruntime" or source == target:  # the root package: __version__ and the spyne shim
         return True
     if source in OUTSIDE:
         return target in OUTSIDE[source]
@@ -105,27 +108,39 @@ def allowed(source: str, target: str) -> bool:
 
 def test_every_part_has_a_place():
     parts = {part_of(m) for m in MODULES} - {"xruntime"}
-    assert parts <= set(LEVEL) | set(OUTSIDE), f"parts with no layer: {parts - set(LEVEL) - set(OUTSIDE)}"
+    assert parts <= set(LEVEL) | set(OUTSIDE), (
+        f"parts with no layer: {parts - set(LEVEL) - set(OUTSIDE)}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_imports_go_down_only(name):
-    wrong = sorted(t for t in imported(name, MODULES[name]) if not allowed(part_of(name), part_of(t)))
-    assert not wrong, f"{name} ({part_of(name)}) imports {wrong}: see the layers in docs/architecture.md"
+    wrong = sorted(
+        t for t in imported(name, MODULES[name]) if not allowed(part_of(name), part_of(t))
+    )
+    assert not wrong, (
+        f"{name} ({part_of(name)}) imports {wrong}: see the layers in docs/architecture.md"
+    )
 
 
 def test_no_circles_between_modules():
     graph = {name: imported(name, path) for name, path in MODULES.items()}
     # a package's __init__ re-exporting its modules is not a circle with them
-    graph = {name: {t for t in targets if not (name.startswith(t + ".") and MODULES[t].name == "__init__.py")}
-             for name, targets in graph.items()}
+    graph = {
+        name: {
+            t
+            for t in targets
+            if not (name.startswith(t + ".") and MODULES[t].name == "__init__.py")
+        }
+        for name, targets in graph.items()
+    }
     circles, state = [], {}
 
     def visit(node, trail):
         state[node] = "open"
         for target in sorted(graph[node]):
             if state.get(target) == "open":
-                circles.append(trail[trail.index(target):] + [target])
+                circles.append(trail[trail.index(target) :] + [target])
             elif target not in state:
                 visit(target, trail + [target])
         state[node] = "done"

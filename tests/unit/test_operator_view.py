@@ -1,5 +1,6 @@
 """What the operator's view reads: the store's counts per service and busy workers,
 and the reading of a progress for a bar (``xruntime.progress_view``)."""
+
 from xruntime.protocol.progress_view import view_of
 from xruntime.store import now_ms
 
@@ -12,8 +13,11 @@ def test_counts_by_service_and_status(any_store):
             assert any_store.create(new_record(service=service), 0)
     claimed = any_store.claim(NODE, now_ms(), LEASE_MS)
     assert claimed.service == "XDemo"
-    assert any_store.counts_by_service() == {("XDemo", "QUEUING"): 2, ("XDemo", "RUNNING"): 1,
-                                             ("XDima", "QUEUING"): 2}
+    assert any_store.counts_by_service() == {
+        ("XDemo", "QUEUING"): 2,
+        ("XDemo", "RUNNING"): 1,
+        ("XDima", "QUEUING"): 2,
+    }
 
 
 def test_busy_workers_counts_the_jobs_a_node_holds(any_store):
@@ -25,9 +29,9 @@ def test_busy_workers_counts_the_jobs_a_node_holds(any_store):
     second = any_store.claim(NODE, now_ms(), LEASE_MS)
     any_store.claim("another-node", now_ms(), LEASE_MS)
     assert any_store.busy_workers(NODE) == 2
-    assert any_store.request_stop(first.id)                       # winding down: still busy
+    assert any_store.request_stop(first.id)  # winding down: still busy
     assert any_store.busy_workers(NODE) == 2
-    assert any_store.mark_deleted(second.id)                      # deleted, not let go yet
+    assert any_store.mark_deleted(second.id)  # deleted, not let go yet
     assert any_store.busy_workers(NODE) == 2
     assert any_store.finish(first.id, "FAILED", now_ms(), fault="{}", from_states=("STOPPING",))
     assert any_store.busy_workers(NODE) == 1
@@ -40,8 +44,12 @@ def test_a_parent_waiting_for_its_children_holds_no_worker(any_store):
     claim_exactly(any_store, parent.id)
     assert any_store.busy_workers(NODE) == 1
     children = [new_record() for _ in range(3)]
-    assert any_store.suspend(parent.id, NODE, 0, True, children, progress_json(3, 0),
-                             "waiting for 3 child jobs") == "RUNNING"
+    assert (
+        any_store.suspend(
+            parent.id, NODE, 0, True, children, progress_json(3, 0), "waiting for 3 child jobs"
+        )
+        == "RUNNING"
+    )
     assert any_store.busy_workers(NODE) == 0
 
 
@@ -49,12 +57,20 @@ def test_bulk_progress_reads_as_done_out_of_total():
     view = view_of({"$type": "BulkProgress", "successful": 30, "failed": 7, "remaining": 63})
     assert (view.done, view.total, view.fraction) == (37, 100, 0.37)
     assert view.text == "37/100 (7 failed)"
-    assert view_of({"$type": "BulkProgress", "successful": 5, "failed": 0, "remaining": 0}).text == "5/5"
+    assert (
+        view_of({"$type": "BulkProgress", "successful": 5, "failed": 0, "remaining": 0}).text
+        == "5/5"
+    )
 
 
 def test_a_percentage_field_reads_as_its_fraction():
-    view = view_of({"$type": "DistanceMatrixProgress", "status": "CALCULATING_MATRIX",
-                    "calculationProgress": 42})
+    view = view_of(
+        {
+            "$type": "DistanceMatrixProgress",
+            "status": "CALCULATING_MATRIX",
+            "calculationProgress": 42,
+        }
+    )
     assert view.fraction == 0.42
     assert view.text == "42 %, status CALCULATING_MATRIX"
 

@@ -1,5 +1,6 @@
 """bindings/parsing.py: the count of containers, and how many bytes of bodies an HTTP
 process parses at once."""
+
 import asyncio
 
 import pytest
@@ -31,9 +32,11 @@ def test_bodies_are_admitted_within_the_budget_first_come_first_served():
         holds = {name: asyncio.Event() for name in "abcd"}
         tasks = [asyncio.create_task(parse("a", 6, holds["a"]))]
         await asyncio.sleep(0)
-        tasks += [asyncio.create_task(parse("b", 6, holds["b"])),     # waits: 12 > 10
-                  asyncio.create_task(parse("c", 2, holds["c"])),     # waits behind b
-                  asyncio.create_task(parse("d", 50, holds["d"]))]    # larger than the budget
+        tasks += [
+            asyncio.create_task(parse("b", 6, holds["b"])),  # waits: 12 > 10
+            asyncio.create_task(parse("c", 2, holds["c"])),  # waits behind b
+            asyncio.create_task(parse("d", 50, holds["d"])),
+        ]  # larger than the budget
         await asyncio.sleep(0.01)
         assert order == ["a"]
         holds["a"].set()
@@ -42,10 +45,11 @@ def test_bodies_are_admitted_within_the_budget_first_come_first_served():
         holds["b"].set()
         holds["c"].set()
         await asyncio.sleep(0.01)
-        assert order == ["a", "b", "c", "d"]        # alone
+        assert order == ["a", "b", "c", "d"]  # alone
         holds["d"].set()
         await asyncio.gather(*tasks)
         assert admission.parsing == 0 and not admission.waiting
+
     asyncio.run(scenario())
 
 
@@ -60,4 +64,5 @@ def test_a_cancelled_waiter_gives_its_turn_on():
             await waiter
         admission.release(10, 10)
         assert admission.parsing == 0 and not admission.waiting
+
     asyncio.run(scenario())

@@ -1,5 +1,6 @@
 """Joining children's stored lists without decoding them (xruntime/store/list_join.py):
 the stored result must read back as exactly the text one job would have written."""
+
 import json
 import zlib
 
@@ -48,18 +49,31 @@ def check_join(outer, field, blobs):
 
 
 def matrix_part(first_row, rows, columns=40):
-    return {"rows": [{"distances": [(r * 7919 + c * 104729) % 2_000_000 for c in range(columns)],
-                      "travelTimes": [(r * 31 + c * 17) % 200_000 for c in range(columns)]}
-                     for r in range(first_row, first_row + rows)],
-            "summary": {"numberOfRowsComputed": rows,
-                        "perRow": list(range(first_row, first_row + 40))}}
+    return {
+        "rows": [
+            {
+                "distances": [(r * 7919 + c * 104729) % 2_000_000 for c in range(columns)],
+                "travelTimes": [(r * 31 + c * 17) % 200_000 for c in range(columns)],
+            }
+            for r in range(first_row, first_row + rows)
+        ],
+        "summary": {"numberOfRowsComputed": rows, "perRow": list(range(first_row, first_row + 40))},
+    }
 
 
 OUTER = dump({"rows": [], "summary": {"numberOfRowsComputed": 30}})
 
 
-@pytest.mark.parametrize("forms", [("compact", "compact"), ("plain", "plain"), ("zlib", "zlib"),
-                                   ("compact", "plain"), ("zlib", "compact", "plain")])
+@pytest.mark.parametrize(
+    "forms",
+    [
+        ("compact", "compact"),
+        ("plain", "plain"),
+        ("zlib", "zlib"),
+        ("compact", "plain"),
+        ("zlib", "compact", "plain"),
+    ],
+)
 def test_join_equals_the_text_level_join_whatever_the_forms(forms):
     blobs = [stored(dump(matrix_part(10 * i, 10)), form) for i, form in enumerate(forms)]
     assert [kind(blob) for blob in blobs] == list(forms)
@@ -74,6 +88,7 @@ def test_compact_parts_are_joined_without_decoding_them(monkeypatch):
 
     def slow_path(blob):
         raise AssertionError("a compact part was decoded")
+
     monkeypatch.setattr(payload, "_unpack_compact", slow_path)
     joined = join_lists(OUTER, "rows", blobs)
     monkeypatch.undo()
@@ -81,48 +96,77 @@ def test_compact_parts_are_joined_without_decoding_them(monkeypatch):
 
 
 def test_pieces_compressed_apart_read_back_as_one_stream(monkeypatch):
-    monkeypatch.setattr(payload, "PIECE_BYTES", 100)     # pieces end inside arrays
+    monkeypatch.setattr(payload, "PIECE_BYTES", 100)  # pieces end inside arrays
     blobs = [pack(dump(matrix_part(0, 20))), stored(dump(matrix_part(20, 5)), "plain")]
     check_join(OUTER, "rows", blobs)
 
 
 def test_parts_with_the_list_absent_or_empty_add_nothing():
-    blobs = [stored(dump({"summary": {"x": 1}}), "plain"),
-             stored(dump(matrix_part(0, 10)), "compact"),
-             stored(dump({"rows": [], "summary": {"perRow": list(range(100))}}), "compact"),
-             stored(dump({"rows": []}), "zlib"),
-             stored(dump(matrix_part(10, 10)), "compact")]
+    blobs = [
+        stored(dump({"summary": {"x": 1}}), "plain"),
+        stored(dump(matrix_part(0, 10)), "compact"),
+        stored(dump({"rows": [], "summary": {"perRow": list(range(100))}}), "compact"),
+        stored(dump({"rows": []}), "zlib"),
+        stored(dump(matrix_part(10, 10)), "compact"),
+    ]
     check_join(OUTER, "rows", blobs)
     assert unpack(join_lists(OUTER, "rows", blobs[:1] + blobs[3:4])) == OUTER
     assert unpack(join_lists(OUTER, "rows", [])) == OUTER
 
 
-TRICKY = [{"name": "[1,2]", "q": 'say "]" and \\"[', "é€😀": "ü]{", "rows": [1, 2],
-           "values": list(range(1000, 1100)), "\\": "\\"},
-          "rows", "]", "\"rows\":[", {"nested": {"rows": list(range(50))}}, [[3.5] * 40, []]]
+TRICKY = [
+    {
+        "name": "[1,2]",
+        "q": 'say "]" and \\"[',
+        "é€😀": "ü]{",
+        "rows": [1, 2],
+        "values": list(range(1000, 1100)),
+        "\\": "\\",
+    },
+    "rows",
+    "]",
+    '"rows":[',
+    {"nested": {"rows": list(range(50))}},
+    [[3.5] * 40, []],
+]
 
 
 @pytest.mark.parametrize("form", ["compact", "plain", "zlib"])
 def test_items_with_brackets_quotes_escapes_and_non_ascii(form):
-    parts = [{"name": "rows", "\"rows\"": "[", "rows": TRICKY, "after": list(range(60))},
-             {"ü": ["rows"], "rows": TRICKY[::-1] + [list(range(-40, 40))]}]
+    parts = [
+        {"name": "rows", '"rows"': "[", "rows": TRICKY, "after": list(range(60))},
+        {"ü": ["rows"], "rows": TRICKY[::-1] + [list(range(-40, 40))]},
+    ]
     blobs = [stored(dump(part), form) for part in parts]
     if form == "compact":
         assert all(kind(blob) == "compact" for blob in blobs)
-    outer = dump({"é": "\"rows\":[]", "rows": [], "rows2": []})
+    outer = dump({"é": '"rows":[]', "rows": [], "rows2": []})
     check_join(outer, "rows", blobs)
 
 
 def test_arrays_outside_the_list_are_dropped_from_parts_and_kept_in_outer():
-    outer = dump({"rows": [], "summary": {"histogram": list(range(5000, 5100)),
-                                          "means": [i / 7 for i in range(50)]}})
+    outer = dump(
+        {
+            "rows": [],
+            "summary": {"histogram": list(range(5000, 5100)), "means": [i / 7 for i in range(50)]},
+        }
+    )
     blobs = [pack(dump(matrix_part(0, 10))), pack(dump(matrix_part(10, 10)))]
     joined = check_join(outer, "rows", blobs)
     assert "perRow" not in unpack(joined)
 
 
-@pytest.mark.parametrize("outer", ['{"summary":{}}', '{"rows":[1]}', '{"x":{"rows":[]}}',
-                                   '{"x":"\\"rows\\":[]"}', '[{"rows":[]}]', '{"rows":{}}'])
+@pytest.mark.parametrize(
+    "outer",
+    [
+        '{"summary":{}}',
+        '{"rows":[1]}',
+        '{"x":{"rows":[]}}',
+        '{"x":"\\"rows\\":[]"}',
+        '[{"rows":[]}]',
+        '{"rows":{}}',
+    ],
+)
 def test_outer_without_the_empty_member_is_refused(outer):
     with pytest.raises(ValueError):
         join_lists(outer, "rows", [pack(dump(matrix_part(0, 2)))])
@@ -133,14 +177,17 @@ def test_a_part_whose_member_is_not_a_list_is_refused():
         join_lists(OUTER, "rows", [pack(dump({"rows": {"a": 1}}))])
 
 
-@pytest.mark.parametrize("lists", [
-    [list(range(100)), list(range(2**40, 2**40 + 50))],            # int32 then int64
-    [list(range(-50, 50)), [], list(range(100, 140))],
-    [[i / 3 for i in range(40)], [i / 7 for i in range(60)]],
-    [list(range(100)), [i / 3 for i in range(40)]],               # kinds that cannot share
-    [list(range(100)), [1, 2, 3]],                                # one packed, one text
-    [list(range(100)), ["a", "b"]],
-])
+@pytest.mark.parametrize(
+    "lists",
+    [
+        [list(range(100)), list(range(2**40, 2**40 + 50))],  # int32 then int64
+        [list(range(-50, 50)), [], list(range(100, 140))],
+        [[i / 3 for i in range(40)], [i / 7 for i in range(60)]],
+        [list(range(100)), [i / 3 for i in range(40)]],  # kinds that cannot share
+        [list(range(100)), [1, 2, 3]],  # one packed, one text
+        [list(range(100)), ["a", "b"]],
+    ],
+)
 def test_lists_that_are_each_one_packed_array(lists):
     blobs = [stored(dump({"ids": ids, "n": len(ids)}), "compact") for ids in lists]
     outer = dump({"n": 0, "ids": [], "more": list(range(100))})
@@ -169,23 +216,33 @@ def test_without_list_empties_only_the_list(form):
 
 # ------------------------------------------------------------------- random objects
 
+
 def number_lists():
-    return st.one_of(st.lists(st.integers(-2**31, 2**31 - 1), min_size=0, max_size=70),
-                     st.lists(st.integers(0, 9), min_size=30, max_size=70),
-                     st.lists(st.integers(-2**70, 2**70), max_size=50),
-                     st.lists(st.floats(), max_size=50),
-                     st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=32,
-                              max_size=50))
+    return st.one_of(
+        st.lists(st.integers(-(2**31), 2**31 - 1), min_size=0, max_size=70),
+        st.lists(st.integers(0, 9), min_size=30, max_size=70),
+        st.lists(st.integers(-(2**70), 2**70), max_size=50),
+        st.lists(st.floats(), max_size=50),
+        st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=32, max_size=50),
+    )
 
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6),
-                    st.sampled_from(["[", "]", "\"rows\":[", "\\", "é€", "{\"a\":[1]}"]))
-values = st.recursive(st.one_of(scalars, number_lists()),
-                      lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                              st.dictionaries(st.text(max_size=4), inner,
-                                                              max_size=3)),
-                      max_leaves=12)
-keys = st.one_of(st.text(max_size=5), st.sampled_from(["rows", "Rows", "rows\"", "é"]))
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=6),
+    st.sampled_from(["[", "]", '"rows":[', "\\", "é€", '{"a":[1]}']),
+)
+values = st.recursive(
+    st.one_of(scalars, number_lists()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+keys = st.one_of(st.text(max_size=5), st.sampled_from(["rows", "Rows", 'rows"', "é"]))
 
 
 @st.composite
@@ -199,18 +256,22 @@ def parts(draw):
     elif choice == 3:
         data.pop("rows", None)
     if choice in (1, 2) and draw(st.booleans()):
-        data = {"rows": data.pop("rows"), **data}                     # the list first
+        data = {"rows": data.pop("rows"), **data}  # the list first
     return dump(data), draw(st.sampled_from(["pack", "plain", "zlib", "compact"]))
 
 
 @settings(max_examples=150, deadline=None)
-@given(outer=st.dictionaries(keys, values, max_size=3), first=st.booleans(),
-       texts=st.lists(parts(), max_size=4))
+@given(
+    outer=st.dictionaries(keys, values, max_size=3),
+    first=st.booleans(),
+    texts=st.lists(parts(), max_size=4),
+)
 def test_join_equals_the_text_level_join_for_random_objects(outer, first, texts):
     outer.pop("rows", None)
     outer = {"rows": [], **outer} if first else {**outer, "rows": []}
-    texts = [(text, form) for text, form in texts
-             if isinstance(json.loads(text).get("rows", []), list)]
+    texts = [
+        (text, form) for text, form in texts if isinstance(json.loads(text).get("rows", []), list)
+    ]
     blobs = [stored(text, form) for text, form in texts]
     check_join(dump(outer), "rows", blobs)
     for (text, _), blob in zip(texts, blobs):
@@ -226,7 +287,7 @@ def test_large_children_lists_are_copied_as_their_compressed_pieces(monkeypatch)
     back exactly as the slow path's."""
     parts = [matrix_part(0, 160, 2000), matrix_part(160, 150, 2000)]
     for part in parts:
-        del part["summary"]["perRow"]              # every array in the rows
+        del part["summary"]["perRow"]  # every array in the rows
     blobs = [pack(dump(part)) for part in parts]
     assert all(kind(blob) == "compact" and len(payload.read_table(blob)[0]) > 2 for blob in blobs)
     outer = dump({"rows": [], "summary": {"numberOfRowsComputed": 310}})
@@ -235,7 +296,7 @@ def test_large_children_lists_are_copied_as_their_compressed_pieces(monkeypatch)
     monkeypatch.setattr(payload, "read_compact", lambda blob: read.append(blob) or 1 / 0)
     joined = join_lists(outer, "rows", blobs)
     summaries = [without_list(blob, "rows") for blob in blobs]
-    assert read == []                              # the fast path, for both
+    assert read == []  # the fast path, for both
     monkeypatch.undo()
     assert unpack(joined) == expected and kind(joined) == "compact"
     assert summaries == [dump(dict(part, rows=[])) for part in parts]
@@ -244,8 +305,9 @@ def test_large_children_lists_are_copied_as_their_compressed_pieces(monkeypatch)
 
 
 @pytest.mark.parametrize("form", ["plain", "zlib", "compact"])
-@pytest.mark.parametrize("data", [{"text": "x" * 50_000}, {"matrix": list(range(20_000)), "n": 1},
-                                  {"text": "é" * 3000}])
+@pytest.mark.parametrize(
+    "data", [{"text": "x" * 50_000}, {"matrix": list(range(20_000)), "n": 1}, {"text": "é" * 3000}]
+)
 def test_unpack_within_max_bytes_or_too_large(form, data):
     """A batch weighs a result against what its answer may still hold: a text within
     the bound reads back whole, a longer one is TooLarge, at any byte past the bound."""

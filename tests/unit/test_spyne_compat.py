@@ -2,6 +2,7 @@
 
 The import of spyne happens once per interpreter, so each check runs in a fresh one.
 """
+
 import subprocess
 import sys
 import textwrap
@@ -13,8 +14,13 @@ from xruntime.support import spyne_compat
 
 
 def run_fresh(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_spyne_imports_and_builds_a_wsdl():
@@ -56,6 +62,7 @@ def test_apply_again_is_harmless():
     spyne_compat.apply()
     spyne_compat.apply()
     from spyne.util.six.moves.urllib.parse import unquote
+
     assert unquote("a%20b") == "a b"
     importer = type(sys.modules[spyne_compat.SIX]._importer)
     assert hasattr(importer, "find_spec") == (sys.version_info >= (3, 12))

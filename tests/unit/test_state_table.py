@@ -4,36 +4,51 @@ Each job is put in its state with the store's own guarded methods, then fetched,
 stopped or deleted through ``JobManager`` as a binding would; the answer, the fault
 (type and fields) and what is left in the store are checked.
 """
+
 import json
 import time
 
 import pytest
 from spyne import Unicode
 
-from xruntime.services.xdemo.types import SimulateRequest
-from xruntime.protocol import codec
-from xruntime.protocol import states
-from xruntime.settings.config import JobSettings, ServiceSettings, Settings
-from xruntime.protocol.faults import (InternalErrorFault, InvalidFetchTypeFault, JobStateFault,
-                                      ProcessingFault, QueueOverflowFault, RequestStoppedFault,
-                                      RequestTimedOutFault, UnknownJobFault)
-from xruntime.protocol.types import BulkProgress, ResponseBase
 from xruntime.author.service import Service
+from xruntime.protocol import codec, states
+from xruntime.protocol.faults import (
+    InternalErrorFault,
+    InvalidFetchTypeFault,
+    JobStateFault,
+    ProcessingFault,
+    QueueOverflowFault,
+    RequestStoppedFault,
+    RequestTimedOutFault,
+    UnknownJobFault,
+)
+from xruntime.protocol.types import BulkProgress, ResponseBase
+from xruntime.services.xdemo.types import SimulateRequest
+from xruntime.settings.config import JobSettings, ServiceSettings, Settings
 from xruntime.store import now_ms
 
-from .helpers import (STATES, claim_exactly, progress_json, put_in_state, result_json,
-                      stored_response)
+from .helpers import (
+    STATES,
+    claim_exactly,
+    progress_json,
+    put_in_state,
+    result_json,
+    stored_response,
+)
 
 ACTIVE = ("QUEUING", "RUNNING", "STOPPING")
 
 
 class NoRouteFault(ProcessingFault):
     """A service's own ProcessingFault subtype with a field of its own."""
+
     station = Unicode
 
 
 class OtherDemoResponse(ResponseBase):
     """A second response type: its jobs belong to another fetch operation."""
+
     answer = Unicode
 
 
@@ -59,32 +74,52 @@ def _job_state_fault(excinfo, job_id, status):
 
 # docs/protocol.md §3, cell by cell, written out independently of states.py.
 PROTOCOL_FETCH = {
-    "QUEUING": states.REFUSE, "RUNNING": states.REFUSE, "STOPPING": states.REFUSE,
-    "SUCCEEDED": states.ANSWER_RESULT, "FAILED": states.RAISE_STORED_FAULT,
-    "DELETED": states.REFUSE, "UNKNOWN": states.UNKNOWN_JOB,
+    "QUEUING": states.REFUSE,
+    "RUNNING": states.REFUSE,
+    "STOPPING": states.REFUSE,
+    "SUCCEEDED": states.ANSWER_RESULT,
+    "FAILED": states.RAISE_STORED_FAULT,
+    "DELETED": states.REFUSE,
+    "UNKNOWN": states.UNKNOWN_JOB,
 }
 PROTOCOL_STOP = {
-    "QUEUING": states.REFUSE, "RUNNING": states.TO_STOPPING, "STOPPING": states.UNCHANGED,
-    "SUCCEEDED": states.UNCHANGED, "FAILED": states.UNCHANGED,
-    "DELETED": states.REFUSE, "UNKNOWN": states.UNKNOWN_JOB,
+    "QUEUING": states.REFUSE,
+    "RUNNING": states.TO_STOPPING,
+    "STOPPING": states.UNCHANGED,
+    "SUCCEEDED": states.UNCHANGED,
+    "FAILED": states.UNCHANGED,
+    "DELETED": states.REFUSE,
+    "UNKNOWN": states.UNKNOWN_JOB,
 }
 PROTOCOL_DELETE = {
-    "QUEUING": states.ERASE_NOW, "RUNNING": states.TO_DELETED, "STOPPING": states.TO_DELETED,
-    "SUCCEEDED": states.ERASE_NOW, "FAILED": states.ERASE_NOW,
-    "DELETED": states.UNCHANGED, "UNKNOWN": states.UNCHANGED,
+    "QUEUING": states.ERASE_NOW,
+    "RUNNING": states.TO_DELETED,
+    "STOPPING": states.TO_DELETED,
+    "SUCCEEDED": states.ERASE_NOW,
+    "FAILED": states.ERASE_NOW,
+    "DELETED": states.UNCHANGED,
+    "UNKNOWN": states.UNCHANGED,
 }
 PROTOCOL_PROGRESS = {
-    "QUEUING": False, "RUNNING": True, "STOPPING": True, "SUCCEEDED": True,
-    "FAILED": True, "DELETED": False, "UNKNOWN": False,
+    "QUEUING": False,
+    "RUNNING": True,
+    "STOPPING": True,
+    "SUCCEEDED": True,
+    "FAILED": True,
+    "DELETED": False,
+    "UNKNOWN": False,
 }
 
 
-@pytest.mark.parametrize("name, table, expected", [
-    ("FETCH", states.FETCH, PROTOCOL_FETCH),
-    ("STOP", states.STOP, PROTOCOL_STOP),
-    ("DELETE", states.DELETE, PROTOCOL_DELETE),
-    ("SHOWS_PROGRESS", states.SHOWS_PROGRESS, PROTOCOL_PROGRESS),
-])
+@pytest.mark.parametrize(
+    "name, table, expected",
+    [
+        ("FETCH", states.FETCH, PROTOCOL_FETCH),
+        ("STOP", states.STOP, PROTOCOL_STOP),
+        ("DELETE", states.DELETE, PROTOCOL_DELETE),
+        ("SHOWS_PROGRESS", states.SHOWS_PROGRESS, PROTOCOL_PROGRESS),
+    ],
+)
 def test_states_module_matches_the_protocol_table(name, table, expected):
     assert set(table) == set(STATES), f"{name} must have a cell for every status"
     for status in STATES:
@@ -99,6 +134,7 @@ def test_state_sets_match_the_protocol():
 
 
 # --------------------------------------------------------------------------- fetch
+
 
 @pytest.mark.parametrize("state", ["QUEUING", "RUNNING", "STOPPING", "DELETED"])
 def test_fetch_refused_with_job_state_fault(jobs, simulate_op, state):
@@ -124,7 +160,9 @@ def test_fetch_succeeded_answers_the_stored_response(jobs, simulate_op):
     response = stored_response(steps_done=2, stopped=True)
     job_id = put_in_state(jobs, simulate_op, "SUCCEEDED", response=response)
     answer = jobs.fetch(simulate_op, job_id)
-    assert codec.encode(answer, simulate_op.response) == codec.encode(response, simulate_op.response)
+    assert codec.encode(answer, simulate_op.response) == codec.encode(
+        response, simulate_op.response
+    )
     assert answer.stepsDone == 2
     [limitation] = answer.resultLimitations
     assert type(limitation).__name__ == "IntermediateResponseLimitation"
@@ -135,13 +173,17 @@ def test_fetch_succeeded_answers_the_stored_response(jobs, simulate_op):
     assert jobs.store.get(job_id).status == "SUCCEEDED"
 
 
-@pytest.mark.parametrize("fault", [
-    ProcessingFault("the simulation failed at step 2", hint="send it without failAtStep"),
-    NoRouteFault("no route to the depot", station="Karlsruhe"),
-    RequestStoppedFault("stopped before the first step"),
-    RequestTimedOutFault("the computation timeout stopped the job"),
-    InternalErrorFault("the worker died 3 times under this job"),
-], ids=lambda f: type(f).__name__)
+@pytest.mark.parametrize(
+    "fault",
+    [
+        ProcessingFault("the simulation failed at step 2", hint="send it without failAtStep"),
+        NoRouteFault("no route to the depot", station="Karlsruhe"),
+        RequestStoppedFault("stopped before the first step"),
+        RequestTimedOutFault("the computation timeout stopped the job"),
+        InternalErrorFault("the worker died 3 times under this job"),
+    ],
+    ids=lambda f: type(f).__name__,
+)
 def test_fetch_failed_raises_the_jobs_own_fault(jobs, simulate_op, fault):
     job_id = put_in_state(jobs, simulate_op, "FAILED", fault=fault)
     with pytest.raises(type(fault)) as excinfo:
@@ -215,6 +257,7 @@ def test_operations_sharing_a_response_type_share_the_fetch(jobs, simulate_op):
 
 # --------------------------------------------------------------------------- stop
 
+
 @pytest.mark.parametrize("state", ["QUEUING", "DELETED"])
 def test_stop_refused_with_job_state_fault(jobs, simulate_op, state):
     job_id = put_in_state(jobs, simulate_op, state)
@@ -265,6 +308,7 @@ def test_stop_answers_the_job_unchanged(jobs, simulate_op, state):
 
 # --------------------------------------------------------------------------- delete
 
+
 @pytest.mark.parametrize("state", ["QUEUING", "SUCCEEDED", "FAILED"])
 def test_delete_erases_queued_and_finished_jobs(jobs, simulate_op, state):
     job_id = put_in_state(jobs, simulate_op, state)
@@ -289,8 +333,9 @@ def test_deleted_queued_job_never_runs(jobs, simulate_op):
 
 
 @pytest.mark.parametrize("state", ["RUNNING", "STOPPING"])
-def test_delete_running_job_answers_deleted_and_keeps_a_deleted_record(jobs, simulate_op,
-                                                                       notifier, state):
+def test_delete_running_job_answers_deleted_and_keeps_a_deleted_record(
+    jobs, simulate_op, notifier, state
+):
     job_id = put_in_state(jobs, simulate_op, state, progress=progress_json(2, 1))
     told = []
     notifier.listen(told.append)
@@ -327,6 +372,7 @@ def test_delete_unknown_answers_unknown_without_effect(jobs, simulate_op, store)
 
 # --------------------------------------------------------------------------- the Job answer
 
+
 def test_start_answers_queuing(jobs, simulate_op):
     job = jobs.start(simulate_op, SimulateRequest(steps=2))
     assert job.status == "QUEUING"
@@ -342,6 +388,7 @@ def test_start_answers_queuing(jobs, simulate_op):
 
 def test_ids_are_unguessable_uuid4(jobs, simulate_op):
     import uuid
+
     ids = {jobs.start(simulate_op, SimulateRequest()).id for _ in range(20)}
     assert len(ids) == 20
     for job_id in ids:
@@ -349,8 +396,9 @@ def test_ids_are_unguessable_uuid4(jobs, simulate_op):
 
 
 def test_start_records_the_requests_own_timeouts(jobs, simulate_op):
-    request = codec.decode({"timeouts": {"queueingTimeout": 1500, "computationTimeout": 2500}},
-                           SimulateRequest)
+    request = codec.decode(
+        {"timeouts": {"queueingTimeout": 1500, "computationTimeout": 2500}}, SimulateRequest
+    )
     rec = jobs.store.get(jobs.start(simulate_op, request).id)
     assert rec.queueing_timeout == 1500
     assert rec.computation_timeout == 2500
@@ -370,8 +418,10 @@ def test_start_past_max_queued_is_queue_overflow(jobs, simulate_op, settings):
 
 
 def test_start_uses_the_services_own_max_queued(jobs, simulate_op, settings):
-    settings[0] = Settings(jobs=JobSettings(max_queued=100), services={
-        "XDemo": ServiceSettings(jobs=JobSettings(max_queued=1))})
+    settings[0] = Settings(
+        jobs=JobSettings(max_queued=100),
+        services={"XDemo": ServiceSettings(jobs=JobSettings(max_queued=1))},
+    )
     jobs.start(simulate_op, SimulateRequest())
     with pytest.raises(QueueOverflowFault):
         jobs.start(simulate_op, SimulateRequest())
@@ -381,8 +431,11 @@ def test_start_uses_the_services_own_max_queued(jobs, simulate_op, settings):
 def test_elapsed_time_is_frozen_after_finish(jobs, simulate_op, store, state):
     job_id = put_in_state(jobs, simulate_op, "RUNNING")
     queued_at = store.get(job_id).queued_at
-    outcome = ({"result": result_json(stored_response())} if state == "SUCCEEDED"
-               else {"fault": json.dumps(codec.encode_fault(ProcessingFault("x")))})
+    outcome = (
+        {"result": result_json(stored_response())}
+        if state == "SUCCEEDED"
+        else {"fault": json.dumps(codec.encode_fault(ProcessingFault("x")))}
+    )
     assert store.finish(job_id, state, queued_at + 1234, **outcome)
     first = jobs.watch(job_id)
     assert first.status == state
@@ -405,9 +458,10 @@ def test_elapsed_time_runs_while_active(jobs, simulate_op, store):
 def test_progress_shown_by_state(jobs, simulate_op, state):
     """Progress: no for QUEUING/DELETED/UNKNOWN; yes (the last) for the others."""
     reported = progress_json(remaining=1, successful=2)
-    job_id = put_in_state(jobs, simulate_op, state,
-                          progress=None if state in ("QUEUING", "UNKNOWN") else reported)
-    job = jobs.watch(job_id, 250, 250)     # active jobs answer after 250 ms unchanged
+    job_id = put_in_state(
+        jobs, simulate_op, state, progress=None if state in ("QUEUING", "UNKNOWN") else reported
+    )
+    job = jobs.watch(job_id, 250, 250)  # active jobs answer after 250 ms unchanged
     assert job.status == state
     if PROTOCOL_PROGRESS[state]:
         assert isinstance(job.progress, BulkProgress)
@@ -427,6 +481,7 @@ def test_progress_absent_while_running_until_reported(jobs, simulate_op, store):
 
 def test_progress_absent_for_a_job_handed_back_to_the_queue(jobs, simulate_op, store):
     from .helpers import NODE
+
     job_id = put_in_state(jobs, simulate_op, "RUNNING", progress=progress_json(2, 1))
     assert store.hand_back(job_id, NODE)
     job = jobs.watch(job_id, 250, 250)

@@ -1,13 +1,14 @@
 """The status page's feed (``status_stream.StatusFeed``) on a real Notifier, without HTTP:
 changes told from other threads are coalesced into a few snapshots, each read once for
 every open stream, nothing is read while no page is open, and closing ends the streams."""
+
 import asyncio
 import json
 import threading
 import time
 
+from xruntime.admin.status_stream import _END, StatusEvents, StatusFeed
 from xruntime.engine.notifier import Notifier
-from xruntime.admin.status_stream import StatusEvents, StatusFeed, _END
 
 PERIOD = 0.2
 
@@ -49,18 +50,20 @@ def test_a_burst_of_changes_gives_a_few_snapshots_and_the_last_state():
     async def scenario():
         notifier, source, feed = new_feed()
         stream = feed.subscribe()
-        assert (await next_snapshot(stream))["state"] == "before"     # at once, read now
+        assert (await next_snapshot(stream))["state"] == "before"  # at once, read now
 
-        def burst():                      # 200 changes over about a second
+        def burst():  # 200 changes over about a second
             for i in range(200):
                 source.state = f"change {i}"
                 notifier.notify_local(f"job-{i}")
                 time.sleep(0.005)
+
         seen = []
 
         async def read_until_the_last():
             while not seen or seen[-1]["state"] != "change 199":
                 seen.append(await next_snapshot(stream))
+
         began = time.monotonic()
         await asyncio.gather(in_pool(burst), read_until_the_last())
         took = time.monotonic() - began
@@ -68,6 +71,7 @@ def test_a_burst_of_changes_gives_a_few_snapshots_and_the_last_state():
         assert source.reads <= took / PERIOD + 2, f"{source.reads} reads in {took:.2f} s"
         assert await stream.next(0.6) is None, "nothing changed: no snapshot"
         feed.unsubscribe(stream)
+
     run(scenario())
 
 
@@ -84,6 +88,7 @@ def test_every_open_stream_gets_the_same_read():
         assert source.reads == 2
         for s in streams:
             feed.unsubscribe(s)
+
     run(scenario())
 
 
@@ -98,9 +103,10 @@ def test_nothing_is_read_while_no_page_is_open():
         await asyncio.sleep(3 * PERIOD)
         assert source.reads == 1
         source.state = "later"
-        again = feed.subscribe()                          # a page opened later reads afresh
+        again = feed.subscribe()  # a page opened later reads afresh
         assert (await next_snapshot(again))["state"] == "later"
         feed.unsubscribe(again)
+
     run(scenario())
 
 
@@ -113,10 +119,11 @@ def test_closing_the_notifier_ends_every_stream_at_once():
         waiting = [asyncio.ensure_future(s.next(60)) for s in streams]
         await asyncio.sleep(0.05)
         began = time.monotonic()
-        threading.Thread(target=notifier.close).start()          # from another thread
+        threading.Thread(target=notifier.close).start()  # from another thread
         assert await asyncio.gather(*waiting) == [_END] * 5
         assert time.monotonic() - began < 1.0
-        assert await feed.subscribe().next(60) is _END          # and no new one waits
+        assert await feed.subscribe().next(60) is _END  # and no new one waits
+
     run(scenario())
 
 
@@ -124,11 +131,13 @@ def test_a_store_that_cannot_be_read_gives_an_error_snapshot():
     async def scenario():
         def broken():
             raise OSError("database is away")
+
         _, _, feed = new_feed(broken)
         stream = feed.subscribe()
         snap = await next_snapshot(stream)
         assert "cannot be read" in snap["error"] and "database is away" not in snap["error"]
         feed.unsubscribe(stream)
+
     run(scenario())
 
 
@@ -136,6 +145,7 @@ def test_a_page_closed_ends_its_stream():
     """The client going away (``http.disconnect``) ends the stream at once: uvicorn
     drops what is sent to a closed connection without a word, so a stream that did not
     watch for it would stay subscribed for ever."""
+
     async def scenario():
         _, _, feed = new_feed()
         sent, gone = [], asyncio.Event()
@@ -148,12 +158,16 @@ def test_a_page_closed_ends_its_stream():
 
         async def send(message):
             sent.append(message)
+
         scope = {"type": "http", "method": "GET", "path": "/status/events", "headers": []}
-        serving = asyncio.ensure_future(StatusEvents(feed).serve(scope, receive, send, lambda: True))
+        serving = asyncio.ensure_future(
+            StatusEvents(feed).serve(scope, receive, send, lambda: True)
+        )
         while not any(b"data: " in m.get("body", b"") for m in sent):
             await asyncio.sleep(0.01)
         assert len(feed._streams) == 1
         gone.set()
         await asyncio.wait_for(serving, 1.0)
         assert not feed._streams
+
     run(scenario())

@@ -1,19 +1,19 @@
 """What a user may keep stored (docs/protocol.md §15): the store's measure of a user's stored
 bytes (SQLite and PostgreSQL), ``max_stored_bytes`` in the file, and the start refused
 past it (``storage_quota``)."""
+
 import json
 
 import pytest
 
+from tests.fixtures.released_schema import released_database
 from xruntime import cli
-from xruntime.settings import config
 from xruntime.operations.accounts import Caller, token_sha256
+from xruntime.operations.storage_quota import REUSE_S, StoredBytesQuota
 from xruntime.protocol.faults import QuotaExceededFault
+from xruntime.settings import config
 from xruntime.store import SqlJobStore, now_ms
 from xruntime.store.payload import COMPRESS_ABOVE, pack
-from xruntime.operations.storage_quota import REUSE_S, StoredBytesQuota
-
-from tests.fixtures.released_schema import released_database
 
 from .conftest import sqlite_url
 from .helpers import LEASE_MS, NODE, new_record
@@ -27,6 +27,7 @@ def stored(*texts) -> int:
 
 # --------------------------------------------------------------------------- the store
 
+
 def test_a_users_stored_bytes_are_every_payload_of_their_jobs_not_yet_erased(any_store):
     store = any_store
     assert store.stored_bytes("alice") == 0
@@ -37,7 +38,7 @@ def test_a_users_stored_bytes_are_every_payload_of_their_jobs_not_yet_erased(any
     for rec in (first, other_service, bobs):
         rec.request = request
         assert store.create(rec, 0)
-    assert store.stored_bytes("alice") == 2 * stored(request)          # all services together
+    assert store.stored_bytes("alice") == 2 * stored(request)  # all services together
     assert store.stored_bytes("bob") == stored(request)
 
     claimed = store.claim(NODE, now_ms(), LEASE_MS)
@@ -45,11 +46,11 @@ def test_a_users_stored_bytes_are_every_payload_of_their_jobs_not_yet_erased(any
     progress = json.dumps({"message": "half way"})
     assert store.set_progress(first.id, progress)
     assert store.stored_bytes("alice") == 2 * stored(request) + stored(progress)
-    result = json.dumps({"values": list(range(3000))})                 # compressed as stored
+    result = json.dumps({"values": list(range(3000))})  # compressed as stored
     assert len(result) > COMPRESS_ABOVE and len(pack(result)) < len(result)
     assert store.finish(first.id, "SUCCEEDED", now_ms(), result=result)
     assert store.stored_bytes("alice") == 2 * stored(request) + stored(progress, result)
-    assert store.stored_bytes("bob") == stored(request)                # another user's are apart
+    assert store.stored_bytes("bob") == stored(request)  # another user's are apart
 
     assert store.erase(first.id, ("SUCCEEDED",))
     assert store.stored_bytes("alice") == stored(request)
@@ -58,54 +59,77 @@ def test_a_users_stored_bytes_are_every_payload_of_their_jobs_not_yet_erased(any
 
 def test_an_old_database_is_measured_too(tmp_path):
     url = sqlite_url(tmp_path)
-    released_database(url, [dict(id="old-job", status="SUCCEEDED", request=b'{"a":1}',
-                                 result=b'{"b":22}', queued_at=1)])
+    released_database(
+        url,
+        [
+            dict(
+                id="old-job",
+                status="SUCCEEDED",
+                request=b'{"a":1}',
+                result=b'{"b":22}',
+                queued_at=1,
+            )
+        ],
+    )
     store = SqlJobStore(url)
     try:
         assert store.stored_bytes("") == len(b'{"a":1}') + len(b'{"b":22}')
-        assert store.create(new_record(), 0)          # its request: "{}"
+        assert store.create(new_record(), 0)  # its request: "{}"
         assert store.stored_bytes("") == 17
-        SqlJobStore(url).close()                      # opened again: nothing to add
+        SqlJobStore(url).close()  # opened again: nothing to add
     finally:
         store.close()
 
 
 # --------------------------------------------------------------------------- the file
 
+
 def parse(text):
     return config.parse(text, known_services=SERVICES)
 
 
 def test_max_stored_bytes_defaults_to_4_gib_for_every_user_and_a_user_may_have_their_own():
-    assert config.Settings().stored_bytes_limit("") == 4 * 1024 ** 3
+    assert config.Settings().stored_bytes_limit("") == 4 * 1024**3
     settings = parse(f"""
 [jobs]
 max_stored_bytes = 1000
 
 [users.alice]
-token_sha256 = "{token_sha256('alice-token-0123456789')}"
+token_sha256 = "{token_sha256("alice-token-0123456789")}"
 max_stored_bytes = 0
 
 [users.bob]
-token_sha256 = "{token_sha256('bob-token-9876543210')}"
+token_sha256 = "{token_sha256("bob-token-9876543210")}"
 max_stored_bytes = 50
 """)
-    assert settings.stored_bytes_limit("") == 1000          # the anonymous user: [jobs]
-    assert settings.stored_bytes_limit("carol") == 1000     # a user without their own value
-    assert settings.stored_bytes_limit("alice") == 0        # no limit
+    assert settings.stored_bytes_limit("") == 1000  # the anonymous user: [jobs]
+    assert settings.stored_bytes_limit("carol") == 1000  # a user without their own value
+    assert settings.stored_bytes_limit("alice") == 0  # no limit
     assert settings.stored_bytes_limit("bob") == 50
 
 
-@pytest.mark.parametrize("text, line, message", [
-    ("[jobs]\nmax_stored_bytes = -1\n", 2, "[jobs] max_stored_bytes: must be at least 0"),
-    ('[jobs]\nmax_stored_bytes = "4GB"\n', 2, "[jobs] max_stored_bytes: expected an integer"),
-    ("[services.XDemo]\nmax_stored_bytes = 10\n", 2,
-     "[services.XDemo] max_stored_bytes: not per service: it bounds what a user stores across all services"),
-    (f'[users.alice]\ntoken_sha256 = "{"a" * 64}"\n[users.alice.services.XDemo]\nmax_stored_bytes = 10\n', 4,
-     "[users.alice.services.XDemo] max_stored_bytes: not per service"),
-    (f'[users.alice]\ntoken_sha256 = "{"a" * 64}"\nmax_stored_bytes = true\n', 3,
-     "[users.alice] max_stored_bytes: expected an integer"),
-])
+@pytest.mark.parametrize(
+    "text, line, message",
+    [
+        ("[jobs]\nmax_stored_bytes = -1\n", 2, "[jobs] max_stored_bytes: must be at least 0"),
+        ('[jobs]\nmax_stored_bytes = "4GB"\n', 2, "[jobs] max_stored_bytes: expected an integer"),
+        (
+            "[services.XDemo]\nmax_stored_bytes = 10\n",
+            2,
+            "[services.XDemo] max_stored_bytes: not per service: it bounds what a user stores across all services",
+        ),
+        (
+            f'[users.alice]\ntoken_sha256 = "{"a" * 64}"\n[users.alice.services.XDemo]\nmax_stored_bytes = 10\n',
+            4,
+            "[users.alice.services.XDemo] max_stored_bytes: not per service",
+        ),
+        (
+            f'[users.alice]\ntoken_sha256 = "{"a" * 64}"\nmax_stored_bytes = true\n',
+            3,
+            "[users.alice] max_stored_bytes: expected an integer",
+        ),
+    ],
+)
 def test_check_config_refuses_a_wrong_max_stored_bytes(tmp_path, capsys, text, line, message):
     path = tmp_path / "xserver.toml"
     path.write_text(text)
@@ -116,13 +140,16 @@ def test_check_config_refuses_a_wrong_max_stored_bytes(tmp_path, capsys, text, l
 
 def test_check_config_accepts_max_stored_bytes(tmp_path, capsys):
     path = tmp_path / "xserver.toml"
-    path.write_text(f'[jobs]\nmax_stored_bytes = 0\n[users.alice]\ntoken_sha256 = "{"a" * 64}"\n'
-                    "max_stored_bytes = 1048576\n")
+    path.write_text(
+        f'[jobs]\nmax_stored_bytes = 0\n[users.alice]\ntoken_sha256 = "{"a" * 64}"\n'
+        "max_stored_bytes = 1048576\n"
+    )
     assert cli.main(["check-config", str(path)]) == 0
     assert "OK" in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------- the start
+
 
 def accounts(limit_line):
     return parse(f"""
@@ -133,38 +160,42 @@ required = true
 max_stored_bytes = 10000
 
 [users.alice]
-token_sha256 = "{token_sha256('alice-token-0123456789')}"
+token_sha256 = "{token_sha256("alice-token-0123456789")}"
 {limit_line}
 
 [users.bob]
-token_sha256 = "{token_sha256('bob-token-9876543210')}"
+token_sha256 = "{token_sha256("bob-token-9876543210")}"
 """)
 
 
-def test_a_start_at_or_past_the_bound_is_quota_exceeded_and_stores_nothing(jobs, settings, simulate_op):
+def test_a_start_at_or_past_the_bound_is_quota_exceeded_and_stores_nothing(
+    jobs, settings, simulate_op
+):
     from xruntime.services.xdemo.types import SimulateRequest
+
     alice, bob = Caller("alice"), Caller("bob")
     jobs.start(simulate_op, SimulateRequest(steps=1), alice)
     size = jobs.store.stored_bytes("alice")
     settings[0] = accounts(f"max_stored_bytes = {2 * size}")
-    jobs.manager.stored_quota = StoredBytesQuota(jobs.store)       # no figure from the bound before
-    second = jobs.start(simulate_op, SimulateRequest(steps=1), alice).id     # 1 job stored: below
-    with pytest.raises(QuotaExceededFault) as caught:                        # 2 jobs: at the bound
+    jobs.manager.stored_quota = StoredBytesQuota(jobs.store)  # no figure from the bound before
+    second = jobs.start(simulate_op, SimulateRequest(steps=1), alice).id  # 1 job stored: below
+    with pytest.raises(QuotaExceededFault) as caught:  # 2 jobs: at the bound
         jobs.start(simulate_op, SimulateRequest(steps=1), alice)
     message = caught.value.faultstring
     assert f"{2 * size} bytes" in message and f"max_stored_bytes of {2 * size}" in message
     assert "delete" in caught.value.hint and "retention" in caught.value.hint
-    assert jobs.store.counts_by_status("alice") == {"QUEUING": 2}           # nothing stored
-    jobs.start(simulate_op, SimulateRequest(steps=1), bob)                  # bob: [jobs]' 10000
+    assert jobs.store.counts_by_status("alice") == {"QUEUING": 2}  # nothing stored
+    jobs.start(simulate_op, SimulateRequest(steps=1), bob)  # bob: [jobs]' 10000
     jobs.delete(second, alice)
-    jobs.start(simulate_op, SimulateRequest(steps=1), alice)                # below again
+    jobs.start(simulate_op, SimulateRequest(steps=1), alice)  # below again
     assert jobs.store.counts_by_status("alice") == {"QUEUING": 2}
 
 
 def test_no_bound_with_0(jobs, settings, simulate_op):
     from xruntime.services.xdemo.types import SimulateRequest
+
     settings[0] = accounts("max_stored_bytes = 0")
-    jobs.manager.stored_quota.store = None          # never measured: a measure would fail
+    jobs.manager.stored_quota.store = None  # never measured: a measure would fail
     for _ in range(3):
         jobs.start(simulate_op, SimulateRequest(steps=1), Caller("alice"))
 
@@ -184,17 +215,17 @@ def test_a_figure_far_below_the_bound_is_reused_a_moment_one_near_it_never():
     quota = StoredBytesQuota(store, clock=lambda: clock[0])
     quota.check("alice", 1000)
     quota.check("alice", 1000)
-    assert store.measured == 1                         # under half the bound: reused
+    assert store.measured == 1  # under half the bound: reused
     clock[0] += REUSE_S
     quota.check("alice", 1000)
-    assert store.measured == 2                         # not for longer
+    assert store.measured == 2  # not for longer
     store.value = 600
     clock[0] += REUSE_S
     quota.check("alice", 1000)
     quota.check("alice", 1000)
-    assert store.measured == 4                         # past half: measured at each start
+    assert store.measured == 4  # past half: measured at each start
     store.value = 1000
     with pytest.raises(QuotaExceededFault):
         quota.check("alice", 1000)
     quota.check("bob", 0)
-    assert store.measured == 5                         # 0: no bound, nothing measured
+    assert store.measured == 5  # 0: no bound, nothing measured

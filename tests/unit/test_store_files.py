@@ -1,5 +1,6 @@
 """The SQLite database holds every user's requests and results: the server keeps its
 file to its own user (benchmarks/abuse.py, item 9: it was 0644 in a 0755 folder)."""
+
 import os
 import stat
 
@@ -16,7 +17,7 @@ def test_a_new_database_and_its_folder_are_private(tmp_path):
     try:
         assert mode(path.parent) & 0o077 == 0
         assert mode(path) == 0o600
-        for sibling in path.parent.iterdir():          # the WAL and its index, once written
+        for sibling in path.parent.iterdir():  # the WAL and its index, once written
             assert mode(sibling) & 0o077 == 0, sibling
     finally:
         store.engine.dispose()

@@ -1,6 +1,7 @@
 """The store unreachable for a while, without HTTP: which database errors mean "try
 again", how long an SQLite write waits for a locked database, and the slot's patience
 with a write that must not be lost."""
+
 import sqlite3
 import threading
 import time
@@ -10,8 +11,8 @@ import pytest
 from xruntime.bindings.json_binding import fault_response
 from xruntime.engine import supervisor as supervisor_module
 from xruntime.engine.supervisor import Supervisor
-from xruntime.protocol.faults import InternalErrorFault, TemporarilyUnavailableFault
 from xruntime.operations.failures import as_fault
+from xruntime.protocol.faults import InternalErrorFault, TemporarilyUnavailableFault
 from xruntime.store import StoreUnavailable, now_ms
 from xruntime.store import sqlite as store_sqlite
 from xruntime.store.unavailable import is_unavailable
@@ -19,23 +20,36 @@ from xruntime.store.unavailable import is_unavailable
 from .test_store_races import new_record
 
 
-@pytest.mark.parametrize("message", ["database is locked", "attempt to write a readonly database",
-                                     "database or disk is full", "disk I/O error",
-                                     "unable to open database file"])
+@pytest.mark.parametrize(
+    "message",
+    [
+        "database is locked",
+        "attempt to write a readonly database",
+        "database or disk is full",
+        "disk I/O error",
+        "unable to open database file",
+    ],
+)
 def test_sqlite_errors_of_the_database_mean_try_again(message):
     assert is_unavailable(sqlite3.OperationalError(message))
 
 
-@pytest.mark.parametrize("error", [sqlite3.OperationalError("no such table: jobs"),
-                                   sqlite3.OperationalError('near "SELEC": syntax error'),
-                                   sqlite3.IntegrityError("UNIQUE constraint failed: jobs.id"),
-                                   ValueError("a bug")])
+@pytest.mark.parametrize(
+    "error",
+    [
+        sqlite3.OperationalError("no such table: jobs"),
+        sqlite3.OperationalError('near "SELEC": syntax error'),
+        sqlite3.IntegrityError("UNIQUE constraint failed: jobs.id"),
+        ValueError("a bug"),
+    ],
+)
 def test_errors_of_a_statement_stay_bugs(error):
     assert not is_unavailable(error)
 
 
 def test_postgresql_connection_errors_mean_try_again():
     import psycopg
+
     assert is_unavailable(psycopg.OperationalError("connection refused"))
     assert is_unavailable(psycopg.errors.AdminShutdown("terminating connection"))
     assert is_unavailable(psycopg.errors.ReadOnlySqlTransaction("read-only transaction"))
@@ -45,7 +59,7 @@ def test_postgresql_connection_errors_mean_try_again():
 def test_a_store_error_is_answered_try_again_and_a_bug_internal_error():
     fault = as_fault(StoreUnavailable("database is locked"), "XDemo/startSimulate")
     assert isinstance(fault, TemporarilyUnavailableFault)
-    assert "locked" not in fault.message          # the database's words stay in the log
+    assert "locked" not in fault.message  # the database's words stay in the log
     response = fault_response(fault)
     assert response.status_code == 503 and int(response.headers["Retry-After"]) > 0
     assert isinstance(as_fault(KeyError("x"), "here"), InternalErrorFault)
@@ -67,14 +81,16 @@ def test_a_write_to_a_locked_database_raises_store_unavailable_and_stores_nothin
     rec = new_record()
     with pytest.raises(StoreUnavailable):
         store.create(rec, 100)
-    assert store.peek(rec.id) is None             # reads go on (WAL)
+    assert store.peek(rec.id) is None  # reads go on (WAL)
     locked.execute("ROLLBACK")
-    locked.execute("BEGIN")                       # (the fixture ends it)
+    locked.execute("BEGIN")  # (the fixture ends it)
     assert store.create(rec, 100)
     assert store.peek(rec.id).status == "QUEUING"
 
 
-def test_writers_queued_behind_a_locked_database_each_wait_the_busy_timeout_not_in_turn(store, locked):
+def test_writers_queued_behind_a_locked_database_each_wait_the_busy_timeout_not_in_turn(
+    store, locked
+):
     """Eight requests waiting to write each fail after BUSY_TIMEOUT_S, not one after
     the other (which would make the last wait eight times as long)."""
     took = []
@@ -84,6 +100,7 @@ def test_writers_queued_behind_a_locked_database_each_wait_the_busy_timeout_not_
         with pytest.raises(StoreUnavailable):
             store.create(new_record(), 100)
         took.append(time.monotonic() - start)
+
     threads = [threading.Thread(target=write) for _ in range(8)]
     for t in threads:
         t.start()
@@ -94,6 +111,7 @@ def test_writers_queued_behind_a_locked_database_each_wait_the_busy_timeout_not_
 
 
 # ------------------------------------------------------------------ the slot's patience
+
 
 class Flaky:
     """A write that fails with StoreUnavailable ``times`` times, then answers."""
@@ -137,10 +155,11 @@ def test_only_the_jobs_a_slot_holds_keep_their_lease(store):
         assert store.create(rec, 0)
     sup = supervisor(store)
     for rec in (held, lost):
-        assert store.claim(sup.node, now_ms() - 60_000, 1_000) is not None   # leases long gone
+        assert store.claim(sup.node, now_ms() - 60_000, 1_000) is not None  # leases long gone
 
     class Slot:
         current = held.id
+
     sup.slots = [Slot()]
     sup.housekeeping.renew_leases()
     recovered = store.recover(None, now_ms(), 3, lambda attempts: "{}")
@@ -158,6 +177,7 @@ def test_opening_a_store_waits_for_a_writer_and_changes_no_schema(tmp_path):
     import time as clock
 
     from xruntime.store import SqlJobStore
+
     path = str(tmp_path / "db")
     SqlJobStore("sqlite:///" + path).close()
     writer = sqlite3.connect(path, check_same_thread=False, isolation_level=None)

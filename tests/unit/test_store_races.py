@@ -7,18 +7,28 @@ created again for each test), e.g.::
 
     XRUNTIME_TEST_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:5432/test
 """
+
 import json
 import sqlite3
 import threading
 from collections import Counter
 
-from xruntime.protocol import codec
-from xruntime.settings.config import Settings
 from xruntime.engine.notifier import Notifier
+from xruntime.protocol import codec
 from xruntime.protocol.faults import InternalErrorFault, JobStateFault, UnknownJobFault
+from xruntime.settings.config import Settings
 from xruntime.store import now_ms
 
-from .helpers import LEASE_MS, NODE, BlockingJobs, claim_exactly, fault_json, new_record, progress_json
+from .helpers import (
+    LEASE_MS,
+    NODE,
+    BlockingJobs,
+    claim_exactly,
+    fault_json,
+    new_record,
+    progress_json,
+)
+
 
 def race(*actions):
     """Run the actions at the same moment, one thread each; answers their results
@@ -30,10 +40,12 @@ def race(*actions):
         barrier.wait()
         try:
             results[i] = action()
-        except Exception as exc:        # noqa: BLE001 - reported to the test
+        except Exception as exc:  # noqa: BLE001 - reported to the test
             results[i] = exc
 
-    threads = [threading.Thread(target=run, args=(i, a), daemon=True) for i, a in enumerate(actions)]
+    threads = [
+        threading.Thread(target=run, args=(i, a), daemon=True) for i, a in enumerate(actions)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -56,6 +68,7 @@ def rounds(store):
 
 
 # --------------------------------------------------------------------------- stop / delete / finish
+
 
 def test_stop_delete_finish_race_has_one_winner(any_store):
     store = any_store
@@ -174,8 +187,9 @@ def test_delete_of_a_queued_job_racing_a_claim(any_store):
     for _ in range(rounds(store)):
         rec = new_record()
         assert store.create(rec, 0)
-        claimed, deleted = race(lambda: store.claim(NODE, now_ms(), LEASE_MS),
-                                lambda: jobs.delete(rec.id))
+        claimed, deleted = race(
+            lambda: store.claim(NODE, now_ms(), LEASE_MS), lambda: jobs.delete(rec.id)
+        )
         assert not isinstance(claimed, Exception), claimed
         assert deleted.status == "DELETED"
         left = store.get(rec.id)
@@ -188,6 +202,7 @@ def test_delete_of_a_queued_job_racing_a_claim(any_store):
 
 
 # --------------------------------------------------------------------------- claims
+
 
 def test_concurrent_claims_never_share_a_job(any_store):
     store = any_store
@@ -207,7 +222,7 @@ def test_concurrent_claims_never_share_a_job(any_store):
                     return
                 assert rec.status == "RUNNING" and rec.node == node and rec.attempts == 1
                 claimed[node].append(rec.id)
-        except Exception as exc:      # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
             errors.append(exc)
 
     race(*(lambda n=n: claimer(n) for n in claimed))
@@ -246,12 +261,18 @@ def test_claim_sets_node_start_and_lease(any_store):
     rec = new_record()
     assert store.create(rec, 0)
     got = store.claim("n1", 1_000_000, 5000)
-    assert (got.status, got.node, got.started_at, got.lease_until, got.attempts) == \
-        ("RUNNING", "n1", 1_000_000, 1_005_000, 1)
+    assert (got.status, got.node, got.started_at, got.lease_until, got.attempts) == (
+        "RUNNING",
+        "n1",
+        1_000_000,
+        1_005_000,
+        1,
+    )
     assert store.peek(rec.id).lease_until == 1_005_000
 
 
 # --------------------------------------------------------------------------- max_queued
+
 
 def test_create_refuses_past_max_queued(any_store):
     store = any_store
@@ -330,8 +351,14 @@ def test_erase_expired_respects_fetched_and_unfetched_retention(any_store):
 
     assert store.erase_expired(now, UNFETCHED, FETCHED, 1000) == 3
     gone = {old_unfetched, old_unfetched_failed, fetched_long_ago}
-    kept = {young_unfetched, old_recently_fetched, fetched_just_now,
-            queued.id, running.id, deleted.id}
+    kept = {
+        young_unfetched,
+        old_recently_fetched,
+        fetched_just_now,
+        queued.id,
+        running.id,
+        deleted.id,
+    }
     for job_id in gone:
         assert store.get(job_id) is None
     for job_id in kept:
@@ -393,6 +420,7 @@ def test_mark_fetched_keeps_the_first_stamp(any_store):
 
 # --------------------------------------------------------------------------- restarts
 
+
 def attempts_fault(attempts):
     return fault_json(InternalErrorFault(f"the job's node died under it {attempts} times"))
 
@@ -417,8 +445,9 @@ def test_recover_requeues_the_running_jobs_of_a_dead_node(any_store):
     assert store.mark_deleted(gone.id)
 
     found = store.recover(dead, now_ms(), 3, attempts_fault)
-    assert sorted((r.id, r.requeued, r.attempts) for r in found) == \
-        sorted((job_id, True, 1) for job_id in mine)
+    assert sorted((r.id, r.requeued, r.attempts) for r in found) == sorted(
+        (job_id, True, 1) for job_id in mine
+    )
     for job_id in mine:
         rec = store.get(job_id)
         assert rec.status == "QUEUING"
@@ -463,7 +492,7 @@ def test_recover_by_lease_takes_only_expired_leases(any_store):
     store = any_store
     expired, current = new_record(), new_record()
     assert store.create(expired, 0) and store.create(current, 0)
-    store.claim("n1", 1_000, 1_000)                   # lease until 2_000
+    store.claim("n1", 1_000, 1_000)  # lease until 2_000
     store.claim("n2", now_ms(), 60_000)
     found = store.recover(None, now_ms(), 3, attempts_fault)
     assert [(r.id, r.requeued) for r in found] == [(expired.id, True)]
@@ -580,7 +609,9 @@ def test_fail_timed_out_queued(any_store):
     for rec in (own_short, own_long, default, fresh):
         assert store.create(rec, 0)
     fault = fault_json(InternalErrorFault("queued too long"))
-    assert sorted(store.fail_timed_out_queued(now, 5000, fault)) == sorted([own_short.id, default.id])
+    assert sorted(store.fail_timed_out_queued(now, 5000, fault)) == sorted(
+        [own_short.id, default.id]
+    )
     for rec in (own_short, default):
         stored = store.get(rec.id)
         assert stored.status == "FAILED" and stored.fault == fault and stored.finished_at == now

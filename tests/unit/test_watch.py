@@ -4,6 +4,7 @@ The timing tests run ``JobManager.watch`` on a real store and Notifier while ano
 thread changes the job through the store and then calls ``notifier.notify(job_id)``,
 as the supervisor does.  Tolerances are generous (a loaded two-core CI machine).
 """
+
 import json
 import threading
 import time
@@ -16,7 +17,14 @@ from xruntime.protocol.types import WatchRequest
 from xruntime.protocol.watch import watch_periods
 from xruntime.store import now_ms
 
-from .helpers import claim_exactly, fault_json, progress_json, put_in_state, result_json, stored_response
+from .helpers import (
+    claim_exactly,
+    fault_json,
+    progress_json,
+    put_in_state,
+    result_json,
+    stored_response,
+)
 
 #: How late an answer may come after the moment it is due (scheduling on 2 busy cores).
 SLACK = 0.2
@@ -27,54 +35,64 @@ AT_ONCE = 0.25
 
 # --------------------------------------------------------------------------- clamping
 
-@pytest.mark.parametrize("update, maximum, expected", [
-    (None, None, (1000, 50000)),          # defaults
-    (250, None, (250, 50000)),
-    (249, None, (250, 50000)),            # under 250: 250
-    (0, None, (250, 50000)),
-    (-1, None, (250, 50000)),             # negative ones too
-    (-100000, -5, (250, 250)),
-    (1, 1, (250, 250)),
-    (1000, 5000, (1000, 5000)),
-    (50000, None, (50000, 50000)),
-    (50001, None, (50000, 50000)),        # over 50000: 50000
-    (10**12, 10**12, (50000, 50000)),
-    (None, 100, (1000, 1000)),            # the maximum is at least the update period
-    (None, 999, (1000, 1000)),
-    (3000, 2000, (3000, 3000)),
-    (None, 50001, (1000, 50000)),         # and at most 50000
-    (None, 250, (1000, 1000)),
-    (300, 400, (300, 400)),
-    (None, 0, (1000, 1000)),
-])
+
+@pytest.mark.parametrize(
+    "update, maximum, expected",
+    [
+        (None, None, (1000, 50000)),  # defaults
+        (250, None, (250, 50000)),
+        (249, None, (250, 50000)),  # under 250: 250
+        (0, None, (250, 50000)),
+        (-1, None, (250, 50000)),  # negative ones too
+        (-100000, -5, (250, 250)),
+        (1, 1, (250, 250)),
+        (1000, 5000, (1000, 5000)),
+        (50000, None, (50000, 50000)),
+        (50001, None, (50000, 50000)),  # over 50000: 50000
+        (10**12, 10**12, (50000, 50000)),
+        (None, 100, (1000, 1000)),  # the maximum is at least the update period
+        (None, 999, (1000, 1000)),
+        (3000, 2000, (3000, 3000)),
+        (None, 50001, (1000, 50000)),  # and at most 50000
+        (None, 250, (1000, 1000)),
+        (300, 400, (300, 400)),
+        (None, 0, (1000, 1000)),
+    ],
+)
 def test_watch_period_clamping(update, maximum, expected):
     assert watch_periods(update, maximum) == expected
 
 
-@pytest.mark.parametrize("update, maximum, parameter", [
-    (2.5, None, "progressUpdatePeriod"),
-    ("abc", None, "progressUpdatePeriod"),
-    (True, None, "progressUpdatePeriod"),
-    (None, 2.5, "maximumPollingPeriod"),
-    (None, "500", "maximumPollingPeriod"),
-    (None, False, "maximumPollingPeriod"),
-])
+@pytest.mark.parametrize(
+    "update, maximum, parameter",
+    [
+        (2.5, None, "progressUpdatePeriod"),
+        ("abc", None, "progressUpdatePeriod"),
+        (True, None, "progressUpdatePeriod"),
+        (None, 2.5, "maximumPollingPeriod"),
+        (None, "500", "maximumPollingPeriod"),
+        (None, False, "maximumPollingPeriod"),
+    ],
+)
 def test_watch_periods_refuse_non_integers(update, maximum, parameter):
     with pytest.raises(InvalidValueFault) as excinfo:
         watch_periods(update, maximum)
     assert excinfo.value.parameter == parameter
 
 
-@pytest.mark.parametrize("field, value", [
-    ("progressUpdatePeriod", 2.5),
-    ("progressUpdatePeriod", "abc"),
-    ("progressUpdatePeriod", "1000"),
-    ("progressUpdatePeriod", True),
-    ("progressUpdatePeriod", [1000]),
-    ("maximumPollingPeriod", 0.5),
-    ("maximumPollingPeriod", "abc"),
-    ("maximumPollingPeriod", {"ms": 1}),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("progressUpdatePeriod", 2.5),
+        ("progressUpdatePeriod", "abc"),
+        ("progressUpdatePeriod", "1000"),
+        ("progressUpdatePeriod", True),
+        ("progressUpdatePeriod", [1000]),
+        ("maximumPollingPeriod", 0.5),
+        ("maximumPollingPeriod", "abc"),
+        ("maximumPollingPeriod", {"ms": 1}),
+    ],
+)
 def test_watch_request_with_non_integer_period_is_invalid_value(field, value):
     with pytest.raises(InvalidValueFault) as excinfo:
         codec.decode({"id": "x", field: value}, WatchRequest)
@@ -92,8 +110,9 @@ def test_watch_request_without_id_is_missing_parameter(data):
 
 @pytest.mark.parametrize("value", [-5, 0, 100, 249])
 def test_watch_request_small_integers_are_accepted_and_clamped(value):
-    request = codec.decode({"id": "x", "progressUpdatePeriod": value,
-                            "maximumPollingPeriod": value}, WatchRequest)
+    request = codec.decode(
+        {"id": "x", "progressUpdatePeriod": value, "maximumPollingPeriod": value}, WatchRequest
+    )
     assert watch_periods(request.progressUpdatePeriod, request.maximumPollingPeriod) == (250, 250)
 
 
@@ -107,6 +126,7 @@ def test_watch_with_non_integer_period_is_refused_before_waiting(jobs, simulate_
 
 
 # --------------------------------------------------------------------------- timing
+
 
 def timed(fn, *args):
     started = time.monotonic()
@@ -131,9 +151,11 @@ def later(delay, action):
 
 def change_progress(jobs, job_id, successful):
     def action():
-        assert jobs.store.set_progress(job_id, progress_json(remaining=5 - successful,
-                                                             successful=successful))
+        assert jobs.store.set_progress(
+            job_id, progress_json(remaining=5 - successful, successful=successful)
+        )
         jobs.notifier.notify(job_id)
+
     return action
 
 
@@ -225,8 +247,11 @@ def test_finishing_wakes_the_watch_at_once_even_before_the_period(jobs, simulate
     job_id = put_in_state(jobs, simulate_op, "RUNNING")
 
     def finish():
-        kwargs = ({"result": result_json(stored_response())} if outcome == "SUCCEEDED"
-                  else {"fault": fault_json(ProcessingFault("failed"))})
+        kwargs = (
+            {"result": result_json(stored_response())}
+            if outcome == "SUCCEEDED"
+            else {"fault": fault_json(ProcessingFault("failed"))}
+        )
         assert jobs.store.finish(job_id, outcome, now_ms(), **kwargs)
         jobs.notifier.notify(job_id)
 

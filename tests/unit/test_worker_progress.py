@@ -1,5 +1,6 @@
 """Progress is coalesced in the worker process: a function that reports without pause
 costs the server a few messages a second, and the latest value still arrives."""
+
 import json
 import threading
 import time
@@ -47,19 +48,20 @@ def test_a_flood_of_reports_sends_a_handful_of_messages_and_the_last_value_befor
         i += 1
         job.report_progress(BulkProgress(remaining=1_000_000 - i, successful=i, failed=0))
     job.send_outcome(Result(b"{}"))
-    took = time.monotonic() - start                      # the outcome included
+    took = time.monotonic() - start  # the outcome included
     with conn.lock:
         sent = list(conn.sent)
     times = [t for t, m in sent if isinstance(m, Progress)]
     progress = [m for _, m in sent if isinstance(m, Progress)]
-    assert successful(progress[0]) == 1                  # the first report goes out at once
+    assert successful(progress[0]) == 1  # the first report goes out at once
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert all(gap >= PROGRESS_PERIOD for gap in gaps[:-1]), (
-        f"progress messages less than {PROGRESS_PERIOD} s apart: gaps {[round(g, 4) for g in gaps]}")
+        f"progress messages less than {PROGRESS_PERIOD} s apart: gaps {[round(g, 4) for g in gaps]}"
+    )
     # hence at most one per period from the first, and the flush before the outcome
     assert len(progress) <= took / PROGRESS_PERIOD + 2
-    assert successful(progress[-1]) == i                 # the last value is not lost
-    assert sent[-1][1] == Done("job-1", Result(b"{}"))       # and it precedes the outcome
+    assert successful(progress[-1]) == i  # the last value is not lost
+    assert sent[-1][1] == Done("job-1", Result(b"{}"))  # and it precedes the outcome
     assert [successful(m) for m in progress] == sorted(successful(m) for m in progress)
 
 
@@ -67,7 +69,7 @@ def test_a_kept_report_is_sent_when_its_turn_comes_even_if_the_function_goes_qui
     conn = RecordingConn()
     job = context(conn)
     job.report_progress(BulkProgress(remaining=2, successful=1, failed=0))
-    job.report_progress(BulkProgress(remaining=1, successful=2, failed=0))   # kept back
+    job.report_progress(BulkProgress(remaining=1, successful=2, failed=0))  # kept back
     assert [successful(m) for m in conn.messages(Progress)] == [1]
     deadline = time.monotonic() + 5
     while len(conn.messages(Progress)) < 2 and time.monotonic() < deadline:
@@ -76,7 +78,7 @@ def test_a_kept_report_is_sent_when_its_turn_comes_even_if_the_function_goes_qui
     assert [successful(m) for m in conn.messages(Progress)] == [1, 2]
     assert second - first >= PROGRESS_PERIOD * 0.9
     job.send_outcome(Result(b"{}"))
-    assert len(conn.messages(Progress)) == 2            # nothing was left to send
+    assert len(conn.messages(Progress)) == 2  # nothing was left to send
 
 
 def test_nothing_is_sent_after_the_outcome():
@@ -91,9 +93,13 @@ def test_nothing_is_sent_after_the_outcome():
 
 def test_xdemo_reporting_without_pause_sends_few_messages_and_ends_with_its_last_step(monkeypatch):
     conn = RecordingConn()
-    monkeypatch.setattr(worker, "PROGRESS_PERIOD", 60.0)   # longer than the whole run
-    run_one(conn, threading.Event(), type("V", (), {"value": 0})(),
-            RunJob("job-2", "XDemo", "simulate", json.dumps({"steps": 20_000, "durationMs": 0})))
+    monkeypatch.setattr(worker, "PROGRESS_PERIOD", 60.0)  # longer than the whole run
+    run_one(
+        conn,
+        threading.Event(),
+        type("V", (), {"value": 0})(),
+        RunJob("job-2", "XDemo", "simulate", json.dumps({"steps": 20_000, "durationMs": 0})),
+    )
     sent = conn.messages()
     assert [type(m) for m in sent] == [Progress, Progress, Done]
     assert [successful(m) for m in sent[:2]] == [1, 20_000]

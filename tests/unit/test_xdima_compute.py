@@ -1,5 +1,6 @@
 """XDima's arithmetic and its function, without a server; and the compact stored form
 its large results rely on (xruntime/store/payload.py)."""
+
 import json
 import math
 import random
@@ -7,16 +8,15 @@ import random
 import numpy as np
 import pytest
 
+from xruntime.protocol import codec
+from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault, RequestStoppedFault
 from xruntime.services import xdima
 from xruntime.services.xdima import compute
 from xruntime.services.xdima.types import CreateDistanceMatrixRequest
-from xruntime.protocol import codec
-from xruntime.protocol.faults import (InvalidValueFault, MissingParameterFault,
-                                      RequestStoppedFault)
 from xruntime.store.payload import MAGIC, pack, unpack
 
-QUARTER = 10_007_543          # a quarter of a great circle of R = 6 371 km, in metres
-ONE_DEGREE = 111_195          # one degree of it
+QUARTER = 10_007_543  # a quarter of a great circle of R = 6 371 km, in metres
+ONE_DEGREE = 111_195  # one degree of it
 
 
 def haversine(lon1, lat1, lon2, lat2):
@@ -35,7 +35,7 @@ def test_hand_computed_great_circles():
     assert np.allclose(np.diag(d), 0)
     assert round(d[0, 1]) == ONE_DEGREE and round(d[0, 2]) == ONE_DEGREE
     assert round(d[0, 3]) == QUARTER and round(d[0, 4]) == QUARTER
-    assert round(d[0, 5]) == 20_015_087                            # π R
+    assert round(d[0, 5]) == 20_015_087  # π R
     assert np.allclose(d, d.T)
 
 
@@ -43,8 +43,8 @@ def test_block_applies_detour_speed_and_rounding():
     lon, lat = compute.to_radians([(0, 0), (1, 0)])
     metres, seconds = compute.block((lon, lat), (lon, lat), 1.5, 36.0)
     assert metres.dtype == np.int64
-    assert metres[0, 1] == round(ONE_DEGREE * 1.5 - 0.07)       # 111194.93 × 1.5 = 166792.4
-    assert seconds[0, 1] == round(111194.93 * 1.5 / 10)          # 36 km/h = 10 m/s
+    assert metres[0, 1] == round(ONE_DEGREE * 1.5 - 0.07)  # 111194.93 × 1.5 = 166792.4
+    assert seconds[0, 1] == round(111194.93 * 1.5 / 10)  # 36 km/h = 10 m/s
     assert metres[0, 0] == 0 and seconds[1, 1] == 0
 
 
@@ -93,14 +93,23 @@ def request(starts, destinations=None, **more):
 
 def test_function_answers_rows_summary_and_progress():
     job = FakeJob()
-    req = request([(0, 0), (1, 0)], [(0, 0), (0, 1), (90, 0)],
-                  profile={"averageSpeedKmh": 36.0, "detourFactor": 1.0})
+    req = request(
+        [(0, 0), (1, 0)],
+        [(0, 0), (0, 1), (90, 0)],
+        profile={"averageSpeedKmh": 36.0, "detourFactor": 1.0},
+    )
     result = xdima.createDistanceMatrix(req, job)
-    assert [r.distances for r in result.rows] == [[0, ONE_DEGREE, QUARTER],
-                                                  [ONE_DEGREE, 157_249, 9_896_348]]
+    assert [r.distances for r in result.rows] == [
+        [0, ONE_DEGREE, QUARTER],
+        [ONE_DEGREE, 157_249, 9_896_348],
+    ]
     assert result.rows[0].travelTimes == [0, 11_119, 1_000_754]
     s = result.summary
-    assert (s.numberOfStartLocations, s.numberOfDestinationLocations, s.numberOfRowsComputed) == (2, 3, 2)
+    assert (s.numberOfStartLocations, s.numberOfDestinationLocations, s.numberOfRowsComputed) == (
+        2,
+        3,
+        2,
+    )
     assert (s.minimumDistance, s.maximumDistance, s.maximumTravelTime) == (0, QUARTER, 1_000_754)
     assert [p["status"] for p in job.progress] == ["PREPROCESSING", "CALCULATING_MATRIX", "DONE"]
     assert job.progress[-1]["calculationProgress"] == 100
@@ -114,8 +123,8 @@ def test_defaults_destinations_and_profile():
 
 
 def test_stop_between_blocks_answers_the_rows_so_far():
-    starts = [(i / 100, 0) for i in range(600)]                 # 3 blocks of 250 rows... (600 → 250, 250, 100)
-    job = FakeJob(stop_after_reports=2)                         # PREPROCESSING + first block
+    starts = [(i / 100, 0) for i in range(600)]  # 3 blocks of 250 rows... (600 → 250, 250, 100)
+    job = FakeJob(stop_after_reports=2)  # PREPROCESSING + first block
     result = xdima.createDistanceMatrix(request(starts, [(0, 0)] * 2), job)
     assert len(result.rows) == 250 and result.summary.numberOfRowsComputed == 250
     assert [p["status"] for p in job.progress] == ["PREPROCESSING", "CALCULATING_MATRIX"]
@@ -147,26 +156,41 @@ def test_out_of_range_coordinates_are_refused_with_their_path():
 
 # ----------------------------------------------------------------- the compact stored form
 
+
 def test_a_matrix_result_is_stored_compactly_and_round_trips_exactly():
     job = FakeJob()
     rng = random.Random(1)
     pts = [(rng.uniform(5, 15), rng.uniform(45, 55)) for _ in range(300)]
     result = xdima.createDistanceMatrix(request(pts), job)
-    text = json.dumps(codec.encode(result, xdima.DistanceMatrixResponse),
-                      separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(
+        codec.encode(result, xdima.DistanceMatrixResponse),
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     blob = pack(text)
     assert blob.startswith(MAGIC)
-    assert len(blob) < len(text) / 2               # 4-byte ints, compressed: no decimal text
+    assert len(blob) < len(text) / 2  # 4-byte ints, compressed: no decimal text
     assert unpack(blob) == text
 
 
-@pytest.mark.parametrize("text", [
-    '{"a":[' + ",".join(str(i * 7919 - 10**6) for i in range(500)) + "]}",
-    '{"big":[' + ",".join([str(2**63 + 1)] * 100) + '],"wide":[' + ",".join([str(2**40)] * 100) + "]}",
-    '{"f":[' + ",".join(repr(i / 7) for i in range(500)) + '],"mixed":[' + ",".join(["1", "2.5"] * 50) + "]}",
-    '{"s":"[' + ",".join(["1"] * 2000) + ']","neg0":[' + ",".join(["-0"] * 100) + "]}",
-    '{"spaced": [' + ", ".join(["1"] * 2000) + '], "é\\"[1]": "x"}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":[' + ",".join(str(i * 7919 - 10**6) for i in range(500)) + "]}",
+        '{"big":['
+        + ",".join([str(2**63 + 1)] * 100)
+        + '],"wide":['
+        + ",".join([str(2**40)] * 100)
+        + "]}",
+        '{"f":['
+        + ",".join(repr(i / 7) for i in range(500))
+        + '],"mixed":['
+        + ",".join(["1", "2.5"] * 50)
+        + "]}",
+        '{"s":"[' + ",".join(["1"] * 2000) + ']","neg0":[' + ",".join(["-0"] * 100) + "]}",
+        '{"spaced": [' + ", ".join(["1"] * 2000) + '], "é\\"[1]": "x"}',
+    ],
+)
 def test_round_trip_is_exact_whatever_the_arrays(text):
     assert unpack(pack(text)) == text
 

@@ -3,11 +3,12 @@
 It adds up what every process of the node recorded (``xruntime.metrics``, from the
 multiprocess folder) and reads the rest from the store at scrape time.
 """
+
 import os
 
-from ..web.asgi import Page, answer, refuse_method
 from ..support.blocking import blocking
 from ..support.metrics import MULTIPROC_ENV, recorded
+from ..web.asgi import Page, answer, refuse_method
 
 
 class StoreCollector:
@@ -20,26 +21,36 @@ class StoreCollector:
 
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
+
         from .. import __version__
+
         counts = self.store.counts_by_service()
         busy = self.store.busy_workers(self.node)
         workers = self.settings().workers
-        info = GaugeMetricFamily("xruntime_node_info", "This node: its name and version.",
-                                 labels=["node", "version"])
+        info = GaugeMetricFamily(
+            "xruntime_node_info", "This node: its name and version.", labels=["node", "version"]
+        )
         info.add_metric([self.node, __version__], 1)
         yield info
-        jobs = GaugeMetricFamily("xruntime_jobs", "Stored jobs per service and status (every node's).",
-                                 labels=["service", "status"])
-        queued = GaugeMetricFamily("xruntime_queue_length", "Jobs waiting for a worker, per service "
-                                   "(with those waiting for a retry).", labels=["service"])
+        jobs = GaugeMetricFamily(
+            "xruntime_jobs",
+            "Stored jobs per service and status (every node's).",
+            labels=["service", "status"],
+        )
+        queued = GaugeMetricFamily(
+            "xruntime_queue_length",
+            "Jobs waiting for a worker, per service (with those waiting for a retry).",
+            labels=["service"],
+        )
         for (service, status), count in sorted(counts.items()):
             jobs.add_metric([service, status], count)
-        for service in sorted({service for service, _ in counts}):     # 0 too, once it has jobs
+        for service in sorted({service for service, _ in counts}):  # 0 too, once it has jobs
             queued.add_metric([service], counts.get((service, "QUEUING"), 0))
         yield jobs
         yield queued
-        slots = GaugeMetricFamily("xruntime_workers", "This node's worker processes, busy or idle.",
-                                  labels=["state"])
+        slots = GaugeMetricFamily(
+            "xruntime_workers", "This node's worker processes, busy or idle.", labels=["state"]
+        )
         slots.add_metric(["busy"], busy)
         slots.add_metric(["idle"], max(0, workers - busy))
         yield slots
@@ -55,10 +66,11 @@ class MetricsPage(Page):
     def exposition(self) -> tuple:
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
         from prometheus_client.multiprocess import MultiProcessCollector
+
         if os.environ.get(MULTIPROC_ENV):
             registry = CollectorRegistry()
             MultiProcessCollector(registry)
-        else:                                     # one process (a test's app): its own
+        else:  # one process (a test's app): its own
             registry = CollectorRegistry()
             registry.register(_Recorded())
         registry.register(self.store_collector)
@@ -75,6 +87,7 @@ class _Recorded:
 
     def collect(self):
         from prometheus_client import REGISTRY
+
         names = {m._name for m in recorded().values()}
         for family in REGISTRY.collect():
             if family.name in names:

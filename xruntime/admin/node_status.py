@@ -8,12 +8,13 @@ are the store's, i.e. of every node sharing the database.  The three reads are n
 transaction: a snapshot read while a job changes may count it in its old state and
 list it in its new one, and the change, told meanwhile, brings the next snapshot.
 """
+
 import json
 import time
 
 from .. import __version__
-from ..protocol.progress_view import view_of
 from ..protocol import states
+from ..protocol.progress_view import view_of
 from ..store import now_ms
 
 #: The running jobs listed at most (newest first); the others are counted.
@@ -52,10 +53,10 @@ def _running_job(rec, now: int) -> dict:
         "id": rec.id,
         "service": rec.service,
         "operation": rec.operation,
-        "user": rec.owner or None,          # None: anonymous (accounts off)
+        "user": rec.owner or None,  # None: anonymous (accounts off)
         "status": rec.status,
         "node": rec.node,
-        "elapsedMs": rec.elapsed_ms(now),   # since it was queued, as watchJob's elapsedTime
+        "elapsedMs": rec.elapsed_ms(now),  # since it was queued, as watchJob's elapsedTime
         "parentId": rec.parent_id,
         "progress": progress,
         "bar": None if view is None else {"fraction": view.fraction, "text": view.text},

@@ -6,16 +6,28 @@ go into the page with ``textContent`` only, so a service, user or progress text 
 never become markup.  Between snapshots the browser counts the uptime and the
 elapsed times on by itself.  One column under 600 px wide, for a phone.
 """
+
 from ..web.asgi import Page, answer, refuse_method
+
 
 class StatusPage(Page):
     """``/status``: the page; its data arrive over ``/status/events``."""
 
     async def serve(self, scope, receive, send, admitted):
         if not await refuse_method(scope, send):
-            await answer(scope, send, 200, "text/html; charset=utf-8", HTML.encode("utf-8"),
-                         [(b"content-security-policy",
-                           b"default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'")])
+            await answer(
+                scope,
+                send,
+                200,
+                "text/html; charset=utf-8",
+                HTML.encode("utf-8"),
+                [
+                    (
+                        b"content-security-policy",
+                        b"default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'",
+                    )
+                ],
+            )
 
 
 class ToStatus(Page):
@@ -24,8 +36,14 @@ class ToStatus(Page):
 
     async def serve(self, scope, receive, send, admitted):
         if not await refuse_method(scope, send):
-            await answer(scope, send, 303, "text/plain; charset=utf-8", b"see status\n",
-                         [(b"location", b"status")])
+            await answer(
+                scope,
+                send,
+                303,
+                "text/plain; charset=utf-8",
+                b"see status\n",
+                [(b"location", b"status")],
+            )
 
 
 HTML = """<!doctype html>

@@ -13,15 +13,16 @@ client goes away (``http.disconnect``), when the process shuts down (Notifier
 ``on_close``), so an open page never holds up a node's shutdown, and at its next event
 or heartbeat once its credentials no longer admit it.
 """
+
 import asyncio
 import json
 import logging
 import threading
 
-from ..web.asgi import Page, answer, refuse_method
+from ..store import StoreUnavailable
 from ..support.blocking import blocking
 from ..support.logs import OncePerPeriod
-from ..store import StoreUnavailable
+from ..web.asgi import Page, answer, refuse_method
 
 log = logging.getLogger("xruntime.status")
 _trouble_log = OncePerPeriod(log, 60.0)
@@ -46,11 +47,11 @@ class StatusFeed:
         self._compute = compute
         self.period = period
         self.closed = False
-        self.latest = None            # the JSON text of the newest snapshot
-        self.version = 0              # counts the snapshots read
+        self.latest = None  # the JSON text of the newest snapshot
+        self.version = 0  # counts the snapshots read
         self._streams = set()
         self._loop = None
-        self._dirty = None            # asyncio.Event: something changed since the last read
+        self._dirty = None  # asyncio.Event: something changed since the last read
         self._runner = None
         self._lock = threading.Lock()
         self._scheduled = False
@@ -64,7 +65,7 @@ class StatusFeed:
         self._loop = asyncio.get_running_loop()
         stream = Subscription(self)
         self._streams.add(stream)
-        if self._runner is None:                   # nothing was kept up to date
+        if self._runner is None:  # nothing was kept up to date
             self.latest = None
             self._dirty = asyncio.Event()
             self._dirty.set()
@@ -74,7 +75,7 @@ class StatusFeed:
     def unsubscribe(self, stream) -> None:
         self._streams.discard(stream)
         if not self._streams and self._runner is not None:
-            self._runner.cancel()                  # (a read under way finishes unseen)
+            self._runner.cancel()  # (a read under way finishes unseen)
             self._runner = None
 
     async def _run(self):
@@ -85,10 +86,10 @@ class StatusFeed:
             began = loop.time()
             try:
                 text = json.dumps(await blocking(self._compute), separators=(",", ":"))
-            except Exception as exc:               # say so on the page, try again later
+            except Exception as exc:  # say so on the page, try again later
                 if isinstance(exc, StoreUnavailable):
                     _trouble_log.warning("status page: no snapshot: %s", exc)
-                else:                              # a bug: logged whole, never shown
+                else:  # a bug: logged whole, never shown
                     _trouble_log.exception("status page: no snapshot")
                 text = json.dumps({"error": "the job store cannot be read now; retrying"})
                 loop.call_later(RETRY_AFTER, self._dirty.set)
@@ -103,7 +104,7 @@ class StatusFeed:
         """A job changed (or was queued): read again soon.  One hop to the loop per burst."""
         loop = self._loop
         if loop is None or not self._streams:
-            return              # no page open here: the next one reads afresh anyway
+            return  # no page open here: the next one reads afresh anyway
         with self._lock:
             if self._scheduled:
                 return
@@ -175,11 +176,17 @@ class StatusEvents(Page):
     async def serve(self, scope, receive, send, admitted):
         if await refuse_method(scope, send):
             return
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache, no-store"),
-            (b"x-accel-buffering", b"no"),          # nginx: pass each event on at once
-        ]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache, no-store"),
+                    (b"x-accel-buffering", b"no"),  # nginx: pass each event on at once
+                ],
+            }
+        )
         if scope["method"] == "HEAD":
             await send({"type": "http.response.body", "body": b""})
             return
@@ -191,12 +198,14 @@ class StatusEvents(Page):
                 event = await stream.next(HEARTBEAT)
                 if event is _END:
                     break
-                if not admitted():                  # revoked meanwhile (a reload of the file)
-                    log.info("status stream from %s ended: its credentials no longer admit it",
-                             (scope.get("client") or ("an unknown address",))[0])
+                if not admitted():  # revoked meanwhile (a reload of the file)
+                    log.info(
+                        "status stream from %s ended: its credentials no longer admit it",
+                        (scope.get("client") or ("an unknown address",))[0],
+                    )
                     break
                 await _body(send, ": still here\n\n" if event is None else f"data: {event}\n\n")
-            if not stream.ended:                    # (a client gone is sent nothing more)
+            if not stream.ended:  # (a client gone is sent nothing more)
                 await send({"type": "http.response.body", "body": b""})
         finally:
             watcher.cancel()
@@ -215,11 +224,18 @@ class StatusJson(Page):
         try:
             snapshot = await blocking(self.compute)
         except StoreUnavailable:
-            await answer(scope, send, 503, "application/json",
-                         json.dumps({"error": "the job store cannot be read now; try again"}).encode(),
-                         [(b"retry-after", b"5")])
+            await answer(
+                scope,
+                send,
+                503,
+                "application/json",
+                json.dumps({"error": "the job store cannot be read now; try again"}).encode(),
+                [(b"retry-after", b"5")],
+            )
             return
-        await answer(scope, send, 200, "application/json", json.dumps(snapshot, indent=1).encode() + b"\n")
+        await answer(
+            scope, send, 200, "application/json", json.dumps(snapshot, indent=1).encode() + b"\n"
+        )
 
 
 async def _body(send, text: str):
@@ -240,5 +256,5 @@ def _resolve(future, value):
 def _call_soon(loop, callback):
     try:
         loop.call_soon_threadsafe(callback)
-    except RuntimeError:            # the loop is closed: the process is ending anyway
+    except RuntimeError:  # the loop is closed: the process is ending anyway
         pass

@@ -19,9 +19,10 @@ function may fan out several times, one stage after another).  Hence the rule: a
 the same children in the same order on every run (derive them from the request), and
 keep the work before ``run_children`` cheap: it is done again.
 """
+
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from ..protocol import codec
 from ..protocol.states import Status
@@ -32,13 +33,14 @@ RAISE, RETURN = "raise", "return"
 
 #: (service name, operation name) → its LongOperation, or None: the registry's
 #: ``find_long_operation``, handed in by the worker (this module sits below the registry).
-FindOperation = Callable[[str, str], Optional[object]]
+FindOperation = Callable[[str, str], object | None]
 
 
 @dataclass
 class Child:
     """A child job to start: a long operation of any service, by its name (the
     function's, e.g. ``"simulate"``), and its request."""
+
     service: str
     operation: str
     request: object
@@ -50,7 +52,7 @@ class WaitForChildren(BaseException):
     def __init__(self, stage: int, children: list, fail_fast: bool):
         super().__init__(f"waiting for {len(children)} child jobs")
         self.stage = stage
-        self.children = children          # [{service, operation, fetch_type, request, timeouts}]
+        self.children = children  # [{service, operation, fetch_type, request, timeouts}]
         self.fail_fast = fail_fast
 
 
@@ -62,7 +64,7 @@ class ChildOutcome:
         self.id = finished.id
         self.status = finished.status
         self.finished_at = finished.finished_at
-        self.stored = finished.result           # the result in the store's form (bytes)
+        self.stored = finished.result  # the result in the store's form (bytes)
         self._fault_json = finished.fault
         self._response_type = response_type
         self._result = None
@@ -97,6 +99,7 @@ class ChildOutcome:
 class Joined:
     """A response whose list ``field`` is the children's own lists of that field, joined
     in order: returned by ``job.join``, stored without decoding the children's results."""
+
     response: object
     field: str
     parts: list
@@ -107,17 +110,25 @@ def describe(child: Child, find: FindOperation) -> dict:
     the wrong type or one its operation's ``validate`` refuses (the parent fails)."""
     op = find(child.service, child.operation)
     if op is None:
-        raise ValueError(f"run_children: there is no long operation {child.service}.{child.operation}")
+        raise ValueError(
+            f"run_children: there is no long operation {child.service}.{child.operation}"
+        )
     if not isinstance(child.request, op.request):
-        raise TypeError(f"run_children: {child.service}.{child.operation} takes a {op.request.__name__}, "
-                        f"not a {type(child.request).__name__}")
+        raise TypeError(
+            f"run_children: {child.service}.{child.operation} takes a {op.request.__name__}, "
+            f"not a {type(child.request).__name__}"
+        )
     if op.validate is not None:
         op.validate(child.request)
     timeouts = getattr(child.request, "timeouts", None)
-    return {"service": op.service, "operation": op.name, "fetch_type": op.fetch_type,
-            "request": codec.dumps(codec.encode(child.request, op.request)),
-            "queueing_timeout": getattr(timeouts, "queueingTimeout", None) if timeouts else None,
-            "computation_timeout": getattr(timeouts, "computationTimeout", None) if timeouts else None}
+    return {
+        "service": op.service,
+        "operation": op.name,
+        "fetch_type": op.fetch_type,
+        "request": codec.dumps(codec.encode(child.request, op.request)),
+        "queueing_timeout": getattr(timeouts, "queueingTimeout", None) if timeouts else None,
+        "computation_timeout": getattr(timeouts, "computationTimeout", None) if timeouts else None,
+    }
 
 
 class Stages:
@@ -144,10 +155,14 @@ class Stages:
                 raise stop_fault()
             if not children:
                 return []
-            raise WaitForChildren(stage, [describe(c, self._find) for c in children], failures == RAISE)
+            raise WaitForChildren(
+                stage, [describe(c, self._find) for c in children], failures == RAISE
+            )
         if [(c.service, c.operation) for c in done] != [(c.service, c.operation) for c in children]:
-            raise RuntimeError("run_children asked for other children than on the job's earlier run; "
-                               "a long operation must ask for the same children on every run")
+            raise RuntimeError(
+                "run_children asked for other children than on the job's earlier run; "
+                "a long operation must ask for the same children on every run"
+            )
         outcomes = [ChildOutcome(c, self._find(c.service, c.operation).response) for c in done]
         failed = [o for o in outcomes if not o.succeeded]
         if failed and failures == RAISE and not stopped:

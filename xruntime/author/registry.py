@@ -2,10 +2,11 @@
 a module-level ``service``.  Adding a folder there adds a service; nothing else is
 listed anywhere.  Modules named in ``XRUNTIME_SERVICE_MODULES`` (comma-separated, e.g.
 ``mycompany.xroute``) are loaded too, for services kept outside this repository."""
+
 import importlib
 import os
 import pkgutil
-from functools import lru_cache
+from functools import cache
 
 from .runtime_service import xruntime
 
@@ -14,7 +15,7 @@ from .runtime_service import xruntime
 SHIPPED = "xruntime.services"
 
 
-@lru_cache(maxsize=None)
+@cache
 def discover() -> dict:
     """Every service by name, XRuntime first (imported once per process)."""
     found = {xruntime.name: xruntime}
@@ -24,7 +25,9 @@ def discover() -> dict:
         service = getattr(module, "service", None)
         if service is not None:
             found[service.name] = service
-    for name in filter(None, (n.strip() for n in os.environ.get("XRUNTIME_SERVICE_MODULES", "").split(","))):
+    for name in filter(
+        None, (n.strip() for n in os.environ.get("XRUNTIME_SERVICE_MODULES", "").split(","))
+    ):
         service = importlib.import_module(name).service
         found[service.name] = service
     return found

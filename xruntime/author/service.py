@@ -17,17 +17,26 @@ From that one declaration the framework derives ``startSimulate``,
 ``simulate``, in every binding and in the WSDL.  The function runs in a worker process
 and knows nothing of HTTP, SQL or processes; ``job`` is a ``JobContext``.
 """
+
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol
+from typing import Protocol
 
-from .children import Child, ChildOutcome
 from ..protocol.faults import XServerFault
-from ..protocol.types import Job, JobProgress, JobRequest, link_base
 from ..protocol.typeinfo import is_protocol_type
+from ..protocol.types import Job, JobProgress, JobRequest, link_base
+from .children import Child, ChildOutcome
 
-
-__all__ = ["Service", "JobContext", "RetryLater", "Child", "ChildOutcome", "LongOperation", "Operation"]
+__all__ = [
+    "Service",
+    "JobContext",
+    "RetryLater",
+    "Child",
+    "ChildOutcome",
+    "LongOperation",
+    "Operation",
+]
 
 
 class RetryLater(Exception):
@@ -88,13 +97,14 @@ def _cap(name: str) -> str:
 @dataclass(frozen=True)
 class LongOperation:
     """A long operation as its author declared it."""
+
     service: str
     name: str
     request: type
     response: type
     function: Callable
     faults: tuple = ()
-    validate: Optional[Callable] = None
+    validate: Callable | None = None
 
     @property
     def start_name(self) -> str:
@@ -121,6 +131,7 @@ class Operation:
     ``(jobs, request, caller) -> response`` run in the pool for blocking work; a coroutine
     function (watchJob) is awaited on the event loop instead, holding no thread.
     """
+
     service: str
     name: str
     kind: str
@@ -143,6 +154,7 @@ def pin_namespace(cls, namespace: str) -> None:
     """Give a service's own types (and the complex types of their fields) the service's
     namespace unless they declare one, so the WSDL is the same whatever loads first."""
     from spyne import ComplexModelBase
+
     seen, pending = set(), [cls]
     while pending:
         c = pending.pop()
@@ -151,7 +163,7 @@ def pin_namespace(cls, namespace: str) -> None:
             continue
         seen.add(c)
         if is_protocol_type(c):
-            continue                          # the protocol's own types are pinned already
+            continue  # the protocol's own types are pinned already
         if c.__dict__.get("__namespace__") is None:
             c.__namespace__ = namespace
         link_base(c)
@@ -189,21 +201,26 @@ class Service:
         ``InvalidValueFault`` so that a bad request is refused at once, not as a
         FAILED job.
         """
+
         def register(function):
             for t in (request, response) + tuple(faults):
                 pin_namespace(t, self.namespace)
-            op = LongOperation(self.name, function.__name__, request, response,
-                               function, tuple(faults), validate)
+            op = LongOperation(
+                self.name, function.__name__, request, response, function, tuple(faults), validate
+            )
             self.long_operations[op.name] = op
             return function
+
         return register
 
     def call(self, request, response, faults=()):
         """Declare a short operation (XRuntime's): a function, or a coroutine function
         when it waits."""
+
         def register(function):
             self.calls[function.__name__] = (request, response, function, tuple(faults))
             return function
+
         return register
 
     def operations(self) -> dict:
@@ -212,9 +229,14 @@ class Service:
         for name, (request, response, function, faults) in self.calls.items():
             ops[name] = Operation(self.name, name, CALL, request, response, function, faults)
         for op in self.long_operations.values():
-            ops[op.start_name] = Operation(self.name, op.start_name, START, op.request, Job,
-                                           op, op.faults)
-            ops[op.name] = Operation(self.name, op.name, RUN, op.request, op.response, op, op.faults)
-            ops.setdefault(op.fetch_name, Operation(self.name, op.fetch_name, FETCH, JobRequest,
-                                                    op.response, op, op.faults))
+            ops[op.start_name] = Operation(
+                self.name, op.start_name, START, op.request, Job, op, op.faults
+            )
+            ops[op.name] = Operation(
+                self.name, op.name, RUN, op.request, op.response, op, op.faults
+            )
+            ops.setdefault(
+                op.fetch_name,
+                Operation(self.name, op.fetch_name, FETCH, JobRequest, op.response, op, op.faults),
+            )
         return ops

@@ -6,18 +6,18 @@ by fault type and ``{"message": ..., "faultInfo": {"$type": ..., ...}}``.
 A fetch and the synchronous form write the JSON text the worker stored as it is
 (``Dispatcher.call_json``): a large result (a distance matrix) costs its text only.
 """
+
 import json
 import math
 import re
 
 from werkzeug.wrappers import Request, Response
 
-
-from ..support import metrics
-from ..protocol.faults import InvalidRequestFault, XServerFault
 from ..operations.failures import as_fault
-from ..support.blocking import sized
 from ..protocol import codec
+from ..protocol.faults import InvalidRequestFault, XServerFault
+from ..support import metrics
+from ..support.blocking import sized
 from . import parsing
 
 JSON_TYPE = "application/json; charset=utf-8"
@@ -32,8 +32,9 @@ def dumps(data) -> bytes:
 
 def fault_response(fault: XServerFault) -> Response:
     metrics.fault_answered(fault)
-    response = Response(dumps(codec.encode_fault(fault)), status=fault.http_status,
-                        content_type=JSON_TYPE)
+    response = Response(
+        dumps(codec.encode_fault(fault)), status=fault.http_status, content_type=JSON_TYPE
+    )
     if fault.retry_after_s is not None:
         response.headers["Retry-After"] = str(fault.retry_after_s)
     return response
@@ -44,23 +45,29 @@ def read_json_body(request: Request, max_bytes: int, empty=None):
     An empty body stands for ``empty`` when given (the JSON binding: an empty request)."""
     length = request.content_length
     if length is not None and length > max_bytes:
-        raise InvalidRequestFault(f"the request body has {length} bytes, more than the "
-                                  f"{max_bytes} this server accepts",
-                                  hint="Send a smaller request.")
+        raise InvalidRequestFault(
+            f"the request body has {length} bytes, more than the {max_bytes} this server accepts",
+            hint="Send a smaller request.",
+        )
     ctype = request.mimetype or ""
     if ctype and "json" not in ctype:
         # text/plain, a form: what any web page may post to any address (docs/protocol.md §15)
-        raise InvalidRequestFault(f"the content type {ctype} is not JSON",
-                                  hint="Send the request as application/json "
-                                       "(curl: -H 'Content-Type: application/json').")
+        raise InvalidRequestFault(
+            f"the content type {ctype} is not JSON",
+            hint="Send the request as application/json "
+            "(curl: -H 'Content-Type: application/json').",
+        )
     raw = request.stream.read(max_bytes + 1)
     if len(raw) > max_bytes:
-        raise InvalidRequestFault(f"the request body is larger than the {max_bytes} bytes this "
-                                  "server accepts", hint="Send a smaller request.")
+        raise InvalidRequestFault(
+            f"the request body is larger than the {max_bytes} bytes this server accepts",
+            hint="Send a smaller request.",
+        )
     if not raw.strip() and empty is not None:
         return empty
-    parsing.check_marks(raw, raw.count(b"[") + raw.count(b"{"), JSON_BYTES_PER_MARK,
-                        "JSON arrays and objects")
+    parsing.check_marks(
+        raw, raw.count(b"[") + raw.count(b"{"), JSON_BYTES_PER_MARK, "JSON arrays and objects"
+    )
     try:
         # decoded strictly, in the encoding JSON allows that the body is in: a surrogate
         # encoded as bytes (CESU-8, UTF-16 without its pair) is no text (json.loads would
@@ -68,15 +75,21 @@ def read_json_body(request: Request, max_bytes: int, empty=None):
         text = raw.decode(json.detect_encoding(raw))
         data = json.loads(text, parse_constant=_not_json, parse_float=_finite)
     except RecursionError:
-        raise InvalidRequestFault("the request body nests too deeply",
-                                  hint="Send one JSON object, the operation's request.")
+        raise InvalidRequestFault(
+            "the request body nests too deeply",
+            hint="Send one JSON object, the operation's request.",
+        )
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequestFault(f"the request body is not valid JSON: {exc}",
-                                  hint="Send one JSON object, the operation's request.")
+        raise InvalidRequestFault(
+            f"the request body is not valid JSON: {exc}",
+            hint="Send one JSON object, the operation's request.",
+        )
     if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(data):
-        raise InvalidRequestFault("the request body is not valid JSON: it holds a lone surrogate "
-                                  "(\\ud800–\\udfff without its pair), which is no character",
-                                  hint="Send text as Unicode characters; pair every surrogate.")
+        raise InvalidRequestFault(
+            "the request body is not valid JSON: it holds a lone surrogate "
+            "(\\ud800–\\udfff without its pair), which is no character",
+            hint="Send text as Unicode characters; pair every surrogate.",
+        )
     return data
 
 
@@ -117,7 +130,8 @@ def _has_lone_surrogate(data) -> bool:
 
 class JsonBinding:
     """The JSON binding at ``/services/rs``: ``handle(request)`` answers a Response."""
-    name = "json"               # in metrics
+
+    name = "json"  # in metrics
 
     def __init__(self, dispatcher, settings):
         self.dispatcher = dispatcher
@@ -128,27 +142,34 @@ class JsonBinding:
 
     @staticmethod
     def is_public(method: str, path: str, query: bytes) -> bool:
-        return False                     # every operation needs the caller's credentials
+        return False  # every operation needs the caller's credentials
 
     async def handle(self, request: Request, caller) -> Response:
         parts = [p for p in request.path.split("/") if p]
         where = "/".join(parts) or "/"
         try:
             if len(parts) != 2:
-                raise InvalidRequestFault(f"no operation at {request.path}; use "
-                                          "/services/rs/<Service>/<operation>")
+                raise InvalidRequestFault(
+                    f"no operation at {request.path}; use /services/rs/<Service>/<operation>"
+                )
             op = self.dispatcher.find(*parts)
             if request.method != "POST":
-                raise InvalidRequestFault(f"{request.method} is not allowed; POST the request",
-                                          hint="POST a JSON object.")
+                raise InvalidRequestFault(
+                    f"{request.method} is not allowed; POST the request", hint="POST a JSON object."
+                )
             self.dispatcher.check_enabled(op.service)
             limit = self.settings().max_request_bytes
-            data = await parsing.parse(request.content_length, limit, read_json_body, request,
-                                       limit, empty={})
-            del request                  # a held watch keeps nothing of the request
+            data = await parsing.parse(
+                request.content_length, limit, read_json_body, request, limit, empty={}
+            )
+            del request  # a held watch keeps nothing of the request
             answer = await self.dispatcher.call(op, data, caller)
             # one Response for all the watchers sharing the answer
-            return await sized(len(answer.text), answer.rendered, "json", lambda: Response(
-                answer.text.encode("utf-8"), content_type=JSON_TYPE))
+            return await sized(
+                len(answer.text),
+                answer.rendered,
+                "json",
+                lambda: Response(answer.text.encode("utf-8"), content_type=JSON_TYPE),
+            )
         except Exception as exc:
             return fault_response(as_fault(exc, where))

@@ -6,20 +6,25 @@ the same JSON form as ``/services/rs``.  Errors carry the specification's codes 
 by id); notifications run and get no answer; a batch of notifications only answers
 HTTP 204.
 """
+
 import asyncio
 import contextlib
 import logging
 
 from werkzeug.wrappers import Request, Response
 
-
-from ..support import metrics
-from ..support.logs import OncePerPeriod
-from ..protocol.faults import InvalidRequestFault, ProcessingFault, RejectedRequestFault, XServerFault
-from ..operations.failures import as_fault
-from ..support.blocking import sized
 from ..author.service import FETCH
+from ..operations.failures import as_fault
 from ..protocol import codec
+from ..protocol.faults import (
+    InvalidRequestFault,
+    ProcessingFault,
+    RejectedRequestFault,
+    XServerFault,
+)
+from ..support import metrics
+from ..support.blocking import sized
+from ..support.logs import OncePerPeriod
 from . import parsing
 from .json_binding import JSON_TYPE, dumps, read_json_body
 
@@ -48,13 +53,17 @@ def error_code(fault: XServerFault) -> int:
 def error(request_id, code: int, fault: XServerFault) -> dict:
     metrics.fault_answered(fault)
     encoded = codec.encode_fault(fault)
-    return {"jsonrpc": "2.0", "id": request_id,
-            "error": {"code": code, "message": encoded["message"], "data": encoded["faultInfo"]}}
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {"code": code, "message": encoded["message"], "data": encoded["faultInfo"]},
+    }
 
 
 class JsonRpcBinding:
     """The JSON-RPC 2.0 binding at ``/services/rpc``: ``handle(request)`` answers a Response."""
-    name = "jsonrpc"            # in metrics
+
+    name = "jsonrpc"  # in metrics
 
     def __init__(self, dispatcher, settings):
         self.dispatcher = dispatcher
@@ -62,22 +71,27 @@ class JsonRpcBinding:
 
     @staticmethod
     def is_public(method: str, path: str, query: bytes) -> bool:
-        return False                     # every method needs the caller's credentials
+        return False  # every method needs the caller's credentials
 
     async def handle(self, request: Request, caller) -> Response:
         service = request.path.strip("/")
         try:
             if not self.dispatcher.has_service(service):
-                raise InvalidRequestFault(f"there is no service {service!r}; JSON-RPC is at "
-                                          "/services/rpc/<Service>")
+                raise InvalidRequestFault(
+                    f"there is no service {service!r}; JSON-RPC is at /services/rpc/<Service>"
+                )
             if request.method != "POST":
-                raise InvalidRequestFault(f"{request.method} is not allowed; POST a JSON-RPC request")
+                raise InvalidRequestFault(
+                    f"{request.method} is not allowed; POST a JSON-RPC request"
+                )
             limit = self.settings().max_request_bytes
-            body = await parsing.parse(request.content_length, limit, read_json_body, request, limit)
+            body = await parsing.parse(
+                request.content_length, limit, read_json_body, request, limit
+            )
         except XServerFault as fault:
             code = PARSE_ERROR if "not valid JSON" in fault.faultstring else INVALID_REQUEST
             return self._answer(error(None, code, fault))
-        del request                      # a held watch keeps nothing of the request
+        del request  # a held watch keeps nothing of the request
         if isinstance(body, list):
             return await self._batch(service, body, caller)
         answer = await self._one(service, body, caller)
@@ -93,28 +107,50 @@ class JsonRpcBinding:
         instead (the rest still run)."""
         settings = self.settings()
         if not items:
-            return self._answer(error(None, INVALID_REQUEST, InvalidRequestFault("an empty batch is not a request")))
+            return self._answer(
+                error(None, INVALID_REQUEST, InvalidRequestFault("an empty batch is not a request"))
+            )
         if len(items) > settings.max_batch:
-            batch_log.warning("refused a JSON-RPC batch of %d requests (max_batch %d)", len(items),
-                              settings.max_batch)
-            return self._answer(error(None, INVALID_REQUEST, InvalidRequestFault(
-                f"the batch has {len(items)} requests, more than the {settings.max_batch} this server "
-                "takes in one", hint="Send the requests in several smaller batches.")))
+            batch_log.warning(
+                "refused a JSON-RPC batch of %d requests (max_batch %d)",
+                len(items),
+                settings.max_batch,
+            )
+            return self._answer(
+                error(
+                    None,
+                    INVALID_REQUEST,
+                    InvalidRequestFault(
+                        f"the batch has {len(items)} requests, more than the {settings.max_batch} this server "
+                        "takes in one",
+                        hint="Send the requests in several smaller batches.",
+                    ),
+                )
+            )
         budget = settings.max_batch_answer_bytes
         answers = [None] * len(items)
         running, fetching = asyncio.Semaphore(BATCH_PARALLEL), asyncio.Semaphore(1)
 
         def over_budget(item):
-            request_id = item.get("id") if isinstance(item, dict) and _is_id(item.get("id")) else None
-            return codec.dumps(error(request_id, REJECTED, RejectedRequestFault(
-                f"the batch's answer would hold more than {settings.max_batch_answer_bytes} bytes; "
-                "this request's answer was left out",
-                hint="Send this request on its own (a large result is streamed then).")))
+            request_id = (
+                item.get("id") if isinstance(item, dict) and _is_id(item.get("id")) else None
+            )
+            return codec.dumps(
+                error(
+                    request_id,
+                    REJECTED,
+                    RejectedRequestFault(
+                        f"the batch's answer would hold more than {settings.max_batch_answer_bytes} bytes; "
+                        "this request's answer was left out",
+                        hint="Send this request on its own (a large result is streamed then).",
+                    ),
+                )
+            )
 
         async def run(index, item):
             nonlocal budget
             # fetches one at a time: each may read a large result before it is weighed
-            async with (fetching if self._fetches(service, item) else _NO_WAIT), running:
+            async with fetching if self._fetches(service, item) else _NO_WAIT, running:
                 answer = await self._one(service, item, caller, lambda: budget)
             if answer is _OVER_BUDGET or (answer is not None and len(answer) > budget):
                 answer = over_budget(item)
@@ -131,8 +167,11 @@ class JsonRpcBinding:
         return self._answer(error(None, code, fault))
 
     def _fetches(self, service, item) -> bool:
-        op = self.dispatcher.operation(service, item.get("method")) if isinstance(item, dict) \
-            and isinstance(item.get("method"), str) else None
+        op = (
+            self.dispatcher.operation(service, item.get("method"))
+            if isinstance(item, dict) and isinstance(item.get("method"), str)
+            else None
+        )
         return op is not None and op.kind == FETCH
 
     async def _one(self, service, item, caller, budget=None):
@@ -141,29 +180,52 @@ class JsonRpcBinding:
         copied into an answer that would be dropped).  A result is spliced in as the
         text the dispatcher answers (for a fetch, the stored text; for watchers woken by
         one change, one text), not parsed and encoded again."""
-        if not isinstance(item, dict) or item.get("jsonrpc") != "2.0" \
-                or not isinstance(item.get("method"), str) or not _is_id(item.get("id")):
-            request_id = item.get("id") if isinstance(item, dict) and _is_id(item.get("id")) else None
-            return codec.dumps(error(request_id, INVALID_REQUEST, InvalidRequestFault(
-                "not a JSON-RPC 2.0 request: it needs \"jsonrpc\": \"2.0\", a \"method\" string "
-                "and an optional \"id\" (string or number)")))
+        if (
+            not isinstance(item, dict)
+            or item.get("jsonrpc") != "2.0"
+            or not isinstance(item.get("method"), str)
+            or not _is_id(item.get("id"))
+        ):
+            request_id = (
+                item.get("id") if isinstance(item, dict) and _is_id(item.get("id")) else None
+            )
+            return codec.dumps(
+                error(
+                    request_id,
+                    INVALID_REQUEST,
+                    InvalidRequestFault(
+                        'not a JSON-RPC 2.0 request: it needs "jsonrpc": "2.0", a "method" string '
+                        'and an optional "id" (string or number)'
+                    ),
+                )
+            )
         request_id = item.get("id", _MISSING)
         notification = request_id is _MISSING
         op = self.dispatcher.operation(service, item["method"])
         if op is None:
-            answer = error(None if notification else request_id, METHOD_NOT_FOUND, InvalidRequestFault(
-                f"the service {service} has no method {item['method']}"))
+            answer = error(
+                None if notification else request_id,
+                METHOD_NOT_FOUND,
+                InvalidRequestFault(f"the service {service} has no method {item['method']}"),
+            )
             return None if notification else codec.dumps(answer)
         params = item.get("params", {})
         try:
             if not isinstance(params, dict):
-                raise InvalidRequestFault("params must be the request object (by name)",
-                                          hint="Send \"params\": {...} with the request's fields.")
-            result = (await self.dispatcher.call(
-                op, params, caller, max_answer_bytes=None if budget is None else budget())).text
+                raise InvalidRequestFault(
+                    "params must be the request object (by name)",
+                    hint='Send "params": {...} with the request\'s fields.',
+                )
+            result = (
+                await self.dispatcher.call(
+                    op, params, caller, max_answer_bytes=None if budget is None else budget()
+                )
+            ).text
         except Exception as exc:
             fault = as_fault(exc, f"JSON-RPC {service}.{item['method']}")
-            return None if notification else codec.dumps(error(request_id, error_code(fault), fault))
+            return (
+                None if notification else codec.dumps(error(request_id, error_code(fault), fault))
+            )
         if notification:
             return None
         if budget is not None and len(result) > budget():
@@ -177,7 +239,6 @@ class JsonRpcBinding:
     @staticmethod
     def _text(text: str) -> Response:
         return Response(text.encode("utf-8"), content_type=JSON_TYPE)
-
 
 
 def _is_id(value) -> bool:

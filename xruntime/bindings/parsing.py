@@ -19,13 +19,14 @@ libxml2 nodes (+320 MB).  So, one definition for the three bindings:
   returned to the system (glibc's ``malloc_trim``), so that the process's RSS comes
   back near its idle size instead of keeping its peak.
 """
+
 import asyncio
 import collections
 import ctypes
 import ctypes.util
 
-from ..support.blocking import INLINE_BYTES, blocking
 from ..protocol.faults import InvalidRequestFault
+from ..support.blocking import INLINE_BYTES, blocking
 
 #: A body with fewer marks than this is never refused by ``check_marks``.
 FREE_MARKS = 4096
@@ -41,8 +42,10 @@ def check_marks(raw: bytes, count: int, per_bytes: int, what: str) -> None:
     if count > allowed:
         raise InvalidRequestFault(
             f"the request body holds {count} {what} in {len(raw)} bytes, more than the {allowed} "
-            f"(one per {per_bytes} bytes) this server parses", hint="Send a request of the "
-            "operation's shape; a large request holds values, not empty containers.")
+            f"(one per {per_bytes} bytes) this server parses",
+            hint="Send a request of the "
+            "operation's shape; a large request holds values, not empty containers.",
+        )
 
 
 class _Admission:
@@ -51,7 +54,7 @@ class _Admission:
 
     def __init__(self):
         self.parsing = 0
-        self.waiting = collections.deque()            # (size, future)
+        self.waiting = collections.deque()  # (size, future)
 
     async def admit(self, size: int, budget: int) -> None:
         if not self.waiting and (self.parsing == 0 or self.parsing + size <= budget):
@@ -65,7 +68,7 @@ class _Admission:
         except BaseException:
             if entry in self.waiting:
                 self.waiting.remove(entry)
-            elif not turn.cancelled():             # admitted meanwhile: hand it back
+            elif not turn.cancelled():  # admitted meanwhile: hand it back
                 self.release(size, budget)
             raise
 
@@ -101,7 +104,7 @@ async def parse(size, budget: int, fn, *args, **kwargs):
 def _malloc_trim():
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):          # not glibc: nothing to call
+    except (OSError, AttributeError):  # not glibc: nothing to call
         return None
 
 

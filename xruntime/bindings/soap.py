@@ -10,23 +10,23 @@ parsing (``parsing.check_marks``), so its tree is bounded by its bytes.  Faults 
 (``Client`` for InvalidRequestFault and RejectedRequestFault, ``Server`` otherwise)
 with the typed fault element, declared in the WSDL, inside ``<detail>``.
 """
+
 import json
 import re
-from functools import lru_cache
+from functools import cache
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
 from lxml import etree
 from werkzeug.wrappers import Request, Response
 
-
-from ..support import metrics
-from ..protocol.faults import InvalidRequestFault, XServerFault
 from ..operations.failures import as_fault
-from ..protocol.types import NAMESPACE as TYPES_NS
-from ..support.blocking import INLINE_BYTES
 from ..protocol import codec
+from ..protocol.faults import InvalidRequestFault, XServerFault
 from ..protocol.typeinfo import complex_types
+from ..protocol.types import NAMESPACE as TYPES_NS
+from ..support import metrics
+from ..support.blocking import INLINE_BYTES
 from . import parsing, xml_codec
 from .wsdl import SCHEMA_FOLDER, build_all_wsdl, build_wsdl, polymorphic_types, schema_documents
 
@@ -39,8 +39,15 @@ _MARKUP_DECLARATION = re.compile(rb"<!\[CDATA\[.*?\]\]>|<!--.*?-->|<!", re.S)
 _ADDRESS_PLACEHOLDER = "http://xruntime.invalid/soap-address"
 
 _BARE_PREFIXES = {SOAP_ENV: "soap", TYPES_NS: "t"}
-_PARSER_OPTIONS = dict(resolve_entities=False, no_network=True, load_dtd=False, dtd_validation=False,
-                       huge_tree=False, remove_comments=True, remove_pis=True)
+_PARSER_OPTIONS = dict(
+    resolve_entities=False,
+    no_network=True,
+    load_dtd=False,
+    dtd_validation=False,
+    huge_tree=False,
+    remove_comments=True,
+    remove_pis=True,
+)
 _HEADER = f"{{{SOAP_ENV}}}Header"
 #: The envelope is fed to the parser in pieces of this size; the header's content
 #: read so far is dropped after each.
@@ -50,14 +57,18 @@ FEED_BYTES = 64 * 1024
 XML_BYTES_PER_MARK = 12
 
 
-@lru_cache(maxsize=None)
+@cache
 def wsdl_template(service) -> str:
     """The service's WSDL with a placeholder address, built once."""
     return build_wsdl(service, _ADDRESS_PLACEHOLDER).decode("utf-8")
 
 
 def wsdl_for(service, address: str) -> bytes:
-    return wsdl_template(service).replace(_ADDRESS_PLACEHOLDER, escape(address, {'"': "&quot;"})).encode()
+    return (
+        wsdl_template(service)
+        .replace(_ADDRESS_PLACEHOLDER, escape(address, {'"': "&quot;"}))
+        .encode()
+    )
 
 
 class SoapService:
@@ -66,10 +77,15 @@ class SoapService:
     def __init__(self, service, dispatcher):
         self.service = service
         self.operations = {op.name: op for op in dispatcher.operations_of(service.name).values()}
-        self.prefixes = {SOAP_ENV: "soap", xml_codec.XSI: "xsi", TYPES_NS: "t", service.namespace: "s"}
-        for cls in polymorphic_types(service):       # e.g. other services' progress types
+        self.prefixes = {
+            SOAP_ENV: "soap",
+            xml_codec.XSI: "xsi",
+            TYPES_NS: "t",
+            service.namespace: "s",
+        }
+        for cls in polymorphic_types(service):  # e.g. other services' progress types
             self.prefixes.setdefault(cls.get_namespace(), f"n{len(self.prefixes)}")
-        for op in self.operations.values():          # the types an xsi:type may name
+        for op in self.operations.values():  # the types an xsi:type may name
             for cls in complex_types(op.response):
                 self.prefixes.setdefault(cls.get_namespace(), f"n{len(self.prefixes)}")
         self.declarations = _declarations(self.prefixes)
@@ -82,22 +98,27 @@ def _declarations(prefixes) -> str:
 
 class SoapBinding:
     """The SOAP binding at ``/services/ws``: ``handle(request)`` answers a Response."""
-    name = "soap"               # in metrics
+
+    name = "soap"  # in metrics
 
     def __init__(self, dispatcher, settings):
         self.dispatcher = dispatcher
         self.settings = settings
-        self.services = {name: SoapService(svc, dispatcher) for name, svc in dispatcher.services.items()}
+        self.services = {
+            name: SoapService(svc, dispatcher) for name, svc in dispatcher.services.items()
+        }
         for svc in dispatcher.services.values():
-            wsdl_template(svc)                     # built once, at start-up
+            wsdl_template(svc)  # built once, at start-up
         schema_documents()
 
     @staticmethod
     def is_public(method: str, path: str, query: bytes) -> bool:
         """A WSDL and its schemas may be public ([auth] public_wsdl), so that clients
         can be generated."""
-        return method == "GET" and (_schema_name(path) is not None or _asks_wsdl(
-            parse_qs(query.decode("latin-1"), keep_blank_values=True)))
+        return method == "GET" and (
+            _schema_name(path) is not None
+            or _asks_wsdl(parse_qs(query.decode("latin-1"), keep_blank_values=True))
+        )
 
     async def handle(self, request: Request, caller) -> Response:
         name = request.path.strip("/")
@@ -105,39 +126,60 @@ class SoapBinding:
         if schema is not None and request.method == "GET":
             document = schema_documents().get(schema)
             if document is None:
-                return Response(f"no schema {schema} here; a WSDL names the ones it imports\n",
-                                status=404, content_type="text/plain; charset=utf-8")
+                return Response(
+                    f"no schema {schema} here; a WSDL names the ones it imports\n",
+                    status=404,
+                    content_type="text/plain; charset=utf-8",
+                )
             return Response(document, content_type=XML_TYPE)
         soap = self.services.get(name)
         if request.method == "GET" and _asks_wsdl(request.args):
-            if name == "":                        # every service's, for wsimport
-                served = [s.service for n, s in self.services.items() if self.settings().service_enabled(n)]
-                return Response(build_all_wsdl(served, self._address(request, "").rstrip("/")),
-                                content_type=XML_TYPE)
+            if name == "":  # every service's, for wsimport
+                served = [
+                    s.service
+                    for n, s in self.services.items()
+                    if self.settings().service_enabled(n)
+                ]
+                return Response(
+                    build_all_wsdl(served, self._address(request, "").rstrip("/")),
+                    content_type=XML_TYPE,
+                )
             if soap is None or not self.settings().service_enabled(name):
-                return Response(f"no WSDL here: the service {name} is not served\n", status=404,
-                                content_type="text/plain; charset=utf-8")
-            return Response(wsdl_for(soap.service, self._address(request, name)), content_type=XML_TYPE)
+                return Response(
+                    f"no WSDL here: the service {name} is not served\n",
+                    status=404,
+                    content_type="text/plain; charset=utf-8",
+                )
+            return Response(
+                wsdl_for(soap.service, self._address(request, name)), content_type=XML_TYPE
+            )
         try:
             if soap is None:
-                raise InvalidRequestFault(f"there is no service {name!r}; services are at "
-                                          "/services/ws/<Service>")
+                raise InvalidRequestFault(
+                    f"there is no service {name!r}; services are at /services/ws/<Service>"
+                )
             if request.method != "POST":
-                raise InvalidRequestFault(f"{request.method} is not allowed; POST a SOAP envelope, "
-                                          f"or GET {request.base_url}?wsdl")
+                raise InvalidRequestFault(
+                    f"{request.method} is not allowed; POST a SOAP envelope, "
+                    f"or GET {request.base_url}?wsdl"
+                )
             self.dispatcher.check_enabled(name)
-            op, (data, sent) = await parsing.parse(request.content_length,
-                                                   self.settings().max_request_bytes,
-                                                   self._read, request, soap)
-            del request                  # a held watch keeps nothing of the request
+            op, (data, sent) = await parsing.parse(
+                request.content_length, self.settings().max_request_bytes, self._read, request, soap
+            )
+            del request  # a held watch keeps nothing of the request
             answer = await self.dispatcher.call(op, data, caller, sent)
         except Exception as exc:
             return self._fault(soap, as_fault(exc, f"SOAP {name}"))
-        if len(answer.text) > INLINE_BYTES:           # a large result: streamed from the pool
+        if len(answer.text) > INLINE_BYTES:  # a large result: streamed from the pool
             return Response(self._streamed(soap, op, answer.text), content_type=XML_TYPE)
         # one Response for all the watchers sharing the answer
-        return answer.rendered(f"soap:{name}:{op.name}", lambda: Response(
-            b"".join(self._streamed(soap, op, answer.text)), content_type=XML_TYPE))
+        return answer.rendered(
+            f"soap:{name}:{op.name}",
+            lambda: Response(
+                b"".join(self._streamed(soap, op, answer.text)), content_type=XML_TYPE
+            ),
+        )
 
     def _streamed(self, soap, op, text: str):
         """The answer's envelope as text, in chunks: a large result is never a tree.
@@ -145,7 +187,9 @@ class SoapBinding:
         answer = json.loads(text)
         head, tail = _envelope_ends(soap.declarations)
         yield head.encode("utf-8")
-        for chunk in xml_codec.iter_text(f"s:{op.name}Response", answer, op.response, soap.prefixes):
+        for chunk in xml_codec.iter_text(
+            f"s:{op.name}Response", answer, op.response, soap.prefixes
+        ):
             yield chunk.encode("utf-8")
         yield tail.encode("utf-8")
 
@@ -163,29 +207,42 @@ class SoapBinding:
     def _read(self, request, soap):
         limit = self.settings().max_request_bytes
         if request.content_length is not None and request.content_length > limit:
-            raise InvalidRequestFault(f"the request body has {request.content_length} bytes, more "
-                                      f"than the {limit} this server accepts")
+            raise InvalidRequestFault(
+                f"the request body has {request.content_length} bytes, more "
+                f"than the {limit} this server accepts"
+            )
         if request.mimetype not in ACCEPTED_TYPES:
-            raise InvalidRequestFault(f"the content type {request.mimetype or 'none'} is not XML; "
-                                      "SOAP 1.1 messages are text/xml")
+            raise InvalidRequestFault(
+                f"the content type {request.mimetype or 'none'} is not XML; "
+                "SOAP 1.1 messages are text/xml"
+            )
         body = request.stream.read(limit + 1)
         if len(body) > limit:
-            raise InvalidRequestFault(f"the request body is larger than the {limit} bytes this "
-                                      "server accepts")
+            raise InvalidRequestFault(
+                f"the request body is larger than the {limit} bytes this server accepts"
+            )
         if any(m.group() == b"<!" for m in _MARKUP_DECLARATION.finditer(body)):
-            raise InvalidRequestFault("the message contains a DTD or entity declaration, which "
-                                      "SOAP 1.1 forbids", hint="Send the envelope without <!DOCTYPE>.")
+            raise InvalidRequestFault(
+                "the message contains a DTD or entity declaration, which SOAP 1.1 forbids",
+                hint="Send the envelope without <!DOCTYPE>.",
+            )
         # elements (start tags, and comments or CDATA, which count too) and attributes
-        parsing.check_marks(body, body.count(b"<") - body.count(b"</") + body.count(b"="),
-                            XML_BYTES_PER_MARK, "XML elements and attributes")
+        parsing.check_marks(
+            body,
+            body.count(b"<") - body.count(b"</") + body.count(b"="),
+            XML_BYTES_PER_MARK,
+            "XML elements and attributes",
+        )
         try:
             root = _parse_envelope(body)
         except etree.XMLSyntaxError as exc:
             raise InvalidRequestFault(f"the request is not well-formed XML: {exc}")
         docinfo = root.getroottree().docinfo
-        if docinfo.doctype or docinfo.internalDTD is not None:     # e.g. in UTF-16
-            raise InvalidRequestFault("the message contains a DTD, which SOAP 1.1 forbids",
-                                      hint="Send the envelope without <!DOCTYPE>.")
+        if docinfo.doctype or docinfo.internalDTD is not None:  # e.g. in UTF-16
+            raise InvalidRequestFault(
+                "the message contains a DTD, which SOAP 1.1 forbids",
+                hint="Send the envelope without <!DOCTYPE>.",
+            )
         if root.tag != f"{{{SOAP_ENV}}}Envelope":
             raise InvalidRequestFault("the request is not a SOAP 1.1 envelope")
         body_elem = root.find(f"{{{SOAP_ENV}}}Body")
@@ -195,8 +252,10 @@ class SoapBinding:
         qname = etree.QName(payload[0])
         op = soap.operations.get(qname.localname)
         if op is None or qname.namespace != soap.service.namespace:
-            raise InvalidRequestFault(f"the service {soap.service.name} has no operation "
-                                      f"{{{qname.namespace}}}{qname.localname}")
+            raise InvalidRequestFault(
+                f"the service {soap.service.name} has no operation "
+                f"{{{qname.namespace}}}{qname.localname}"
+            )
         return op, xml_codec.read(payload[0], op.request)
 
     # ------------------------------------------------------------------ writing
@@ -216,11 +275,14 @@ class SoapBinding:
         # its namespace (schemas/<Service>.xsd)
         ns = fault.get_namespace()
         prefixes = soap.prefixes if soap is not None and ns in soap.prefixes else _BARE_PREFIXES
-        fill = [f"<soap:Fault><faultcode>soap:{fault.soap_faultcode}</faultcode>"
-                f"<faultstring>{xml_codec.escaped(fault.faultstring)}</faultstring><detail>",
-                *xml_codec.iter_text(f"{prefixes[ns]}:{fault.get_type_name()}", data, type(fault),
-                                     prefixes),
-                "</detail></soap:Fault>"]
+        fill = [
+            f"<soap:Fault><faultcode>soap:{fault.soap_faultcode}</faultcode>"
+            f"<faultstring>{xml_codec.escaped(fault.faultstring)}</faultstring><detail>",
+            *xml_codec.iter_text(
+                f"{prefixes[ns]}:{fault.get_type_name()}", data, type(fault), prefixes
+            ),
+            "</detail></soap:Fault>",
+        ]
         return self._envelope(soap, fill, status=500)
 
 
@@ -233,11 +295,11 @@ def _parse_envelope(body: bytes):
     header = None
     view = memoryview(body)
     for at in range(0, len(body), FEED_BYTES):
-        parser.feed(bytes(view[at:at + FEED_BYTES]))
+        parser.feed(bytes(view[at : at + FEED_BYTES]))
         for _, elem in parser.read_events():
             parent = elem.getparent()
             if header is None and parent is not None and parent.getparent() is None:
-                header = elem                  # the Envelope's own header, not a body element
+                header = elem  # the Envelope's own header, not a body element
         if header is not None:
             _drop_finished(header)
     root = parser.close()
@@ -267,5 +329,7 @@ def _asks_wsdl(args) -> bool:
 
 def _envelope_ends(declarations: str):
     """The text before and after the body's content, for every envelope we write."""
-    return (f"<?xml version='1.0' encoding='utf-8'?>\n<soap:Envelope{declarations}><soap:Body>",
-            "</soap:Body></soap:Envelope>")
+    return (
+        f"<?xml version='1.0' encoding='utf-8'?>\n<soap:Envelope{declarations}><soap:Body>",
+        "</soap:Body></soap:Envelope>",
+    )

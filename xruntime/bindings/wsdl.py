@@ -30,9 +30,10 @@ What the generators need of the schemas (docs/soap-binding.md):
 spyne writes the type definitions; the messages are read and written by
 ``bindings.soap`` with the same type metadata.
 """
+
 import logging
 import re
-from functools import lru_cache
+from functools import cache
 
 from lxml import etree
 from spyne import Application, ServiceBase
@@ -58,7 +59,7 @@ TYPES_FILE = "types.xsd"
 #: The namespace of the WSDL of every service (build_all_wsdl).
 ALL_SERVICES_NS = "http://xruntime.org/xserver"
 ALL_SERVICES_FILE = "XServices.wsdl"
-_UNUSED_NS = "urn:xruntime:unused"      # spyne's application must have one
+_UNUSED_NS = "urn:xruntime:unused"  # spyne's application must have one
 
 
 def declared_faults(service):
@@ -79,13 +80,16 @@ def _visible(cls, service) -> bool:
     if not (service.shows_all_progress and issubclass(cls, JobProgress)):
         return False
     from ..author.registry import discover
+
     return cls.__dict__.get("__namespace__") in {s.namespace for s in discover().values()}
 
 
 # --------------------------------------------------------------------------- schemas
 
+
 def _services() -> dict:
     from ..author.registry import discover
+
     return discover()
 
 
@@ -100,7 +104,7 @@ def _prefixes() -> dict:
     return {XSD_NS: "xs", **{ns: prefix for ns, (prefix, _) in _catalogue()[1].items()}}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _catalogue():
     """spyne's schemas of every type of every service ({namespace: xs:schema}) and the
     prefix and file of each namespace ({namespace: (prefix, file)})."""
@@ -113,8 +117,10 @@ def _catalogue():
     written = _spyne_schemas(classes)
     names = {TYPES_NS: ("t", TYPES_FILE)}
     wanted = [(s.namespace, s.name) for s in services.values()]
-    wanted += [(ns, re.sub(r"[^A-Za-z0-9]+", "-", ns.rstrip("/").rsplit("/", 1)[-1]) or "schema")
-               for ns in sorted(written)]
+    wanted += [
+        (ns, re.sub(r"[^A-Za-z0-9]+", "-", ns.rstrip("/").rsplit("/", 1)[-1]) or "schema")
+        for ns in sorted(written)
+    ]
     taken = {"xs", "tns", "wsdl", "soap"} | {prefix for prefix, _ in names.values()}
     for namespace, stem in wanted:
         if namespace in names:
@@ -127,35 +133,42 @@ def _catalogue():
     return written, names
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema_documents() -> dict:
     """{file name: XML Schema document} of every namespace: the protocol's types, each
     service's, and any other its types are in.  The same documents whichever service's
     WSDL imports them."""
     services = _services()
     written, names = _catalogue()
-    elements = {namespace: {} for namespace in names}   # {namespace: {element name: its type}}
+    elements = {namespace: {} for namespace in names}  # {namespace: {element name: its type}}
     for service in services.values():
         for name, op in service.operations().items():
             elements[service.namespace][name] = original(op.request)
             elements[service.namespace][name + "Response"] = original(op.response)
         for cls in declared_faults(service):
             elements[cls.get_namespace()][cls.get_type_name()] = cls
-    return {names[namespace][1]: _serialised(_schema(namespace, written.get(namespace), named))
-            for namespace, named in elements.items()}
+    return {
+        names[namespace][1]: _serialised(_schema(namespace, written.get(namespace), named))
+        for namespace, named in elements.items()
+    }
 
 
 def _spyne_schemas(classes) -> dict:
     """{namespace: xs:schema} as spyne writes the type definitions of ``classes``."""
+
     class Types(ServiceBase):
         pass
+
     app = Application([Types], tns=_UNUSED_NS, in_protocol=Soap11(), out_protocol=Soap11())
     for cls in classes:
         app.interface.add_class(original(cls))
     writer = XmlSchema(app.interface, element_form_default="unqualified")
     writer.build_interface_document()
-    return {schema.get("targetNamespace"): schema for schema in writer.get_interface_document().values()
-            if schema.get("targetNamespace") != _UNUSED_NS}
+    return {
+        schema.get("targetNamespace"): schema
+        for schema in writer.get_interface_document().values()
+        if schema.get("targetNamespace") != _UNUSED_NS
+    }
 
 
 def _schema(namespace: str, written, elements: dict):
@@ -164,7 +177,7 @@ def _schema(namespace: str, written, elements: dict):
     ({name: type}) and an import, with its file, of every namespace it refers to."""
     prefixes = _prefixes()
     declarations = []
-    for node in (written if written is not None else []):
+    for node in written if written is not None else []:
         if not isinstance(node.tag, str) or etree.QName(node).localname in ("import", "element"):
             continue
         declarations.append(_renamed(node, prefixes))
@@ -176,15 +189,24 @@ def _schema(namespace: str, written, elements: dict):
         for field in node.iter(f"{{{XSD_NS}}}element"):
             if field.get("minOccurs") == "0" and field.get("nillable") == "true":
                 del field.attrib["nillable"]
-    referred = {_namespace_of(value, prefixes) for node in declarations
-                for attribute in ("type", "base") for e in node.iter() if (value := e.get(attribute))}
+    referred = {
+        _namespace_of(value, prefixes)
+        for node in declarations
+        for attribute in ("type", "base")
+        for e in node.iter()
+        if (value := e.get(attribute))
+    }
     others = sorted(referred - {namespace, XSD_NS})
-    schema = etree.Element(f"{{{XSD_NS}}}schema", targetNamespace=namespace,
-                           elementFormDefault="unqualified",
-                           nsmap={prefixes[ns]: ns for ns in [XSD_NS, namespace, *others]})
+    schema = etree.Element(
+        f"{{{XSD_NS}}}schema",
+        targetNamespace=namespace,
+        elementFormDefault="unqualified",
+        nsmap={prefixes[ns]: ns for ns in [XSD_NS, namespace, *others]},
+    )
     for other in others:
-        etree.SubElement(schema, f"{{{XSD_NS}}}import", namespace=other,
-                         schemaLocation=schema_file(other))
+        etree.SubElement(
+            schema, f"{{{XSD_NS}}}import", namespace=other, schemaLocation=schema_file(other)
+        )
     for node in sorted(declarations, key=_declaration_key):
         schema.append(node)
     etree.cleanup_namespaces(schema, top_nsmap=schema.nsmap, keep_ns_prefixes=list(schema.nsmap))
@@ -223,11 +245,12 @@ def _serialised(root) -> bytes:
 
 # --------------------------------------------------------------------------- WSDL
 
+
 def exception_name(fault: str) -> str:
     """The name of a fault's WSDL message, which JAX-WS gives its exception class:
     UnknownJobException, whose getFaultInfo() is the UnknownJobFault of the types
     package (the same name would make every catch of it ambiguous in Java)."""
-    return (fault[:-len("Fault")] if fault.endswith("Fault") else fault) + "Exception"
+    return (fault[: -len("Fault")] if fault.endswith("Fault") else fault) + "Exception"
 
 
 def _without_wrapper_style(root):
@@ -243,19 +266,29 @@ def build_wsdl(service, address: str) -> bytes:
     """The WSDL of ``service`` with ``address`` as its ``soap:address``: its messages,
     port type, binding and port, and imports of the schema documents it uses."""
     prefixes = _prefixes()
-    used = {TYPES_NS, service.namespace} | {cls.get_namespace() for cls in polymorphic_types(service)}
+    used = {TYPES_NS, service.namespace} | {
+        cls.get_namespace() for cls in polymorphic_types(service)
+    }
     nsmap = {"wsdl": WSDL_NS, "soap": SOAP_BIND_NS, "xs": XSD_NS, "tns": service.namespace}
     nsmap.update({prefixes[ns]: ns for ns in sorted(used) if ns != service.namespace})
-    W = lambda tag, **attrs: etree.Element(f"{{{WSDL_NS}}}{tag}", **attrs)         # noqa: E731
-    S = lambda tag, **attrs: etree.Element(f"{{{SOAP_BIND_NS}}}{tag}", **attrs)    # noqa: E731
-    root = etree.Element(f"{{{WSDL_NS}}}definitions", nsmap=nsmap, name=service.name,
-                         targetNamespace=service.namespace)
+    W = lambda tag, **attrs: etree.Element(f"{{{WSDL_NS}}}{tag}", **attrs)  # noqa: E731
+    S = lambda tag, **attrs: etree.Element(f"{{{SOAP_BIND_NS}}}{tag}", **attrs)  # noqa: E731
+    root = etree.Element(
+        f"{{{WSDL_NS}}}definitions",
+        nsmap=nsmap,
+        name=service.name,
+        targetNamespace=service.namespace,
+    )
     _without_wrapper_style(root)
     types = etree.SubElement(root, f"{{{WSDL_NS}}}types")
     imports = etree.SubElement(types, f"{{{XSD_NS}}}schema")
     for ns in sorted(used, key=lambda ns: (ns != TYPES_NS, schema_file(ns))):
-        etree.SubElement(imports, f"{{{XSD_NS}}}import", namespace=ns,
-                         schemaLocation=f"{SCHEMA_FOLDER}/{schema_file(ns)}")
+        etree.SubElement(
+            imports,
+            f"{{{XSD_NS}}}import",
+            namespace=ns,
+            schemaLocation=f"{SCHEMA_FOLDER}/{schema_file(ns)}",
+        )
 
     def own(name):
         return f"tns:{name}"
@@ -268,11 +301,15 @@ def build_wsdl(service, address: str) -> bytes:
             root[-1].append(W("part", name=message, element=own(message)))
     for cls in faults:
         fault = cls.get_type_name()
-        prefix = "tns" if cls.get_namespace() == service.namespace else prefixes[cls.get_namespace()]
+        prefix = (
+            "tns" if cls.get_namespace() == service.namespace else prefixes[cls.get_namespace()]
+        )
         root.append(W("message", name=exception_name(fault)))
         root[-1].append(W("part", name=fault, element=f"{prefix}:{fault}"))
     port_type = etree.SubElement(root, f"{{{WSDL_NS}}}portType", name=service.name)
-    binding = etree.SubElement(root, f"{{{WSDL_NS}}}binding", name=service.name, type=own(service.name))
+    binding = etree.SubElement(
+        root, f"{{{WSDL_NS}}}binding", name=service.name, type=own(service.name)
+    )
     binding.append(S("binding", style="document", transport=SOAP_HTTP))
     for name in operations:
         abstract = etree.SubElement(port_type, f"{{{WSDL_NS}}}operation", name=name)
@@ -282,14 +319,20 @@ def build_wsdl(service, address: str) -> bytes:
         concrete.append(S("operation", soapAction=name, style="document"))
         for direction, message in (("input", name), ("output", name + "Response")):
             etree.SubElement(concrete, f"{{{WSDL_NS}}}{direction}", name=message).append(
-                S("body", use="literal"))
+                S("body", use="literal")
+            )
         for cls in faults:
             fault = cls.get_type_name()
             abstract.append(W("fault", name=fault, message=own(exception_name(fault))))
             etree.SubElement(concrete, f"{{{WSDL_NS}}}fault", name=fault).append(
-                S("fault", name=fault, use="literal"))
-    port = etree.SubElement(etree.SubElement(root, f"{{{WSDL_NS}}}service", name=service.name),
-                            f"{{{WSDL_NS}}}port", name=service.name, binding=own(service.name))
+                S("fault", name=fault, use="literal")
+            )
+    port = etree.SubElement(
+        etree.SubElement(root, f"{{{WSDL_NS}}}service", name=service.name),
+        f"{{{WSDL_NS}}}port",
+        name=service.name,
+        binding=own(service.name),
+    )
     port.append(S("address", location=address))
     return _serialised(root)
 
@@ -302,16 +345,25 @@ def build_all_wsdl(services, at: str) -> bytes:
     nsmap = {"wsdl": WSDL_NS, "soap": SOAP_BIND_NS}
     prefixes = _prefixes()
     nsmap.update({prefixes[service.namespace]: service.namespace for service in services})
-    root = etree.Element(f"{{{WSDL_NS}}}definitions", nsmap=nsmap, name="XServices",
-                         targetNamespace=ALL_SERVICES_NS)
+    root = etree.Element(
+        f"{{{WSDL_NS}}}definitions", nsmap=nsmap, name="XServices", targetNamespace=ALL_SERVICES_NS
+    )
     _without_wrapper_style(root)
     for service in services:
-        etree.SubElement(root, f"{{{WSDL_NS}}}import", namespace=service.namespace,
-                         location=f"{at}/{service.name}?wsdl")
+        etree.SubElement(
+            root,
+            f"{{{WSDL_NS}}}import",
+            namespace=service.namespace,
+            location=f"{at}/{service.name}?wsdl",
+        )
     for service in services:
         # named <Service>Service: the port types (XDemo) become the interfaces
         element = etree.SubElement(root, f"{{{WSDL_NS}}}service", name=f"{service.name}Service")
-        port = etree.SubElement(element, f"{{{WSDL_NS}}}port", name=service.name,
-                                binding=f"{prefixes[service.namespace]}:{service.name}")
+        port = etree.SubElement(
+            element,
+            f"{{{WSDL_NS}}}port",
+            name=service.name,
+            binding=f"{prefixes[service.namespace]}:{service.name}",
+        )
         etree.SubElement(port, f"{{{SOAP_BIND_NS}}}address", location=f"{at}/{service.name}")
     return _serialised(root)

@@ -11,14 +11,15 @@ none, whichever type declares them (docs/soap-binding.md says why).  Reading als
 accepts a field in the namespace of the type that declares it, the form of the WSDLs
 before (``elementFormDefault="qualified"``), so messages written for those still work.
 """
+
 import re
-from functools import lru_cache
+from functools import cache
 from xml.sax.saxutils import escape
 
 from lxml import etree
 
-from ..protocol.faults import InvalidValueFault
 from ..protocol.codec import TYPE_KEY, field_path, shown
+from ..protocol.faults import InvalidValueFault
 from ..protocol.typeinfo import BOOL, FLOAT, INT, OBJ, Field, lineage, original, subtypes
 
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
@@ -26,15 +27,19 @@ XSI_TYPE = f"{{{XSI}}}type"
 XSI_NIL = f"{{{XSI}}}nil"
 
 
-@lru_cache(maxsize=None)
+@cache
 def plan(cls):
     """[(name, field, namespace)] of a complex type, base fields first; the namespace
     is the one of the class that declares the field."""
-    return tuple((name, Field(name, spyne_type), c.get_namespace())
-                 for c in lineage(cls) for name, spyne_type in c._type_info.items())
+    return tuple(
+        (name, Field(name, spyne_type), c.get_namespace())
+        for c in lineage(cls)
+        for name, spyne_type in c._type_info.items()
+    )
 
 
 # --------------------------------------------------------------------------- read
+
 
 def read(elem, cls):
     """An element as ``(data, sent)``: the JSON codec's plain data for type ``cls``, and
@@ -61,9 +66,12 @@ def _read(elem, cls, path, sent) -> dict:
         entry = fields.get(qname.localname)
         if entry is None or qname.namespace not in (None, entry[1]):
             fpath = field_path(path, qname.localname)
-            raise InvalidValueFault(f"unexpected element {qname.localname} "
-                                    f"({qname.namespace or 'no namespace'}) in {cls.get_type_name()}",
-                                    parameter=fpath, value=(child.text or "")[:200])
+            raise InvalidValueFault(
+                f"unexpected element {qname.localname} "
+                f"({qname.namespace or 'no namespace'}) in {cls.get_type_name()}",
+                parameter=fpath,
+                value=(child.text or "")[:200],
+            )
         f = entry[0]
         fpath = field_path(path, f.name)
         if f.many:
@@ -99,8 +107,9 @@ def _primitive(text, f, path):
             raise ValueError(word)
     except ValueError:
         what = {INT: "an integer", FLOAT: "a number", BOOL: "true or false"}[f.kind]
-        raise InvalidValueFault(f"invalid value for {path}: {what} is expected",
-                                parameter=path, value=text[:200])
+        raise InvalidValueFault(
+            f"invalid value for {path}: {what} is expected", parameter=path, value=text[:200]
+        )
     return text
 
 

@@ -13,6 +13,7 @@ Exit codes, for scripts (docs/operations.md):
   3  no xruntime server answered (connection refused, timeout, not the JSON binding)
   130 interrupted (Ctrl-C); a started job goes on on the server
 """
+
 import argparse
 import json
 import os
@@ -20,8 +21,8 @@ import sys
 import time
 from functools import partial
 
-from .json_client import DEFAULT_URL, Client, Fault, Unreachable, plain_http_warning
 from ..protocol import states
+from .json_client import DEFAULT_URL, Client, Fault, Unreachable, plain_http_warning
 
 OK, FAULT, USAGE, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 130
 # the job as it is now: the first answer of ``watch ID`` (a wrong URL fails at once)
@@ -30,7 +31,7 @@ NOW_PERIODS = {"progressUpdatePeriod": 250, "maximumPollingPeriod": 250}
 # current; piped, only changes are printed, so the server holds the watch as long as it may
 LIVE_PERIODS = {"progressUpdatePeriod": 250, "maximumPollingPeriod": 1000}
 PLAIN_PERIODS = {"progressUpdatePeriod": 250}
-RECONNECT_FOR = 30.0            # seconds a watch keeps trying a server that went away
+RECONNECT_FOR = 30.0  # seconds a watch keeps trying a server that went away
 
 
 class UsageError(Exception):
@@ -40,26 +41,46 @@ class UsageError(Exception):
 def add_commands(sub) -> None:
     """The client commands, beside serve / check-config / wsdl / token."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=os.environ.get("XRUNTIME_URL", DEFAULT_URL),
-                        help=f"the server (default: $XRUNTIME_URL or {DEFAULT_URL})")
-    common.add_argument("--user", default=os.environ.get("XRUNTIME_USER"),
-                        help="user name, with --token (default: $XRUNTIME_USER)")
-    common.add_argument("--token", default=os.environ.get("XRUNTIME_TOKEN"),
-                        help="token: Basic with --user, Bearer without (default: $XRUNTIME_TOKEN); "
-                             "other users of the machine see it in the process list: prefer "
-                             "--token-file")
-    common.add_argument("--token-file", dest="token_file", metavar="FILE",
-                        default=os.environ.get("XRUNTIME_TOKEN_FILE"),
-                        help="read the token from FILE (default: $XRUNTIME_TOKEN_FILE)")
+    common.add_argument(
+        "--url",
+        default=os.environ.get("XRUNTIME_URL", DEFAULT_URL),
+        help=f"the server (default: $XRUNTIME_URL or {DEFAULT_URL})",
+    )
+    common.add_argument(
+        "--user",
+        default=os.environ.get("XRUNTIME_USER"),
+        help="user name, with --token (default: $XRUNTIME_USER)",
+    )
+    common.add_argument(
+        "--token",
+        default=os.environ.get("XRUNTIME_TOKEN"),
+        help="token: Basic with --user, Bearer without (default: $XRUNTIME_TOKEN); "
+        "other users of the machine see it in the process list: prefer "
+        "--token-file",
+    )
+    common.add_argument(
+        "--token-file",
+        dest="token_file",
+        metavar="FILE",
+        default=os.environ.get("XRUNTIME_TOKEN_FILE"),
+        help="read the token from FILE (default: $XRUNTIME_TOKEN_FILE)",
+    )
 
-    p = sub.add_parser("start", parents=[common], help="start a job (prints its id; --wait for its result)")
+    p = sub.add_parser(
+        "start", parents=[common], help="start a job (prints its id; --wait for its result)"
+    )
     p.add_argument("service", help="e.g. XDemo")
     p.add_argument("operation", help="e.g. startSimulate (or simulate)")
-    p.add_argument("request", nargs="?", metavar="FILE",
-                   help="the request as a JSON file, - for standard input (default: {})")
+    p.add_argument(
+        "request",
+        nargs="?",
+        metavar="FILE",
+        help="the request as a JSON file, - for standard input (default: {})",
+    )
     p.add_argument("--json", dest="request_json", metavar="JSON", help="the request as JSON text")
-    p.add_argument("--wait", action="store_true",
-                   help="watch the job to its end, then print its result")
+    p.add_argument(
+        "--wait", action="store_true", help="watch the job to its end, then print its result"
+    )
     p.add_argument("-o", "--output", metavar="FILE", help="with --wait: write the result to FILE")
     p.set_defaults(func=partial(run, cmd_start))
 
@@ -72,7 +93,9 @@ def add_commands(sub) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write the result to FILE")
     p.set_defaults(func=partial(run, cmd_fetch))
 
-    p = sub.add_parser("stop", parents=[common], help="stop a running job (it keeps its intermediate result)")
+    p = sub.add_parser(
+        "stop", parents=[common], help="stop a running job (it keeps its intermediate result)"
+    )
     p.add_argument("id")
     p.set_defaults(func=partial(run, partial(_job_command, operation="stopJob")))
 
@@ -81,13 +104,25 @@ def add_commands(sub) -> None:
     p.set_defaults(func=partial(run, partial(_job_command, operation="deleteJob")))
 
     p = sub.add_parser("jobs", parents=[common], help="list jobs, newest first")
-    p.add_argument("--status", action="append", metavar="STATUS",
-                   help="only jobs in this status (repeat, or comma-separate, for several)")
+    p.add_argument(
+        "--status",
+        action="append",
+        metavar="STATUS",
+        help="only jobs in this status (repeat, or comma-separate, for several)",
+    )
     p.add_argument("--service", help="only this service's jobs")
-    p.add_argument("--for-user", dest="for_user", metavar="NAME", help="an admin: only this user's jobs")
-    p.add_argument("--limit", type=int, default=20, help="at most this many (default 20; 0 for all)")
-    p.add_argument("--json", action="store_true", dest="as_json",
-                   help="print the jobs as one JSON array, as listJobs answers them")
+    p.add_argument(
+        "--for-user", dest="for_user", metavar="NAME", help="an admin: only this user's jobs"
+    )
+    p.add_argument(
+        "--limit", type=int, default=20, help="at most this many (default 20; 0 for all)"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        dest="as_json",
+        help="print the jobs as one JSON array, as listJobs answers them",
+    )
     p.set_defaults(func=partial(run, cmd_jobs))
 
 
@@ -140,7 +175,7 @@ def cmd_start(args) -> int:
         return INTERRUPTED
     if job["status"] not in states.FINISHED:
         return FAULT
-    response = client.fetch(job["id"], args.service)   # a FAILED job raises its fault
+    response = client.fetch(job["id"], args.service)  # a FAILED job raises its fault
     return _write_result(response, args.output)
 
 
@@ -148,6 +183,7 @@ def cmd_watch(args) -> int:
     client = _client(args)
     job = watch(client, client.call("XRuntime", "watchJob", {"id": args.id, **NOW_PERIODS}))
     from .view import duration
+
     print(f"{job['id']} {job['status']} {duration(job.get('elapsedTime', 0))}")
     return OK if job["status"] == states.SUCCEEDED else FAULT
 
@@ -168,7 +204,9 @@ def cmd_jobs(args) -> int:
         raise UsageError("--limit is a count of jobs, 0 for all")
     client = _client(args)
     request = {}
-    statuses = [s.strip().upper() for given in args.status or () for s in given.split(",") if s.strip()]
+    statuses = [
+        s.strip().upper() for given in args.status or () for s in given.split(",") if s.strip()
+    ]
     if statuses:
         request["status"] = statuses
     if args.service:
@@ -188,6 +226,7 @@ def cmd_jobs(args) -> int:
         print(json.dumps(jobs, indent=2))
         return OK
     from .view import print_jobs
+
     print_jobs(jobs)
     return OK
 
@@ -195,6 +234,7 @@ def cmd_jobs(args) -> int:
 def watch(client: Client, job: dict) -> dict:
     """Follow a job to its final status, drawing it on stderr; its last Job."""
     from .view import BarView, LineView
+
     live = sys.stderr.isatty()
     view = BarView() if live else LineView()
     periods = LIVE_PERIODS if live else PLAIN_PERIODS

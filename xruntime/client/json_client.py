@@ -11,12 +11,12 @@ What it answers:
 - ``Unreachable`` when no xruntime answer came: connection refused, a timeout, or an
   answer that is not the JSON binding's (a proxy's error page).
 """
+
 import base64
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Optional
 
 DEFAULT_URL = "http://127.0.0.1:50000"
 
@@ -33,7 +33,7 @@ class Unreachable(Exception):
     """No answer from an xruntime server."""
 
 
-def authorization(user: Optional[str], token: Optional[str]) -> Optional[str]:
+def authorization(user: str | None, token: str | None) -> str | None:
     """The Authorization header for the credentials given (docs/protocol.md §10): Basic with a
     user name, Bearer with a token alone, none without a token."""
     if not token:
@@ -48,22 +48,26 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
     token) to whatever host the answer names."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
-        raise Unreachable(f"{req.full_url} answered a redirect (HTTP {code}) to {newurl}; it is not "
-                          "followed, so that your credentials go nowhere else: if that is the server, "
-                          "give it with --url")
+        raise Unreachable(
+            f"{req.full_url} answered a redirect (HTTP {code}) to {newurl}; it is not "
+            "followed, so that your credentials go nowhere else: if that is the server, "
+            "give it with --url"
+        )
 
 
 _OPENER = urllib.request.build_opener(_NoRedirects)
 _LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 
-def plain_http_warning(url: str, token: Optional[str]) -> Optional[str]:
+def plain_http_warning(url: str, token: str | None) -> str | None:
     """A warning when a token would travel unencrypted to another host than this one."""
     parsed = urllib.parse.urlsplit(url)
     host = (parsed.hostname or "").lower()
     if token and parsed.scheme == "http" and host not in _LOOPBACK and not host.startswith("127."):
-        return (f"warning: your token goes to {host} over plain HTTP, readable on the way; "
-                "use an https:// URL")
+        return (
+            f"warning: your token goes to {host} over plain HTTP, readable on the way; "
+            "use an https:// URL"
+        )
     return None
 
 
@@ -73,7 +77,9 @@ class Client:
     # a watch is held up to 50 s by the server (docs/protocol.md §4); wait longer than that
     TIMEOUT = 70
 
-    def __init__(self, url: str = DEFAULT_URL, user: Optional[str] = None, token: Optional[str] = None):
+    def __init__(
+        self, url: str = DEFAULT_URL, user: str | None = None, token: str | None = None
+    ):
         self.url = url.rstrip("/")
         self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
         auth = authorization(user, token)
@@ -81,7 +87,7 @@ class Client:
             self.headers["Authorization"] = auth
         self._operations = None
 
-    def call(self, service: str, operation: str, request: Optional[dict] = None):
+    def call(self, service: str, operation: str, request: dict | None = None):
         """The answer of one operation, or ``Fault`` / ``Unreachable``."""
         url = f"{self.url}/services/rs/{service}/{operation}"
         body = json.dumps(request or {}).encode()
@@ -104,7 +110,9 @@ class Client:
         """Each service's operations, as getRuntimeInformation lists them."""
         if self._operations is None:
             info = self.call("XRuntime", "getRuntimeInformation")
-            self._operations = {s["name"]: list(s.get("operations", [])) for s in info.get("services", [])}
+            self._operations = {
+                s["name"]: list(s.get("operations", [])) for s in info.get("services", [])
+            }
         return self._operations
 
     def start_operation(self, service: str, operation: str) -> str:
@@ -115,7 +123,7 @@ class Client:
         named = "start" + operation[:1].upper() + operation[1:]
         return named if named in self.operations().get(service, ()) else operation
 
-    def fetch(self, job_id: str, service: Optional[str] = None):
+    def fetch(self, job_id: str, service: str | None = None):
         """The response of a finished job (a FAILED job's own fault is raised).
 
         A job's fetch operation is named after its response type, which a client
@@ -145,5 +153,7 @@ def _json_of(body: bytes, url: str, status: int):
     try:
         return json.loads(body)
     except ValueError:
-        raise Unreachable(f"{url} answered HTTP {status}, not the JSON binding's form "
-                          "(is this an xruntime server?)") from None
+        raise Unreachable(
+            f"{url} answered HTTP {status}, not the JSON binding's form "
+            "(is this an xruntime server?)"
+        ) from None

@@ -1,6 +1,7 @@
 """How the client commands draw jobs: a rich progress bar on a terminal, plain lines
 when piped, and the ``xruntime jobs`` table.  Every bar and text reads a progress
 through ``progress_view``, as the status page does."""
+
 import sys
 import time
 
@@ -9,8 +10,8 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from ..protocol.progress_view import view_of
 from ..protocol import states
+from ..protocol.progress_view import view_of
 
 
 class LineView:
@@ -35,9 +36,14 @@ class BarView:
     elapsed time. A progress without an end (XTour's) shows a pulsing bar."""
 
     def __init__(self):
-        self.progress = Progress(TextColumn("{task.fields[status]:<9}", markup=False), JobBarColumn(),
-                                 TextColumn("{task.fields[text]}", markup=False), JobElapsedColumn(),
-                                 console=Console(stderr=True), refresh_per_second=10)
+        self.progress = Progress(
+            TextColumn("{task.fields[status]:<9}", markup=False),
+            JobBarColumn(),
+            TextColumn("{task.fields[text]}", markup=False),
+            JobElapsedColumn(),
+            console=Console(stderr=True),
+            refresh_per_second=10,
+        )
         self.task = None
 
     def show(self, job: dict) -> None:
@@ -45,8 +51,11 @@ class BarView:
         fraction = view.fraction if view else None
         if job["status"] == states.SUCCEEDED and fraction is None:
             fraction = 1.0
-        fields = dict(status=job["status"], text=view.text if view else "",
-                      elapsed=(job.get("elapsedTime", 0), time.monotonic(), job["status"] in states.ACTIVE))
+        fields = dict(
+            status=job["status"],
+            text=view.text if view else "",
+            elapsed=(job.get("elapsedTime", 0), time.monotonic(), job["status"] in states.ACTIVE),
+        )
         total = None if fraction is None else 1000
         completed = 0 if fraction is None else round(fraction * 1000)
         if self.task is None:
@@ -84,7 +93,17 @@ class JobElapsedColumn(ProgressColumn):
         return Text(duration(int(elapsed_ms)), style="progress.elapsed")
 
 
-COLUMNS = ("id", "service", "operation", "status", "user", "queuedAt", "progress", "attempts", "fetched")
+COLUMNS = (
+    "id",
+    "service",
+    "operation",
+    "status",
+    "user",
+    "queuedAt",
+    "progress",
+    "attempts",
+    "fetched",
+)
 
 
 def print_jobs(jobs) -> None:
@@ -97,20 +116,27 @@ def print_jobs(jobs) -> None:
     if not jobs:
         print("no jobs")
         return
-    shown = {"user": any(job.get("user") for job in jobs),          # when accounts are on
-             "attempts": any((job.get("attempts") or 0) > 1 for job in jobs)}   # after retries
+    shown = {
+        "user": any(job.get("user") for job in jobs),  # when accounts are on
+        "attempts": any((job.get("attempts") or 0) > 1 for job in jobs),
+    }  # after retries
     columns = [name for name in COLUMNS if shown.get(name, True)]
     today = time.strftime("%Y-%m-%d", time.gmtime())
     table = Table(box=None, header_style="bold")
-    for name in columns:                            # the id and status whole, others give way
-        table.add_column({"queuedAt": "queued", "attempts": "tries"}.get(name, name), no_wrap=True,
-                         min_width={"id": 36, "status": 9}.get(name))
+    for name in columns:  # the id and status whole, others give way
+        table.add_column(
+            {"queuedAt": "queued", "attempts": "tries"}.get(name, name),
+            no_wrap=True,
+            min_width={"id": 36, "status": 9}.get(name),
+        )
     for job in jobs:
         row = [_cell(job, name) for name in columns]
-        if "queuedAt" in columns:                   # UTC: 22:34:46 today, 11-23 22:34 before
+        if "queuedAt" in columns:  # UTC: 22:34:46 today, 11-23 22:34 before
             at = columns.index("queuedAt")
-            row[at] = row[at][11:19] if row[at].startswith(today) else row[at][5:16].replace("T", " ")
-        table.add_row(*map(Text, row))              # a value is text, never rich markup
+            row[at] = (
+                row[at][11:19] if row[at].startswith(today) else row[at][5:16].replace("T", " ")
+            )
+        table.add_row(*map(Text, row))  # a value is text, never rich markup
     Console().print(table)
 
 

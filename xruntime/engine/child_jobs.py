@@ -5,8 +5,14 @@ They sit here, below the operation layer, because the engine needs them on its o
 (a child that fails stops its siblings, a waiting parent's computation timeout stops
 its tree); ``jobs.py`` (stopJob) uses the same ``stop_children`` from here.
 """
+
 from ..protocol import codec
-from ..protocol.faults import QueueOverflowFault, QuotaExceededFault, RequestStoppedFault, XServerFault
+from ..protocol.faults import (
+    QueueOverflowFault,
+    QuotaExceededFault,
+    RequestStoppedFault,
+    XServerFault,
+)
 from ..protocol.types import BulkProgress
 from ..store import JobStore, QueueFull, now_ms
 from .notifier import Notifier
@@ -15,14 +21,18 @@ from .notifier import Notifier
 def stop_children(store: JobStore, notifier: Notifier, parent_id: str, why: str) -> None:
     """Stop a parent's tree: running children wind down and hand back what they have;
     those not started yet fail with RequestStoppedFault saying ``why``."""
-    fault = codec.dumps(codec.encode_fault(RequestStoppedFault(f"{why} before this child job started")))
+    fault = codec.dumps(
+        codec.encode_fault(RequestStoppedFault(f"{why} before this child job started"))
+    )
     for child_id in store.stop_children(parent_id, now_ms(), fault):
         notifier.notify(child_id)
 
 
 def bulk_progress(successful: int, failed: int, remaining: int) -> str:
     """A waiting parent's progress over its children, as stored (JSON text)."""
-    return codec.dumps(codec.encode(BulkProgress(successful=successful, failed=failed, remaining=remaining)))
+    return codec.dumps(
+        codec.encode(BulkProgress(successful=successful, failed=failed, remaining=remaining))
+    )
 
 
 def queue_full_fault(full: QueueFull, children: int) -> XServerFault:
@@ -33,7 +43,10 @@ def queue_full_fault(full: QueueFull, children: int) -> XServerFault:
             f"this job's {children} child jobs would take your queued {full.service} jobs past your "
             f"max_queued of {full.limit}; none was queued",
             hint="Ask for fewer child jobs (e.g. a lower parallelism), or wait until fewer of your "
-                 "jobs are queued.")
+            "jobs are queued.",
+        )
     return QueueOverflowFault(
         f"this job's {children} child jobs would take the queue past its max_queued of {full.limit}; "
-        "none was queued", hint="Try again later, when fewer jobs are waiting, or ask for fewer child jobs.")
+        "none was queued",
+        hint="Try again later, when fewer jobs are waiting, or ask for fewer child jobs.",
+    )

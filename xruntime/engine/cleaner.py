@@ -21,9 +21,9 @@ expired jobs (with their events) never stall a request nor a claim:
 "retention: erased N expired job(s)" is logged when a cleanup is done, N counting all
 its ticks.  Figures: ``benchmarks/store_growth.py``.
 """
+
 import logging
 import time
-from typing import Optional
 
 from ..store import JobStore, now_ms
 
@@ -35,21 +35,31 @@ TICK_BUDGET_S = 4.0
 
 
 class RetentionCleaner:
-    def __init__(self, store: JobStore, settings, batch: int = BATCH, pause_s: float = PAUSE_S,
-                 budget_s: float = TICK_BUDGET_S, clock=now_ms):
+    def __init__(
+        self,
+        store: JobStore,
+        settings,
+        batch: int = BATCH,
+        pause_s: float = PAUSE_S,
+        budget_s: float = TICK_BUDGET_S,
+        clock=now_ms,
+    ):
         self.store = store
         self.settings = settings
-        self.clock = clock           # now, in ms since the epoch: the store's clock (tests fix it)
+        self.clock = clock  # now, in ms since the epoch: the store's clock (tests fix it)
         self.batch = batch
         self.pause_s = pause_s
         self.budget_s = budget_s
-        self._last: Optional[float] = None   # time.monotonic() when the last cleanup began
-        self._unfinished = False     # the last tick stopped at its budget, expired jobs left
-        self._erased = 0             # erased so far by the cleanup under way
+        self._last: float | None = None  # time.monotonic() when the last cleanup began
+        self._unfinished = False  # the last tick stopped at its budget, expired jobs left
+        self._erased = 0  # erased so far by the cleanup under way
 
     def interval_s(self) -> float:
         """The shortest cleanup interval in force ([jobs] or a service's own)."""
-        return min(jobs.cleanup_interval_ms for jobs, _, _ in self.settings().job_setting_groups()) / 1000
+        return (
+            min(jobs.cleanup_interval_ms for jobs, _, _ in self.settings().job_setting_groups())
+            / 1000
+        )
 
     def tick(self, now: float) -> int:
         """Run a cleanup when the cleanup interval has passed since the last one began
@@ -70,14 +80,20 @@ class RetentionCleaner:
         erased, cut = 0, False
         for jobs, only, exclude in self.settings().job_setting_groups():
             while not cut:
-                n = self.store.erase_expired(self.clock(), jobs.unfetched_retention_ms,
-                                             jobs.fetched_retention_ms, self.batch, only, exclude)
+                n = self.store.erase_expired(
+                    self.clock(),
+                    jobs.unfetched_retention_ms,
+                    jobs.fetched_retention_ms,
+                    self.batch,
+                    only,
+                    exclude,
+                )
                 erased += n
                 if n < self.batch:
                     break
                 cut = budget_s is not None and time.monotonic() - started >= budget_s
                 if not cut:
-                    time.sleep(self.pause_s)      # the writes that waited for this batch go first
+                    time.sleep(self.pause_s)  # the writes that waited for this batch go first
             if cut:
                 break
         self._unfinished = cut

@@ -8,15 +8,17 @@ that fails (a bad row, a value its database refuses) is logged and never skips t
 others, and the leases come first, since other nodes take over the jobs whose lease
 runs out.
 """
+
 import collections
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from ..support.logs import OncePerPeriod
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
 from ..protocol.states import Status
 from ..store import Recovered, StoreUnavailable, now_ms
+from ..support.logs import OncePerPeriod
 from .child_jobs import stop_children
 from .outcomes import fault_json
 from .supervisor_log import log, outage_log
@@ -25,13 +27,17 @@ if TYPE_CHECKING:
     from ..settings.config import Settings
     from .supervisor import Supervisor
 
-LEASE_MS = 30_000          # a running job's lease; another node may recover it after that
-LEASE_RENEW_PERIOD = 5.0   # s between renewals of the leases this node's slots hold
-HOUSEKEEPING_PERIOD = 1.0  # s between two rounds of the other duties (or a shorter cleanup interval)
-SIGNAL_MEMORY = 60.0       # s a stop or delete no slot took is kept for a slot about to start the job
+LEASE_MS = 30_000  # a running job's lease; another node may recover it after that
+LEASE_RENEW_PERIOD = 5.0  # s between renewals of the leases this node's slots hold
+HOUSEKEEPING_PERIOD = (
+    1.0  # s between two rounds of the other duties (or a shorter cleanup interval)
+)
+SIGNAL_MEMORY = 60.0  # s a stop or delete no slot took is kept for a slot about to start the job
 
 #: one throttled log per step, so that one failing every second hides no other
-step_failure_logs: collections.defaultdict = collections.defaultdict(lambda: OncePerPeriod(log, 60.0))
+step_failure_logs: collections.defaultdict = collections.defaultdict(
+    lambda: OncePerPeriod(log, 60.0)
+)
 
 
 class Housekeeping(threading.Thread):
@@ -44,7 +50,7 @@ class Housekeeping(threading.Thread):
     def run(self) -> None:
         sup = self.sup
         cleaner = sup.cleaner
-        last_lease = float("-inf")       # time.monotonic() of the last renewal: none yet
+        last_lease = float("-inf")  # time.monotonic() of the last renewal: none yet
         while not sup.closing:
             # a cleanup interval under a second sets the pace (it is honoured, not rounded up)
             time.sleep(min(HOUSEKEEPING_PERIOD, cleaner.interval_s() if cleaner else 1.0))
@@ -53,11 +59,18 @@ class Housekeeping(threading.Thread):
             steps: list[tuple[str, Callable[[], object]]] = []
             if now - last_lease >= LEASE_RENEW_PERIOD:
                 last_lease = now
-                steps += [("lease renewal", self.renew_leases),
-                          ("signal cleanup", lambda: sup.forget_old_signals(SIGNAL_MEMORY)),
-                          ("recovery", lambda: self.recover(None))]
-            steps += [("queueing timeouts", lambda: self.fail_timed_out_queued(cfg)),
-                      ("computation timeouts of waiting parents", lambda: self.stop_timed_out_parents(cfg))]
+                steps += [
+                    ("lease renewal", self.renew_leases),
+                    ("signal cleanup", lambda: sup.forget_old_signals(SIGNAL_MEMORY)),
+                    ("recovery", lambda: self.recover(None)),
+                ]
+            steps += [
+                ("queueing timeouts", lambda: self.fail_timed_out_queued(cfg)),
+                (
+                    "computation timeouts of waiting parents",
+                    lambda: self.stop_timed_out_parents(cfg),
+                ),
+            ]
             if cleaner is not None:
                 steps.append(("retention cleanup", lambda: cleaner.tick(now)))
             for name, step in steps:
@@ -90,35 +103,47 @@ class Housekeeping(threading.Thread):
             # erased meanwhile (with its parent), or its lease ran out and another run took it
             sup.abort(job_id, "its job was erased or taken over by another run")
 
-    def recover(self, node: Optional[str]) -> None:
+    def recover(self, node: str | None) -> None:
         """Queue again (or fail, past ``max_attempts``) the jobs that were running on
         ``node`` (this node, at its start: it died), or, with None, on any node whose
         lease ran out."""
         sup = self.sup
-        for r in sup.store.recover(node, now_ms(), sup.settings().jobs.max_attempts, self._attempts_fault):
+        for r in sup.store.recover(
+            node, now_ms(), sup.settings().jobs.max_attempts, self._attempts_fault
+        ):
             self._log_recovered(r)
 
     def _attempts_fault(self, attempts: int) -> str:
-        return fault_json(InternalErrorFault(
-            f"the job was running when its node or worker died, {attempts} times "
-            f"(max_attempts = {self.sup.settings().jobs.max_attempts}); it is not run again"))
+        return fault_json(
+            InternalErrorFault(
+                f"the job was running when its node or worker died, {attempts} times "
+                f"(max_attempts = {self.sup.settings().jobs.max_attempts}); it is not run again"
+            )
+        )
 
     def _log_recovered(self, r: Recovered) -> None:
         if r.requeued:
-            log.warning("job %s was running on a node that died; queued again (attempt %d done)",
-                        r.id, r.attempts)
+            log.warning(
+                "job %s was running on a node that died; queued again (attempt %d done)",
+                r.id,
+                r.attempts,
+            )
         else:
-            log.error("job %s %s: its node died during %d attempts", r.id, Status.FAILED, r.attempts)
+            log.error(
+                "job %s %s: its node died during %d attempts", r.id, Status.FAILED, r.attempts
+            )
         self.sup.notifier.notify(r.id)
         self.sup.work.set()
 
     def fail_timed_out_queued(self, cfg: "Settings") -> None:
         sup = self.sup
-        fault = fault_json(RequestTimedOutFault("the job waited in the queue longer than its "
-                                                "queueing timeout"))
+        fault = fault_json(
+            RequestTimedOutFault("the job waited in the queue longer than its queueing timeout")
+        )
         for jobs, only, exclude in cfg.job_setting_groups():
-            for job_id in sup.store.fail_timed_out_queued(now_ms(), jobs.queueing_timeout_ms,
-                                                          fault, only, exclude):
+            for job_id in sup.store.fail_timed_out_queued(
+                now_ms(), jobs.queueing_timeout_ms, fault, only, exclude
+            ):
                 log.info("job %s %s (queueing timeout)", job_id, Status.FAILED)
                 sup.notifier.notify(job_id)
 
@@ -128,10 +153,19 @@ class Housekeeping(threading.Thread):
         back its intermediate result, as a job on a worker would."""
         sup = self.sup
         for jobs, only, exclude in cfg.job_setting_groups():
-            for job_id in sup.store.waiting_timed_out(now_ms(), jobs.computation_timeout_ms, only, exclude):
+            for job_id in sup.store.waiting_timed_out(
+                now_ms(), jobs.computation_timeout_ms, only, exclude
+            ):
                 if sup.store.request_stop(job_id, "stop asked: computation timeout"):
-                    log.info("job %s %s (computation timeout, waiting for its child jobs)",
-                             job_id, Status.STOPPING)
+                    log.info(
+                        "job %s %s (computation timeout, waiting for its child jobs)",
+                        job_id,
+                        Status.STOPPING,
+                    )
                     sup.notifier.notify(job_id)
-                    stop_children(sup.store, sup.notifier, job_id,
-                                  "its parent job's computation timeout ended")
+                    stop_children(
+                        sup.store,
+                        sup.notifier,
+                        job_id,
+                        "its parent job's computation timeout ended",
+                    )

@@ -14,33 +14,38 @@ A stop does not go through the pipe (the function may be busy and never read it)
 is a shared event plus a shared integer, the ``StopReason``, which the slot sets and
 the function's ``job`` reads.
 """
+
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Optional, Sequence, Union
+from typing import Union
 
 from ..store import FinishedChild
 
 
 class StopReason(IntEnum):
     """Why the slot asked the function to stop (the value of a shared ``"i"`` integer)."""
+
     NOT_STOPPED = 0
-    STOPPED = 1      # stopJob: the function winds down and hands back an intermediate result
-    TIMED_OUT = 2    # the computation timeout: the same, marked REQUEST_TIMED_OUT
-    ABORTED = 3      # deleted (or the run was lost): whatever it returns is thrown away
+    STOPPED = 1  # stopJob: the function winds down and hands back an intermediate result
+    TIMED_OUT = 2  # the computation timeout: the same, marked REQUEST_TIMED_OUT
+    ABORTED = 3  # deleted (or the run was lost): whatever it returns is thrown away
 
 
 # ------------------------------------------------------------------ slot → worker
+
 
 @dataclass(frozen=True, slots=True)
 class RunJob:
     """Run one job: the request as the codec's JSON text; ``children``: how the
     children earlier runs of the job started have ended (docs/protocol.md §13)."""
+
     job_id: str
     service: str
     operation: str
     request: str
-    attempt: int = 1                  # this run's number (1: the first)
-    retries: int = 0                  # retries before this run
+    attempt: int = 1  # this run's number (1: the first)
+    retries: int = 0  # retries before this run
     children: Sequence[FinishedChild] = ()
 
 
@@ -51,6 +56,7 @@ class Exit:
 
 # ------------------------------------------------------------------ worker → slot
 
+
 @dataclass(frozen=True, slots=True)
 class Ready:
     """The worker process has imported the services and waits for its first job."""
@@ -59,6 +65,7 @@ class Ready:
 @dataclass(frozen=True, slots=True)
 class Progress:
     """The job's latest progress, as the codec's JSON text (coalesced in the worker)."""
+
     job_id: str
     progress: str
 
@@ -66,26 +73,30 @@ class Progress:
 @dataclass(frozen=True, slots=True)
 class Result:
     """The function returned: its response, already in the store's form."""
+
     stored: bytes
 
 
 @dataclass(frozen=True, slots=True)
 class Failure:
     """The function raised a fault (or a bug, as InternalErrorFault): the job fails."""
-    fault: str                        # the fault as the codec's JSON text
+
+    fault: str  # the fault as the codec's JSON text
 
 
 @dataclass(frozen=True, slots=True)
 class Transient:
     """The function raised a TransientFault: the job is retried, or fails with it."""
-    fault: str                        # the fault as the codec's JSON text
+
+    fault: str  # the fault as the codec's JSON text
 
 
 @dataclass(frozen=True, slots=True)
 class RetryAsked:
     """The function raised RetryLater: run the job again after ``after_ms``."""
+
     after_ms: int
-    reason: Optional[str]
+    reason: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +104,7 @@ class ChildrenAsked:
     """The function called ``run_children``: store these children (dicts of service,
     operation, fetch_type, request, queueing_timeout, computation_timeout) and let the
     job wait for them."""
+
     stage: int
     fail_fast: bool
     children: list
@@ -104,6 +116,7 @@ Outcome = Union[Result, Failure, Transient, RetryAsked, ChildrenAsked]
 @dataclass(frozen=True, slots=True)
 class Done:
     """The run is over; nothing more comes for this job."""
+
     job_id: str
     outcome: Outcome
 

@@ -7,6 +7,7 @@ node's other processes and to other nodes (``xruntime.store.feed``,
 ``xruntime.store.channel``).  The supervisor learns of stops and deletes that way
 too: it acts on every change it is told of (``Supervisor.changed_elsewhere``).
 """
+
 import threading
 
 from ..store.changes import QUEUE

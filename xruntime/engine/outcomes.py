@@ -12,17 +12,18 @@ and is fenced by the run (``Supervisor.run_of``), so that a run that lost its jo
 changes nothing.  The slot (``engine.slot``) decides when and how a run ended; these
 rules never touch its process.
 """
+
 import json
 import random
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Union
 
-from ..support import metrics
 from ..protocol.codec import dumps, encode_fault
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault, TransientFault, XServerFault
 from ..protocol.states import Status
 from ..store import JobRecord, QueueFull, QueueLimit, StoreUnavailable, now_ms
+from ..support import metrics
 from .child_jobs import bulk_progress, queue_full_fault, stop_children
 from .messages import ChildrenAsked, Failure, Outcome, Result, RetryAsked, Transient
 from .supervisor_log import log, outage_log
@@ -37,23 +38,27 @@ def fault_json(fault: XServerFault) -> str:
 
 # ------------------------------------------------------------------ how a run ended
 
+
 @dataclass(frozen=True)
 class Returned:
     """The function returned (or raised), with the progress it sent just before that
     the slot had not written yet (written with the outcome)."""
+
     outcome: Outcome
-    progress: Optional[str] = None
+    progress: str | None = None
 
 
 @dataclass(frozen=True)
 class Died:
     """The worker process ended without an outcome."""
-    exit_code: Optional[int]
+
+    exit_code: int | None
 
 
 @dataclass(frozen=True)
 class Killed:
     """The function did not return within ``grace_s`` of its stop: its process was killed."""
+
     grace_s: float
 
 
@@ -74,15 +79,19 @@ class Outcomes:
         elif isinstance(ending, Returned):
             self._returned(job, ending.outcome, ending.progress)
         elif isinstance(ending, Died):
-            fault = InternalErrorFault(f"the worker process running this job died (exit code "
-                                       f"{ending.exit_code}); the job is not run again")
+            fault = InternalErrorFault(
+                f"the worker process running this job died (exit code "
+                f"{ending.exit_code}); the job is not run again"
+            )
             self.fail(job, fault, "worker died")
         else:
-            fault = RequestTimedOutFault("the computation timeout stopped the job and it did not "
-                                         f"return within {ending.grace_s:g} s; it was aborted")
+            fault = RequestTimedOutFault(
+                "the computation timeout stopped the job and it did not "
+                f"return within {ending.grace_s:g} s; it was aborted"
+            )
             self.fail(job, fault, "aborted after timeout")
 
-    def _returned(self, job: JobRecord, outcome: Outcome, progress: Optional[str]) -> None:
+    def _returned(self, job: JobRecord, outcome: Outcome, progress: str | None) -> None:
         sup = self.sup
         if isinstance(outcome, ChildrenAsked):
             self._wait_for_children(job, outcome)
@@ -96,17 +105,26 @@ class Outcomes:
             status, result, fault = Status.SUCCEEDED, outcome.stored, None
         else:
             status, result, fault = Status.FAILED, None, outcome.fault
-        won = sup.persist(lambda: sup.store.finish(
-            job.id, status, now_ms(), result=result, fault=fault, progress=progress, run=sup.run_of(job)),
-            f"the outcome of job {job.id}")
-        if won is None:                  # given up at shutdown: recovered later
+        won = sup.persist(
+            lambda: sup.store.finish(
+                job.id,
+                status,
+                now_ms(),
+                result=result,
+                fault=fault,
+                progress=progress,
+                run=sup.run_of(job),
+            ),
+            f"the outcome of job {job.id}",
+        )
+        if won is None:  # given up at shutdown: recovered later
             return
-        if not won:                      # deleted while it finished, or no longer this run's
+        if not won:  # deleted while it finished, or no longer this run's
             self.let_go(job)
             return
         self._finished(job, True, status)
 
-    def _retry(self, job: JobRecord, asked: Union[Transient, RetryAsked]) -> Optional[str]:
+    def _retry(self, job: JobRecord, asked: Transient | RetryAsked) -> str | None:
         """Plan the job's next run (docs/protocol.md §11); answers the fault (JSON) the
         job fails with when it is not retried: past ``max_retries``, or stopped
         meanwhile (a stopped job is not run again).  None when the retry is written
@@ -128,17 +146,30 @@ class Outcomes:
             log.info("job %s: no retry left (max_retries = %d); it fails", job.id, cfg.max_retries)
             return fault
         due = now_ms() + delay_ms
-        won = sup.persist(lambda: sup.store.retry(
-            job.id, due, f"retry {retry} of {cfg.max_retries} planned in {delay_ms / 1000:.1f} s: {reason}",
-            sup.run_of(job)), f"the retry of job {job.id}")
-        if won is None:                  # given up at shutdown: recovered later
+        won = sup.persist(
+            lambda: sup.store.retry(
+                job.id,
+                due,
+                f"retry {retry} of {cfg.max_retries} planned in {delay_ms / 1000:.1f} s: {reason}",
+                sup.run_of(job),
+            ),
+            f"the retry of job {job.id}",
+        )
+        if won is None:  # given up at shutdown: recovered later
             return None
-        if not won:                      # stopped or deleted meanwhile: the fault stands
+        if not won:  # stopped or deleted meanwhile: the fault stands
             return fault
-        log.info("job %s %s: retry %d of %d in %.1f s (%s)", job.id, Status.QUEUING, retry, cfg.max_retries,
-                 delay_ms / 1000, reason)
+        log.info(
+            "job %s %s: retry %d of %d in %.1f s (%s)",
+            job.id,
+            Status.QUEUING,
+            retry,
+            cfg.max_retries,
+            delay_ms / 1000,
+            reason,
+        )
         sup.notifier.notify(job.id)
-        sup.work.set()                   # an idle slot learns the new due time from the store
+        sup.work.set()  # an idle slot learns the new due time from the store
         return None
 
     def _wait_for_children(self, job: JobRecord, asked: ChildrenAsked) -> None:
@@ -149,57 +180,108 @@ class Outcomes:
         now = now_ms()
         settings = sup.settings()
 
-        def bounded(value: Optional[int], service: str) -> Optional[int]:   # as a start request's are (§15)
+        def bounded(
+            value: int | None, service: str
+        ) -> int | None:  # as a start request's are (§15)
             limit = settings.jobs_for(service).max_request_timeout_ms
             return None if value is None else max(0, min(value, limit))
 
-        children = [JobRecord(id=str(uuid.uuid4()), service=c["service"], operation=c["operation"],
-                              fetch_type=c["fetch_type"], status=Status.QUEUING, request=c["request"],
-                              queued_at=now, queueing_timeout=bounded(c["queueing_timeout"], c["service"]),
-                              computation_timeout=bounded(c["computation_timeout"], c["service"]))
-                    for c in asked.children]
+        children = [
+            JobRecord(
+                id=str(uuid.uuid4()),
+                service=c["service"],
+                operation=c["operation"],
+                fetch_type=c["fetch_type"],
+                status=Status.QUEUING,
+                request=c["request"],
+                queued_at=now,
+                queueing_timeout=bounded(c["queueing_timeout"], c["service"]),
+                computation_timeout=bounded(c["computation_timeout"], c["service"]),
+            )
+            for c in asked.children
+        ]
         note = f"waiting for {len(children)} child jobs"
-        limits = [QueueLimit(service, *settings.queue_limit(service),
-                             settings.quota_of(job.owner, service).max_queued)
-                  for service in sorted({c.service for c in children})]
-        status = sup.persist(lambda: sup.store.suspend(
-            job.id, sup.node, asked.stage, asked.fail_fast, children, bulk_progress(0, 0, len(children)),
-            note, limits, sup.run_of(job)), f"the child jobs of job {job.id}")
-        if status is None:               # given up at shutdown: the parent is recovered, runs again
+        limits = [
+            QueueLimit(
+                service,
+                *settings.queue_limit(service),
+                settings.quota_of(job.owner, service).max_queued,
+            )
+            for service in sorted({c.service for c in children})
+        ]
+        status = sup.persist(
+            lambda: sup.store.suspend(
+                job.id,
+                sup.node,
+                asked.stage,
+                asked.fail_fast,
+                children,
+                bulk_progress(0, 0, len(children)),
+                note,
+                limits,
+                sup.run_of(job),
+            ),
+            f"the child jobs of job {job.id}",
+        )
+        if status is None:  # given up at shutdown: the parent is recovered, runs again
             return
-        if status is False:              # deleted while it fanned out, or no longer this run's
+        if status is False:  # deleted while it fanned out, or no longer this run's
             self.let_go(job)
             return
-        if isinstance(status, QueueFull):   # children count against max_queued (docs/protocol.md §15)
-            self.fail(job, queue_full_fault(status, len(children)), "its child jobs would overflow the queue")
+        if isinstance(
+            status, QueueFull
+        ):  # children count against max_queued (docs/protocol.md §15)
+            self.fail(
+                job,
+                queue_full_fault(status, len(children)),
+                "its child jobs would overflow the queue",
+            )
             return
-        log.info("job %s waits for %d child jobs (stage %d), holding no worker",
-                 job.id, len(children), asked.stage)
+        log.info(
+            "job %s waits for %d child jobs (stage %d), holding no worker",
+            job.id,
+            len(children),
+            asked.stage,
+        )
         sup.notifier.notify(job.id)
-        sup.notifier.notify_queued()     # idle slots here and on other nodes claim them
+        sup.notifier.notify_queued()  # idle slots here and on other nodes claim them
         sup.work.set()
         if status == Status.STOPPING:
             stop_children(sup.store, sup.notifier, job.id, "its parent job was stopped")
 
     # ---------------------------------------------------------------- finishing
 
-    def fail(self, job: JobRecord, fault: XServerFault, why: str) -> Optional[bool]:
+    def fail(self, job: JobRecord, fault: XServerFault, why: str) -> bool | None:
         """Fail the running job with ``fault``, written once the store answers; answers
         whether it was still running (False: deleted meanwhile; None: given up at
         shutdown)."""
         sup = self.sup
-        won = sup.persist(lambda: sup.store.finish(job.id, Status.FAILED, now_ms(), fault=fault_json(fault),
-                                                   note=why, run=sup.run_of(job)),
-                          f"the outcome of job {job.id}")
+        won = sup.persist(
+            lambda: sup.store.finish(
+                job.id,
+                Status.FAILED,
+                now_ms(),
+                fault=fault_json(fault),
+                note=why,
+                run=sup.run_of(job),
+            ),
+            f"the outcome of job {job.id}",
+        )
         self._finished(job, won, Status.FAILED, why)
         return won
 
-    def _finished(self, job: JobRecord, won: Optional[bool], status: Status,
-                  why: Optional[str] = None) -> None:
+    def _finished(
+        self, job: JobRecord, won: bool | None, status: Status, why: str | None = None
+    ) -> None:
         sup = self.sup
         if won:
-            log.info("job %s %s.%s %s", job.id, job.service, job.operation,
-                     f"{status} ({why})" if why else status)
+            log.info(
+                "job %s %s.%s %s",
+                job.id,
+                job.service,
+                job.operation,
+                f"{status} ({why})" if why else status,
+            )
             metrics.job_finished(job.service, status, (now_ms() - job.started_at) / 1000)
         sup.notifier.notify(job.id)
         if won and job.parent_id is not None:
@@ -216,7 +298,7 @@ class Outcomes:
                 sup.notifier.notify(job.parent_id)
             if fail_fast and status == Status.FAILED:
                 stop_children(sup.store, sup.notifier, job.parent_id, "a sibling child job failed")
-        except StoreUnavailable as exc:   # the count is only progress; the resume needs none
+        except StoreUnavailable as exc:  # the count is only progress; the resume needs none
             outage_log.warning("job %s: its parent's progress is not updated: %s", job.id, exc)
         sup.work.set()
 
@@ -226,9 +308,11 @@ class Outcomes:
         """Give the job back to the queue untouched (its attempt not counted): the node
         shuts down, or the run could not start."""
         sup = self.sup
-        handed = sup.persist(lambda: sup.store.hand_back(job.id, sup.node, sup.run_of(job)),
-                             f"the hand-back of job {job.id}")
-        if handed is False:              # deleted, or taken over while the store was away
+        handed = sup.persist(
+            lambda: sup.store.hand_back(job.id, sup.node, sup.run_of(job)),
+            f"the hand-back of job {job.id}",
+        )
+        if handed is False:  # deleted, or taken over while the store was away
             self.let_go(job)
             return
         sup.notifier.notify(job.id)
@@ -243,24 +327,35 @@ class Outcomes:
         try:
             rec = sup.store.peek(job.id)
         except StoreUnavailable:
-            log.info("job %s: this run (attempt %d) let go of it; the store cannot say why now",
-                     job.id, job.attempts)
+            log.info(
+                "job %s: this run (attempt %d) let go of it; the store cannot say why now",
+                job.id,
+                job.attempts,
+            )
             return
         if rec is None:
             log.info("job %s was erased meanwhile; worker let go", job.id)
         elif rec.status == Status.DELETED and rec.node in (sup.node, None):
             self.erase_deleted(job.id)
         elif rec.node != sup.node or rec.attempts != job.attempts:
-            log.warning("job %s lost to another run: this run (attempt %d) no longer holds it, its "
-                        "lease ran out; it is %s%s (attempt %d); nothing of this run is kept",
-                        job.id, job.attempts, rec.status, f" on {rec.node}" if rec.node else "", rec.attempts)
+            log.warning(
+                "job %s lost to another run: this run (attempt %d) no longer holds it, its "
+                "lease ran out; it is %s%s (attempt %d); nothing of this run is kept",
+                job.id,
+                job.attempts,
+                rec.status,
+                f" on {rec.node}" if rec.node else "",
+                rec.attempts,
+            )
         else:
             log.info("job %s is %s; this run let go of it", job.id, rec.status)
 
     def erase_deleted(self, job_id: str) -> None:
         """Erase a DELETED job no run holds any more."""
         sup = self.sup
-        sup.persist(lambda: sup.store.erase(job_id, (Status.DELETED,)), f"the erasure of job {job_id}")
+        sup.persist(
+            lambda: sup.store.erase(job_id, (Status.DELETED,)), f"the erasure of job {job_id}"
+        )
         sup.notifier.notify(job_id)
         log.info("job %s erased (deleted, worker let go)", job_id)
 

@@ -7,17 +7,17 @@ job's run, not as process plumbing.
 
 Processes are started with ``spawn``: the server has threads, and fork would copy them.
 """
+
 from multiprocessing.context import SpawnContext
-from typing import Optional
 
 from .messages import Exit, FromWorker, Ready, RunJob, StopReason
 from .supervisor_log import log
 from .worker import worker_main
 
-WORKER_START_TIMEOUT = 120.0   # s a new worker process gets to import the services
-KILL_JOIN_TIMEOUT = 5.0        # s a killed process gets to be reaped
-EXIT_TIMEOUT = 2.0             # s an idle process asked to exit gets before it is killed
-REAP_TIMEOUT = 1.0             # s to reap a process that died, so that its exit code is known
+WORKER_START_TIMEOUT = 120.0  # s a new worker process gets to import the services
+KILL_JOIN_TIMEOUT = 5.0  # s a killed process gets to be reaped
+EXIT_TIMEOUT = 2.0  # s an idle process asked to exit gets before it is killed
+REAP_TIMEOUT = 1.0  # s to reap a process that died, so that its exit code is known
 
 
 class WorkerProcess:
@@ -28,8 +28,12 @@ class WorkerProcess:
         self.conn, child = mp.Pipe()
         self._stop_event = mp.Event()
         self._stop_reason = mp.Value("i", StopReason.NOT_STOPPED, lock=False)
-        self._process = mp.Process(target=worker_main, args=(child, self._stop_event, self._stop_reason),
-                                   name=f"xruntime-worker-{index}", daemon=True)
+        self._process = mp.Process(
+            target=worker_main,
+            args=(child, self._stop_event, self._stop_reason),
+            name=f"xruntime-worker-{index}",
+            daemon=True,
+        )
         self._child_conn = child
         self._killed = False
 
@@ -61,7 +65,7 @@ class WorkerProcess:
     def run(self, job: RunJob) -> None:
         self.conn.send(job)
 
-    def receive(self) -> Optional[FromWorker]:
+    def receive(self) -> FromWorker | None:
         """The next message (the caller knows one is there); None once the pipe is broken."""
         try:
             return self.conn.recv()
@@ -78,7 +82,7 @@ class WorkerProcess:
 
     # ---------------------------------------------------------------- the end
 
-    def exit_code(self) -> Optional[int]:
+    def exit_code(self) -> int | None:
         """The exit code of a process that died (None if it has not ended yet)."""
         self._process.join(REAP_TIMEOUT)
         return self._process.exitcode

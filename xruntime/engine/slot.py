@@ -18,16 +18,17 @@ down).  On each it enforces the rules of a running job:
 How the run ended is handed to the outcome rules (``engine.outcomes``); the process
 itself is ``engine.process``.
 """
+
 import multiprocessing
 import threading
 import time
 from multiprocessing.connection import wait as wait_for_ready
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
-from ..support import metrics
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
 from ..protocol.states import Status
 from ..store import JobRecord, StoreUnavailable, now_ms
+from ..support import metrics
 from .housekeeping import LEASE_MS
 from .messages import Done, Progress, RunJob, StopReason
 from .outcomes import Died, Ending, Killed, Returned
@@ -38,10 +39,10 @@ if TYPE_CHECKING:
     from ..settings.config import Limits
     from .supervisor import Supervisor
 
-DELETE_GRACE = 3.0        # s a deleted job's function gets before its process is killed
-STOP_GRACE = 5.0          # s a timed-out job's function gets to return its result
-IDLE_CLAIM_PERIOD = 0.5   # s between an idle slot's looks for work (other nodes' jobs)
-FAILED_SLOT_PAUSE = 0.5   # s a slot whose loop failed waits before it starts again
+DELETE_GRACE = 3.0  # s a deleted job's function gets before its process is killed
+STOP_GRACE = 5.0  # s a timed-out job's function gets to return its result
+IDLE_CLAIM_PERIOD = 0.5  # s between an idle slot's looks for work (other nodes' jobs)
+FAILED_SLOT_PAUSE = 0.5  # s a slot whose loop failed waits before it starts again
 
 
 class WorkerSlot(threading.Thread):
@@ -51,15 +52,15 @@ class WorkerSlot(threading.Thread):
         super().__init__(name=f"worker-slot-{index}", daemon=True)
         self.sup = supervisor
         self.index = index
-        self.worker: Optional[WorkerProcess] = None
+        self.worker: WorkerProcess | None = None
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
-        self.current: Optional[str] = None     # id of the job being run
-        self.claiming = False                  # between a claim and ``current`` being set
-        self.discard = False                   # the job was deleted: erase instead of finishing
-        self.kill_at: Optional[float] = None   # time.monotonic() past which the process is killed
-        self.kill_reason: Optional[str] = None
-        self.kill_grace = 0.0                  # the grace that ``kill_at`` ends
+        self.current: str | None = None  # id of the job being run
+        self.claiming = False  # between a claim and ``current`` being set
+        self.discard = False  # the job was deleted: erase instead of finishing
+        self.kill_at: float | None = None  # time.monotonic() past which the process is killed
+        self.kill_reason: str | None = None
+        self.kill_grace = 0.0  # the grace that ``kill_at`` ends
 
     # ---------------------------------------------------------------- signals from outside
 
@@ -98,18 +99,29 @@ class WorkerSlot(threading.Thread):
                 self.claiming = True
                 claimed_at = now_ms()
                 # a parent whose children are done goes first: it is running already
-                job = sup.store.resume(sup.node, claimed_at, LEASE_MS, sup.served_services(),
-                                       f"resumed on worker {self.index}: its child jobs are done")
+                job = sup.store.resume(
+                    sup.node,
+                    claimed_at,
+                    LEASE_MS,
+                    sup.served_services(),
+                    f"resumed on worker {self.index}: its child jobs are done",
+                )
                 resumed = job is not None
                 if job is None:
-                    job = sup.store.claim(sup.node, claimed_at, LEASE_MS, sup.served_services(),
-                                          sup.settings().running_limits(), f"running on worker {self.index}")
+                    job = sup.store.claim(
+                        sup.node,
+                        claimed_at,
+                        LEASE_MS,
+                        sup.served_services(),
+                        sup.settings().running_limits(),
+                        f"running on worker {self.index}",
+                    )
                 if job is None:
                     self.claiming = False
                     sup.work.wait(self._idle_wait(claimed_at))
                     continue
                 self.execute(job, resumed)
-            except StoreUnavailable as exc:      # the claim: nothing is held, wait for the store
+            except StoreUnavailable as exc:  # the claim: nothing is held, wait for the store
                 self.claiming = False
                 outage_log.warning("worker slot %d cannot claim jobs: %s", self.index, exc)
                 time.sleep(IDLE_CLAIM_PERIOD)
@@ -155,14 +167,15 @@ class WorkerSlot(threading.Thread):
         sup = self.sup
         assert self.worker is not None
         limits = sup.limits_for(job)
-        queued_for = job.started_at - (job.not_before or job.queued_at)   # a retry: since it was due
+        queued_for = job.started_at - (job.not_before or job.queued_at)  # a retry: since it was due
         if not resumed:
             metrics.job_started(job.service, queued_for / 1000)
         if not resumed and limits.queueing_timeout_ms and queued_for > limits.queueing_timeout_ms:
             self.claiming = False
             fault = RequestTimedOutFault(
                 f"the job waited {queued_for} ms in the queue, longer than its queueing timeout "
-                f"of {limits.queueing_timeout_ms} ms")
+                f"of {limits.queueing_timeout_ms} ms"
+            )
             sup.outcomes.fail(job, fault, "queueing timeout")
             return
         with sup.signal_lock:
@@ -173,27 +186,44 @@ class WorkerSlot(threading.Thread):
                 self.kill_at = self.kill_reason = None
                 self.worker.clear_stop()
             early = sup.pending_signals.pop(job.id, None)
-        if early is not None:            # a stop or delete came between the claim and now
+        if early is not None:  # a stop or delete came between the claim and now
             self.signal(job.id, early.reason, early.why)
-        if job.status == Status.STOPPING:   # a parent stopped while it waited for its children
+        if job.status == Status.STOPPING:  # a parent stopped while it waited for its children
             timeout_ms = limits.computation_timeout_ms
             over = timeout_ms and now_ms() >= job.started_at + timeout_ms
             self.signal(job.id, StopReason.TIMED_OUT if over else StopReason.STOPPED)
         sup.notifier.notify(job.id)
         try:
-            children = sup.store.children_of(job.id)     # what its earlier runs started (§13)
-        except StoreUnavailable as exc:     # claimed, not started: back to the queue
+            children = sup.store.children_of(job.id)  # what its earlier runs started (§13)
+        except StoreUnavailable as exc:  # claimed, not started: back to the queue
             outage_log.warning("job %s: its child jobs cannot be read: %s", job.id, exc)
             with self._lock:
                 self.current = None
             sup.outcomes.hand_back(job, "its child jobs could not be read")
             return
-        log.info("job %s %s.%s %s%s on worker %d (attempt %d%s)", job.id, job.service, job.operation,
-                 Status.RUNNING, " again" if resumed else "", self.index, job.attempts,
-                 f", {len(children)} child jobs done" if children else "")
+        log.info(
+            "job %s %s.%s %s%s on worker %d (attempt %d%s)",
+            job.id,
+            job.service,
+            job.operation,
+            Status.RUNNING,
+            " again" if resumed else "",
+            self.index,
+            job.attempts,
+            f", {len(children)} child jobs done" if children else "",
+        )
         try:
-            self.worker.run(RunJob(job.id, job.service, job.operation, job.request, job.attempts,
-                                   job.retries, children))
+            self.worker.run(
+                RunJob(
+                    job.id,
+                    job.service,
+                    job.operation,
+                    job.request,
+                    job.attempts,
+                    job.retries,
+                    children,
+                )
+            )
             ending = self._drive(job, limits)
             if ending is not None:
                 sup.outcomes.conclude(job, ending, deleted=self.discard)
@@ -201,16 +231,19 @@ class WorkerSlot(threading.Thread):
             with self._lock:
                 self.current = None
 
-    def _drive(self, job: JobRecord, limits: "Limits") -> Optional[Ending]:
+    def _drive(self, job: JobRecord, limits: "Limits") -> Ending | None:
         """Relay the run's progress to the store and enforce its stop, delete and
         timeout rules until it ends; answers how (None: handed back at shutdown)."""
         sup = self.sup
         worker = self.worker
         assert worker is not None
-        deadline = None                  # on this process's monotonic clock
+        deadline = None  # on this process's monotonic clock
         if limits.computation_timeout_ms:  # (the start is on the database's: see store.clock)
-            deadline = time.monotonic() + (job.started_at + limits.computation_timeout_ms - now_ms()) / 1000
-        progress = None                  # progress not yet written (the outcome may follow)
+            deadline = (
+                time.monotonic()
+                + (job.started_at + limits.computation_timeout_ms - now_ms()) / 1000
+            )
+        progress = None  # progress not yet written (the outcome may follow)
         while True:
             if progress is not None and not worker.conn.poll(0):
                 progress = self._write_progress(job, progress)
@@ -243,7 +276,7 @@ class WorkerSlot(threading.Thread):
                 deadline = None
                 self._time_out(job, limits)
 
-    def _write_progress(self, job: JobRecord, progress: str) -> Optional[str]:
+    def _write_progress(self, job: JobRecord, progress: str) -> str | None:
         """Write the latest progress; answers it back when the store is away (kept:
         written later, or with the outcome), else None."""
         sup = self.sup
@@ -262,9 +295,13 @@ class WorkerSlot(threading.Thread):
         try:
             if sup.store.request_stop(job.id, "stop asked: computation timeout"):
                 sup.notifier.notify(job.id)
-                log.info("job %s %s (computation timeout of %d ms)",
-                         job.id, Status.STOPPING, limits.computation_timeout_ms)
-        except StoreUnavailable as exc:    # the stop below is what counts
+                log.info(
+                    "job %s %s (computation timeout of %d ms)",
+                    job.id,
+                    Status.STOPPING,
+                    limits.computation_timeout_ms,
+                )
+        except StoreUnavailable as exc:  # the stop below is what counts
             outage_log.warning("job %s: %s not written: %s", job.id, Status.STOPPING, exc)
         self.signal(job.id, StopReason.TIMED_OUT)
         with self._lock:
@@ -280,6 +317,10 @@ class WorkerSlot(threading.Thread):
     def _killed(self, job: JobRecord) -> Killed:
         assert self.worker is not None
         self.worker.kill()
-        log.warning("job %s: worker %d killed: the operation did not return after %s",
-                    job.id, self.index, self.kill_reason)
+        log.warning(
+            "job %s: worker %d killed: the operation did not return after %s",
+            job.id,
+            self.index,
+            self.kill_reason,
+        )
         return Killed(self.kill_grace)

@@ -20,11 +20,13 @@ hand-back) waits in the slot and is written once the store answers again; only t
 leases of jobs a slot holds are renewed, so a job no slot holds any more runs out of
 lease and is recovered.
 """
+
 import multiprocessing
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, Optional, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, NamedTuple, Optional, TypeVar
 
 from ..protocol.states import Status
 from ..store import JobRecord, Run, StoreUnavailable
@@ -40,8 +42,8 @@ if TYPE_CHECKING:
     from .cleaner import RetentionCleaner
     from .notifier import Notifier
 
-STORE_RETRY_MAX = 2.0     # s between tries of a write that waits for the store
-CLOSING_PATIENCE = 5.0    # s a node shutting down keeps trying such a write
+STORE_RETRY_MAX = 2.0  # s between tries of a write that waits for the store
+CLOSING_PATIENCE = 5.0  # s a node shutting down keeps trying such a write
 
 Answer = TypeVar("Answer")
 
@@ -53,28 +55,35 @@ def default_node_name(port: int) -> str:
 
 class PendingSignal(NamedTuple):
     """A stop or delete no slot took yet: the job may be between its claim and its run."""
+
     reason: StopReason
     why: str
-    at: float                     # time.monotonic() when it came
+    at: float  # time.monotonic() when it came
 
 
 class Supervisor:
     """Runs the node's worker slots and its housekeeping."""
 
-    def __init__(self, store: "JobStore", notifier: "Notifier", settings: Callable[[], "Settings"],
-                 node: str, cleaner: Optional["RetentionCleaner"] = None,
-                 services: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        store: "JobStore",
+        notifier: "Notifier",
+        settings: Callable[[], "Settings"],
+        node: str,
+        cleaner: Optional["RetentionCleaner"] = None,
+        services: Iterable[str] = (),
+    ) -> None:
         self.store = store
         self.notifier = notifier
-        self.settings = settings          # a callable answering the settings in force
+        self.settings = settings  # a callable answering the settings in force
         self.node = node
         self.cleaner = cleaner
-        self.services = list(services)    # the names of every service found (the registry's)
+        self.services = list(services)  # the names of every service found (the registry's)
         self.mp = multiprocessing.get_context("spawn")
         self.work = threading.Event()
         self.closing = False
         self.signal_lock = threading.Lock()
-        self.pending_signals: dict[str, PendingSignal] = {}   # by job id
+        self.pending_signals: dict[str, PendingSignal] = {}  # by job id
         self.slots: list[WorkerSlot] = []
         self.outcomes = Outcomes(self)
         self.housekeeping = Housekeeping(self)
@@ -82,9 +91,11 @@ class Supervisor:
     # ---------------------------------------------------------------- settings
 
     def limits_for(self, job: JobRecord) -> "Limits":
-        return self.settings().limits_for(job.service, job.queueing_timeout, job.computation_timeout)
+        return self.settings().limits_for(
+            job.service, job.queueing_timeout, job.computation_timeout
+        )
 
-    def served_services(self) -> Optional[list[str]]:
+    def served_services(self) -> list[str] | None:
         """The services whose jobs this node runs; None when it runs every service's."""
         cfg = self.settings()
         served = [name for name in self.services if cfg.service_enabled(name)]
@@ -93,7 +104,7 @@ class Supervisor:
     # ---------------------------------------------------------------- life
 
     def start(self) -> None:
-        self.housekeeping.recover(self.node)       # what this node ran when it last died
+        self.housekeeping.recover(self.node)  # what this node ran when it last died
         self.slots = [WorkerSlot(self, i) for i in range(self.settings().workers)]
         for slot in self.slots:
             slot.start()
@@ -119,7 +130,7 @@ class Supervisor:
             return
         try:
             rec = self.store.peek(job_id)
-        except StoreUnavailable:       # the lease renewal finds the stop or delete later
+        except StoreUnavailable:  # the lease renewal finds the stop or delete later
             return
         if rec is None or rec.status == Status.DELETED:
             self.abort(job_id)
@@ -150,7 +161,7 @@ class Supervisor:
 
     # ---------------------------------------------------------------- for the slots
 
-    def persist(self, write: Callable[[], Answer], what: str) -> Optional[Answer]:
+    def persist(self, write: Callable[[], Answer], what: str) -> Answer | None:
         """``write()``, a store write that must not be lost (a job's outcome, its
         hand-back), tried again while the store is unreachable; answers its answer.
         A node shutting down gives up after CLOSING_PATIENCE s (answering None): the
@@ -166,8 +177,11 @@ class Supervisor:
                 if self.closing:
                     give_up_at = give_up_at or time.monotonic() + CLOSING_PATIENCE
                     if time.monotonic() > give_up_at:
-                        log.error("%s given up (shutting down, store unreachable); "
-                                  "its lease runs out and it is recovered", what)
+                        log.error(
+                            "%s given up (shutting down, store unreachable); "
+                            "its lease runs out and it is recovered",
+                            what,
+                        )
                         return None
                 time.sleep(delay)
                 delay = min(delay * 2, STORE_RETRY_MAX)

@@ -5,6 +5,7 @@ whichever module of the engine writes the line; and one throttle for the lines a
 store outage causes, so that every slot failing at once still writes a line every
 few seconds, not one each.
 """
+
 import logging
 
 from ..support.logs import OncePerPeriod

@@ -12,52 +12,82 @@ function sees it at once, also while it sleeps in ``job.wait``.  Requests, resul
 faults cross the pipe in the codec's JSON form: the encoding work is done here, off
 the server's threads.
 """
+
 import ctypes
 import json
 import logging
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
-from typing import Optional, Sequence
 
 from ..author.children import Joined, Stages, WaitForChildren
 from ..author.registry import discover, find_long_operation, long_operation
 from ..author.service import RetryLater
-from ..support.logs import setup_logging
 from ..protocol import codec
-from ..protocol.faults import (InternalErrorFault, RequestStoppedFault, RequestTimedOutFault,
-                               TransientFault, XServerFault)
+from ..protocol.faults import (
+    InternalErrorFault,
+    RequestStoppedFault,
+    RequestTimedOutFault,
+    TransientFault,
+    XServerFault,
+)
 from ..protocol.types import IntermediateResponseLimitation
 from ..store import FinishedChild
 from ..store.list_join import join_lists
 from ..store.payload import pack
-from .messages import (ChildrenAsked, Done, Exit, Failure, Outcome, Progress, Ready, Result, RetryAsked,
-                       RunJob, StopReason, Transient)
+from ..support.logs import setup_logging
+from .messages import (
+    ChildrenAsked,
+    Done,
+    Exit,
+    Failure,
+    Outcome,
+    Progress,
+    Ready,
+    Result,
+    RetryAsked,
+    RunJob,
+    StopReason,
+    Transient,
+)
 
 log = logging.getLogger("xruntime.worker")
 
-PROGRESS_PERIOD = 0.2     # s between two progress messages of one job
+PROGRESS_PERIOD = 0.2  # s between two progress messages of one job
 
 
 class WorkerJobContext:
     """The ``job`` argument of a long operation's function (see xruntime.service)."""
 
-    def __init__(self, conn: Connection, job_id: str, stop_event: Event, stop_reason: ctypes.c_int,
-                 attempt: int = 1, retries: int = 0, children: Sequence[FinishedChild] = ()) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        job_id: str,
+        stop_event: Event,
+        stop_reason: ctypes.c_int,
+        attempt: int = 1,
+        retries: int = 0,
+        children: Sequence[FinishedChild] = (),
+    ) -> None:
         self._conn = conn
         self._job_id = job_id
-        self._stages = Stages(children, find_long_operation)  # the children earlier runs started (docs/protocol.md §13)
-        self.attempt = attempt            # this run's number (1: the first)
-        self.retries = retries            # retries before this run
+        self._stages = Stages(
+            children, find_long_operation
+        )  # the children earlier runs started (docs/protocol.md §13)
+        self.attempt = attempt  # this run's number (1: the first)
+        self.retries = retries  # retries before this run
         self._stop_event = stop_event
         self._stop_reason = stop_reason
-        self._lock = threading.Lock()     # the function's thread and the timer both send
-        self._pending: Optional[str] = None  # the latest progress not sent yet (JSON)
-        self._next_send = 0.0             # time.monotonic() before which progress waits
-        self._timer: Optional[threading.Timer] = None  # sends the pending progress when its turn comes
-        self._closed = False              # the outcome is sent: nothing more goes out
+        self._lock = threading.Lock()  # the function's thread and the timer both send
+        self._pending: str | None = None  # the latest progress not sent yet (JSON)
+        self._next_send = 0.0  # time.monotonic() before which progress waits
+        self._timer: threading.Timer | None = (
+            None  # sends the pending progress when its turn comes
+        )
+        self._closed = False  # the outcome is sent: nothing more goes out
 
     @property
     def id(self) -> str:
@@ -71,9 +101,9 @@ class WorkerJobContext:
         however late its threads run (only the flush before the outcome may come
         sooner), and the latest value still arrives even if the function then runs
         long in silence."""
-        text = codec.dumps(codec.encode(progress))   # encoded now: the caller may reuse the object
+        text = codec.dumps(codec.encode(progress))  # encoded now: the caller may reuse the object
         with self._lock:
-            if self._closed:              # reported by a thread the function left behind
+            if self._closed:  # reported by a thread the function left behind
                 return
             self._pending = text
             self._send_or_keep()
@@ -96,7 +126,7 @@ class WorkerJobContext:
     def _on_timer(self):
         with self._lock:
             self._timer = None
-            if not self._closed:          # a timer cancelled too late finds the outcome sent
+            if not self._closed:  # a timer cancelled too late finds the outcome sent
                 self._send_or_keep()
 
     def _send_pending(self):
@@ -131,7 +161,9 @@ class WorkerJobContext:
 
     def stop_fault(self) -> XServerFault:
         if self.timed_out:
-            return RequestTimedOutFault("the computation timeout ended the job before it had any result")
+            return RequestTimedOutFault(
+                "the computation timeout ended the job before it had any result"
+            )
         return RequestStoppedFault("the job was stopped before it had any result")
 
     def run_children(self, children, failures: str = "raise"):
@@ -152,9 +184,11 @@ class WorkerJobContext:
         if self.timed_out:
             return IntermediateResponseLimitation(
                 message="the computation timeout stopped the job; this is an intermediate result",
-                reason="REQUEST_TIMED_OUT")
+                reason="REQUEST_TIMED_OUT",
+            )
         return IntermediateResponseLimitation(
-            message="the job was stopped; this is an intermediate result", reason="REQUEST_STOPPED")
+            message="the job was stopped; this is an intermediate result", reason="REQUEST_STOPPED"
+        )
 
 
 def mark_intermediate(response, job: WorkerJobContext):
@@ -173,15 +207,20 @@ def stored_result(response, op) -> bytes:
     if isinstance(response, Joined):
         outer = response.response
         setattr(outer, response.field, [])
-        return join_lists(codec.dumps(codec.encode(outer, op.response)), response.field,
-                          [part.stored for part in response.parts])
+        return join_lists(
+            codec.dumps(codec.encode(outer, op.response)),
+            response.field,
+            [part.stored for part in response.parts],
+        )
     return pack(codec.dumps(codec.encode(response, op.response)))
 
 
 def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run: RunJob) -> None:
     """Run one job and send its outcome (``Done``)."""
     job_id, service, operation = run.job_id, run.service, run.operation
-    job = WorkerJobContext(conn, job_id, stop_event, stop_reason, run.attempt, run.retries, run.children)
+    job = WorkerJobContext(
+        conn, job_id, stop_event, stop_reason, run.attempt, run.retries, run.children
+    )
     outcome: Outcome
     try:
         op = long_operation(service, operation)
@@ -189,8 +228,9 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
         response = op.function(request, job)
         given = response.response if isinstance(response, Joined) else response
         if not isinstance(given, op.response):
-            raise TypeError(f"{service}.{operation} returned {type(given).__name__}, "
-                            f"not {op.response.__name__}")
+            raise TypeError(
+                f"{service}.{operation} returned {type(given).__name__}, not {op.response.__name__}"
+            )
         if job.stop_requested:
             mark_intermediate(given, job)
         outcome = Result(stored_result(response, op))
@@ -203,18 +243,20 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
         outcome = Transient(text) if isinstance(fault, TransientFault) else Failure(text)
     except BaseException as exc:  # a bug in the service: log it here, tell the client plainly
         log.exception("job %s: %s.%s raised", job_id, service, operation)
-        internal = InternalErrorFault(f"the operation {service}.{operation} failed with an internal "
-                                      f"error ({type(exc).__name__}); see the server log")
+        internal = InternalErrorFault(
+            f"the operation {service}.{operation} failed with an internal "
+            f"error ({type(exc).__name__}); see the server log"
+        )
         outcome = Failure(codec.dumps(codec.encode_fault(internal)))
     job.send_outcome(outcome)
 
 
 def worker_main(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int) -> None:
     """Entry point of a worker process (started with ``spawn``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the server decides when workers end
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers end
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     setup_logging("%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
-    discover()                                     # import services before the first job
+    discover()  # import services before the first job
     conn.send(Ready())
     while True:
         try:

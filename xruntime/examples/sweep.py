@@ -6,31 +6,33 @@ themselves: a parent of parents.  Load it with::
 
     XRUNTIME_SERVICE_MODULES=xruntime.examples.sweep python -m xruntime serve
 """
+
 from spyne import Boolean, Long
 
-from xruntime.services.xdemo.types import SimulateRequest
-from xruntime.protocol.types import RequestBase, ResponseBase
 from xruntime.author import Child, Service
+from xruntime.protocol.types import RequestBase, ResponseBase
+from xruntime.services.xdemo.types import SimulateRequest
 
 NAMESPACE = "http://xruntime.org/xserver/xsweep"
 
-service = Service("XSweep", "Runs many XDemo simulations as child jobs and sums them up.",
-                  namespace=NAMESPACE)
+service = Service(
+    "XSweep", "Runs many XDemo simulations as child jobs and sums them up.", namespace=NAMESPACE
+)
 
 
 class SweepRequest(RequestBase):
     __namespace__ = NAMESPACE
-    scenarios = Long(ge=0, le=1000)          # child jobs per sweep (default 10)
-    durationMs = Long(ge=0, le=3_600_000)    # of each simulation
-    steps = Long(ge=1, le=1000)              # of each simulation
-    failScenario = Long(ge=1)                # this scenario (1, 2, …) fails
-    tolerateFailures = Boolean               # a failed scenario is counted, not fatal
-    depth = Long(ge=1, le=3)                 # 2, 3: the children are sweeps themselves
+    scenarios = Long(ge=0, le=1000)  # child jobs per sweep (default 10)
+    durationMs = Long(ge=0, le=3_600_000)  # of each simulation
+    steps = Long(ge=1, le=1000)  # of each simulation
+    failScenario = Long(ge=1)  # this scenario (1, 2, …) fails
+    tolerateFailures = Boolean  # a failed scenario is counted, not fatal
+    depth = Long(ge=1, le=3)  # 2, 3: the children are sweeps themselves
 
 
 class SweepResponse(ResponseBase):
     __namespace__ = NAMESPACE
-    scenariosRun = Long                      # simulations that succeeded, at every depth
+    scenariosRun = Long  # simulations that succeeded, at every depth
     stepsDone = Long
     failedScenarios = Long
 
@@ -39,19 +41,40 @@ def children_of(request):
     """The same children on every run: derived from the request alone."""
     count, depth = request.scenarios if request.scenarios is not None else 10, request.depth or 1
     if depth > 1:
-        return [Child("XSweep", "sweep", SweepRequest(
-            scenarios=count, durationMs=request.durationMs, steps=request.steps,
-            failScenario=request.failScenario, tolerateFailures=request.tolerateFailures,
-            depth=depth - 1)) for _ in range(count)]
-    return [Child("XDemo", "simulate", SimulateRequest(
-        durationMs=request.durationMs or 0, steps=request.steps or 1,
-        failAtStep=1 if request.failScenario == n + 1 else None)) for n in range(count)]
+        return [
+            Child(
+                "XSweep",
+                "sweep",
+                SweepRequest(
+                    scenarios=count,
+                    durationMs=request.durationMs,
+                    steps=request.steps,
+                    failScenario=request.failScenario,
+                    tolerateFailures=request.tolerateFailures,
+                    depth=depth - 1,
+                ),
+            )
+            for _ in range(count)
+        ]
+    return [
+        Child(
+            "XDemo",
+            "simulate",
+            SimulateRequest(
+                durationMs=request.durationMs or 0,
+                steps=request.steps or 1,
+                failAtStep=1 if request.failScenario == n + 1 else None,
+            ),
+        )
+        for n in range(count)
+    ]
 
 
 @service.long_operation(request=SweepRequest, response=SweepResponse)
 def sweep(request, job):
-    outcomes = job.run_children(children_of(request),
-                                failures="return" if request.tolerateFailures else "raise")
+    outcomes = job.run_children(
+        children_of(request), failures="return" if request.tolerateFailures else "raise"
+    )
     # after a stop (or with tolerateFailures) some children failed: sum up the others
     results = [o.result for o in outcomes if o.succeeded]
     nested = (request.depth or 1) > 1
@@ -61,4 +84,6 @@ def sweep(request, job):
         scenariosRun=sum(r.scenariosRun for r in results) if nested else len(results),
         stepsDone=sum(r.stepsDone for r in results),
         failedScenarios=sum(r.failedScenarios for r in results) + (len(outcomes) - len(results))
-        if nested else len(outcomes) - len(results))
+        if nested
+        else len(outcomes) - len(results),
+    )

@@ -7,21 +7,21 @@ token, as PTV clients send it) or ``Bearer <token>``.  Only the tokens' sha256 a
 configured; the presented token's sha256 is compared with every user's in constant
 time, so neither the answer's time nor its text tells which part was wrong.
 """
+
 import base64
 import binascii
 import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
-from typing import Optional
 
 from ..settings.config import ANY_USER
 
 
 @dataclass(frozen=True)
 class Caller:
-    name: str               # the owner written on the jobs this caller starts
-    admin: bool = False     # sees and manages every user's jobs
+    name: str  # the owner written on the jobs this caller starts
+    admin: bool = False  # sees and manages every user's jobs
 
     def sees(self, owner: str) -> bool:
         """Whether a job of ``owner`` exists for this caller."""
@@ -36,14 +36,14 @@ class NotAuthenticated(Exception):
     """Missing or wrong credentials; ``str()`` is safe to show (it never holds them)."""
 
 
-def authenticate(authorization: Optional[str], settings) -> Caller:
+def authenticate(authorization: str | None, settings) -> Caller:
     """The caller named by an ``Authorization`` header under ``settings``."""
     if not settings.auth.required:
         return ANONYMOUS
     name, token = _credentials(authorization)
     digest = token_sha256(token)
     found = None
-    for user in settings.users.values():      # every user, matched or not: the same time
+    for user in settings.users.values():  # every user, matched or not: the same time
         if hmac.compare_digest(user.token_sha256, digest) and name in (None, ANY_USER, user.name):
             found = user
     if found is None:
@@ -51,24 +51,29 @@ def authenticate(authorization: Optional[str], settings) -> Caller:
     return Caller(found.name, found.admin)
 
 
-def _credentials(authorization: Optional[str]):
+def _credentials(authorization: str | None):
     """(user name or None, token) of a Basic or Bearer header."""
     if not authorization or not authorization.strip():
-        raise NotAuthenticated("this server needs credentials: HTTP Basic (your user name and "
-                               "token) or an Authorization: Bearer token")
+        raise NotAuthenticated(
+            "this server needs credentials: HTTP Basic (your user name and "
+            "token) or an Authorization: Bearer token"
+        )
     scheme, _, value = authorization.strip().partition(" ")
     value = value.strip()
     if scheme.lower() == "bearer" and value:
         return None, value
     if scheme.lower() == "basic" and value:
         try:
-            name, colon, token = base64.b64decode(value, validate=True).decode("utf-8").partition(":")
+            name, colon, token = (
+                base64.b64decode(value, validate=True).decode("utf-8").partition(":")
+            )
         except (binascii.Error, UnicodeDecodeError):
             raise NotAuthenticated("the Basic credentials are not base64 of user:token")
         if colon and token:
             return name, token
-    raise NotAuthenticated("the credentials are not valid: send HTTP Basic (user name and "
-                           "token) or Bearer")
+    raise NotAuthenticated(
+        "the credentials are not valid: send HTTP Basic (user name and token) or Bearer"
+    )
 
 
 def token_sha256(token: str) -> str:

@@ -6,13 +6,14 @@ about jobs is decided in a binding.  Operations that wait for a job (watchJob, t
 synchronous form) are awaited on the event loop; every other one runs in the pool
 for blocking work.
 """
+
 import collections
 
-from ..support import metrics
-from ..support.blocking import blocking
+from ..author.service import CALL, FETCH, RUN, START
 from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
-from ..author.service import CALL, FETCH, RUN, START
+from ..support import metrics
+from ..support.blocking import blocking
 
 #: How many shared answers are remembered (one per job changed at about one time).
 SHARED_ANSWERS = 256
@@ -21,6 +22,7 @@ SHARED_ANSWERS = 256
 class Answer:
     """An operation's response as JSON text (the codec's form).  Watchers woken by one
     change share one Answer, and each binding renders it once (``rendered``)."""
+
     __slots__ = ("text", "_rendered")
 
     def __init__(self, text: str):
@@ -42,7 +44,7 @@ class Dispatcher:
         self.jobs = jobs
         self.services = services
         self._operations = {name: svc.operations() for name, svc in services.items()}
-        self._shared = collections.OrderedDict()     # id(response) → (response, Answer)
+        self._shared = collections.OrderedDict()  # id(response) → (response, Answer)
 
     def operation(self, service: str, name: str):
         """The Operation, or None when the service or operation does not exist."""
@@ -59,15 +61,19 @@ class Dispatcher:
 
     def check_enabled(self, service: str) -> None:
         if not self.jobs.settings().service_enabled(service):
-            raise ServiceNotConfiguredFault(f"the service {service} is not configured on this server",
-                                            service=service)
+            raise ServiceNotConfiguredFault(
+                f"the service {service} is not configured on this server", service=service
+            )
 
     def find(self, service: str, name: str):
         """The Operation, or InvalidRequestFault naming what does not exist."""
         op = self.operation(service, name)
         if op is None:
-            what = (f"the service {service} has no operation {name}" if self.has_service(service)
-                    else f"there is no service {service}")
+            what = (
+                f"the service {service} has no operation {name}"
+                if self.has_service(service)
+                else f"there is no service {service}"
+            )
             raise InvalidRequestFault(what, hint="Check the operation's name and its service.")
         return op
 

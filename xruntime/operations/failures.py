@@ -1,6 +1,7 @@
 """Any exception raised while serving a call, as the fault the client gets: the one
 place that decides what an unexpected error looks like on the wire, for every binding
 and the HTTP layer.  It sits above the store (a store outage is a fault of its own)."""
+
 import logging
 
 from ..protocol.faults import InternalErrorFault, TemporarilyUnavailableFault, XServerFault

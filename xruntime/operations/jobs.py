@@ -5,35 +5,50 @@ information, following the state table in ``protocol.states``.  Every change goe
 through one guarded store call; when a guard loses a race (the job moved on
 meanwhile), the decision is taken again on the job's new state.
 """
+
 import base64
 import binascii
 import json
 import logging
 import time
 import uuid
-from datetime import datetime, timezone
-from typing import Optional
+from datetime import UTC, datetime
 
 from .. import __version__
-from .accounts import ANONYMOUS
-from ..support.blocking import blocking
 from ..engine.child_jobs import stop_children
-from ..protocol import codec
-from ..protocol import states
-from ..protocol.faults import (AccessDeniedFault, InvalidFetchTypeFault, InvalidValueFault, JobStateFault,
-                              QueueOverflowFault, QuotaExceededFault, RejectedRequestFault,
-                              UnknownJobFault)
-from ..protocol.types import (Job, JobCount, JobEvent, JobEvents, JobList, JobProgress, JobSummary,
-                             RuntimeInformation, ServiceInformation)
+from ..protocol import codec, states
+from ..protocol.faults import (
+    AccessDeniedFault,
+    InvalidFetchTypeFault,
+    InvalidValueFault,
+    JobStateFault,
+    QueueOverflowFault,
+    QuotaExceededFault,
+    RejectedRequestFault,
+    UnknownJobFault,
+)
+from ..protocol.types import (
+    Job,
+    JobCount,
+    JobEvent,
+    JobEvents,
+    JobList,
+    JobProgress,
+    JobSummary,
+    RuntimeInformation,
+    ServiceInformation,
+)
 from ..protocol.watch import watch_periods
-from .storage_quota import StoredBytesQuota
 from ..store import JobRecord, JobStore, now_ms
 from ..store.payload import TooLarge
+from ..support.blocking import blocking
+from .accounts import ANONYMOUS
+from .storage_quota import StoredBytesQuota
 
 log = logging.getLogger("xruntime.jobs")
 
 RACE_RETRIES = 10
-LIST_LIMIT, LIST_LIMIT_MAX = 100, 1000     # listJobs' page size: by default, at most
+LIST_LIMIT, LIST_LIMIT_MAX = 100, 1000  # listJobs' page size: by default, at most
 
 
 def asked_timeouts(request, limit_ms: int):
@@ -48,18 +63,23 @@ def asked_timeouts(request, limit_ms: int):
         if value is not None and not 0 <= value <= limit_ms:
             raise InvalidValueFault(
                 f"invalid value for timeouts.{name}: it must be between 0 and {limit_ms} ms "
-                "(the server's max_request_timeout)", parameter=f"timeouts.{name}", value=str(value))
+                "(the server's max_request_timeout)",
+                parameter=f"timeouts.{name}",
+                value=str(value),
+            )
         asked.append(value)
     return tuple(asked)
 
 
 class JobManager:
-    def __init__(self, store: JobStore, notifier, settings, node: str = "", watches=None, services=None):
+    def __init__(
+        self, store: JobStore, notifier, settings, node: str = "", watches=None, services=None
+    ):
         self.store = store
-        self.services = services or {}   # the registry's services by name, for runtime information
-        self.notifier = notifier          # its feed tells the supervisor of new, stopped and deleted jobs
-        self.watches = watches            # the held watches of an HTTP process (xruntime.watching)
-        self.settings = settings          # a callable answering the settings in force
+        self.services = services or {}  # the registry's services by name, for runtime information
+        self.notifier = notifier  # its feed tells the supervisor of new, stopped and deleted jobs
+        self.watches = watches  # the held watches of an HTTP process (xruntime.watching)
+        self.settings = settings  # a callable answering the settings in force
         self.node = node
         self.started_at = time.time()
         self.stored_quota = StoredBytesQuota(store)
@@ -99,23 +119,40 @@ class JobManager:
             op.validate(request)
         settings = self.settings()
         self.stored_quota.check(caller.name, settings.stored_bytes_limit(caller.name))
-        queueing, computation = asked_timeouts(request, settings.jobs_for(op.service).max_request_timeout_ms)
+        queueing, computation = asked_timeouts(
+            request, settings.jobs_for(op.service).max_request_timeout_ms
+        )
         rec = JobRecord(
-            id=str(uuid.uuid4()), service=op.service, operation=op.name, owner=caller.name,
-            fetch_type=op.fetch_type, status=states.QUEUING,
-            request=codec.dumps(codec.encode(request, op.request)), queued_at=now_ms(),
-            queueing_timeout=queueing, computation_timeout=computation)
+            id=str(uuid.uuid4()),
+            service=op.service,
+            operation=op.name,
+            owner=caller.name,
+            fetch_type=op.fetch_type,
+            status=states.QUEUING,
+            request=codec.dumps(codec.encode(request, op.request)),
+            queued_at=now_ms(),
+            queueing_timeout=queueing,
+            computation_timeout=computation,
+        )
         max_queued, scope = settings.queue_limit(op.service)
         own_max = settings.quota_of(caller.name, op.service).max_queued
         if not self.store.create(rec, max_queued, scope, owner_max_queued=own_max):
             if own_max and self.store.count_queued(op.service, caller.name) >= own_max:
                 raise QuotaExceededFault(
                     f"you have {own_max} {op.service} jobs queued already, your limit; this one "
-                    "was refused")
-            raise QueueOverflowFault(f"{max_queued} jobs are queued already; this one was refused",
-                                     hint="Try again later, when fewer jobs are waiting.")
-        log.info("job %s %s.%s QUEUING%s", rec.id, op.service, op.name,
-                 f" (user {caller.name})" if caller.name else "")
+                    "was refused"
+                )
+            raise QueueOverflowFault(
+                f"{max_queued} jobs are queued already; this one was refused",
+                hint="Try again later, when fewer jobs are waiting.",
+            )
+        log.info(
+            "job %s %s.%s QUEUING%s",
+            rec.id,
+            op.service,
+            op.name,
+            f" (user {caller.name})" if caller.name else "",
+        )
         self.notifier.notify_queued()
         return Job(id=rec.id, status=states.QUEUING, elapsedTime=0)
 
@@ -123,7 +160,7 @@ class JobManager:
         """The response of a finished job (or its own fault), by the fetch rules."""
         return codec.decode(json.loads(self.fetch_json(op, job_id, caller)), op.response)
 
-    def fetch_json(self, op, job_id: str, caller=ANONYMOUS, max_bytes: Optional[int] = None) -> str:
+    def fetch_json(self, op, job_id: str, caller=ANONYMOUS, max_bytes: int | None = None) -> str:
         """Like ``fetch``, but the response as the JSON text the worker stored: the
         codec's form of ``op.response``, exactly what ``codec.encode`` of the fetched
         response would give (the worker encoded it with the same declared type).  The
@@ -131,22 +168,31 @@ class JobManager:
         objects nor parsed and encoded again on the server's threads.  A result longer
         than ``max_bytes`` is RejectedRequestFault, and the job is not marked fetched."""
         try:
-            rec = self.store.get(job_id, None if caller.admin else caller.name, max_result_bytes=max_bytes)
+            rec = self.store.get(
+                job_id, None if caller.admin else caller.name, max_result_bytes=max_bytes
+            )
         except TooLarge:
             raise RejectedRequestFault(
                 f"the result of job {job_id} is larger than the {max_bytes} bytes this answer may "
-                "still hold; it was left out", hint="Fetch it on its own.")
+                "still hold; it was left out",
+                hint="Fetch it on its own.",
+            )
         if rec is None:
             raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
         if rec.fetch_type != op.fetch_type or rec.service != op.service:
             raise InvalidFetchTypeFault(
                 f"job {job_id} is a {rec.service}.{rec.operation} job; fetch it with "
-                f"fetch{rec.fetch_type} of {rec.service}", jobId=job_id)
+                f"fetch{rec.fetch_type} of {rec.service}",
+                jobId=job_id,
+            )
         decision = states.FETCH[rec.status]
         if decision == states.REFUSE:
-            raise JobStateFault(f"job {job_id} is {rec.status}; only a SUCCEEDED or FAILED "
-                                "job can be fetched", jobId=job_id, status=rec.status)
-        if rec.first_fetched_at is None:          # the fetched retention counts from here
+            raise JobStateFault(
+                f"job {job_id} is {rec.status}; only a SUCCEEDED or FAILED job can be fetched",
+                jobId=job_id,
+                status=rec.status,
+            )
+        if rec.first_fetched_at is None:  # the fetched retention counts from here
             self.store.mark_fetched(job_id, now_ms())
         if decision == states.RAISE_STORED_FAULT:
             raise codec.decode_fault(json.loads(rec.fault))
@@ -167,8 +213,13 @@ class JobManager:
 
     # ------------------------------------------------------------------ XRuntime
 
-    async def watch(self, job_id: str, progress_update_period=None, maximum_polling_period=None,
-                    caller=ANONYMOUS) -> Job:
+    async def watch(
+        self,
+        job_id: str,
+        progress_update_period=None,
+        maximum_polling_period=None,
+        caller=ANONYMOUS,
+    ) -> Job:
         """Answer at once on a terminal or unknown job; else at the first change once
         ``progressUpdatePeriod`` has passed (a change seen earlier is answered the
         moment the period is over), at the latest after ``maximumPollingPeriod``
@@ -192,10 +243,17 @@ class JobManager:
                 raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
             self._refuse_child(rec, "stopped")
             if decision == states.REFUSE:
-                hint = ("A queued job cannot be stopped; delete it instead." if status == states.QUEUING
-                        else None)
-                raise JobStateFault(f"job {job_id} is {status} and cannot be stopped",
-                                    jobId=job_id, status=status, **({"hint": hint} if hint else {}))
+                hint = (
+                    "A queued job cannot be stopped; delete it instead."
+                    if status == states.QUEUING
+                    else None
+                )
+                raise JobStateFault(
+                    f"job {job_id} is {status} and cannot be stopped",
+                    jobId=job_id,
+                    status=status,
+                    **({"hint": hint} if hint else {}),
+                )
             if decision == states.UNCHANGED:
                 return self.job_view(rec)
             if self.store.request_stop(job_id):
@@ -217,7 +275,7 @@ class JobManager:
             # a parent's running descendants let go of their workers; every child is
             # erased with it (docs/protocol.md §13)
             children = self.store.delete_children(job_id)
-            if decision == states.ERASE_NOW or rec.node is None:    # no worker holds it
+            if decision == states.ERASE_NOW or rec.node is None:  # no worker holds it
                 erased = self.store.erase(job_id, (status,))
                 if erased:
                     log.info("job %s DELETED and erased (was %s)", job_id, status)
@@ -238,9 +296,13 @@ class JobManager:
     def _refuse_child(rec, what: str):
         """A child job is stopped or deleted with its parent, never on its own."""
         if rec is not None and rec.parent_id is not None:
-            raise JobStateFault(f"job {rec.id} is a child of job {rec.parent_id}; it is {what} with "
-                                "its parent, not on its own", jobId=rec.id, status=rec.status,
-                                hint=f"Stop or delete job {rec.parent_id} instead.")
+            raise JobStateFault(
+                f"job {rec.id} is a child of job {rec.parent_id}; it is {what} with "
+                "its parent, not on its own",
+                jobId=rec.id,
+                status=rec.status,
+                hint=f"Stop or delete job {rec.parent_id} instead.",
+            )
 
     def _stop_children(self, job_id: str):
         stop_children(self.store, self.notifier, job_id, "its parent job was stopped")
@@ -253,41 +315,76 @@ class JobManager:
         if found is None:
             raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
         parent_id, rows = found
-        return JobEvents(id=job_id, parentId=parent_id, events=[
-            JobEvent(time=iso_time(r["time"]), status=r["status"], attempt=r["attempt"],
-                     node=r["node"], message=r["message"]) for r in rows])
+        return JobEvents(
+            id=job_id,
+            parentId=parent_id,
+            events=[
+                JobEvent(
+                    time=iso_time(r["time"]),
+                    status=r["status"],
+                    attempt=r["attempt"],
+                    node=r["node"],
+                    message=r["message"],
+                )
+                for r in rows
+            ],
+        )
 
     def list_jobs(self, request, caller=ANONYMOUS) -> JobList:
         """A page of the jobs the caller may see, newest first (docs/protocol.md §12)."""
         limit = LIST_LIMIT if request.limit is None else request.limit
         if not 1 <= limit <= LIST_LIMIT_MAX:
-            raise InvalidValueFault(f"limit must be between 1 and {LIST_LIMIT_MAX}",
-                                    parameter="limit", value=str(limit))
+            raise InvalidValueFault(
+                f"limit must be between 1 and {LIST_LIMIT_MAX}", parameter="limit", value=str(limit)
+            )
         owner = request.user
         if not caller.admin:
             if owner is not None and owner != caller.name:
-                raise AccessDeniedFault("only an admin may list another user's jobs",
-                                        hint="Leave out user, or give your own name.")
+                raise AccessDeniedFault(
+                    "only an admin may list another user's jobs",
+                    hint="Leave out user, or give your own name.",
+                )
             owner = caller.name
-        statuses = [s for s in request.status or () if s in states.STORED_STATES] \
-            if request.status else None
-        page, more = self.store.list_jobs(statuses, request.service, owner, limit,
-                                          _cursor_seq(request.cursor), parent=request.parentId)
-        return JobList(jobs=[self._summary(rec) for _, rec in page],
-                       nextCursor=_cursor(page[-1][0]) if more and page else None)
+        statuses = (
+            [s for s in request.status or () if s in states.STORED_STATES]
+            if request.status
+            else None
+        )
+        page, more = self.store.list_jobs(
+            statuses,
+            request.service,
+            owner,
+            limit,
+            _cursor_seq(request.cursor),
+            parent=request.parentId,
+        )
+        return JobList(
+            jobs=[self._summary(rec) for _, rec in page],
+            nextCursor=_cursor(page[-1][0]) if more and page else None,
+        )
 
     def _summary(self, rec) -> JobSummary:
         progress = None
         if rec.progress and states.SHOWS_PROGRESS[rec.status]:
             progress = codec.decode(json.loads(rec.progress), JobProgress)
-        return JobSummary(id=rec.id, service=rec.service, operation=rec.operation, status=rec.status,
-                          user=rec.owner, queuedAt=iso_time(rec.queued_at),
-                          startedAt=iso_time(rec.started_at), finishedAt=iso_time(rec.finished_at),
-                          fetched=rec.first_fetched_at is not None, attempts=rec.attempts,
-                          progress=progress, parentId=rec.parent_id)
+        return JobSummary(
+            id=rec.id,
+            service=rec.service,
+            operation=rec.operation,
+            status=rec.status,
+            user=rec.owner,
+            queuedAt=iso_time(rec.queued_at),
+            startedAt=iso_time(rec.started_at),
+            finishedAt=iso_time(rec.finished_at),
+            fetched=rec.first_fetched_at is not None,
+            attempts=rec.attempts,
+            progress=progress,
+            parentId=rec.parent_id,
+        )
 
-    def runtime_information(self, services, with_job_counts: bool = True,
-                            caller=ANONYMOUS) -> RuntimeInformation:
+    def runtime_information(
+        self, services, with_job_counts: bool = True, caller=ANONYMOUS
+    ) -> RuntimeInformation:
         """The server's information; the job counts are the caller's own jobs', or
         every job's for an admin."""
         counts = None
@@ -297,17 +394,23 @@ class JobManager:
             version=__version__,
             uptime=int((time.time() - self.started_at) * 1000),
             node=self.node,
-            services=[ServiceInformation(name=s.name, operations=sorted(s.operations()))
-                      for s in services],
-            jobs=None if counts is None else [JobCount(status=s, count=counts.get(s, 0))
-                                              for s in states.STORED_STATES])
+            services=[
+                ServiceInformation(name=s.name, operations=sorted(s.operations())) for s in services
+            ],
+            jobs=None
+            if counts is None
+            else [JobCount(status=s, count=counts.get(s, 0)) for s in states.STORED_STATES],
+        )
 
 
 def iso_time(ms):
     """ms since the epoch as ISO 8601 UTC with milliseconds (None stays None)."""
     if ms is None:
         return None
-    return datetime.fromtimestamp(ms // 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+    return (
+        datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        + f".{ms % 1000:03d}Z"
+    )
 
 
 def _cursor(seq: int) -> str:
@@ -321,10 +424,13 @@ def _cursor_seq(cursor):
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         kind, _, seq = text.partition(":")
-        if kind == "before" and seq.isascii() and seq.isdigit() and int(seq) < 2 ** 63:
-            return int(seq)                # (a sequence number is a signed 64-bit integer)
+        if kind == "before" and seq.isascii() and seq.isdigit() and int(seq) < 2**63:
+            return int(seq)  # (a sequence number is a signed 64-bit integer)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
-    raise InvalidValueFault("cursor is not a nextCursor this server gave out", parameter="cursor",
-                            value=cursor, hint="Send the nextCursor of the previous page as it is, "
-                                               "or no cursor for the first page.")
+    raise InvalidValueFault(
+        "cursor is not a nextCursor this server gave out",
+        parameter="cursor",
+        value=cursor,
+        hint="Send the nextCursor of the previous page as it is, or no cursor for the first page.",
+    )

@@ -12,6 +12,7 @@ A soft bound: it refuses new jobs, never a job already started (its result is st
 past the bound), nor the child jobs a running parent asks for (they count towards the
 next start).  Refused, nothing is stored.
 """
+
 import threading
 import time
 
@@ -25,7 +26,7 @@ class StoredBytesQuota:
     def __init__(self, store, clock=time.monotonic):
         self.store = store
         self.clock = clock
-        self._seen = {}                  # owner → (bytes, when measured)
+        self._seen = {}  # owner → (bytes, when measured)
         self._lock = threading.Lock()
 
     def stored(self, owner: str, limit: int) -> int:
@@ -50,4 +51,5 @@ class StoredBytesQuota:
                 f"your stored jobs take {stored} bytes, at or past max_stored_bytes of {limit}; "
                 "this job was refused",
                 hint="Fetch and delete your finished jobs (deleteJob), or wait until retention "
-                     "erases them; then start again.")
+                "erases them; then start again.",
+            )

@@ -10,15 +10,16 @@ when to answer follows docs/protocol.md §4, in ``Watches.watch``.
 Runs on the event loop of an HTTP process; ``Notifier`` calls reach it from any
 thread (the change feed's, the blocking pool's).
 """
+
 import asyncio
 import collections
 import logging
 import threading
 import time
 
+from ..protocol import states
 from ..support import metrics
 from ..support.blocking import blocking
-from ..protocol import states
 
 log = logging.getLogger("xruntime.watching")
 
@@ -31,12 +32,13 @@ RUN_RECHECK = 5.0
 
 class Snapshot:
     """The job as one read saw it (``rec`` None: no such job)."""
+
     __slots__ = ("rec", "read_at", "view")
 
     def __init__(self, rec):
         self.rec = rec
         self.read_at = time.monotonic()
-        self.view = None          # the Job answer built once for every watcher it wakes
+        self.view = None  # the Job answer built once for every watcher it wakes
 
     @property
     def final(self) -> bool:
@@ -55,8 +57,8 @@ class JobWatch:
         self.job_id = job_id
         self.snapshot = None
         self.members = 0
-        self._waiters = set()        # waiting for a change
-        self._readers = set()        # waiting for a read
+        self._waiters = set()  # waiting for a change
+        self._readers = set()  # waiting for a read
         self._reading = False
         self._again = False
 
@@ -76,7 +78,7 @@ class JobWatch:
                 self._publish(Snapshot(rec))
                 if not self._again:
                     break
-        except Exception as exc:          # the database is away: every waiter answers a fault
+        except Exception as exc:  # the database is away: every waiter answers a fault
             waiters = self._waiters | self._readers
             self._waiters, self._readers = set(), set()
             for fut in waiters:
@@ -90,7 +92,7 @@ class JobWatch:
         _resolve(self._readers, snapshot)
         self._readers = set()
         if previous is None or snapshot.final or _state(previous) != _state(snapshot):
-            self.wake(snapshot)          # a read that finds nothing new wakes no watcher
+            self.wake(snapshot)  # a read that finds nothing new wakes no watcher
 
     def wake(self, value=None):
         waiters, self._waiters = self._waiters, set()
@@ -121,7 +123,7 @@ class JobWatch:
             return snap
         self.changed()
         fut = asyncio.get_running_loop().create_future()
-        self._readers.add(fut)           # a read always publishes, or raises
+        self._readers.add(fut)  # a read always publishes, or raises
         try:
             return await fut
         finally:
@@ -192,7 +194,7 @@ class Watches:
                         return snap, True
                     changed = changed or (snap.rec.status, snap.rec.progress) != seen
             if not changed:
-                snap = await job.current(STALE_AFTER)       # the last status
+                snap = await job.current(STALE_AFTER)  # the last status
             return snap, changed
         finally:
             self._leave(job)
@@ -218,7 +220,7 @@ class Watches:
     def _changed(self, job_id: str) -> None:
         """From any thread: the job changed.  One hop to the loop per burst."""
         if self._loop is None or job_id not in self._jobs:
-            return      # nobody waits here; a watch that starts later reads it anyway
+            return  # nobody waits here; a watch that starts later reads it anyway
         with self._lock:
             self._pending.append(job_id)
             if self._scheduled:
@@ -244,7 +246,7 @@ class Watches:
 
     def _wake_all(self):
         for job in list(self._jobs.values()):
-            job.wake(None)           # (readers get the read they wait for)
+            job.wake(None)  # (readers get the read they wait for)
 
     # ------------------------------------------------------------------ membership
 

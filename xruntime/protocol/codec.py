@@ -6,6 +6,7 @@ values carry ``"$type"``; decoding validates types, required fields and declared
 ranges and answers ``InvalidValueFault``/``MissingParameterFault`` naming the field
 by its path (``timeouts.computationTimeout``, ``orders[3].demand``).
 """
+
 import json
 import math
 import reprlib
@@ -14,10 +15,11 @@ from .faults import InvalidValueFault, MissingParameterFault, XServerFault, faul
 from .typeinfo import BOOL, ENUM, FLOAT, INT, OBJ, fields, is_polymorphic, original, subtypes
 
 TYPE_KEY = "$type"
-INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 # --------------------------------------------------------------------------- encode
+
 
 def dumps(data) -> str:
     """The codec's data as compact JSON text."""
@@ -66,6 +68,7 @@ def decode_fault(data: dict) -> XServerFault:
 
 # --------------------------------------------------------------------------- decode
 
+
 def decode(data, cls, path: str = "", sent=None):
     """Plain JSON data as an instance of the spyne model ``cls`` (or the subtype
     named by ``$type``), validated against the declared fields.  ``sent`` ({path:
@@ -78,15 +81,19 @@ def decode(data, cls, path: str = "", sent=None):
     if type_name is not None:
         known = subtypes(cls)
         if not isinstance(type_name, str) or type_name not in known:
-            raise _invalid(field_path(path, TYPE_KEY), type_name,
-                           f"expected {cls.get_type_name()} or one of its subtypes")
+            raise _invalid(
+                field_path(path, TYPE_KEY),
+                type_name,
+                f"expected {cls.get_type_name()} or one of its subtypes",
+            )
         cls = known[type_name]
     declared = fields(cls)
     names = {f.name for f in declared}
     for key in data:
         if key != TYPE_KEY and key not in names:
-            raise _invalid(field_path(path, key), data[key],
-                           f"{cls.get_type_name()} has no field {key!r}")
+            raise _invalid(
+                field_path(path, key), data[key], f"{cls.get_type_name()} has no field {key!r}"
+            )
     obj = cls()
     for f in declared:
         fpath = field_path(path, f.name)
@@ -143,8 +150,12 @@ def _decode_value(raw, f, path, sent):
 
 
 def _check_range(v, attrs, path, sent):
-    for bound, ok, words in (("ge", lambda b: v >= b, "at least"), ("gt", lambda b: v > b, "more than"),
-                             ("le", lambda b: v <= b, "at most"), ("lt", lambda b: v < b, "less than")):
+    for bound, ok, words in (
+        ("ge", lambda b: v >= b, "at least"),
+        ("gt", lambda b: v > b, "more than"),
+        ("le", lambda b: v <= b, "at most"),
+        ("lt", lambda b: v < b, "less than"),
+    ):
         b = getattr(attrs, bound, None)
         if b is not None and not (isinstance(b, (int, float)) and math.isinf(b)) and not ok(b):
             raise _invalid(path, v, f"it must be {words} {b}", sent)

@@ -8,10 +8,8 @@ and the JSON codec writes it as ``faultInfo``).  ``message`` travels as the SOAP
 
 from spyne import Fault, Unicode
 
-
 from .typeinfo import subclasses
 from .types import NAMESPACE, JobStatus
-
 
 
 class XServerFault(Fault):
@@ -29,8 +27,9 @@ class XServerFault(Fault):
     default_hint = ""
 
     def __init__(self, message: str = "", **fields):
-        Fault.__init__(self, faultcode=self.soap_faultcode,
-                       faultstring=message or self.get_type_name())
+        Fault.__init__(
+            self, faultcode=self.soap_faultcode, faultstring=message or self.get_type_name()
+        )
         for name in self.field_names():
             setattr(self, name, None)
         self.hint = self.default_hint or None
@@ -49,8 +48,11 @@ class XServerFault(Fault):
 
     def fields(self) -> dict:
         """The fault info fields that are set, in declaration order."""
-        return {name: getattr(self, name) for name in self.field_names()
-                if getattr(self, name) is not None}
+        return {
+            name: getattr(self, name)
+            for name in self.field_names()
+            if getattr(self, name) is not None
+        }
 
     def __str__(self):
         return f"{type(self).__name__}: {self.faultstring}"
@@ -81,8 +83,10 @@ class InvalidFetchTypeFault(InvalidRequestFault):
 class UnknownJobFault(InvalidRequestFault):
     jobId = Unicode
     http_status = 404
-    default_hint = ("The job never existed, was deleted or has expired; "
-                    "start it again if you still need its result.")
+    default_hint = (
+        "The job never existed, was deleted or has expired; "
+        "start it again if you still need its result."
+    )
 
 
 class JobStateFault(InvalidRequestFault):
@@ -110,6 +114,7 @@ class QuotaExceededFault(RejectedRequestFault):
     """The caller has as many jobs of this service queued as their ``max_queued``
     allows (docs/protocol.md §10), or their stored jobs take ``max_stored_bytes`` (§15, its own
     hint); others' jobs are still accepted."""
+
     http_status = 429
     default_hint = "Wait until some of your queued jobs have started, then try again."
 
@@ -127,6 +132,7 @@ class TemporarilyUnavailableFault(RejectedRequestFault):
     """The server cannot answer for a moment (its job store is unreachable): the same
     request, sent again a little later, is expected to succeed.  Not in the xServer fault
     hierarchy: a deviation, docs/protocol.md §6 and docs/architecture.md (decisions)."""
+
     http_status = 503
     retry_after_s = 2
     default_hint = "The server cannot reach its job store for a moment; send the same request again in a few seconds."
@@ -146,6 +152,7 @@ class TransientFault(ProcessingFault):
     """A failure that may pass (a backend briefly down): the job is run again from the
     start after a growing delay, up to ``max_retries`` times (docs/protocol.md §11).  Services
     raise it, or their own subtypes of it."""
+
     default_hint = "The job was retried and failed each time; try again later."
 
 

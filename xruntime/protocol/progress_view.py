@@ -10,25 +10,30 @@ a progress in the JSON binding's form (a dict with ``"$type"``, as ``watchJob`` 
   ``Percent``, 0–100, as XDima's ``calculationProgress``): that percentage;
 - anything else (XTour's iterations and best cost): no fraction, its fields as text.
 """
-from typing import NamedTuple, Optional
+
+from typing import NamedTuple
 
 
 class ProgressView(NamedTuple):
-    fraction: Optional[float]     # 0.0–1.0 for a bar, None when the progress has no end
-    text: str                     # e.g. "37/100 (2 failed)", "42 %", "iterations 120, bestCost 9"
-    done: Optional[int] = None    # BulkProgress: finished units and their total
-    total: Optional[int] = None
+    fraction: float | None  # 0.0–1.0 for a bar, None when the progress has no end
+    text: str  # e.g. "37/100 (2 failed)", "42 %", "iterations 120, bestCost 9"
+    done: int | None = None  # BulkProgress: finished units and their total
+    total: int | None = None
 
 
-def view_of(progress) -> Optional[ProgressView]:
+def view_of(progress) -> ProgressView | None:
     """The reading of a progress in JSON form; None when there is no progress."""
     if not isinstance(progress, dict):
         return None
     fields = {k: v for k, v in progress.items() if k != "$type" and v is not None}
     if not fields:
         return None
-    if {"successful", "remaining"} <= fields.keys() and _all_counts(fields, ("successful", "failed", "remaining")):
-        successful, failed, remaining = (int(fields.get(k) or 0) for k in ("successful", "failed", "remaining"))
+    if {"successful", "remaining"} <= fields.keys() and _all_counts(
+        fields, ("successful", "failed", "remaining")
+    ):
+        successful, failed, remaining = (
+            int(fields.get(k) or 0) for k in ("successful", "failed", "remaining")
+        )
         done, total = successful + failed, successful + failed + remaining
         text = f"{done}/{total}" + (f" ({failed} failed)" if failed else "")
         return ProgressView(done / total if total else 1.0, text, done, total)

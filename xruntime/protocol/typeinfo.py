@@ -7,7 +7,8 @@ JSON and XML codecs, the SOAP binding, the WSDL and the fault registry all walk 
 graph; they do it with these helpers, in one place, so that they agree on which types
 and fields there are.
 """
-from functools import lru_cache
+
+from functools import cache
 
 from spyne import ComplexModelBase
 from spyne.model.enum import EnumBase
@@ -49,7 +50,7 @@ class Field:
         self.attrs = attrs
 
 
-@lru_cache(maxsize=None)
+@cache
 def fields(cls) -> tuple:
     """The fields of ``cls``, its bases' included, in declaration order."""
     return tuple(Field(name, t) for name, t in cls.get_flat_type_info(cls).items())
@@ -88,7 +89,7 @@ def subclasses(cls) -> list:
     return found
 
 
-@lru_cache(maxsize=None)
+@cache
 def subtypes(cls) -> dict:
     """``cls`` and its subclasses by type name: what ``$type`` and ``xsi:type`` may name
     where ``cls`` is declared."""
@@ -98,7 +99,7 @@ def subtypes(cls) -> dict:
     return found
 
 
-@lru_cache(maxsize=None)
+@cache
 def is_polymorphic(cls) -> bool:
     """Whether ``cls`` has subclasses, so that a value of it must name its type."""
     return bool(_derived(cls))

@@ -4,6 +4,7 @@ Every binding (SOAP, JSON, JSON-RPC) and the WSDL are derived from these classes
 a field added here appears everywhere.  Services subclass ``RequestBase``,
 ``ResponseBase`` and ``JobProgress`` for their own types.
 """
+
 from spyne import Boolean, ComplexModel, Enum, Long, Unicode
 
 from .states import Status
@@ -32,7 +33,9 @@ JobStatus = Enum(*(status.value for status in Status), type_name="JobStatus")
 JobStatus.__namespace__ = NAMESPACE
 
 ResultLimitationReason = Enum(
-    "REQUEST_STOPPED", "REQUEST_TIMED_OUT", type_name="IntermediateResponseReason",
+    "REQUEST_STOPPED",
+    "REQUEST_TIMED_OUT",
+    type_name="IntermediateResponseReason",
 )
 ResultLimitationReason.__namespace__ = NAMESPACE
 
@@ -96,7 +99,7 @@ class WatchRequest(XModel):
 class RuntimeInformationRequest(XModel):
     """All optional: an empty request asks for everything."""
 
-    withJobCounts = Boolean     # false: leave out the job counts (they cost a query)
+    withJobCounts = Boolean  # false: leave out the job counts (they cost a query)
 
 
 class ServiceInformation(XModel):
@@ -119,27 +122,29 @@ class RuntimeInformation(XModel):
 
 class JobEvent(XModel):
     """One change in a job's life (docs/protocol.md §11)."""
-    time = Unicode        # ISO 8601 UTC with milliseconds: 2026-11-23T06:41:38.123Z
-    status = JobStatus    # the job's status after the change
-    attempt = Long        # the job's runs so far
-    node = Unicode        # where it ran (or runs)
+
+    time = Unicode  # ISO 8601 UTC with milliseconds: 2026-11-23T06:41:38.123Z
+    status = JobStatus  # the job's status after the change
+    attempt = Long  # the job's runs so far
+    node = Unicode  # where it ran (or runs)
     message = Unicode
 
 
 class JobEvents(XModel):
     id = Unicode
-    parentId = Unicode    # a child job's parent (docs/protocol.md §13)
+    parentId = Unicode  # a child job's parent (docs/protocol.md §13)
     events = repeated(JobEvent)
 
 
 class ListJobsRequest(XModel):
     """All optional (docs/protocol.md §12): every job the caller may see, newest first."""
+
     status = repeated(JobStatus)
     service = Unicode
     user = Unicode
-    limit = Long          # 100 unless given; at most 1000
-    cursor = Unicode      # a previous answer's nextCursor: the page after it
-    parentId = Unicode    # only the children of this job (docs/protocol.md §13)
+    limit = Long  # 100 unless given; at most 1000
+    cursor = Unicode  # a previous answer's nextCursor: the page after it
+    parentId = Unicode  # only the children of this job (docs/protocol.md §13)
 
 
 class JobSummary(XModel):
@@ -148,13 +153,13 @@ class JobSummary(XModel):
     operation = Unicode
     status = JobStatus
     user = Unicode
-    queuedAt = Unicode    # ISO 8601 UTC with milliseconds, as JobEvent.time
+    queuedAt = Unicode  # ISO 8601 UTC with milliseconds, as JobEvent.time
     startedAt = Unicode
     finishedAt = Unicode
     fetched = Boolean
     attempts = Long
     progress = JobProgress
-    parentId = Unicode    # a child job's parent (docs/protocol.md §13)
+    parentId = Unicode  # a child job's parent (docs/protocol.md §13)
 
 
 class JobList(XModel):
@@ -163,11 +168,32 @@ class JobList(XModel):
 
 
 __all__ = [
-    "NAMESPACE", "XModel", "required", "repeated", "JobStatus", "ResultLimitationReason",
-    "JobProgress", "BulkProgress", "Job", "Timeouts", "RequestBase", "ResultLimitation",
-    "IntermediateResponseLimitation", "ResponseBase", "JobRequest", "WatchRequest",
-    "RuntimeInformationRequest", "ServiceInformation", "JobCount", "RuntimeInformation",
-    "JobEvent", "JobEvents", "ListJobsRequest", "JobSummary", "JobList", "link_base",
+    "NAMESPACE",
+    "XModel",
+    "required",
+    "repeated",
+    "JobStatus",
+    "ResultLimitationReason",
+    "JobProgress",
+    "BulkProgress",
+    "Job",
+    "Timeouts",
+    "RequestBase",
+    "ResultLimitation",
+    "IntermediateResponseLimitation",
+    "ResponseBase",
+    "JobRequest",
+    "WatchRequest",
+    "RuntimeInformationRequest",
+    "ServiceInformation",
+    "JobCount",
+    "RuntimeInformation",
+    "JobEvent",
+    "JobEvents",
+    "ListJobsRequest",
+    "JobSummary",
+    "JobList",
+    "link_base",
 ]
 
 

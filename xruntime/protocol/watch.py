@@ -1,4 +1,5 @@
 """The clamping rules of watchJob's two periods (docs/protocol.md §4)."""
+
 from .faults import InvalidValueFault
 
 DEFAULT_PROGRESS_UPDATE_PERIOD = 1000
@@ -11,8 +12,9 @@ def _integer(name, value, default):
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidValueFault(f"{name} must be an integer number of milliseconds",
-                                parameter=name, value=str(value))
+        raise InvalidValueFault(
+            f"{name} must be an integer number of milliseconds", parameter=name, value=str(value)
+        )
     return value
 
 
@@ -22,8 +24,12 @@ def watch_periods(progress_update_period=None, maximum_polling_period=None):
     Values under 250 (negative ones too) are taken as 250, over 50000 as 50000; the
     maximum polling period is at least the progress update period.
     """
-    update = _integer("progressUpdatePeriod", progress_update_period, DEFAULT_PROGRESS_UPDATE_PERIOD)
-    maximum = _integer("maximumPollingPeriod", maximum_polling_period, DEFAULT_MAXIMUM_POLLING_PERIOD)
+    update = _integer(
+        "progressUpdatePeriod", progress_update_period, DEFAULT_PROGRESS_UPDATE_PERIOD
+    )
+    maximum = _integer(
+        "maximumPollingPeriod", maximum_polling_period, DEFAULT_MAXIMUM_POLLING_PERIOD
+    )
     update = min(max(update, MIN_PERIOD), MAX_PERIOD)
     maximum = min(max(maximum, update), MAX_PERIOD)
     return update, maximum

@@ -4,14 +4,18 @@ A plain module, not a service: the registry imports it and finds no ``service``,
 NumPy is imported only when distances are computed (in worker processes), not in
 every process of a node.
 """
-EARTH_RADIUS = 6_371_000.0      # metres
+
+EARTH_RADIUS = 6_371_000.0  # metres
 
 
 def great_circle(lon1, lat1, lon2, lat2):
     """Haversine distances (m) on a sphere of radius ``EARTH_RADIUS`` from each point 1
     (rows) to each point 2 (columns); longitudes and latitudes as arrays in radians."""
     import numpy as np
+
     lat1, lon1 = lat1[:, None], lon1[:, None]
-    h = (np.sin((lat2 - lat1) / 2) ** 2
-         + np.cos(lat1) * np.cos(lat2) * np.sin((lon2 - lon1) / 2) ** 2)
+    h = (
+        np.sin((lat2 - lat1) / 2) ** 2
+        + np.cos(lat1) * np.cos(lat2) * np.sin((lon2 - lon1) / 2) ** 2
+    )
     return 2 * EARTH_RADIUS * np.arcsin(np.sqrt(np.clip(h, 0.0, 1.0)))

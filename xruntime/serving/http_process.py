@@ -9,6 +9,7 @@ through the change feed (``store.feed``); the main process sends them the settin
 after a reload, and "stop" at shutdown, over a pipe whose end also tells them that
 the main process is gone.
 """
+
 import asyncio
 import logging
 import os
@@ -16,25 +17,25 @@ import signal
 
 import uvicorn
 
-from ..support import blocking
-from ..web.asgi import XRuntimeApp
+from ..admin.metrics_page import MetricsPage
+from ..admin.node_status import snapshot
+from ..admin.status_page import StatusPage, ToStatus
+from ..admin.status_stream import StatusEvents, StatusFeed, StatusJson
+from ..author.registry import discover
 from ..bindings.json_binding import JsonBinding
 from ..bindings.jsonrpc import JsonRpcBinding
 from ..bindings.soap import SoapBinding
-from ..operations.dispatch import Dispatcher
 from ..engine.notifier import Notifier
-from ..web.connection_guard import guarded_protocol
+from ..operations.dispatch import Dispatcher
 from ..operations.jobs import JobManager
-from ..support.logs import setup_logging
-from ..admin.metrics_page import MetricsPage
-from ..admin.node_status import snapshot
-from ..author.registry import discover
-from ..admin.status_page import StatusPage, ToStatus
-from ..admin.status_stream import StatusEvents, StatusFeed, StatusJson
+from ..operations.watching import Watches
 from ..store import open_store
 from ..store.changes import QUEUE
 from ..store.feed import open_feed
-from ..operations.watching import Watches
+from ..support import blocking
+from ..support.logs import setup_logging
+from ..web.asgi import XRuntimeApp
+from ..web.connection_guard import guarded_protocol
 
 log = logging.getLogger("xruntime.http")
 
@@ -49,6 +50,7 @@ class _Server(uvicorn.Server):
 
     def capture_signals(self):
         import contextlib
+
         return contextlib.nullcontext()
 
 
@@ -62,28 +64,37 @@ class HttpProcess:
         self.store = open_store(settings.database_url)
         self.notifier = Notifier()
         self.watches = Watches(self.store, self.notifier)
-        self.jobs = JobManager(self.store, self.notifier, self.settings, node_name, self.watches,
-                               services=services)
-        self.jobs.started_at = node_started_at        # uptime is the node's, not this process's
-        self.feed = open_feed(self.store, f"{node_name}/http{index}/{os.getpid()}",
-                              on_job=self.notifier.notify_local,
-                              on_queue=lambda: self.notifier.notify_local(QUEUE))
+        self.jobs = JobManager(
+            self.store, self.notifier, self.settings, node_name, self.watches, services=services
+        )
+        self.jobs.started_at = node_started_at  # uptime is the node's, not this process's
+        self.feed = open_feed(
+            self.store,
+            f"{node_name}/http{index}/{os.getpid()}",
+            on_job=self.notifier.notify_local,
+            on_queue=lambda: self.notifier.notify_local(QUEUE),
+        )
         self.notifier.bridge = self.feed
         dispatcher = Dispatcher(self.jobs, services)
 
         def node_snapshot():
             return snapshot(self.store, node_name, settings.workers, node_started_at)
-        self.app = XRuntimeApp({
-            "/services/rs": JsonBinding(dispatcher, self.settings),
-            "/services/ws": SoapBinding(dispatcher, self.settings),
-            "/services/rpc": JsonRpcBinding(dispatcher, self.settings),
-        }, self.settings, pages={
-            "/": ToStatus(),
-            "/status": StatusPage(),
-            "/status/events": StatusEvents(StatusFeed(node_snapshot, self.notifier)),
-            "/status.json": StatusJson(node_snapshot),
-            "/metrics": MetricsPage(self.store, node_name, self.settings),
-        })
+
+        self.app = XRuntimeApp(
+            {
+                "/services/rs": JsonBinding(dispatcher, self.settings),
+                "/services/ws": SoapBinding(dispatcher, self.settings),
+                "/services/rpc": JsonRpcBinding(dispatcher, self.settings),
+            },
+            self.settings,
+            pages={
+                "/": ToStatus(),
+                "/status": StatusPage(),
+                "/status/events": StatusEvents(StatusFeed(node_snapshot, self.notifier)),
+                "/status.json": StatusJson(node_snapshot),
+                "/metrics": MetricsPage(self.store, node_name, self.settings),
+            },
+        )
         self.server = None
 
     def settings(self):
@@ -96,10 +107,17 @@ class HttpProcess:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.shutdown)
         loop.add_reader(self.control.fileno(), self._from_main)
-        config = uvicorn.Config(self.app, http=guarded_protocol(self.settings), lifespan="off",
-                                log_config=None, access_log=False, timeout_keep_alive=KEEP_ALIVE,
-                                timeout_graceful_shutdown=GRACEFUL, server_header=False,
-                                proxy_headers=False)   # X-Forwarded-* never move an address
+        config = uvicorn.Config(
+            self.app,
+            http=guarded_protocol(self.settings),
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_keep_alive=KEEP_ALIVE,
+            timeout_graceful_shutdown=GRACEFUL,
+            server_header=False,
+            proxy_headers=False,
+        )  # X-Forwarded-* never move an address
         self.server = _Server(config)
         self.feed.start()
         log.info("HTTP process %d is up (pid %d)", self.index, os.getpid())
@@ -118,7 +136,7 @@ class HttpProcess:
     def _from_main(self):
         try:
             message = self.control.recv()
-        except (EOFError, OSError):           # the main process is gone: so is the node
+        except (EOFError, OSError):  # the main process is gone: so is the node
             asyncio.get_running_loop().remove_reader(self.control.fileno())
             log.warning("HTTP process %d: the node's main process is gone; stopping", self.index)
             self.shutdown()
@@ -133,5 +151,6 @@ def http_main(sock, settings, node_name: str, index: int, control, node_started_
     """Entry point of an HTTP process (started by ``node.HttpProcesses``)."""
     setup_logging()
     import uvloop
+
     process = HttpProcess(sock, settings, node_name, index, control, node_started_at)
     uvloop.run(process.serve())

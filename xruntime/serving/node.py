@@ -10,6 +10,7 @@ its socket.  Every process learns of the others' job changes through the change 
 HTTP processes answer every held watch and finish their requests, the running jobs go
 back to the queue, the workers end.
 """
+
 import logging
 import multiprocessing
 import os
@@ -19,13 +20,13 @@ import threading
 import time
 from multiprocessing.connection import wait as wait_for_any
 
-from ..support import metrics
 from ..engine.cleaner import RetentionCleaner
 from ..engine.notifier import Notifier
 from ..engine.supervisor import Supervisor, default_node_name
-from .reload import ConfigReloader
 from ..store import open_store
 from ..store.feed import open_feed
+from ..support import metrics
+from .reload import ConfigReloader
 
 log = logging.getLogger("xruntime")
 
@@ -41,16 +42,20 @@ class Node:
     def __init__(self, settings, services, node_name=None):
         self._settings = settings
         self.name = node_name or settings.node_name or default_node_name(settings.port)
-        self.started_at = time.time()        # the node's uptime counts from here
+        self.started_at = time.time()  # the node's uptime counts from here
         self.store = open_store(settings.database_url)
         self.notifier = Notifier()
         self.cleaner = RetentionCleaner(self.store, self.settings)
-        self.supervisor = Supervisor(self.store, self.notifier, self.settings, self.name, self.cleaner,
-                                     services)
-        self.feed = open_feed(self.store, f"{self.name}/main/{os.getpid()}",
-                              on_job=self.supervisor.changed_elsewhere,
-                              on_queue=self.supervisor.work.set)
-        self.feed.forget(f"{self.name}/")    # what a killed previous run of this node left
+        self.supervisor = Supervisor(
+            self.store, self.notifier, self.settings, self.name, self.cleaner, services
+        )
+        self.feed = open_feed(
+            self.store,
+            f"{self.name}/main/{os.getpid()}",
+            on_job=self.supervisor.changed_elsewhere,
+            on_queue=self.supervisor.work.set,
+        )
+        self.feed.forget(f"{self.name}/")  # what a killed previous run of this node left
         self.notifier.bridge = self.feed
 
     def settings(self):
@@ -81,7 +86,7 @@ class HttpProcesses:
         self.sock = sock
         self.node = node
         self.ctx = multiprocessing.get_context("spawn")
-        self.procs = {}        # index → (process, control connection)
+        self.procs = {}  # index → (process, control connection)
         self.stopping = False
 
     def start(self, count: int):
@@ -90,9 +95,18 @@ class HttpProcesses:
 
     def _start(self, index: int):
         receiver, sender = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=_http_main, name=f"xruntime-http-{index}",
-                                args=(self.sock, self.node.settings(), self.node.name, index, receiver,
-                                      self.node.started_at))
+        proc = self.ctx.Process(
+            target=_http_main,
+            name=f"xruntime-http-{index}",
+            args=(
+                self.sock,
+                self.node.settings(),
+                self.node.name,
+                index,
+                receiver,
+                self.node.started_at,
+            ),
+        )
         proc.start()
         receiver.close()
         self.procs[index] = (proc, sender)
@@ -102,7 +116,7 @@ class HttpProcesses:
             try:
                 conn.send(message)
             except OSError:
-                pass                                  # it died; ``watch`` restarts it
+                pass  # it died; ``watch`` restarts it
 
     def watch(self, timeout: float):
         """Wait up to ``timeout`` s; restart an HTTP process that died meanwhile."""
@@ -114,8 +128,12 @@ class HttpProcesses:
             conn.close()
             metrics.process_died(proc.pid)
             if not self.stopping:
-                log.error("HTTP process %d (pid %s) exited with %s; starting another",
-                          index, proc.pid, proc.exitcode)
+                log.error(
+                    "HTTP process %d (pid %s) exited with %s; starting another",
+                    index,
+                    proc.pid,
+                    proc.exitcode,
+                )
                 self._start(index)
 
     def stop(self, timeout: float = HTTP_STOP_TIMEOUT):
@@ -134,6 +152,7 @@ class HttpProcesses:
 def _http_main(*args):
     """An HTTP process's entry; the main process never imports the HTTP side itself."""
     from .http_process import http_main
+
     http_main(*args)
 
 
@@ -156,13 +175,14 @@ def serve(settings, services, reload_path=None) -> None:
     """Run a node of ``services`` (names, the registry's) until SIGTERM/SIGINT.  With
     ``reload_path``, edits of that file are applied live, in every process
     (xruntime.reload)."""
-    sock = listen(settings.host, settings.port)   # first: a taken port stops us here
-    metrics.use_directory()                       # before any process records a metric
+    sock = listen(settings.host, settings.port)  # first: a taken port stops us here
+    metrics.use_directory()  # before any process records a metric
     _raise_file_limit()
     # helper processes (workers, the HTTP processes, the resource tracker) ignore SIGHUP,
     # which means "re-read the configuration" to the main process alone
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from multiprocessing import resource_tracker
+
     resource_tracker.ensure_running()
     node = Node(settings, services)
     http = HttpProcesses(sock, node)
@@ -171,23 +191,31 @@ def serve(settings, services, reload_path=None) -> None:
     stop = threading.Event()
     reloader = None
     if reload_path:
-        reloader = ConfigReloader(node, reload_path, services,
-                                  [lambda new: http.send(("settings", new))])
+        reloader = ConfigReloader(
+            node, reload_path, services, [lambda new: http.send(("settings", new))]
+        )
         reloader.start()
         signal.signal(signal.SIGHUP, lambda *_: reloader.wake.set())
 
     def on_signal(signum, _frame):
         log.info("signal %s: shutting down", signal.Signals(signum).name)
         node.supervisor.closing = True
-        http.stopping = True             # HTTP processes that exit now are not replaced
+        http.stopping = True  # HTTP processes that exit now are not replaced
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    log.info("xruntime node %s serving on http://%s:%s (%d HTTP processes of %d threads, "
-             "%d workers, database %s)", node.name, settings.host, sock.getsockname()[1],
-             settings.http_processes(), settings.threads, settings.workers,
-             _safe_url(settings.database_url))
+    log.info(
+        "xruntime node %s serving on http://%s:%s (%d HTTP processes of %d threads, "
+        "%d workers, database %s)",
+        node.name,
+        settings.host,
+        sock.getsockname()[1],
+        settings.http_processes(),
+        settings.threads,
+        settings.workers,
+        _safe_url(settings.database_url),
+    )
     try:
         while not stop.is_set():
             http.watch(0.5)
@@ -195,7 +223,7 @@ def serve(settings, services, reload_path=None) -> None:
         if reloader is not None:
             reloader.stopped = True
         stopping = threading.Thread(target=http.stop, name="http-stop")
-        stopping.start()                  # watches answer while the jobs are handed back
+        stopping.start()  # watches answer while the jobs are handed back
         node.close()
         stopping.join()
         sock.close()
@@ -208,6 +236,7 @@ def _raise_file_limit() -> None:
     process have (the soft limit is often 1 024; the hard one much higher).  The HTTP
     processes inherit it."""
     import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY:
         hard = max(soft, 1_048_576)
@@ -222,4 +251,5 @@ def _raise_file_limit() -> None:
 
 def _safe_url(url: str) -> str:
     from sqlalchemy.engine import make_url
+
     return make_url(url).render_as_string(hide_password=True)

@@ -6,6 +6,7 @@ changes nothing (logged); keys that need a restart (host,
 port, database, worker and thread counts) keep their running values and are logged as
 such; an invalid edit is logged with its errors, line by line, and changes nothing.
 """
+
 import logging
 import os
 import threading
@@ -25,7 +26,7 @@ class ConfigReloader(threading.Thread):
         self.node = node
         self.path = path
         self.known_services = known_services
-        self.listeners = list(listeners)     # called with the new settings after a reload
+        self.listeners = list(listeners)  # called with the new settings after a reload
         self.wake = threading.Event()
         self.stopped = False
         self._seen = self._stamp()
@@ -55,8 +56,11 @@ class ConfigReloader(threading.Thread):
             with open(self.path, "rb") as f:
                 empty = _holds_no_setting(f.read())
         except OSError as exc:
-            log.warning("%s: cannot be read (%s); the settings in force stay", self.path,
-                        exc.strerror or exc)
+            log.warning(
+                "%s: cannot be read (%s); the settings in force stay",
+                self.path,
+                exc.strerror or exc,
+            )
             return False
         if empty:
             log.warning("%s: the file is empty; the settings in force stay", self.path)
@@ -68,11 +72,19 @@ class ConfigReloader(threading.Thread):
                 log.error("%s: %s", self.path, line)
             log.error("%s: the edit is not applied; the previous settings stay in force", self.path)
             return False
-        kept = {key: getattr(old, key) for key in config.RESTART_KEYS
-                if getattr(new, key) != getattr(old, key)}
+        kept = {
+            key: getattr(old, key)
+            for key in config.RESTART_KEYS
+            if getattr(new, key) != getattr(old, key)
+        }
         for key, value in kept.items():
-            log.warning("%s: %s changed to %r; it takes effect at the next restart (running with %r)",
-                        self.path, key, getattr(new, key), value)
+            log.warning(
+                "%s: %s changed to %r; it takes effect at the next restart (running with %r)",
+                self.path,
+                key,
+                getattr(new, key),
+                value,
+            )
         # flags given on the command line (host, port) are restart keys: they stay as well
         new = replace(new, **{key: getattr(old, key) for key in config.RESTART_KEYS})
         if new == old:
@@ -90,9 +102,12 @@ def _holds_no_setting(text: bytes) -> bool:
     try:
         return not tomllib.loads(text.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
-        return False                      # invalid: config.load names its lines
+        return False  # invalid: config.load names its lines
 
 
 def _changes(old, new):
-    return [f"{field} changed" for field in config.LIVE_FIELDS
-            if getattr(old, field) != getattr(new, field)]
+    return [
+        f"{field} changed"
+        for field in config.LIVE_FIELDS
+        if getattr(old, field) != getattr(new, field)
+    ]

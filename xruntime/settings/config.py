@@ -10,10 +10,12 @@ applied.  Durations are strings with a unit (``500ms``, ``30s``, ``15m``, ``48h`
 the file's own folder (without a file: to ``config/`` under the working directory, so
 the database lands in ``data/`` either way).
 """
+
 import os
 import tomllib
+from collections.abc import Sequence
 from dataclasses import fields, replace
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from sqlalchemy.engine import make_url
 
@@ -22,17 +24,34 @@ from .model import AuthSettings, JobSettings, Limits, Quota, ServiceSettings, Se
 from .schema import RESTART_FIELDS, Key, Table, children_of, keys_of, refusals_of
 from .values import ANY_USER, USER_NAME, parse_duration
 
-__all__ = ["ANY_USER", "DEFAULT_PATH", "LIVE_FIELDS", "RESTART_KEYS", "USER_NAME", "AuthSettings",
-           "ConfigError", "JobSettings", "Limits", "Quota", "ServiceSettings", "Settings", "User",
-           "load", "parse", "parse_duration", "with_overrides"]
+__all__ = [
+    "ANY_USER",
+    "DEFAULT_PATH",
+    "LIVE_FIELDS",
+    "RESTART_KEYS",
+    "USER_NAME",
+    "AuthSettings",
+    "ConfigError",
+    "JobSettings",
+    "Limits",
+    "Quota",
+    "ServiceSettings",
+    "Settings",
+    "User",
+    "load",
+    "parse",
+    "parse_duration",
+    "with_overrides",
+]
 
 DEFAULT_PATH = os.path.join("config", "xserver.toml")
 
 #: Settings fields a running server cannot change; an edit of them waits for the next restart.
 RESTART_KEYS: tuple[str, ...] = RESTART_FIELDS
 #: Settings fields a running server takes from a valid edit at once.
-LIVE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Settings)
-                                     if f.name not in RESTART_KEYS and f.name != "path")
+LIVE_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in fields(Settings) if f.name not in RESTART_KEYS and f.name != "path"
+)
 
 
 class ConfigError(Exception):
@@ -44,7 +63,7 @@ class ConfigError(Exception):
         super().__init__(f"{path}: " + "; ".join(errors))
 
 
-def load(path: Optional[str] = None, known_services: Optional[Sequence[str]] = None) -> Settings:
+def load(path: str | None = None, known_services: Sequence[str] | None = None) -> Settings:
     """The settings of ``path`` (or of ``config/xserver.toml`` when present, else the
     defaults).  Raises ConfigError listing every problem with its line."""
     if path is None and os.path.exists(DEFAULT_PATH):
@@ -59,8 +78,9 @@ def load(path: Optional[str] = None, known_services: Optional[Sequence[str]] = N
     return parse(raw.decode("utf-8", errors="replace"), path, known_services)
 
 
-def parse(text: str, path: str = "<config>",
-          known_services: Optional[Sequence[str]] = None) -> Settings:
+def parse(
+    text: str, path: str = "<config>", known_services: Sequence[str] | None = None
+) -> Settings:
     """The settings written in ``text``; ``known_services`` (None: any) are the names a
     ``[services.NAME]`` table may have.  Raises ConfigError listing every problem."""
     try:
@@ -75,8 +95,9 @@ def parse(text: str, path: str = "<config>",
     return _finish(_settings(checked, where), os.path.dirname(where))
 
 
-def with_overrides(settings: Settings, host: Optional[str] = None,
-                   port: Optional[int] = None) -> Settings:
+def with_overrides(
+    settings: Settings, host: str | None = None, port: int | None = None
+) -> Settings:
     """Command-line flags override the file."""
     changes: dict[str, Any] = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     return replace(settings, **changes) if changes else settings
@@ -84,17 +105,18 @@ def with_overrides(settings: Settings, host: Optional[str] = None,
 
 # ------------------------------------------------------------------------ checking
 
+
 class _Reader:
     """One walk over the file's tables, checking each against its declaration and
     collecting every error with its line."""
 
-    def __init__(self, lines: KeyLines, known_services: Optional[Sequence[str]]) -> None:
+    def __init__(self, lines: KeyLines, known_services: Sequence[str] | None) -> None:
         self.lines = lines
         self.known_services = known_services
         self.errors: list[str] = []
-        self.owners: dict[tuple[str, object], str] = {}    # (key, value) → table, for unique keys
+        self.owners: dict[tuple[str, object], str] = {}  # (key, value) → table, for unique keys
 
-    def error(self, where: str, key: Optional[str], message: str) -> None:
+    def error(self, where: str, key: str | None, message: str) -> None:
         """``line N: [where] key: message`` (``[where]: message`` for the table itself)."""
         name = f"[{where}] {key}" if key else f"[{where}]"
         self.errors.append(f"line {self.lines.of(where, key)}: {name}: {message}")
@@ -118,8 +140,9 @@ class _Reader:
                 if nested is not None:
                     checked[name] = nested
             elif not where:
-                self.error_at_top(name, f"unknown table or key {name!r} "
-                                        f"(known: {', '.join(children)})")
+                self.error_at_top(
+                    name, f"unknown table or key {name!r} (known: {', '.join(children)})"
+                )
             else:
                 known = list(keys) + [f"and [{child.path}] tables" for child in children.values()]
                 self.error(where, name, f"unknown key (known: {', '.join(known)})")
@@ -140,14 +163,14 @@ class _Reader:
             if owner != where:
                 self.error(where, key.name, key.unique.format(other=owner))
 
-    def nested(self, declared: Table, where: str, name: str, value: object) -> Optional[dict]:
+    def nested(self, declared: Table, where: str, name: str, value: object) -> dict | None:
         """The checked values of the table(s) written under ``name`` in ``where``."""
         inside = f"{where}.{name}" if where else name
         name_rule = declared.names
         if name_rule is None:
             if isinstance(value, dict):
                 return self.table(declared.path, inside, value)
-            self.error_at_top(name, f"{name} must be a table [{inside}]")   # only the top has them
+            self.error_at_top(name, f"{name} must be a table [{inside}]")  # only the top has them
             return None
         if not isinstance(value, dict):
             if where:
@@ -172,11 +195,14 @@ class _Reader:
 
 # ------------------------------------------------------------------------ building
 
+
 def _split(values: dict, model: type) -> tuple[dict, dict]:
     """(the values that are fields of ``model``, the others)."""
     own = {f.name for f in fields(model)}
-    return ({k: v for k, v in values.items() if k in own},
-            {k: v for k, v in values.items() if k not in own})
+    return (
+        {k: v for k, v in values.items() if k in own},
+        {k: v for k, v in values.items() if k not in own},
+    )
 
 
 def _settings(checked: dict, path: str) -> Settings:
@@ -187,28 +213,47 @@ def _settings(checked: dict, path: str) -> Settings:
     services = {}
     for name, values in checked.get("services", {}).items():
         own, overrides = _split(values, ServiceSettings)
-        services[name] = ServiceSettings(jobs=replace(jobs, **overrides) if overrides else None,
-                                         overridden=frozenset(overrides), **own)
+        services[name] = ServiceSettings(
+            jobs=replace(jobs, **overrides) if overrides else None,
+            overridden=frozenset(overrides),
+            **own,
+        )
     users = {}
     for name, values in checked.get("users", {}).items():
         values = dict(values)
         per_service = values.pop("services", {})
         quota_values, own = _split(values, Quota)
         quota = Quota(**quota_values)
-        users[name] = User(name=name, quota=quota, **own,
-                           services={service: replace(quota, **values)
-                                     for service, values in per_service.items()})
-    flat = {setting: value for name in ("server", "database", "workers")
-            for setting, value in checked.get(name, {}).items()}
-    return Settings(jobs=jobs, services=services, auth=AuthSettings(**checked.get("auth", {})),
-                    users=users, path=path, **flat)
+        users[name] = User(
+            name=name,
+            quota=quota,
+            **own,
+            services={service: replace(quota, **values) for service, values in per_service.items()},
+        )
+    flat = {
+        setting: value
+        for name in ("server", "database", "workers")
+        for setting, value in checked.get(name, {}).items()
+    }
+    return Settings(
+        jobs=jobs,
+        services=services,
+        auth=AuthSettings(**checked.get("auth", {})),
+        users=users,
+        path=path,
+        **flat,
+    )
 
 
 def _finish(settings: Settings, base_dir: str) -> Settings:
     """Resolve the database URL against the file's folder."""
     url = settings.database_url or Settings().database_url
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:" \
-            and not os.path.isabs(parsed.database):
+    if (
+        parsed.get_backend_name() == "sqlite"
+        and parsed.database
+        and parsed.database != ":memory:"
+        and not os.path.isabs(parsed.database)
+    ):
         url = str(parsed.set(database=os.path.normpath(os.path.join(base_dir, parsed.database))))
     return replace(settings, database_url=url)

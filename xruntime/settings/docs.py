@@ -9,12 +9,13 @@ regenerates it and fails when the document differs, and
 
 rewrites them.  ``--markdown`` prints the README's table.
 """
+
 import argparse
 import json
 import os
 import re
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from . import schema as config_schema
 from .schema import TABLES, Key, Table, keys_of, refusals_of
@@ -49,7 +50,7 @@ def _size(value: object) -> str:
     """`` (16 MiB)`` after a byte count that is a round number of KiB, MiB or GiB."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
         return ""
-    for unit, size in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if value % size == 0:
             return f" ({value // size} {unit})"
     return ""
@@ -71,27 +72,34 @@ def _meaning(doc: str, section: str, cite: bool) -> str:
 
 
 def _own_row(declared: Table, key: Key, cite: bool) -> str:
-    return (f"| `[{declared.path}] {key.name}` | {key.kind.name} | {_default(key)} "
-            f"| {_applied([key])} | {_meaning(key.doc, key.section, cite)} |")
+    return (
+        f"| `[{declared.path}] {key.name}` | {key.kind.name} | {_default(key)} "
+        f"| {_applied([key])} | {_meaning(key.doc, key.section, cite)} |"
+    )
 
 
 def _override_row(declared: Table, home: str, keys: list[Key], cite: bool) -> str:
     """One row for the keys ``declared`` takes from their ``home`` table."""
     refused = refusals_of(declared.path)
-    everything = [key for key in keys_of(home).values()
-                  if key.home == home and key.name not in refused]
+    everything = [
+        key for key in keys_of(home).values() if key.home == home and key.name not in refused
+    ]
     if keys == everything:
         named = f"`[{declared.path}] <any [{home}] key>`"
     else:
-        named = (f"`[{declared.path}] {keys[0].name}`"
-                 + "".join(f", `{key.name}`" for key in keys[1:]))
+        named = f"`[{declared.path}] {keys[0].name}`" + "".join(
+            f", `{key.name}`" for key in keys[1:]
+        )
     doc = declared.override_doc
     if refused:
         doc += " (not " + ", ".join(f"`{name}`" for name in refused) + ")"
-    sections = sorted({key.section for key in keys if key.section},
-                      key=lambda section: int(section[1:]))
-    return (f"| {named} | as in `[{home}]` | {declared.override_default} | {_applied(keys)} "
-            f"| {_meaning(doc, ', '.join(sections), cite)} |")
+    sections = sorted(
+        {key.section for key in keys if key.section}, key=lambda section: int(section[1:])
+    )
+    return (
+        f"| {named} | as in `[{home}]` | {declared.override_default} | {_applied(keys)} "
+        f"| {_meaning(doc, ', '.join(sections), cite)} |"
+    )
 
 
 def markdown_table(cite_sections: bool = False) -> str:
@@ -100,27 +108,32 @@ def markdown_table(cite_sections: bool = False) -> str:
     rows = ["| key | value | default | applied | meaning |", "|---|---|---|---|---|"]
     for declared in TABLES:
         held = keys_of(declared.path).values()
-        rows += [_own_row(declared, key, cite_sections)
-                 for key in held if key.home == declared.path]
+        rows += [
+            _own_row(declared, key, cite_sections) for key in held if key.home == declared.path
+        ]
         homes = dict.fromkeys(key.home for key in held if key.home != declared.path)
-        rows += [_override_row(declared, home, [key for key in held if key.home == home],
-                               cite_sections) for home in homes]
+        rows += [
+            _override_row(declared, home, [key for key in held if key.home == home], cite_sections)
+            for home in homes
+        ]
     return "\n".join(rows)
 
 
 def block(cite_sections: bool = False) -> str:
     """The table with its marker comments, as a document holds it."""
     schema = config_schema.__name__.replace(".", "/") + ".py"
-    begin = (f"<!-- config-table:begin: generated from the schema by `{command()}`; "
-             f"edit {schema}, not this table -->")
+    begin = (
+        f"<!-- config-table:begin: generated from the schema by `{command()}`; "
+        f"edit {schema}, not this table -->"
+    )
     return f"{begin}\n{markdown_table(cite_sections)}\n{_END}"
 
 
-def current_block(text: str) -> Optional[str]:
+def current_block(text: str) -> str | None:
     """The marked table a document's text holds (None: no markers)."""
     begin = _BEGIN.search(text)
     end = text.find(_END, begin.end()) if begin else -1
-    return text[begin.start():end + len(_END)] if begin and end >= 0 else None
+    return text[begin.start() : end + len(_END)] if begin and end >= 0 else None
 
 
 def rewrite(text: str, cite_sections: bool) -> str:
@@ -146,14 +159,16 @@ def write(root: str) -> list[str]:
     return changed
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """``--markdown``: print the README's table; ``--write``: rewrite the documents."""
-    parser = argparse.ArgumentParser(prog=f"python -m {_MODULE}",
-                                     description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {_MODULE}", description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--markdown", action="store_true", help="print the README's table")
     parser.add_argument("--protocol", action="store_true", help="print docs/protocol.md's table")
-    parser.add_argument("--write", action="store_true",
-                        help="rewrite the tables of " + ", ".join(DOCUMENTS))
+    parser.add_argument(
+        "--write", action="store_true", help="rewrite the tables of " + ", ".join(DOCUMENTS)
+    )
     parser.add_argument("--root", default=".", help="the repository's root (default: here)")
     args = parser.parse_args(argv)
     if args.write:

@@ -8,9 +8,9 @@ The scan knows what the shipped file and hand edits use: table headers, dotted k
 (``XDemo = { max_queued = 1 }``); it skips the lines inside multi-line strings.  It
 never decides validity (tomllib does); at worst an error points at its table's line.
 """
+
 import re
 import tomllib
-from typing import Optional
 
 _HEADER = re.compile(r"^\[\s*([^\[\]]+?)\s*\]")
 _PART = r'(?:"[^"]*"|[A-Za-z0-9_\-]+)'
@@ -34,10 +34,10 @@ def _tables_start(lines: dict, table: str, number: int) -> None:
         lines.setdefault((".".join(parts[:depth]), None), number)
 
 
-def scan(text: str) -> dict[tuple[str, Optional[str]], int]:
+def scan(text: str) -> dict[tuple[str, str | None], int]:
     """(table, key) → line number of its first mention; (table, None) → the line the
     table starts on (its header, or the first key written into it)."""
-    lines: dict[tuple[str, Optional[str]], int] = {}
+    lines: dict[tuple[str, str | None], int] = {}
     table, in_string = "", None
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
@@ -72,11 +72,11 @@ class KeyLines:
     def __init__(self, text: str) -> None:
         self._lines = scan(text)
 
-    def of(self, table: str, key: Optional[str] = None) -> int:
+    def of(self, table: str, key: str | None = None) -> int:
         """The line of ``key`` in ``table`` (of the table itself when None), else of
         the table, else 1."""
         found = self._lines.get((table, key)) or self._lines.get((table, None))
-        if not found and "." in table:            # a table written as an inline value
+        if not found and "." in table:  # a table written as an inline value
             parent, _, name = table.rpartition(".")
             found = self._lines.get((parent, name))
         return found or 1

@@ -7,9 +7,9 @@ in ``schema`` (a test checks that every declared key has its field here and ever
 field its key).  What a combination of settings means (a service's own limits, a user's
 quota, the timeouts a request may shorten) is answered here, once.
 """
+
 import os
 from dataclasses import dataclass, field
-from typing import Optional
 
 from .schema import defaults
 
@@ -23,6 +23,7 @@ _USER = defaults("users.NAME")
 @dataclass(frozen=True)
 class JobSettings:
     """The [jobs] table, or one service's copy of it with its own values."""
+
     unfetched_retention_ms: int = _JOBS["unfetched_retention_ms"]
     fetched_retention_ms: int = _JOBS["fetched_retention_ms"]
     queueing_timeout_ms: int = _JOBS["queueing_timeout_ms"]
@@ -32,9 +33,9 @@ class JobSettings:
     max_queued: int = _JOBS["max_queued"]
     max_attempts: int = _JOBS["max_attempts"]
     cleanup_interval_ms: int = _JOBS["cleanup_interval_ms"]
-    max_retries: int = _JOBS["max_retries"]            # retries of a transient failure (§11)
+    max_retries: int = _JOBS["max_retries"]  # retries of a transient failure (§11)
     retry_backoff_ms: int = _JOBS["retry_backoff_ms"]  # the first retry's delay; doubled next
-    retry_max_delay_ms: int = _JOBS["retry_max_delay_ms"]   # the longest delay between two runs
+    retry_max_delay_ms: int = _JOBS["retry_max_delay_ms"]  # the longest delay between two runs
     #: the bytes one user may keep stored, all services together (docs/protocol.md §15); 0: no limit
     max_stored_bytes: int = _JOBS["max_stored_bytes"]
 
@@ -47,11 +48,12 @@ class JobSettings:
 @dataclass(frozen=True)
 class Limits:
     """The timeouts in force for one job: configured ones, shortened by the request's."""
+
     queueing_timeout_ms: int
     computation_timeout_ms: int
 
 
-def _shorter(configured: int, asked: Optional[int]) -> int:
+def _shorter(configured: int, asked: int | None) -> int:
     """A request may shorten a timeout, never lengthen it (0 = none)."""
     if not asked or asked <= 0:
         return configured
@@ -61,27 +63,30 @@ def _shorter(configured: int, asked: Optional[int]) -> int:
 @dataclass(frozen=True)
 class ServiceSettings:
     """One [services.NAME] table."""
+
     enabled: bool = _SERVICE["enabled"]
-    jobs: Optional[JobSettings] = None     # None: the [jobs] table
-    overridden: frozenset = frozenset()    # the JobSettings fields this service sets for itself
+    jobs: JobSettings | None = None  # None: the [jobs] table
+    overridden: frozenset = frozenset()  # the JobSettings fields this service sets for itself
 
 
 @dataclass(frozen=True)
 class Quota:
     """A user's limits for one service (0: none)."""
-    max_running: int = _USER["max_running"]   # more of the user's jobs wait while others' run
-    max_queued: int = _USER["max_queued"]     # past it, the user's starts answer QuotaExceededFault
+
+    max_running: int = _USER["max_running"]  # more of the user's jobs wait while others' run
+    max_queued: int = _USER["max_queued"]  # past it, the user's starts answer QuotaExceededFault
 
 
 @dataclass(frozen=True)
 class User:
     """One ``[users.NAME]`` table: who the user is, and their shares (docs/protocol.md §10)."""
+
     name: str
-    token_sha256: str          # hex sha256 of the token; the token itself is never stored
+    token_sha256: str  # hex sha256 of the token; the token itself is never stored
     admin: bool = _USER["admin"]
     quota: Quota = Quota()
-    services: dict = field(default_factory=dict)     # service → Quota of [users.NAME.services.X]
-    max_stored_bytes: Optional[int] = _USER["max_stored_bytes"]   # None: [jobs] max_stored_bytes
+    services: dict = field(default_factory=dict)  # service → Quota of [users.NAME.services.X]
+    max_stored_bytes: int | None = _USER["max_stored_bytes"]  # None: [jobs] max_stored_bytes
 
     def quota_for(self, service: str) -> Quota:
         """The user's quota for ``service``: their own for it, else their general one."""
@@ -91,7 +96,8 @@ class User:
 @dataclass(frozen=True)
 class AuthSettings:
     """The [auth] table."""
-    required: bool = _AUTH["required"]        # off: every caller is the anonymous user
+
+    required: bool = _AUTH["required"]  # off: every caller is the anonymous user
     public_wsdl: bool = _AUTH["public_wsdl"]  # ?wsdl answers without credentials
 
 
@@ -99,27 +105,28 @@ class AuthSettings:
 class Settings:
     """The whole file: [server], [database] and [workers] as plain fields, the other
     tables as their own objects."""
+
     host: str = _SERVER["host"]
     port: int = _SERVER["port"]
     public_url: str = _SERVER["public_url"]
-    threads: int = _SERVER["threads"]                  # per HTTP process: for blocking work
-    processes: int = _SERVER["processes"]              # HTTP processes; 0: one per core
+    threads: int = _SERVER["threads"]  # per HTTP process: for blocking work
+    processes: int = _SERVER["processes"]  # HTTP processes; 0: one per core
     max_request_bytes: int = _SERVER["max_request_bytes"]
-    max_header_bytes: int = _SERVER["max_header_bytes"]    # request line and headers of one request
+    max_header_bytes: int = _SERVER["max_header_bytes"]  # request line and headers of one request
     header_timeout_ms: int = _SERVER["header_timeout_ms"]  # first byte to the headers' end
     max_connections: int = _SERVER["max_connections"]  # per HTTP process
-    max_batch: int = _SERVER["max_batch"]              # JSON-RPC requests in one batch
+    max_batch: int = _SERVER["max_batch"]  # JSON-RPC requests in one batch
     max_batch_answer_bytes: int = _SERVER["max_batch_answer_bytes"]  # one batch's answer
     allowed_origins: tuple = _SERVER["allowed_origins"]  # other origins whose pages may call
-    allowed_hosts: tuple = _SERVER["allowed_hosts"]      # host names served besides addresses
-    node_name: str = _SERVER["node_name"]              # in the store; "": hostname:port
-    database_url: str = _SERVER["database_url"]        # as written; config.load resolves it
+    allowed_hosts: tuple = _SERVER["allowed_hosts"]  # host names served besides addresses
+    node_name: str = _SERVER["node_name"]  # in the store; "": hostname:port
+    database_url: str = _SERVER["database_url"]  # as written; config.load resolves it
     workers: int = _SERVER["workers"]
     jobs: JobSettings = field(default_factory=JobSettings)
-    services: dict = field(default_factory=dict)       # name → ServiceSettings
+    services: dict = field(default_factory=dict)  # name → ServiceSettings
     auth: AuthSettings = AuthSettings()
-    users: dict = field(default_factory=dict)          # name → User
-    path: Optional[str] = None                         # the file read, absolute; None: no file
+    users: dict = field(default_factory=dict)  # name → User
+    path: str | None = None  # the file read, absolute; None: no file
 
     def http_processes(self) -> int:
         """How many HTTP processes serve the node: ``processes``, or one per core."""
@@ -133,12 +140,13 @@ class Settings:
         """The job settings of ``service``: its own, else the [jobs] table."""
         return self.service(service).jobs or self.jobs
 
-    def queue_limit(self, service: str) -> tuple[int, Optional[str]]:
+    def queue_limit(self, service: str) -> tuple[int, str | None]:
         """(max_queued, service or None): a service's own limit counts its own queued
         jobs; the [jobs] limit counts every queued job."""
         own = self.service(service)
-        if own.jobs is not None and ("max_queued" in own.overridden
-                                     or own.jobs.max_queued != self.jobs.max_queued):
+        if own.jobs is not None and (
+            "max_queued" in own.overridden or own.jobs.max_queued != self.jobs.max_queued
+        ):
             return own.jobs.max_queued, service
         return self.jobs.max_queued, None
 
@@ -146,12 +154,13 @@ class Settings:
         """Whether ``name`` is served."""
         return self.service(name).enabled
 
-    def job_setting_groups(self) -> list[tuple[JobSettings, Optional[list], Optional[list]]]:
+    def job_setting_groups(self) -> list[tuple[JobSettings, list | None, list | None]]:
         """[(JobSettings, services or None, excluded services or None)]: the [jobs]
         table for every service without overrides, then each overriding service."""
         overridden = [name for name, s in self.services.items() if s.jobs is not None]
-        return ([(self.jobs, None, overridden or None)]
-                + [(self.services[name].jobs, [name], None) for name in overridden])
+        return [(self.jobs, None, overridden or None)] + [
+            (self.services[name].jobs, [name], None) for name in overridden
+        ]
 
     def quota_of(self, user: str, service: str) -> Quota:
         """The user's quota for the service (none for the anonymous or a removed user)."""
@@ -172,18 +181,23 @@ class Settings:
         claim is then plain first in, first out)."""
         limits = []
         for user in self.users.values():
-            own = [(user.name, service, quota.max_running)
-                   for service, quota in sorted(user.services.items())
-                   if quota.max_running != user.quota.max_running]
+            own = [
+                (user.name, service, quota.max_running)
+                for service, quota in sorted(user.services.items())
+                if quota.max_running != user.quota.max_running
+            ]
             if user.quota.max_running or any(n for _, _, n in own):
                 limits.extend(own)
                 if user.quota.max_running:
                     limits.append((user.name, None, user.quota.max_running))
         return tuple(limits)
 
-    def limits_for(self, service: str, queueing_ms: Optional[int] = None,
-                   computation_ms: Optional[int] = None) -> Limits:
+    def limits_for(
+        self, service: str, queueing_ms: int | None = None, computation_ms: int | None = None
+    ) -> Limits:
         """The timeouts of a job of ``service`` whose request asked for these."""
         jobs = self.jobs_for(service)
-        return Limits(_shorter(jobs.queueing_timeout_ms, queueing_ms),
-                      _shorter(jobs.computation_timeout_ms, computation_ms))
+        return Limits(
+            _shorter(jobs.queueing_timeout_ms, queueing_ms),
+            _shorter(jobs.computation_timeout_ms, computation_ms),
+        )

@@ -12,8 +12,10 @@ shipped file and in the README, and the README had lost keys on the way.
 
 A table path with an upper-case part (``services.NAME``) is a family: one table per name.
 """
+
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from .values import (
     BOOLEAN,
@@ -33,25 +35,28 @@ from .values import (
 )
 
 #: written where a key may not be set per service, since it bounds a user across all of them
-NOT_PER_SERVICE = ("not per service: it bounds what a user stores across all services; "
-                   "set it in [jobs], or for one user in [users.NAME]")
+NOT_PER_SERVICE = (
+    "not per service: it bounds what a user stores across all services; "
+    "set it in [jobs], or for one user in [users.NAME]"
+)
 
 
 @dataclass(frozen=True)
 class Key:
     """One key of the file."""
-    name: str                         # as written in the file
+
+    name: str  # as written in the file
     kind: Kind
-    default: Optional[TomlValue]      # as written in the file; None: see default_doc
-    tables: tuple[str, ...]           # where it may be written; the first is its home
-    doc: str                          # its meaning, one line of the documentation table
-    attr: str = ""                    # the settings field it fills; "": its name
-    live: bool = True                 # a running node applies an edit of it (else: at restart)
-    refused: Mapping[str, str] = field(default_factory=dict)   # table → why not there
-    default_doc: str = ""             # the documented default when it is no plain value
-    missing: str = ""                 # required: the error when a table lacks it
-    unique: str = ""                  # one value per table of the family: the error of a repeat
-    section: str = ""                 # where docs/protocol.md states its rules, e.g. "§5"
+    default: TomlValue | None  # as written in the file; None: see default_doc
+    tables: tuple[str, ...]  # where it may be written; the first is its home
+    doc: str  # its meaning, one line of the documentation table
+    attr: str = ""  # the settings field it fills; "": its name
+    live: bool = True  # a running node applies an edit of it (else: at restart)
+    refused: Mapping[str, str] = field(default_factory=dict)  # table → why not there
+    default_doc: str = ""  # the documented default when it is no plain value
+    missing: str = ""  # required: the error when a table lacks it
+    unique: str = ""  # one value per table of the family: the error of a repeat
+    section: str = ""  # where docs/protocol.md states its rules, e.g. "§5"
 
     @property
     def setting(self) -> str:
@@ -71,11 +76,12 @@ class Key:
 @dataclass(frozen=True)
 class Table:
     """One table of the file (or a family of them: ``users.NAME``)."""
+
     path: str
     doc: str
-    names: Optional[NameRule] = None  # a family: checks each table's NAME
-    override_default: str = ""        # a table whose keys override their home's: the
-    override_doc: str = ""            # documented default and meaning of such a key
+    names: NameRule | None = None  # a family: checks each table's NAME
+    override_default: str = ""  # a table whose keys override their home's: the
+    override_doc: str = ""  # documented default and meaning of such a key
 
     @property
     def family(self) -> bool:
@@ -91,13 +97,22 @@ TABLES: tuple[Table, ...] = (
     Table("database", "where the jobs are stored"),
     Table("workers", "the processes that run jobs"),
     Table("jobs", "retention, timeouts, queue bounds and retries, for every service"),
-    Table(_SERVICE, "one service's own settings", names=service_name,
-          override_default="the `[jobs]` value",
-          override_doc="that setting for this service alone"),
+    Table(
+        _SERVICE,
+        "one service's own settings",
+        names=service_name,
+        override_default="the `[jobs]` value",
+        override_doc="that setting for this service alone",
+    ),
     Table("auth", "accounts"),
     Table("users.NAME", "one user: their token, rights and shares", names=user_name),
-    Table(_USER_SERVICE, "one user's shares of one service", names=service_name,
-          override_default="the user's", override_doc="the user's value for one service"),
+    Table(
+        _USER_SERVICE,
+        "one user's shares of one service",
+        names=service_name,
+        override_default="the user's",
+        override_doc="the user's value for one service",
+    ),
 )
 
 _JOBS = ("jobs", _SERVICE)
@@ -105,125 +120,341 @@ _QUOTA = ("users.NAME", _USER_SERVICE)
 
 KEYS: tuple[Key, ...] = (
     # [server]
-    Key("host", STRING, "127.0.0.1", ("server",), live=False,
-        doc="address to listen on; `\"0.0.0.0\"` for every interface"),
-    Key("port", integer(1, 65535), 50000, ("server",), live=False,
-        doc="HTTP port of every binding"),
-    Key("node_name", NODE_NAME, "", ("server",), live=False,
+    Key(
+        "host",
+        STRING,
+        "127.0.0.1",
+        ("server",),
+        live=False,
+        doc='address to listen on; `"0.0.0.0"` for every interface',
+    ),
+    Key(
+        "port", integer(1, 65535), 50000, ("server",), live=False, doc="HTTP port of every binding"
+    ),
+    Key(
+        "node_name",
+        NODE_NAME,
+        "",
+        ("server",),
+        live=False,
         doc="the node's name in the database (how a restarted node finds its jobs); empty: "
-            "`hostname:port`. Hosts or containers that share a hostname need one each"),
-    Key("public_url", PUBLIC_URL, "", ("server",),
+        "`hostname:port`. Hosts or containers that share a hostname need one each",
+    ),
+    Key(
+        "public_url",
+        PUBLIC_URL,
+        "",
+        ("server",),
         doc="base URL written into the WSDL's `soap:address` (e.g. `https://host/xr`); "
-            "empty: the address the client used"),
-    Key("processes", integer(0, 256), 0, ("server",), live=False,
-        doc="HTTP processes serving every binding; `0`: one per core"),
-    Key("threads", integer(1, 10000), 32, ("server",), live=False,
+        "empty: the address the client used",
+    ),
+    Key(
+        "processes",
+        integer(0, 256),
+        0,
+        ("server",),
+        live=False,
+        doc="HTTP processes serving every binding; `0`: one per core",
+    ),
+    Key(
+        "threads",
+        integer(1, 10000),
+        32,
+        ("server",),
+        live=False,
         doc="per HTTP process, the threads for blocking work (database, large payloads); "
-            "a held `watchJob` takes none"),
-    Key("max_request_bytes", integer(1024), 10 * 1024 * 1024, ("server",), section="§15",
+        "a held `watchJob` takes none",
+    ),
+    Key(
+        "max_request_bytes",
+        integer(1024),
+        10 * 1024 * 1024,
+        ("server",),
+        section="§15",
         doc="largest request body accepted; it also bounds parsing: a body denser in containers "
-            "than one per 16 bytes (JSON) or 12 (XML) is refused before it is parsed, and an "
-            "HTTP process parses at most this many bytes of large bodies at once (no key of "
-            "their own)"),
-    Key("max_header_bytes", integer(1024, 1 << 30), 64 * 1024, ("server",), section="§15",
+        "than one per 16 bytes (JSON) or 12 (XML) is refused before it is parsed, and an "
+        "HTTP process parses at most this many bytes of large bodies at once (no key of "
+        "their own)",
+    ),
+    Key(
+        "max_header_bytes",
+        integer(1024, 1 << 30),
+        64 * 1024,
+        ("server",),
+        section="§15",
         doc="request line and headers of one request; past it HTTP 431 and the connection "
-            "is closed"),
-    Key("header_timeout", duration(positive=True), "10s", ("server",), attr="header_timeout_ms",
+        "is closed",
+    ),
+    Key(
+        "header_timeout",
+        duration(positive=True),
+        "10s",
+        ("server",),
+        attr="header_timeout_ms",
         section="§15",
         doc="from a request's first byte to the end of its headers (and from a new connection "
-            "to its first request); past it HTTP 408 and closed"),
-    Key("max_connections", integer(16, 10_000_000), 10_000, ("server",), section="§15",
+        "to its first request); past it HTTP 408 and closed",
+    ),
+    Key(
+        "max_connections",
+        integer(16, 10_000_000),
+        10_000,
+        ("server",),
+        section="§15",
         doc="connections per HTTP process (at most its open-file limit); past it a new "
-            "connection closes the one that has waited longest for its headers, or is "
-            "answered 503 when every one is serving a request"),
-    Key("max_batch", integer(1, 100_000), 100, ("server",), section="§15",
+        "connection closes the one that has waited longest for its headers, or is "
+        "answered 503 when every one is serving a request",
+    ),
+    Key(
+        "max_batch",
+        integer(1, 100_000),
+        100,
+        ("server",),
+        section="§15",
         doc="JSON-RPC requests in one batch; a larger batch is refused whole "
-            "(`-32600`, `InvalidRequestFault`)"),
-    Key("max_batch_answer_bytes", integer(1024), 16 * 1024 * 1024, ("server",), section="§15",
+        "(`-32600`, `InvalidRequestFault`)",
+    ),
+    Key(
+        "max_batch_answer_bytes",
+        integer(1024),
+        16 * 1024 * 1024,
+        ("server",),
+        section="§15",
         doc="bytes one JSON-RPC batch's answer may hold; each item past it answers `-32001` "
-            "(`RejectedRequestFault`): fetch a large result on its own"),
-    Key("allowed_origins", ORIGINS, [], ("server",), section="§15",
-        doc="origins (`\"https://app.example\"`, or `\"*\"`) whose web pages may call the "
-            "node; a request from another page's origin is refused (403, `AccessDeniedFault`)"),
-    Key("allowed_hosts", HOSTS, [], ("server",), section="§15",
+        "(`RejectedRequestFault`): fetch a large result on its own",
+    ),
+    Key(
+        "allowed_origins",
+        ORIGINS,
+        [],
+        ("server",),
+        section="§15",
+        doc='origins (`"https://app.example"`, or `"*"`) whose web pages may call the '
+        "node; a request from another page's origin is refused (403, `AccessDeniedFault`)",
+    ),
+    Key(
+        "allowed_hosts",
+        HOSTS,
+        [],
+        ("server",),
+        section="§15",
         doc="host names served besides IP addresses, `localhost` and this machine's name "
-            "(`\".example.org\"`: every name under it; `\"*\"`: any); another `Host` is "
-            "refused (`InvalidRequestFault`), against DNS rebinding. `[]` with accounts on: "
-            "any name"),
+        '(`".example.org"`: every name under it; `"*"`: any); another `Host` is '
+        "refused (`InvalidRequestFault`), against DNS rebinding. `[]` with accounts on: "
+        "any name",
+    ),
     # [database], [workers]
-    Key("url", STRING, "sqlite:///../data/xruntime.db", ("database",), attr="database_url",
+    Key(
+        "url",
+        STRING,
+        "sqlite:///../data/xruntime.db",
+        ("database",),
+        attr="database_url",
         live=False,
-        doc="`data/` beside `config/`; `postgresql+psycopg://user@host/db` for several nodes"),
-    Key("count", integer(1, 256), 2, ("workers",), attr="workers", live=False,
-        doc="worker processes of this node; each runs one job at a time"),
+        doc="`data/` beside `config/`; `postgresql+psycopg://user@host/db` for several nodes",
+    ),
+    Key(
+        "count",
+        integer(1, 256),
+        2,
+        ("workers",),
+        attr="workers",
+        live=False,
+        doc="worker processes of this node; each runs one job at a time",
+    ),
     # [jobs], and each [services.NAME] for itself
-    Key("unfetched_retention", duration(), "48h", _JOBS, attr="unfetched_retention_ms",
+    Key(
+        "unfetched_retention",
+        duration(),
+        "48h",
+        _JOBS,
+        attr="unfetched_retention_ms",
         section="§5",
         doc="a finished job nobody fetched is erased this long after it finished; "
-            "`0`: kept for ever"),
-    Key("fetched_retention", duration(), "15m", _JOBS, attr="fetched_retention_ms", section="§5",
-        doc="a fetched job is erased this long after its first fetch; `0`: kept for ever"),
-    Key("queueing_timeout", duration(), "0", _JOBS, attr="queueing_timeout_ms", section="§5",
-        doc="a job queued longer fails with `RequestTimedOutFault`; `0`: no limit"),
-    Key("computation_timeout", duration(), "0", _JOBS, attr="computation_timeout_ms", section="§5",
+        "`0`: kept for ever",
+    ),
+    Key(
+        "fetched_retention",
+        duration(),
+        "15m",
+        _JOBS,
+        attr="fetched_retention_ms",
+        section="§5",
+        doc="a fetched job is erased this long after its first fetch; `0`: kept for ever",
+    ),
+    Key(
+        "queueing_timeout",
+        duration(),
+        "0",
+        _JOBS,
+        attr="queueing_timeout_ms",
+        section="§5",
+        doc="a job queued longer fails with `RequestTimedOutFault`; `0`: no limit",
+    ),
+    Key(
+        "computation_timeout",
+        duration(),
+        "0",
+        _JOBS,
+        attr="computation_timeout_ms",
+        section="§5",
         doc="a job running longer is stopped (intermediate result, or `RequestTimedOutFault`); "
-            "`0`: no limit"),
-    Key("max_request_timeout", duration(positive=True), "7d", _JOBS, attr="max_request_timeout_ms",
+        "`0`: no limit",
+    ),
+    Key(
+        "max_request_timeout",
+        duration(positive=True),
+        "7d",
+        _JOBS,
+        attr="max_request_timeout_ms",
         section="§15",
         doc="the longest `timeouts.queueingTimeout` / `computationTimeout` a request may ask "
-            "for; past it `InvalidValueFault` naming the field"),
-    Key("max_queued", integer(0), 10_000, _JOBS, section="§5",
+        "for; past it `InvalidValueFault` naming the field",
+    ),
+    Key(
+        "max_queued",
+        integer(0),
+        10_000,
+        _JOBS,
+        section="§5",
         doc="queued jobs at most; past it, start operations answer `QueueOverflowFault`; "
-            "`0`: no limit. A service's own value counts that service's queued jobs alone"),
-    Key("max_attempts", integer(1), 3, _JOBS, section="§5",
-        doc="runs of a job whose node died under it before it fails with `InternalErrorFault`"),
-    Key("cleanup_interval", duration(positive=True), "60s", _JOBS, attr="cleanup_interval_ms",
-        doc="how often expired jobs are erased"),
-    Key("max_retries", integer(0, 1000), 3, _JOBS, section="§11",
+        "`0`: no limit. A service's own value counts that service's queued jobs alone",
+    ),
+    Key(
+        "max_attempts",
+        integer(1),
+        3,
+        _JOBS,
+        section="§5",
+        doc="runs of a job whose node died under it before it fails with `InternalErrorFault`",
+    ),
+    Key(
+        "cleanup_interval",
+        duration(positive=True),
+        "60s",
+        _JOBS,
+        attr="cleanup_interval_ms",
+        doc="how often expired jobs are erased",
+    ),
+    Key(
+        "max_retries",
+        integer(0, 1000),
+        3,
+        _JOBS,
+        section="§11",
         doc="runs again of a job that failed with a `TransientFault` or asked `RetryLater`; "
-            "then it fails"),
-    Key("retry_backoff", duration(), "30s", _JOBS, attr="retry_backoff_ms", section="§11",
-        doc="delay before the first retry of a `TransientFault`, doubled for each next one "
-            "(±10 %)"),
-    Key("retry_max_delay", duration(), "1h", _JOBS, attr="retry_max_delay_ms", section="§11",
-        doc="the longest delay before a retry"),
-    Key("max_stored_bytes", integer(0), 4 * 1024 ** 3, ("jobs",), section="§15",
+        "then it fails",
+    ),
+    Key(
+        "retry_backoff",
+        duration(),
+        "30s",
+        _JOBS,
+        attr="retry_backoff_ms",
+        section="§11",
+        doc="delay before the first retry of a `TransientFault`, doubled for each next one (±10 %)",
+    ),
+    Key(
+        "retry_max_delay",
+        duration(),
+        "1h",
+        _JOBS,
+        attr="retry_max_delay_ms",
+        section="§11",
+        doc="the longest delay before a retry",
+    ),
+    Key(
+        "max_stored_bytes",
+        integer(0),
+        4 * 1024**3,
+        ("jobs",),
+        section="§15",
         refused={_SERVICE: NOT_PER_SERVICE},
         doc="bytes one user's jobs not yet erased may keep stored (requests, results, faults, "
-            "progress; all services together; with accounts off, the anonymous user's: the "
-            "whole node's); at or past it, the user's starts answer `QuotaExceededFault` (a "
-            "soft bound: jobs already started still store their results); `0`: no limit"),
+        "progress; all services together; with accounts off, the anonymous user's: the "
+        "whole node's); at or past it, the user's starts answer `QuotaExceededFault` (a "
+        "soft bound: jobs already started still store their results); `0`: no limit",
+    ),
     # [services.NAME]
-    Key("enabled", BOOLEAN, True, (_SERVICE,), section="§7",
+    Key(
+        "enabled",
+        BOOLEAN,
+        True,
+        (_SERVICE,),
+        section="§7",
         doc="`false`: the service is not served (`ServiceNotConfiguredFault`, its WSDL "
-            "answers 404)"),
+        "answers 404)",
+    ),
     # [auth]
-    Key("required", BOOLEAN, False, ("auth",), section="§10",
-        doc="`true`: every call needs a user's token (HTTP Basic or Bearer)"),
-    Key("public_wsdl", BOOLEAN, True, ("auth",), section="§10",
-        doc="`?wsdl` answers without credentials, so clients can be generated"),
+    Key(
+        "required",
+        BOOLEAN,
+        False,
+        ("auth",),
+        section="§10",
+        doc="`true`: every call needs a user's token (HTTP Basic or Bearer)",
+    ),
+    Key(
+        "public_wsdl",
+        BOOLEAN,
+        True,
+        ("auth",),
+        section="§10",
+        doc="`?wsdl` answers without credentials, so clients can be generated",
+    ),
     # [users.NAME], and their [users.NAME.services.SERVICE] for one service
-    Key("token_sha256", TOKEN_SHA256, None, ("users.NAME",), default_doc="(required)",
+    Key(
+        "token_sha256",
+        TOKEN_SHA256,
+        None,
+        ("users.NAME",),
+        default_doc="(required)",
         section="§10",
         missing="token_sha256 is missing (`xruntime token new NAME` prints it)",
         unique="the same token as [{other}]: a token names one user",
-        doc="sha256 of the user's token, hex (`xruntime token new NAME` prints it)"),
-    Key("admin", BOOLEAN, False, ("users.NAME",), section="§10",
-        doc="sees and manages every user's jobs"),
-    Key("max_running", integer(0, 100_000), 0, _QUOTA, section="§10",
+        doc="sha256 of the user's token, hex (`xruntime token new NAME` prints it)",
+    ),
+    Key(
+        "admin",
+        BOOLEAN,
+        False,
+        ("users.NAME",),
+        section="§10",
+        doc="sees and manages every user's jobs",
+    ),
+    Key(
+        "max_running",
+        integer(0, 100_000),
+        0,
+        _QUOTA,
+        section="§10",
         doc="per service: at most this many of the user's jobs run at once, on all nodes "
-            "together; `0`: no limit"),
-    Key("max_queued", integer(0), 0, _QUOTA, section="§10",
+        "together; `0`: no limit",
+    ),
+    Key(
+        "max_queued",
+        integer(0),
+        0,
+        _QUOTA,
+        section="§10",
         doc="per service: past this many queued, the user's starts answer `QuotaExceededFault`; "
-            "`0`: no limit"),
-    Key("max_stored_bytes", integer(0), None, ("users.NAME",),
+        "`0`: no limit",
+    ),
+    Key(
+        "max_stored_bytes",
+        integer(0),
+        None,
+        ("users.NAME",),
         default_doc="`[jobs] max_stored_bytes`",
-        refused={_USER_SERVICE: NOT_PER_SERVICE}, section="§15",
-        doc="the user's own bound on stored bytes, all services together; `0`: no limit"),
+        refused={_USER_SERVICE: NOT_PER_SERVICE},
+        section="§15",
+        doc="the user's own bound on stored bytes, all services together; `0`: no limit",
+    ),
 )
 
 
 # ------------------------------------------------------------------------ looking up
+
 
 def table(path: str) -> Table:
     """The table declared at ``path`` (``"services.NAME"`` for a family)."""

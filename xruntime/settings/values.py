@@ -7,9 +7,10 @@ whose message is the reason an administrator reads after ``line N: [table] key:`
 apart from the declarations so that a new key is one line there, and a new kind of value
 is written once here.
 """
+
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 #: what tomllib gives for a value: str, int, float, bool, list, dict, dates
 TomlValue = object
@@ -19,6 +20,7 @@ TomlValue = object
 class Kind:
     """One kind of value: ``check`` turns a TOML value into the settings' value (or
     raises ValueError with the reason); ``name`` describes it in the docs."""
+
     name: str
     check: Callable[[TomlValue], object]
 
@@ -35,10 +37,10 @@ def parse_duration(value: TomlValue) -> int:
     ``"15m"``, ``"48h"``, ``"7d"``) or a plain number of seconds; raises ValueError
     with a reason."""
     if isinstance(value, bool):
-        raise ValueError("expected a duration such as \"30s\", \"15m\" or \"48h\"")
+        raise ValueError('expected a duration such as "30s", "15m" or "48h"')
     if isinstance(value, (int, float)):
         if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError(f"{value!r} is not a duration; use e.g. \"30s\", \"15m\", \"48h\"")
+            raise ValueError(f'{value!r} is not a duration; use e.g. "30s", "15m", "48h"')
         if value < 0:
             raise ValueError("a duration cannot be negative")
         if value * 1000 > _LONGEST_MS:
@@ -53,8 +55,7 @@ def parse_duration(value: TomlValue) -> int:
             return ms
         if value.strip().startswith("-"):
             raise ValueError("a duration cannot be negative")
-    raise ValueError(f"{value!r} is not a duration; "
-                     "use e.g. \"500ms\", \"30s\", \"15m\", \"48h\", \"7d\"")
+    raise ValueError(f'{value!r} is not a duration; use e.g. "500ms", "30s", "15m", "48h", "7d"')
 
 
 def duration(positive: bool = False) -> Kind:
@@ -67,20 +68,27 @@ def duration(positive: bool = False) -> Kind:
         if ms <= 0:
             raise ValueError("must be longer than 0")
         return ms
+
     return Kind("duration > 0", check)
 
 
 # ------------------------------------------------------------------------ plain values
 
-def integer(low: int, high: Optional[int] = None) -> Kind:
+
+def integer(low: int, high: int | None = None) -> Kind:
     """An integer from ``low`` to ``high`` (no upper bound when None)."""
+
     def check(value: TomlValue) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected an integer, got {value!r}")
         if value < low or (high is not None and value > high):
-            raise ValueError(f"must be between {low} and {high}" if high is not None
-                             else f"must be at least {low}")
+            raise ValueError(
+                f"must be between {low} and {high}"
+                if high is not None
+                else f"must be at least {low}"
+            )
         return value
+
     return Kind(f"integer {low}–{high}" if high is not None else f"integer ≥ {low}", check)
 
 
@@ -102,10 +110,11 @@ BOOLEAN = Kind("boolean", _boolean)
 
 # ------------------------------------------------------------------------ checked strings
 
+
 def _public_url(value: TomlValue) -> str:
     text = _string(value)
     if text and not re.match(r"^https?://[^/\s]+", text):
-        raise ValueError("must be empty or an http(s) URL such as \"https://host/xr\"")
+        raise ValueError('must be empty or an http(s) URL such as "https://host/xr"')
     return text.rstrip("/")
 
 
@@ -120,17 +129,20 @@ def _node_name(value: TomlValue) -> str:
 def _token_sha256(value: TomlValue) -> str:
     text = _string(value).strip().lower()
     if not re.fullmatch(r"[0-9a-f]{64}", text):
-        raise ValueError("expected the 64 hex digits of the token's sha256 "
-                         "(`xruntime token new NAME` prints them)")
+        raise ValueError(
+            "expected the 64 hex digits of the token's sha256 "
+            "(`xruntime token new NAME` prints them)"
+        )
     return text
 
 
-PUBLIC_URL = Kind("http(s) URL or \"\"", _public_url)
+PUBLIC_URL = Kind('http(s) URL or ""', _public_url)
 NODE_NAME = Kind("name", _node_name)
 TOKEN_SHA256 = Kind("64 hex digits", _token_sha256)
 
 
 # ------------------------------------------------------------------------ lists
+
 
 def _strings(value: TomlValue) -> list:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
@@ -140,6 +152,7 @@ def _strings(value: TomlValue) -> list:
 
 def _listed(normal: Callable[[str], str], pattern: str, why: str) -> Callable[[TomlValue], tuple]:
     """A check of a list of strings, each ``normal``-ised and either "*" or matching ``pattern``."""
+
     def check(value: TomlValue) -> tuple:
         items = []
         for item in _strings(value):
@@ -148,22 +161,31 @@ def _listed(normal: Callable[[str], str], pattern: str, why: str) -> Callable[[T
                 raise ValueError(f"{item!r} {why}")
             items.append(normalised)
         return tuple(items)
+
     return check
 
 
 #: Origins such as ``https://app.example:8443`` (scheme, host, port; no path), or "*".
-ORIGINS = Kind("list of origins", _listed(
-    lambda item: item.strip().lower().rstrip("/"),
-    r"https?://[a-z0-9.\-]+(:[0-9]{1,5})?|https?://\[[0-9a-f:.]+\](:[0-9]{1,5})?",
-    "is no origin; write scheme://host[:port] without a path, e.g. "
-    "\"https://app.example\", or \"*\" for every origin"))
+ORIGINS = Kind(
+    "list of origins",
+    _listed(
+        lambda item: item.strip().lower().rstrip("/"),
+        r"https?://[a-z0-9.\-]+(:[0-9]{1,5})?|https?://\[[0-9a-f:.]+\](:[0-9]{1,5})?",
+        "is no origin; write scheme://host[:port] without a path, e.g. "
+        '"https://app.example", or "*" for every origin',
+    ),
+)
 
 #: Host names (``.example.org``: that name and every name under it), or "*".
-HOSTS = Kind("list of host names", _listed(
-    lambda item: item.strip().lower().rstrip("."),
-    r"\.?[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?)*",
-    "is no host name; write a name without scheme or port, e.g. "
-    "\"xr.example.org\", \".example.org\" or \"*\""))
+HOSTS = Kind(
+    "list of host names",
+    _listed(
+        lambda item: item.strip().lower().rstrip("."),
+        r"\.?[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?)*",
+        "is no host name; write a name without scheme or port, e.g. "
+        '"xr.example.org", ".example.org" or "*"',
+    ),
+)
 
 
 # ------------------------------------------------------------------------ table names
@@ -174,20 +196,23 @@ ANY_USER = "xtok"
 
 #: checks the NAME of a ``[family.NAME]`` table: (name, the known services or None) →
 #: None, or raises ValueError with the reason
-NameRule = Callable[[str, Optional[Sequence[str]]], None]
+NameRule = Callable[[str, Sequence[str] | None], None]
 
 
-def service_name(name: str, known_services: Optional[Sequence[str]]) -> None:
+def service_name(name: str, known_services: Sequence[str] | None) -> None:
     """A service's name: one the server serves (any, when the list is not known)."""
     if known_services is not None and name not in known_services:
         raise ValueError(f"no service named {name!r} (known: {', '.join(known_services)})")
 
 
-def user_name(name: str, known_services: Optional[Sequence[str]] = None) -> None:
+def user_name(name: str, known_services: Sequence[str] | None = None) -> None:
     """A user's name: letters, digits and ``_ . @ -``; not the name of any user."""
     if not USER_NAME.match(name):
-        raise ValueError(f"{name!r} is no user name: letters, digits and _ . @ -, "
-                         "at most 100, starting with a letter or digit")
+        raise ValueError(
+            f"{name!r} is no user name: letters, digits and _ . @ -, "
+            "at most 100, starting with a letter or digit"
+        )
     if name == ANY_USER:
-        raise ValueError(f"{ANY_USER!r} is the name clients send with any user's token; "
-                         "choose another name")
+        raise ValueError(
+            f"{ANY_USER!r} is the name clients send with any user's token; choose another name"
+        )

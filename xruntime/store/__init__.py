@@ -4,6 +4,7 @@ The rest of xruntime uses what is exported here: ``open_store`` for a database U
 the ``JobStore`` interface it answers, the records it takes and gives, ``now_ms`` (the
 clock that decides between nodes) and ``StoreUnavailable``.
 """
+
 from .clock import now_ms
 from .interface import JobStore
 from .records import FinishedChild, JobRecord, QueueFull, QueueLimit, Recovered, Run
@@ -16,5 +17,16 @@ def open_store(url: str) -> SqlJobStore:
     return SqlJobStore(url)
 
 
-__all__ = ["FinishedChild", "JobRecord", "JobStore", "QueueFull", "QueueLimit", "Recovered", "Run",
-           "StoreUnavailable", "now_ms", "SqlJobStore", "open_store"]
+__all__ = [
+    "FinishedChild",
+    "JobRecord",
+    "JobStore",
+    "QueueFull",
+    "QueueLimit",
+    "Recovered",
+    "Run",
+    "StoreUnavailable",
+    "now_ms",
+    "SqlJobStore",
+    "open_store",
+]

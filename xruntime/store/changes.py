@@ -7,6 +7,7 @@ the same words: a job's id when it changed, ``QUEUE`` when work was queued.  The
 here so that the feeds and their users (the notifier, the HTTP processes) share them
 without importing each other.
 """
+
 from typing import Protocol
 
 #: The id published for "a job was queued".

@@ -8,10 +8,11 @@ Supervisor: a watch held in any process of any node wakes when the job changes
 anywhere, a stop or delete asked anywhere reaches the worker at once, and idle
 workers everywhere claim new jobs at once.
 """
+
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from sqlalchemy.engine import make_url
 
@@ -19,7 +20,7 @@ from ..support.logs import OncePerPeriod
 from .changes import QUEUE
 from .postgresql import postgresql_connect_args
 
-log = OncePerPeriod(logging.getLogger("xruntime.channel"), 5.0)   # an outage fails every try
+log = OncePerPeriod(logging.getLogger("xruntime.channel"), 5.0)  # an outage fails every try
 
 CHANNEL = "xruntime_jobs"
 
@@ -32,14 +33,16 @@ def conninfo(url: str) -> str:
 class PostgresChannel:
     """The change feed of a PostgreSQL database (see the module's docstring)."""
 
-    def __init__(self, url: str, origin: str, on_job: Callable[[str], None], on_queue: Callable[[], None]):
+    def __init__(
+        self, url: str, origin: str, on_job: Callable[[str], None], on_queue: Callable[[], None]
+    ):
         self.uri = conninfo(url)
         # the store's timeouts and keepalives: a cut-off database must not hold a
         # publisher (a request's thread) or leave the listener on a dead connection
         self.connect_args = postgresql_connect_args(make_url(url).query)
         self.origin = origin
-        self.on_job = on_job          # called with a job id changed on another node
-        self.on_queue = on_queue      # called when another node queued work
+        self.on_job = on_job  # called with a job id changed on another node
+        self.on_queue = on_queue  # called when another node queued work
         self._send_lock = threading.Lock()
         self._sender = None
         self._closed = False
@@ -62,14 +65,19 @@ class PostgresChannel:
         """Tell the other nodes; a lost message only delays them (leases catch up).
         A connection the database dropped (a restart) is replaced once at once."""
         import psycopg
+
         with self._send_lock:
             for last_try in (False, True):
                 try:
                     if self._sender is None or self._sender.closed:
-                        self._sender = psycopg.connect(self.uri, autocommit=True, **self.connect_args)
-                    self._sender.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self.origin}|{job_id}"))
+                        self._sender = psycopg.connect(
+                            self.uri, autocommit=True, **self.connect_args
+                        )
+                    self._sender.execute(
+                        "SELECT pg_notify(%s, %s)", (CHANNEL, f"{self.origin}|{job_id}")
+                    )
                     return
-                except Exception as exc:   # the database is away: other nodes learn by their leases
+                except Exception as exc:  # the database is away: other nodes learn by their leases
                     self._sender = None
                     if last_try:
                         log.warning("could not publish a job change to other nodes: %s", exc)
@@ -78,6 +86,7 @@ class PostgresChannel:
 
     def _listen(self):
         import psycopg
+
         while not self._closed:
             try:
                 with psycopg.connect(self.uri, autocommit=True, **self.connect_args) as conn:
@@ -93,7 +102,7 @@ class PostgresChannel:
     def _received(self, payload: str):
         origin, _, job_id = payload.partition("|")
         if origin == self.origin:
-            return                      # our own change: already handled in-process
+            return  # our own change: already handled in-process
         if job_id == QUEUE:
             self.on_queue()
         else:

@@ -10,7 +10,8 @@ resumes the parent where it left off (``resume``) and hands it their outcomes
 parents and children, kept apart from those of any job (``sql.SqlJobStore``, which
 has them all).
 """
-from typing import Callable, Iterable, Optional, Union
+
+from collections.abc import Callable, Iterable
 
 from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.engine import Connection
@@ -22,8 +23,15 @@ from .events import fault_type, note_of
 from .payload import pack, unpack
 from .records import FinishedChild, JobRecord, QueueFull, QueueLimit, Run
 from .schema import jobs, lane_of
-from .statements import (ACTIVE_RUNNING, INSERT_KEYS, QUEUED, fence, of_services, record_of,
-                         timeout_of)
+from .statements import (
+    ACTIVE_RUNNING,
+    INSERT_KEYS,
+    QUEUED,
+    fence,
+    of_services,
+    record_of,
+    timeout_of,
+)
 
 #: The lane of a parent waiting for its children: none, so that max_running, which
 #: counts the jobs of a lane that hold a worker, does not count it (it holds none).
@@ -33,9 +41,18 @@ WAITING_LANE = ""
 class ChildJobs(Database):
     """The store's operations on parents and their child jobs."""
 
-    def suspend(self, parent_id: str, node: str, stage: int, fail_fast: bool, children: list[JobRecord],
-                progress: str, note: str, limits: Iterable[QueueLimit] = (),
-                run: Optional[Run] = None) -> Union[str, bool, QueueFull]:
+    def suspend(
+        self,
+        parent_id: str,
+        node: str,
+        stage: int,
+        fail_fast: bool,
+        children: list[JobRecord],
+        progress: str,
+        note: str,
+        limits: Iterable[QueueLimit] = (),
+        run: Run | None = None,
+    ) -> str | bool | QueueFull:
         """The running parent waits for ``children`` (JobRecords, stored QUEUING as its
         own, in its owner's lane): in one transaction they are inserted and the parent
         lets go of its node and its lane, holding no worker until ``resume`` takes it.
@@ -44,10 +61,14 @@ class ChildJobs(Database):
         queue past one of ``limits``, as a start would (docs/protocol.md §15): in both,
         nothing is stored."""
         with self._write() as conn:
-            if self.dialect == "postgresql" and limits:      # as create's count-then-insert
+            if self.dialect == "postgresql" and limits:  # as create's count-then-insert
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": QUEUE_LOCK_KEY})
             query = select(jobs.c.status, jobs.c.owner).where(
-                jobs.c.id == parent_id, jobs.c.node == node, jobs.c.status.in_(ACTIVE_RUNNING), *fence(run))
+                jobs.c.id == parent_id,
+                jobs.c.node == node,
+                jobs.c.status.in_(ACTIVE_RUNNING),
+                *fence(run),
+            )
             if self.dialect == "postgresql":
                 query = query.with_for_update()
             row = conn.execute(query).first()
@@ -60,42 +81,93 @@ class ChildJobs(Database):
             rows = []
             for index, child in enumerate(children):
                 values = {k: getattr(child, k) for k in INSERT_KEYS if k not in ("lane", "owner")}
-                values.update(request=pack(child.request), owner=owner, lane=lane_of(child.service, owner),
-                              parent_id=parent_id, child_stage=stage, child_index=index,
-                              event_note=note_of(f"queued: child {index + 1} of {len(children)} "
-                                                 f"of job {parent_id}"))
+                values.update(
+                    request=pack(child.request),
+                    owner=owner,
+                    lane=lane_of(child.service, owner),
+                    parent_id=parent_id,
+                    child_stage=stage,
+                    child_index=index,
+                    event_note=note_of(
+                        f"queued: child {index + 1} of {len(children)} of job {parent_id}"
+                    ),
+                )
                 rows.append(values)
             if rows:
                 conn.execute(insert(jobs), rows)
-            conn.execute(update(jobs).where(jobs.c.id == parent_id).values(
-                node=None, lease_until=None, waiting_for=stage, fail_fast=int(bool(fail_fast)),
-                lane=WAITING_LANE, progress=pack(progress), event_note=note_of(note)))
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == parent_id)
+                .values(
+                    node=None,
+                    lease_until=None,
+                    waiting_for=stage,
+                    fail_fast=int(bool(fail_fast)),
+                    lane=WAITING_LANE,
+                    progress=pack(progress),
+                    event_note=note_of(note),
+                )
+            )
             return status
 
-    def resume(self, node: str, now: int, lease_ms: int, services: Optional[Iterable[str]] = None,
-               note: str = "resumed: its child jobs are done") -> Optional[JobRecord]:
+    def resume(
+        self,
+        node: str,
+        now: int,
+        lease_ms: int,
+        services: Iterable[str] | None = None,
+        note: str = "resumed: its child jobs are done",
+    ) -> JobRecord | None:
         """Take the oldest waiting parent (of ``services``) whose children have all
         finished: it runs again on ``node``; None when there is none."""
         services = None if services is None else tuple(services)
-        p = self._compiled(("resume", services), lambda: resume_statement(self.dialect, services),
-                           [c.name for c in jobs.c])
-        return record_of(self._run(p, True, node=node, lease_until=now + lease_ms, note=note_of(note))[1])
+        p = self._compiled(
+            ("resume", services),
+            lambda: resume_statement(self.dialect, services),
+            [c.name for c in jobs.c],
+        )
+        return record_of(
+            self._run(p, True, node=node, lease_until=now + lease_ms, note=note_of(note))[1]
+        )
 
     def children_of(self, parent_id: str) -> list[FinishedChild]:
         """Every finished child of the parent, in the order its function asked for them
         (stage, then place)."""
-        query = select(jobs.c.id, jobs.c.child_stage, jobs.c.child_index, jobs.c.service, jobs.c.operation,
-                       jobs.c.status, jobs.c.result, jobs.c.fault, jobs.c.finished_at) \
-            .where(jobs.c.parent_id == parent_id, jobs.c.status.in_(sorted(FINISHED))) \
+        query = (
+            select(
+                jobs.c.id,
+                jobs.c.child_stage,
+                jobs.c.child_index,
+                jobs.c.service,
+                jobs.c.operation,
+                jobs.c.status,
+                jobs.c.result,
+                jobs.c.fault,
+                jobs.c.finished_at,
+            )
+            .where(jobs.c.parent_id == parent_id, jobs.c.status.in_(sorted(FINISHED)))
             .order_by(jobs.c.child_stage, jobs.c.child_index)
+        )
         with self._read() as conn:
             rows = conn.execute(query).all()
-        return [FinishedChild(id=r[0], stage=r[1], index=r[2], service=r[3], operation=r[4], status=r[5],
-                              result=None if r[6] is None else bytes(r[6]), fault=unpack(r[7]),
-                              finished_at=r[8]) for r in rows]
+        return [
+            FinishedChild(
+                id=r[0],
+                stage=r[1],
+                index=r[2],
+                service=r[3],
+                operation=r[4],
+                status=r[5],
+                result=None if r[6] is None else bytes(r[6]),
+                fault=unpack(r[7]),
+                finished_at=r[8],
+            )
+            for r in rows
+        ]
 
-    def refresh_waiting_progress(self, parent_id: str,
-                                 make_progress: Callable[[int, int, int], str]) -> Optional[bool]:
+    def refresh_waiting_progress(
+        self, parent_id: str, make_progress: Callable[[int, int, int], str]
+    ) -> bool | None:
         """Set a waiting parent's progress to ``make_progress(successful, failed,
         remaining)`` (JSON text) over the children it waits for, counted and written in
         one transaction (two children finishing at once cannot write their counts in
@@ -103,20 +175,27 @@ class ChildJobs(Database):
         waits with ``fail_fast`` and a child failed (its siblings should be stopped)."""
         with self._write() as conn:
             query = select(jobs.c.waiting_for, jobs.c.fail_fast).where(
-                jobs.c.id == parent_id, jobs.c.waiting_for.is_not(None))
+                jobs.c.id == parent_id, jobs.c.waiting_for.is_not(None)
+            )
             if self.dialect == "postgresql":
                 query = query.with_for_update()
             row = conn.execute(query).first()
             if row is None:
                 return None
             stage, fail_fast = row
-            counts = dict(conn.execute(
-                select(jobs.c.status, func.count()).where(jobs.c.parent_id == parent_id,
-                                                          jobs.c.child_stage == stage)
-                .group_by(jobs.c.status)).all())
+            counts = dict(
+                conn.execute(
+                    select(jobs.c.status, func.count())
+                    .where(jobs.c.parent_id == parent_id, jobs.c.child_stage == stage)
+                    .group_by(jobs.c.status)
+                ).all()
+            )
             successful, failed = counts.pop(Status.SUCCEEDED, 0), counts.pop(Status.FAILED, 0)
-            conn.execute(update(jobs).where(jobs.c.id == parent_id).values(
-                progress=pack(make_progress(successful, failed, sum(counts.values())))))
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == parent_id)
+                .values(progress=pack(make_progress(successful, failed, sum(counts.values()))))
+            )
             return bool(fail_fast) and failed > 0
 
     def stop_children(self, parent_id: str, now: int, fault: str) -> list[str]:
@@ -129,20 +208,35 @@ class ChildJobs(Database):
             while pending:
                 parent = pending.pop()
                 query = select(jobs.c.id, jobs.c.status, jobs.c.waiting_for).where(
-                    jobs.c.parent_id == parent, jobs.c.status.in_((Status.QUEUING, Status.RUNNING)))
+                    jobs.c.parent_id == parent, jobs.c.status.in_((Status.QUEUING, Status.RUNNING))
+                )
                 if self.dialect == "postgresql":
                     query = query.with_for_update()
                 for child_id, status, waiting_for in conn.execute(query).all():
                     child = jobs.c.id == child_id
                     if status == Status.QUEUING:
-                        conn.execute(update(jobs).where(child, jobs.c.status == Status.QUEUING)
-                                     .values(status=Status.FAILED, finished_at=now, fault=pack(fault),
-                                             event_note=note_of(f"failed: {fault_type(fault)} (its parent "
-                                                                "was stopped before it started)")))
+                        conn.execute(
+                            update(jobs)
+                            .where(child, jobs.c.status == Status.QUEUING)
+                            .values(
+                                status=Status.FAILED,
+                                finished_at=now,
+                                fault=pack(fault),
+                                event_note=note_of(
+                                    f"failed: {fault_type(fault)} (its parent "
+                                    "was stopped before it started)"
+                                ),
+                            )
+                        )
                     else:
-                        conn.execute(update(jobs).where(child, jobs.c.status == Status.RUNNING)
-                                     .values(status=Status.STOPPING,
-                                             event_note="stop asked: its parent was stopped"))
+                        conn.execute(
+                            update(jobs)
+                            .where(child, jobs.c.status == Status.RUNNING)
+                            .values(
+                                status=Status.STOPPING,
+                                event_note="stop asked: its parent was stopped",
+                            )
+                        )
                         if waiting_for is not None:
                             pending.append(child_id)
                     changed.append(child_id)
@@ -153,39 +247,59 @@ class ChildJobs(Database):
         CASCADE``): mark its descendants that hold a worker DELETED, so that their
         workers let go at once.  Answers their ids, to be told of the change."""
         with self._read() as conn:
-            if conn.execute(select(jobs.c.seq).where(jobs.c.parent_id == parent_id).limit(1)).first() is None:
-                return []                           # not a parent: no write transaction
+            if (
+                conn.execute(
+                    select(jobs.c.seq).where(jobs.c.parent_id == parent_id).limit(1)
+                ).first()
+                is None
+            ):
+                return []  # not a parent: no write transaction
         running = []
         with self._write() as conn:
             pending = [parent_id]
             while pending:
                 parent = pending.pop()
-                query = select(jobs.c.id, jobs.c.node).where(jobs.c.parent_id == parent,
-                                                             jobs.c.status.in_(ACTIVE_RUNNING))
+                query = select(jobs.c.id, jobs.c.node).where(
+                    jobs.c.parent_id == parent, jobs.c.status.in_(ACTIVE_RUNNING)
+                )
                 for child_id, node in conn.execute(query).all():
-                    if node is None:                # a parent waiting for children of its own
+                    if node is None:  # a parent waiting for children of its own
                         pending.append(child_id)
                         continue
-                    conn.execute(update(jobs).where(jobs.c.id == child_id, jobs.c.status.in_(ACTIVE_RUNNING))
-                                 .values(status=Status.DELETED, event_note="deleted: its parent was deleted"))
+                    conn.execute(
+                        update(jobs)
+                        .where(jobs.c.id == child_id, jobs.c.status.in_(ACTIVE_RUNNING))
+                        .values(status=Status.DELETED, event_note="deleted: its parent was deleted")
+                    )
                     running.append(child_id)
         return running
 
-    def waiting_timed_out(self, now: int, default_timeout_ms: int,
-                          services: Optional[Iterable[str]] = None,
-                          exclude: Optional[Iterable[str]] = None) -> list[str]:
+    def waiting_timed_out(
+        self,
+        now: int,
+        default_timeout_ms: int,
+        services: Iterable[str] | None = None,
+        exclude: Iterable[str] | None = None,
+    ) -> list[str]:
         """Parents waiting for their children past their computation timeout (counted
         from their first start, shortened by the request's own as for any job): the
         ids, to be stopped (no worker holds them to notice)."""
         timeout = timeout_of(jobs.c.computation_timeout, default_timeout_ms)
-        query = select(jobs.c.id).where(jobs.c.waiting_for.is_not(None), jobs.c.status == Status.RUNNING,
-                                        timeout > 0, jobs.c.started_at + timeout <= now)
+        query = select(jobs.c.id).where(
+            jobs.c.waiting_for.is_not(None),
+            jobs.c.status == Status.RUNNING,
+            timeout > 0,
+            jobs.c.started_at + timeout <= now,
+        )
         with self._read() as conn:
-            return [row[0] for row in conn.execute(of_services(query, services, exclude).limit(1000))]
+            return [
+                row[0] for row in conn.execute(of_services(query, services, exclude).limit(1000))
+            ]
 
 
-def _over_a_limit(conn: Connection, children: list[JobRecord], owner: str,
-                  limits: Iterable[QueueLimit]) -> Optional[QueueFull]:
+def _over_a_limit(
+    conn: Connection, children: list[JobRecord], owner: str, limits: Iterable[QueueLimit]
+) -> QueueFull | None:
     """The first of ``limits`` that ``children`` (of ``owner``) would exceed, as a
     QueueFull, or None."""
     for limit in limits:

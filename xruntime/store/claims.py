@@ -8,7 +8,8 @@ path's and its heaviest statements; their shapes were chosen by measurement
 (``benchmarks/fairness.py``), and are explained where they are built.  On PostgreSQL
 two nodes claiming at once skip each other's rows (``FOR UPDATE SKIP LOCKED``).
 """
-from typing import Iterable, Optional
+
+from collections.abc import Iterable
 
 from sqlalchemy import bindparam, case, func, literal, literal_column, select, true, update
 from sqlalchemy.sql import ColumnElement, Executable, Select
@@ -18,8 +19,9 @@ from .schema import jobs, lane_of
 from .statements import ACTIVE_RUNNING, HOLDING_WORKER, UNFINISHED, in_states
 
 
-def claim_statement(dialect: str, services: Optional[Iterable[str]] = None,
-                    running_limits: tuple = ()) -> Executable:
+def claim_statement(
+    dialect: str, services: Iterable[str] | None = None, running_limits: tuple = ()
+) -> Executable:
     """Move the next job to RUNNING: the oldest queued one (of ``services``), or with
     ``running_limits`` the oldest whose lane is under its owner's max_running."""
     if running_limits:
@@ -31,33 +33,57 @@ def claim_statement(dialect: str, services: Optional[Iterable[str]] = None,
         oldest = oldest.order_by(jobs.c.seq).limit(1)
         if dialect == "postgresql":
             oldest = oldest.with_for_update(skip_locked=True, of=jobs)
-    return (update(jobs)
-            .where(jobs.c.seq == oldest.scalar_subquery(), jobs.c.status == Status.QUEUING)
-            .values(status=Status.RUNNING, node=bindparam("node"), started_at=bindparam("now_ms"),
-                    event_note=bindparam("note"),
-                    attempts=jobs.c.attempts + 1, lease_until=bindparam("lease_until"))
-            .returning(*jobs.c))
+    return (
+        update(jobs)
+        .where(jobs.c.seq == oldest.scalar_subquery(), jobs.c.status == Status.QUEUING)
+        .values(
+            status=Status.RUNNING,
+            node=bindparam("node"),
+            started_at=bindparam("now_ms"),
+            event_note=bindparam("note"),
+            attempts=jobs.c.attempts + 1,
+            lease_until=bindparam("lease_until"),
+        )
+        .returning(*jobs.c)
+    )
 
 
-def resume_statement(dialect: str, services: Optional[Iterable[str]] = None) -> Executable:
+def resume_statement(dialect: str, services: Iterable[str] | None = None) -> Executable:
     """Take the oldest parent whose children are all finished (docs/protocol.md §13): it runs
     again on this node, where it left off (its status, attempts and start unchanged)."""
     parent, child = jobs.alias("parent"), jobs.alias("child")
-    unfinished = select(child.c.seq).where(child.c.parent_id == parent.c.id,
-                                           in_states(UNFINISHED, child)).exists()
-    ready = select(parent.c.seq).where(parent.c.waiting_for.is_not(None), parent.c.node.is_(None),
-                                       in_states(ACTIVE_RUNNING, parent), ~unfinished)
+    unfinished = (
+        select(child.c.seq)
+        .where(child.c.parent_id == parent.c.id, in_states(UNFINISHED, child))
+        .exists()
+    )
+    ready = select(parent.c.seq).where(
+        parent.c.waiting_for.is_not(None),
+        parent.c.node.is_(None),
+        in_states(ACTIVE_RUNNING, parent),
+        ~unfinished,
+    )
     if services is not None:
         ready = ready.where(parent.c.service.in_([literal(name) for name in services]))
     ready = ready.order_by(parent.c.seq).limit(1)
     if dialect == "postgresql":
         ready = ready.with_for_update(skip_locked=True, of=parent)
-    return (update(jobs)
-            .where(jobs.c.seq == ready.scalar_subquery(), jobs.c.waiting_for.is_not(None),
-                   jobs.c.node.is_(None))
-            .values(node=bindparam("node"), lease_until=bindparam("lease_until"), waiting_for=None,
-                    lane=jobs.c.service + "/" + jobs.c.owner, event_note=bindparam("note"))
-            .returning(*jobs.c))
+    return (
+        update(jobs)
+        .where(
+            jobs.c.seq == ready.scalar_subquery(),
+            jobs.c.waiting_for.is_not(None),
+            jobs.c.node.is_(None),
+        )
+        .values(
+            node=bindparam("node"),
+            lease_until=bindparam("lease_until"),
+            waiting_for=None,
+            lane=jobs.c.service + "/" + jobs.c.owner,
+            event_note=bindparam("note"),
+        )
+        .returning(*jobs.c)
+    )
 
 
 def _due(table) -> ColumnElement:
@@ -65,7 +91,7 @@ def _due(table) -> ColumnElement:
     return table.c.not_before.is_(None) | (table.c.not_before <= bindparam("now_ms"))
 
 
-def _fair_oldest(dialect: str, services: Optional[Iterable[str]], running_limits: tuple) -> Select:
+def _fair_oldest(dialect: str, services: Iterable[str] | None, running_limits: tuple) -> Select:
     """The oldest queued job whose lane runs fewer jobs than its owner's max_running
     (docs/protocol.md §10); a parent waiting for its children holds no worker and is not
     counted (it leaves its lane meanwhile, see ``suspend``).  Only the first job of each
@@ -88,43 +114,93 @@ def _fair_oldest(dialect: str, services: Optional[Iterable[str]], running_limits
     lane names its service and owner ("service/owner", neither holding a "/"), so the
     checks are on the lane."""
     step = jobs.alias("step")
-    lanes = select(func.min(jobs.c.lane).label("lane")).where(jobs.c.status == Status.QUEUING) \
+    lanes = (
+        select(func.min(jobs.c.lane).label("lane"))
+        .where(jobs.c.status == Status.QUEUING)
         .cte("lanes", recursive=True)
-    following = select(func.min(step.c.lane)).where(step.c.status == Status.QUEUING,
-                                                     step.c.lane > lanes.c.lane).scalar_subquery()
+    )
+    following = (
+        select(func.min(step.c.lane))
+        .where(step.c.status == Status.QUEUING, step.c.lane > lanes.c.lane)
+        .scalar_subquery()
+    )
     lanes = lanes.union_all(select(following).where(lanes.c.lane.is_not(None)))
     held = jobs.alias("held")
     if dialect != "postgresql":
         head = jobs.alias("head")
-        first = select(head.c.seq).where(head.c.status == Status.QUEUING, head.c.lane == lanes.c.lane,
-                                         _due(head)).order_by(head.c.seq).limit(1).scalar_subquery()
-        heads = select(lanes.c.lane, first.label("seq")).where(lanes.c.lane.is_not(None)).subquery("heads")
+        first = (
+            select(head.c.seq)
+            .where(head.c.status == Status.QUEUING, head.c.lane == lanes.c.lane, _due(head))
+            .order_by(head.c.seq)
+            .limit(1)
+            .scalar_subquery()
+        )
+        heads = (
+            select(lanes.c.lane, first.label("seq"))
+            .where(lanes.c.lane.is_not(None))
+            .subquery("heads")
+        )
         lane = heads.c.lane
-        limit = case(*[(lane == literal(lane_of(service, owner)) if service is not None
-                        else func.substr(lane, -len(owner) - 1) == literal("/" + owner), literal(most))
-                       for owner, service, most in running_limits], else_=literal(0))
-        running = select(func.count()).select_from(held) \
-            .where(in_states(HOLDING_WORKER, held), held.c.lane == lane).scalar_subquery()
-        oldest = select(heads.c.seq).where(heads.c.seq.is_not(None), (limit == 0) | (running < limit))
+        limit = case(
+            *[
+                (
+                    lane == literal(lane_of(service, owner))
+                    if service is not None
+                    else func.substr(lane, -len(owner) - 1) == literal("/" + owner),
+                    literal(most),
+                )
+                for owner, service, most in running_limits
+            ],
+            else_=literal(0),
+        )
+        running = (
+            select(func.count())
+            .select_from(held)
+            .where(in_states(HOLDING_WORKER, held), held.c.lane == lane)
+            .scalar_subquery()
+        )
+        oldest = select(heads.c.seq).where(
+            heads.c.seq.is_not(None), (limit == 0) | (running < limit)
+        )
         if services is not None:
-            oldest = oldest.where(func.substr(lane, 1, func.instr(lane, "/") - 1)
-                                  .in_([literal(name) for name in services]))
+            oldest = oldest.where(
+                func.substr(lane, 1, func.instr(lane, "/") - 1).in_(
+                    [literal(name) for name in services]
+                )
+            )
         return oldest.order_by(heads.c.seq).limit(1)
-    heads = select(_first_due_pg(lanes.c.lane).label("seq")).where(lanes.c.lane.is_not(None)) \
-        .order_by(literal_column("seq")).subquery("heads")     # the LATERAL below runs in this order
+    heads = (
+        select(_first_due_pg(lanes.c.lane).label("seq"))
+        .where(lanes.c.lane.is_not(None))
+        .order_by(literal_column("seq"))
+        .subquery("heads")
+    )  # the LATERAL below runs in this order
     job = jobs.alias("candidate")
-    limit = case(*[((job.c.owner == literal(owner)) & (job.c.service == literal(service))
-                    if service is not None else job.c.owner == literal(owner), literal(most))
-                   for owner, service, most in running_limits], else_=literal(0))
-    running = select(func.count()).select_from(held) \
-        .where(in_states(HOLDING_WORKER, held), held.c.lane == job.c.lane).scalar_subquery()
-    taken = select(job.c.seq).where(job.c.seq == heads.c.seq, job.c.status == Status.QUEUING,
-                                    (limit == 0) | (running < limit))
+    limit = case(
+        *[
+            (
+                (job.c.owner == literal(owner)) & (job.c.service == literal(service))
+                if service is not None
+                else job.c.owner == literal(owner),
+                literal(most),
+            )
+            for owner, service, most in running_limits
+        ],
+        else_=literal(0),
+    )
+    running = (
+        select(func.count())
+        .select_from(held)
+        .where(in_states(HOLDING_WORKER, held), held.c.lane == job.c.lane)
+        .scalar_subquery()
+    )
+    taken = select(job.c.seq).where(
+        job.c.seq == heads.c.seq, job.c.status == Status.QUEUING, (limit == 0) | (running < limit)
+    )
     if services is not None:
         taken = taken.where(job.c.service.in_([literal(name) for name in services]))
     taken = taken.with_for_update(skip_locked=True).lateral("taken")
-    return select(taken.c.seq).select_from(heads).join(taken, true()) \
-        .order_by(heads.c.seq).limit(1)
+    return select(taken.c.seq).select_from(heads).join(taken, true()).order_by(heads.c.seq).limit(1)
 
 
 def _first_due_pg(lane: ColumnElement) -> ColumnElement:
@@ -136,10 +212,22 @@ def _first_due_pg(lane: ColumnElement) -> ColumnElement:
     after the lane, this lane's or, if none of its jobs is due, the next lane's, which
     the check on each candidate's own lane then treats as that lane's."""
     entry, checked, later = jobs.alias("entry"), jobs.alias("checked"), jobs.alias("later")
-    first_entry = select(entry.c.seq).where(entry.c.status == Status.QUEUING, entry.c.lane >= lane) \
-        .order_by(entry.c.lane, entry.c.seq).limit(1).correlate_except(entry).scalar_subquery()
-    if_due = select(checked.c.seq).where(checked.c.seq == first_entry, _due(checked)).scalar_subquery()
-    first_due = select(later.c.seq) \
-        .where(later.c.status == Status.QUEUING, later.c.lane >= lane, _due(later)) \
-        .order_by(later.c.lane, later.c.seq).limit(1).scalar_subquery()
+    first_entry = (
+        select(entry.c.seq)
+        .where(entry.c.status == Status.QUEUING, entry.c.lane >= lane)
+        .order_by(entry.c.lane, entry.c.seq)
+        .limit(1)
+        .correlate_except(entry)
+        .scalar_subquery()
+    )
+    if_due = (
+        select(checked.c.seq).where(checked.c.seq == first_entry, _due(checked)).scalar_subquery()
+    )
+    first_due = (
+        select(later.c.seq)
+        .where(later.c.status == Status.QUEUING, later.c.lane >= lane, _due(later))
+        .order_by(later.c.lane, later.c.seq)
+        .limit(1)
+        .scalar_subquery()
+    )
     return func.coalesce(if_due, first_due)

@@ -11,10 +11,11 @@ so ``now_ms()`` never waits for the database; one taken over a slow round trip i
 used (its error would be half that trip).  SQLite is one host's database: its clock is
 that host's, and ``now_ms()`` is ``time.time()``.
 """
+
 import logging
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from ..support.logs import OncePerPeriod
 
@@ -34,10 +35,10 @@ class DatabaseClock:
     def __init__(self, read_ms: Callable[[], int], resample_s: float = RESAMPLE_S):
         self._read_ms = read_ms
         self._resample_s = resample_s
-        self._base = None                   # (database ms, monotonic s) of the last reading
+        self._base = None  # (database ms, monotonic s) of the last reading
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self.offset_ms = 0                  # the database's clock minus this host's, last seen
+        self.offset_ms = 0  # the database's clock minus this host's, last seen
         self.sample(first=True)
         self._thread = threading.Thread(target=self._resample, name="database clock", daemon=True)
         self._thread.start()
@@ -47,7 +48,7 @@ class DatabaseClock:
         began = time.monotonic()
         try:
             database_ms = self._read_ms()
-        except Exception as exc:             # the store is unreachable: keep the last reading
+        except Exception as exc:  # the store is unreachable: keep the last reading
             _failure_log.warning("the database's clock could not be read: %s", exc)
             return False
         ended = time.monotonic()
@@ -63,7 +64,7 @@ class DatabaseClock:
     def now_ms(self) -> int:
         with self._lock:
             base = self._base
-        if base is None:                      # never read: this host's clock, for now
+        if base is None:  # never read: this host's clock, for now
             return int(time.time() * 1000)
         return int(base[0] + (time.monotonic() - base[1]) * 1000)
 
@@ -75,10 +76,10 @@ class DatabaseClock:
             self.sample()
 
 
-_clock: Optional[DatabaseClock] = None
+_clock: DatabaseClock | None = None
 
 
-def use(clock: Optional[DatabaseClock]) -> None:
+def use(clock: DatabaseClock | None) -> None:
     """Make ``clock`` this process's ``now_ms()`` (None: the host's clock)."""
     global _clock
     _clock = clock

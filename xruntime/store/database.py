@@ -12,17 +12,21 @@ write lock when it begins (``BEGIN IMMEDIATE``), so a read-then-write (the
 apart by row locks and ``FOR UPDATE SKIP LOCKED`` claims; its clock decides between
 nodes (``clock``).
 """
+
 import os
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.sql import Executable
 
 from . import sqlite
-from .clock import DatabaseClock, stop_using as stop_using_clock, use as use_clock
+from .clock import DatabaseClock
+from .clock import stop_using as stop_using_clock
+from .clock import use as use_clock
 from .migrate import upgrade
 from .postgresql import POOL_TIMEOUT_S, postgresql_connect_args
 from .records import Run
@@ -50,22 +54,34 @@ class Database:
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 sqlite.make_private_file(os.path.abspath(parsed.database))
-            self.engine = create_engine(url, pool_size=20, max_overflow=200, pool_reset_on_return=None,
-                                        connect_args={"check_same_thread": False})
+            self.engine = create_engine(
+                url,
+                pool_size=20,
+                max_overflow=200,
+                pool_reset_on_return=None,
+                connect_args={"check_same_thread": False},
+            )
             event.listen(self.engine, "connect", sqlite.set_up_connection)
-            self._writers: Optional[sqlite.WriterTurns] = sqlite.WriterTurns()
+            self._writers: sqlite.WriterTurns | None = sqlite.WriterTurns()
         else:
-            self.engine = create_engine(url, pool_size=20, max_overflow=100, pool_pre_ping=True,
-                                        pool_timeout=POOL_TIMEOUT_S,
-                                        connect_args=postgresql_connect_args(parsed.query))
-            self._writers = None           # row locks keep PostgreSQL's writers apart
+            self.engine = create_engine(
+                url,
+                pool_size=20,
+                max_overflow=100,
+                pool_pre_ping=True,
+                pool_timeout=POOL_TIMEOUT_S,
+                connect_args=postgresql_connect_args(parsed.query),
+            )
+            self._writers = None  # row locks keep PostgreSQL's writers apart
         self._make_schema()
-        self.clock: Optional[DatabaseClock] = None
-        if self.dialect == "postgresql":   # several hosts: the database's clock decides
+        self.clock: DatabaseClock | None = None
+        if self.dialect == "postgresql":  # several hosts: the database's clock decides
             self.clock = DatabaseClock(self._database_ms)
             use_clock(self.clock)
-        self._prepared = {key: Prepared(build(), self.engine.dialect, columns, keys)
-                          for key, (build, columns, keys) in prepared_statements().items()}
+        self._prepared = {
+            key: Prepared(build(), self.engine.dialect, columns, keys)
+            for key, (build, columns, keys) in prepared_statements().items()
+        }
         self._compiled_cache: dict[tuple, Prepared] = {}
 
     def _make_schema(self) -> None:
@@ -77,9 +93,11 @@ class Database:
 
         def attempt():
             with self.engine.begin() as conn:
-                if self.dialect == "postgresql":   # an upgrade may rewrite a large table
+                if self.dialect == "postgresql":  # an upgrade may rewrite a large table
                     conn.execute(text("SET LOCAL statement_timeout = 0"))
-                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+                    conn.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY}
+                    )
                 else:
                     sqlite.begin_immediate(conn.exec_driver_sql, deadline)
                 metadata.create_all(conn)
@@ -99,7 +117,7 @@ class Database:
         end; on SQLite it holds the database's write lock from its beginning."""
         deadline = sqlite.write_deadline()
         with unavailable_as_store_error(), self._writing(deadline), self.engine.begin() as conn:
-            if self.dialect == "sqlite":     # other processes write too: take the lock first
+            if self.dialect == "sqlite":  # other processes write too: take the lock first
                 sqlite.begin_immediate(conn.exec_driver_sql, deadline)
             yield conn
 
@@ -116,7 +134,7 @@ class Database:
         statement), so the database's write lock is held only while SQLite runs it,
         never while Python waits for its GIL."""
         deadline = sqlite.write_deadline()
-        with unavailable_as_store_error(), (self._writing(deadline) if write else nullcontext()):
+        with unavailable_as_store_error(), self._writing(deadline) if write else nullcontext():
             conn = self.engine.raw_connection()
             try:
                 cur = sqlite.PatientCursor(conn.cursor(), deadline)
@@ -125,14 +143,15 @@ class Database:
             except BaseException:
                 try:
                     conn.rollback()
-                except Exception:      # the connection is lost (a cut, a restart): the pool
+                except Exception:  # the connection is lost (a cut, a restart): the pool
                     conn.invalidate()  # drops it, rather than fail its reset with a traceback
                 raise
             finally:
                 conn.close()
 
-    def _compiled(self, key: tuple, build: Callable[[], Executable],
-                  columns: Optional[list] = None) -> Prepared:
+    def _compiled(
+        self, key: tuple, build: Callable[[], Executable], columns: list | None = None
+    ) -> Prepared:
         """``build()``'s statement compiled for this database, once per ``key``: for the
         statements that vary with their arguments (the services, limits or states they
         name)."""
@@ -143,22 +162,28 @@ class Database:
             p = self._compiled_cache[key] = Prepared(build(), self.engine.dialect, columns)
         return p
 
-    def _run(self, key: Union[str, Prepared], write: bool, **params: Any) -> tuple[int, Optional[dict]]:
+    def _run(
+        self, key: str | Prepared, write: bool, **params: Any
+    ) -> tuple[int, dict | None]:
         """Run a prepared statement (its key, or a Prepared); answers (rowcount, first
         row as a dict or None)."""
         p = key if isinstance(key, Prepared) else self._prepared[key]
         with self._cursor(write) as cur:
             cur.execute(p.sql, p.args(params))
-            rows = cur.fetchall() if p.columns else ()    # to its end: the statement is done
+            rows = cur.fetchall() if p.columns else ()  # to its end: the statement is done
             row = rows[0] if rows else None
             return cur.rowcount, (dict(zip(p.columns, row)) if row is not None else None)
 
-    def _guarded(self, key: str, job_id: str, states, run: Optional[Run] = None, **values: Any) -> bool:
+    def _guarded(
+        self, key: str, job_id: str, states, run: Run | None = None, **values: Any
+    ) -> bool:
         """Run a guarded statement (``statements.guarded_statements``); True if the job
         was in one of ``states`` (and still ``run``'s, when given)."""
         states = tuple(states)
         fenced = run is not None
-        p = self._compiled(("guarded", key, states, fenced), lambda: guarded_statements(states, fenced)[key])
+        p = self._compiled(
+            ("guarded", key, states, fenced), lambda: guarded_statements(states, fenced)[key]
+        )
         if fenced:
             values.update(run_node=run.node, run_attempt=run.attempt)
         return self._run(p, True, **dict(values, job_id=job_id))[0] == 1
@@ -166,8 +191,11 @@ class Database:
     def _database_ms(self) -> int:
         """The database's clock, read now (PostgreSQL)."""
         with self._read() as conn:
-            return int(conn.execute(text(
-                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)")).scalar())
+            return int(
+                conn.execute(
+                    text("SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)")
+                ).scalar()
+            )
 
     def close(self) -> None:
         """Stop the database's clock and close the pool's connections."""

@@ -8,8 +8,8 @@ message is the ``event_note`` the statement writes with the change (each stateme
 that changes a status sets it, made with ``note_of``); its time is the database's
 clock, one clock for every node.  ``job_events`` rows go with their job (``ON DELETE CASCADE``).
 """
+
 import json
-from typing import Optional
 
 from sqlalchemy import text
 
@@ -75,8 +75,10 @@ def _postgresql_triggers():
     ]
 
 
-_PG_TRIGGER = ("CREATE TRIGGER job_event AFTER INSERT OR UPDATE OF status, first_fetched_at, waiting_for ON jobs "
-               "FOR EACH ROW EXECUTE FUNCTION xruntime_job_event()")
+_PG_TRIGGER = (
+    "CREATE TRIGGER job_event AFTER INSERT OR UPDATE OF status, first_fetched_at, waiting_for ON jobs "
+    "FOR EACH ROW EXECUTE FUNCTION xruntime_job_event()"
+)
 
 
 def install_triggers(conn, dialect: str) -> None:
@@ -86,7 +88,9 @@ def install_triggers(conn, dialect: str) -> None:
     no lock on the table, and its trigger made where missing); run where the schema is
     made."""
     if dialect == "sqlite":
-        present = dict(conn.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")).all())
+        present = dict(
+            conn.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")).all()
+        )
         for name, create in _sqlite_triggers().items():
             if present.get(name) != create:
                 conn.execute(text(f"DROP TRIGGER IF EXISTS {name}"))
@@ -94,19 +98,23 @@ def install_triggers(conn, dialect: str) -> None:
         return
     for statement in _postgresql_triggers():
         conn.execute(text(statement))
-    found = conn.execute(text("SELECT pg_get_triggerdef(oid) FROM pg_trigger "
-                              "WHERE tgname = 'job_event' AND tgrelid = 'jobs'::regclass")).scalar()
-    if found is None or "waiting_for" not in found:     # missing, or made before child jobs
+    found = conn.execute(
+        text(
+            "SELECT pg_get_triggerdef(oid) FROM pg_trigger "
+            "WHERE tgname = 'job_event' AND tgrelid = 'jobs'::regclass"
+        )
+    ).scalar()
+    if found is None or "waiting_for" not in found:  # missing, or made before child jobs
         conn.execute(text("DROP TRIGGER IF EXISTS job_event ON jobs"))
         conn.execute(text(_PG_TRIGGER))
 
 
 def note_of(message: str) -> str:
     """An event's message as stored (at most NOTE_CHARS characters)."""
-    return message if len(message) <= NOTE_CHARS else message[:NOTE_CHARS - 3] + "..."
+    return message if len(message) <= NOTE_CHARS else message[: NOTE_CHARS - 3] + "..."
 
 
-def fault_type(fault_json: Optional[str]) -> str:
+def fault_type(fault_json: str | None) -> str:
     """The type name of a stored fault (the codec's JSON), for the message of a failure."""
     try:
         return json.loads(fault_json)["faultInfo"]["$type"]

@@ -19,6 +19,7 @@ run left (``forget``).  A change that cannot be delivered (a member gone, or one
 busy that its socket's queue is full) is dropped: watches read their job again before they answer at their
 maximum polling period, and the supervisor also looks for work every 0.5 s.
 """
+
 import hashlib
 import logging
 import os
@@ -28,7 +29,7 @@ import struct
 import threading
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from sqlalchemy import delete, insert, select
 
@@ -39,9 +40,9 @@ from .schema import feed_members
 from .sqlite import retry_while_busy
 
 log = logging.getLogger("xruntime.feed")
-_CREDENTIALS = struct.Struct("3i")                 # SCM_CREDENTIALS: pid, uid, gid
+_CREDENTIALS = struct.Struct("3i")  # SCM_CREDENTIALS: pid, uid, gid
 _ORIGIN_OR_ID = re.compile(r"[A-Za-z0-9_.:@/*\[\]-]{1,200}")
-_dropped_at = [0.0]                                 # when a dropped datagram was last logged
+_dropped_at = [0.0]  # when a dropped datagram was last logged
 
 #: The message a new member sends the others: "read the members again".
 HELLO = "*hello*"
@@ -53,8 +54,9 @@ UNREACHABLE_FOR = 60.0
 DATAGRAM_BYTES = 32 * 1024
 
 
-def open_feed(store: Database, origin: str, on_job: Callable[[str], None],
-              on_queue: Callable[[], None]) -> ChangeFeed:
+def open_feed(
+    store: Database, origin: str, on_job: Callable[[str], None], on_queue: Callable[[], None]
+) -> ChangeFeed:
     """The change feed of the store's database, for the process named ``origin``."""
     if store.dialect == "postgresql":
         return PostgresChannel(store.url, origin, on_job, on_queue)
@@ -64,8 +66,13 @@ def open_feed(store: Database, origin: str, on_job: Callable[[str], None],
 class SocketFeed:
     """The change feed of an SQLite database (see the module's docstring)."""
 
-    def __init__(self, store: Database, origin: str, on_job: Callable[[str], None],
-                 on_queue: Callable[[], None]):
+    def __init__(
+        self,
+        store: Database,
+        origin: str,
+        on_job: Callable[[str], None],
+        on_queue: Callable[[], None],
+    ):
         self.store = store
         self.origin = origin
         self.on_job = on_job
@@ -81,23 +88,28 @@ class SocketFeed:
         self._outbox_socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._outbox_socket.setblocking(False)
         self._members = []
-        self._unreachable = {}           # address → time.monotonic() to try it again
+        self._unreachable = {}  # address → time.monotonic() to try it again
         self._closed = False
         self._outbox = []
         self._outbox_ready = threading.Condition()
-        self._receiver = threading.Thread(target=self._receive_loop, name="change-feed", daemon=True)
+        self._receiver = threading.Thread(
+            target=self._receive_loop, name="change-feed", daemon=True
+        )
         self._sender = threading.Thread(target=self._send_loop, name="change-feed-out", daemon=True)
 
     # ------------------------------------------------------------------ life
 
     def start(self) -> None:
         """List this process among the members, and start sending and receiving."""
-        self._write(insert(feed_members).values(address=self.address, origin=self.origin,
-                                                since=int(time.time() * 1000)))
+        self._write(
+            insert(feed_members).values(
+                address=self.address, origin=self.origin, since=int(time.time() * 1000)
+            )
+        )
         self._receiver.start()
         self._sender.start()
         self._read_members()
-        self.publish(HELLO)                 # the others read the members again: us too
+        self.publish(HELLO)  # the others read the members again: us too
 
     def forget(self, origin_prefix: str) -> None:
         """Erase the members whose origin starts with ``origin_prefix``: what this
@@ -113,9 +125,9 @@ class SocketFeed:
             self._sender.join(5)
         try:
             self._write(delete(feed_members).where(feed_members.c.address == self.address))
-        except Exception as exc:            # the database is closed or away: the others
-            log.debug("could not leave the change feed: %s", exc)     # drop us on their own
-        self._inbox.close()                 # ends the receiver
+        except Exception as exc:  # the database is closed or away: the others
+            log.debug("could not leave the change feed: %s", exc)  # drop us on their own
+        self._inbox.close()  # ends the receiver
 
     # ------------------------------------------------------------------ sending
 
@@ -147,10 +159,12 @@ class SocketFeed:
             try:
                 self._outbox_socket.sendto(datagram, address)
             except (ConnectionRefusedError, FileNotFoundError):
-                self._leave_out(address)        # gone (killed), or not reachable from here
+                self._leave_out(address)  # gone (killed), or not reachable from here
             except BlockingIOError:
-                log.warning("a member of the change feed is too busy to take changes; "
-                            "its watches answer a little later")
+                log.warning(
+                    "a member of the change feed is too busy to take changes; "
+                    "its watches answer a little later"
+                )
             except OSError as exc:
                 log.warning("could not send a job change: %s", exc)
 
@@ -160,8 +174,9 @@ class SocketFeed:
                 rows = conn.execute(select(feed_members.c.address)).all()
             now = time.monotonic()
             self._unreachable = {a: t for a, t in self._unreachable.items() if t > now}
-            self._members = [r[0] for r in rows
-                             if r[0] != self.address and r[0] not in self._unreachable]
+            self._members = [
+                r[0] for r in rows if r[0] != self.address and r[0] not in self._unreachable
+            ]
         except Exception as exc:
             log.warning("could not read the members of the change feed: %s", exc)
 
@@ -173,6 +188,7 @@ class SocketFeed:
         def run():
             with self.store.engine.begin() as conn:
                 conn.execute(statement)
+
         retry_while_busy(run)
 
     # ------------------------------------------------------------------ receiving
@@ -180,9 +196,11 @@ class SocketFeed:
     def _receive_loop(self):
         while not self._closed:
             try:
-                datagram, ancillary, _, _ = self._inbox.recvmsg(65536, socket.CMSG_SPACE(_CREDENTIALS.size))
+                datagram, ancillary, _, _ = self._inbox.recvmsg(
+                    65536, socket.CMSG_SPACE(_CREDENTIALS.size)
+                )
             except OSError:
-                break                       # closed
+                break  # closed
             if not _from_this_user(ancillary):
                 _dropped("a datagram from another user")
                 continue
@@ -217,8 +235,12 @@ class SocketFeed:
 def _from_this_user(ancillary) -> bool:
     """Whether the sender's credentials (SO_PASSCRED) name this process's user."""
     for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= _CREDENTIALS.size:
-            _, uid, _ = _CREDENTIALS.unpack(data[:_CREDENTIALS.size])
+        if (
+            level == socket.SOL_SOCKET
+            and kind == socket.SCM_CREDENTIALS
+            and len(data) >= _CREDENTIALS.size
+        ):
+            _, uid, _ = _CREDENTIALS.unpack(data[: _CREDENTIALS.size])
             return uid == os.getuid()
     return False
 

@@ -11,7 +11,9 @@ Time stamps are milliseconds on the database's clock (``clock.now_ms``).
 ``tests/unit/test_store_interface.py`` checks that ``SqlJobStore`` has every method
 with these parameters.
 """
-from typing import Callable, Iterable, Optional, Protocol, Union
+
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from .records import FinishedChild, JobRecord, QueueFull, QueueLimit, Recovered, Run
 from .statements import ACTIVE_RUNNING
@@ -22,8 +24,13 @@ class JobStore(Protocol):
 
     # ----------------------------------------------------------------- a job's start
 
-    def create(self, job: JobRecord, max_queued: int, scope: Optional[str] = None,
-               owner_max_queued: int = 0) -> bool:
+    def create(
+        self,
+        job: JobRecord,
+        max_queued: int,
+        scope: str | None = None,
+        owner_max_queued: int = 0,
+    ) -> bool:
         """Insert a QUEUING job; False when ``max_queued`` jobs are queued already (of
         service ``scope`` only, when given), or ``owner_max_queued`` of the job's owner
         and service (0: no such limit)."""
@@ -36,12 +43,13 @@ class JobStore(Protocol):
 
     # ----------------------------------------------------------------- reading a job
 
-    def get(self, job_id: str, owner: Optional[str] = None,
-            max_result_bytes: Optional[int] = None) -> Optional[JobRecord]:
+    def get(
+        self, job_id: str, owner: str | None = None, max_result_bytes: int | None = None
+    ) -> JobRecord | None:
         """The whole job (only if it belongs to ``owner``, when given); with
         ``max_result_bytes``, ``payload.TooLarge`` when its result's text is longer."""
 
-    def peek(self, job_id: str) -> Optional[JobRecord]:
+    def peek(self, job_id: str) -> JobRecord | None:
         """Like ``get``, without request, result and fault."""
 
     def mark_fetched(self, job_id: str, now: int) -> None:
@@ -49,30 +57,46 @@ class JobStore(Protocol):
 
     # ----------------------------------------------------------------- a run
 
-    def claim(self, node: str, now: int, lease_ms: int, services: Optional[Iterable[str]] = None,
-              running_limits: tuple = (), note: str = "running") -> Optional[JobRecord]:
+    def claim(
+        self,
+        node: str,
+        now: int,
+        lease_ms: int,
+        services: Iterable[str] | None = None,
+        running_limits: tuple = (),
+        note: str = "running",
+    ) -> JobRecord | None:
         """Move the oldest QUEUING job (of ``services``) to RUNNING on ``node``, the oldest
         whose owner is under ``running_limits`` for its service; None when none may start."""
 
-    def next_due(self, now: int) -> Optional[int]:
+    def next_due(self, now: int) -> int | None:
         """When the first job waiting for its retry may run (ms), or None."""
 
-    def set_progress(self, job_id: str, progress: str, run: Optional[Run] = None) -> bool:
+    def set_progress(self, job_id: str, progress: str, run: Run | None = None) -> bool:
         """Store a running job's progress (JSON text)."""
 
     def request_stop(self, job_id: str, note: str = "stop asked") -> bool:
         """RUNNING → STOPPING."""
 
-    def finish(self, job_id: str, status: str, now: int, *, result: Optional[str | bytes] = None,
-               fault: Optional[str] = None, progress: Optional[str] = None,
-               from_states: Iterable[str] = ACTIVE_RUNNING, note: Optional[str] = None,
-               run: Optional[Run] = None) -> bool:
+    def finish(
+        self,
+        job_id: str,
+        status: str,
+        now: int,
+        *,
+        result: str | bytes | None = None,
+        fault: str | None = None,
+        progress: str | None = None,
+        from_states: Iterable[str] = ACTIVE_RUNNING,
+        note: str | None = None,
+        run: Run | None = None,
+    ) -> bool:
         """An active job → SUCCEEDED (with result) or FAILED (with fault)."""
 
-    def retry(self, job_id: str, not_before: int, note: str, run: Optional[Run] = None) -> bool:
+    def retry(self, job_id: str, not_before: int, note: str, run: Run | None = None) -> bool:
         """A running job back to QUEUING until ``not_before`` (ms), its retry counted."""
 
-    def hand_back(self, job_id: str, node: str, run: Optional[Run] = None) -> bool:
+    def hand_back(self, job_id: str, node: str, run: Run | None = None) -> bool:
         """A running job back to QUEUING, untouched, its attempt not counted."""
 
     def renew_leases(self, node: str, until: int, job_ids: Iterable[str]) -> list[tuple[str, str]]:
@@ -80,21 +104,37 @@ class JobStore(Protocol):
 
     # ----------------------------------------------------------------- child jobs
 
-    def suspend(self, parent_id: str, node: str, stage: int, fail_fast: bool, children: list[JobRecord],
-                progress: str, note: str, limits: Iterable[QueueLimit] = (),
-                run: Optional[Run] = None) -> Union[str, bool, QueueFull]:
+    def suspend(
+        self,
+        parent_id: str,
+        node: str,
+        stage: int,
+        fail_fast: bool,
+        children: list[JobRecord],
+        progress: str,
+        note: str,
+        limits: Iterable[QueueLimit] = (),
+        run: Run | None = None,
+    ) -> str | bool | QueueFull:
         """Store ``children`` and let the parent wait for them, holding no worker: its
         status, False when it no longer runs on ``node``, or the QueueFull of a limit."""
 
-    def resume(self, node: str, now: int, lease_ms: int, services: Optional[Iterable[str]] = None,
-               note: str = "resumed: its child jobs are done") -> Optional[JobRecord]:
+    def resume(
+        self,
+        node: str,
+        now: int,
+        lease_ms: int,
+        services: Iterable[str] | None = None,
+        note: str = "resumed: its child jobs are done",
+    ) -> JobRecord | None:
         """Take the oldest waiting parent whose children have all finished, to run on ``node``."""
 
     def children_of(self, parent_id: str) -> list[FinishedChild]:
         """Every finished child of the parent, in the order it asked for them."""
 
-    def refresh_waiting_progress(self, parent_id: str,
-                                 make_progress: Callable[[int, int, int], str]) -> Optional[bool]:
+    def refresh_waiting_progress(
+        self, parent_id: str, make_progress: Callable[[int, int, int], str]
+    ) -> bool | None:
         """Count a waiting parent's children into its progress; None when it does not wait,
         else whether a child failed while it waits with ``fail_fast``."""
 
@@ -104,9 +144,13 @@ class JobStore(Protocol):
     def delete_children(self, parent_id: str) -> list[str]:
         """Mark the parent's descendants that hold a worker DELETED; their ids."""
 
-    def waiting_timed_out(self, now: int, default_timeout_ms: int,
-                          services: Optional[Iterable[str]] = None,
-                          exclude: Optional[Iterable[str]] = None) -> list[str]:
+    def waiting_timed_out(
+        self,
+        now: int,
+        default_timeout_ms: int,
+        services: Iterable[str] | None = None,
+        exclude: Iterable[str] | None = None,
+    ) -> list[str]:
         """The ids of parents waiting for their children past their computation timeout."""
 
     # ----------------------------------------------------------------- a job's end
@@ -119,32 +163,52 @@ class JobStore(Protocol):
 
     # ----------------------------------------------------------------- housekeeping
 
-    def recover(self, node: Optional[str], now: int, max_attempts: int,
-                fault_for: Callable[[int], str]) -> list[Recovered]:
+    def recover(
+        self, node: str | None, now: int, max_attempts: int, fault_for: Callable[[int], str]
+    ) -> list[Recovered]:
         """Re-queue (or fail past ``max_attempts``) jobs left running by a dead node:
         those of ``node``, or with ``node=None`` those whose lease ran out."""
 
-    def fail_timed_out_queued(self, now: int, default_timeout_ms: int, fault: str,
-                              services: Optional[Iterable[str]] = None,
-                              exclude: Optional[Iterable[str]] = None) -> list[str]:
+    def fail_timed_out_queued(
+        self,
+        now: int,
+        default_timeout_ms: int,
+        fault: str,
+        services: Iterable[str] | None = None,
+        exclude: Iterable[str] | None = None,
+    ) -> list[str]:
         """Fail the QUEUING jobs past their queueing timeout; their ids."""
 
-    def erase_expired(self, now: int, unfetched_ms: int, fetched_ms: int, limit: int,
-                      services: Optional[Iterable[str]] = None,
-                      exclude: Optional[Iterable[str]] = None) -> int:
+    def erase_expired(
+        self,
+        now: int,
+        unfetched_ms: int,
+        fetched_ms: int,
+        limit: int,
+        services: Iterable[str] | None = None,
+        exclude: Iterable[str] | None = None,
+    ) -> int:
         """Erase up to ``limit`` finished jobs past their retention; how many."""
 
     # ----------------------------------------------------------------- views
 
-    def events(self, job_id: str, owner: Optional[str] = None) -> Optional[tuple[Optional[str], list[dict]]]:
+    def events(
+        self, job_id: str, owner: str | None = None
+    ) -> tuple[str | None, list[dict]] | None:
         """The job's parent id and its history, oldest first; None when there is no such job."""
 
-    def list_jobs(self, statuses: Optional[Iterable[str]] = None, service: Optional[str] = None,
-                  owner: Optional[str] = None, limit: int = 100, before: Optional[int] = None,
-                  parent: Optional[str] = None) -> tuple[list[tuple[int, JobRecord]], bool]:
+    def list_jobs(
+        self,
+        statuses: Iterable[str] | None = None,
+        service: str | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+        before: int | None = None,
+        parent: str | None = None,
+    ) -> tuple[list[tuple[int, JobRecord]], bool]:
         """A page of jobs, newest first, without payloads: ([(seq, record)], whether more follow)."""
 
-    def counts_by_status(self, owner: Optional[str] = None) -> dict[str, int]:
+    def counts_by_status(self, owner: str | None = None) -> dict[str, int]:
         """Stored jobs by status: every job's, or only ``owner``'s."""
 
     def counts_by_service(self) -> dict[tuple[str, str], int]:

@@ -9,13 +9,14 @@ arrays and all, and the pieces are compressed again as they are, or copied when 
 child's list holds its every array.  The result reads back exactly as the text one job
 producing the whole list would have stored.
 """
+
 import json
 import os
 import re
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Iterable, Optional
 
 from . import payload
 
@@ -23,7 +24,7 @@ from . import payload
 _TOKEN = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")(\s*:\s*)?|[\[\]{}]')
 
 
-def _member_span(text: str, field: str, holes=()) -> Optional[tuple]:
+def _member_span(text: str, field: str, holes=()) -> tuple | None:
     """Where the top-level member ``field`` of an object's text (or skeleton, whose
     array ``holes`` are positions) has its list: ``(start, end)`` of ``[...]``, or
     ``(p, p)`` when the list is the packed array at ``p``.  None when absent."""
@@ -36,9 +37,9 @@ def _member_span(text: str, field: str, holes=()) -> Optional[tuple]:
             return None
         if depth == 1 and m.group(2) and json.loads(m.group(1)) == field:
             start = m.end()
-            if start in holes and text[start:start + 1] != "[":
+            if start in holes and text[start : start + 1] != "[":
                 return start, start
-            if text[start:start + 1] != "[":
+            if text[start : start + 1] != "[":
                 raise ValueError(f"member {field!r} is not a list")
             depth = 0
             for m in tokens:
@@ -56,6 +57,7 @@ class _Items:
     """The items of one child's list: skeleton text with the index and little-endian
     bytes of its arrays, or (``numbers`` set) one packed array of numbers.  ``deflating``:
     those bytes already being compressed, in pieces."""
+
     __slots__ = ("text", "index", "binary", "numbers", "deflating")
 
     def __init__(self, text="", index=(), binary=b"", numbers=None):
@@ -72,6 +74,7 @@ class _Items:
 
 class _Copied:
     """A piece copied as it is, answering as a deflating piece does."""
+
     __slots__ = ("piece",)
 
     def __init__(self, deflated, length, checksum):
@@ -86,17 +89,21 @@ def _list_items(blob, field: str) -> _Items:
     list holds every packed array of the payload (a child's rows), its compressed
     pieces are copied as they are, not even decompressed."""
     blob = bytes(blob)
-    if blob[:len(payload.MAGIC)] == payload.MAGIC:
+    if blob[: len(payload.MAGIC)] == payload.MAGIC:
         skeleton, index, pieces = payload.read_head_piece(blob)
         positions = [position for position, _, _ in index]
         span = _member_span(skeleton, field, set(positions))
         if span is None:
             return _Items()
         start, end = span
-        large = sum(length for _, length, _ in pieces) >= payload.PIECE_BYTES   # never stored as text
+        large = (
+            sum(length for _, length, _ in pieces) >= payload.PIECE_BYTES
+        )  # never stored as text
         if large and start != end and start < positions[0] and positions[-1] < end:
-            items = _Items(skeleton[start + 1:end - 1],
-                           [[position - start - 1, code, count] for position, code, count in index])
+            items = _Items(
+                skeleton[start + 1 : end - 1],
+                [[position - start - 1, code, count] for position, code, count in index],
+            )
             items.deflating = [_Copied(*piece) for piece in pieces]
             return items
     if not payload.is_compact(blob):
@@ -104,7 +111,7 @@ def _list_items(blob, field: str) -> _Items:
         span = _member_span(text, field)
         if span is None:
             return _Items()
-        skeleton, index, arrays = payload.cut_arrays(text[span[0] + 1:span[1] - 1])
+        skeleton, index, arrays = payload.cut_arrays(text[span[0] + 1 : span[1] - 1])
         return _Items(skeleton, index, b"".join(a.tobytes() for a in arrays))
     skeleton, index, body, offsets = payload.read_compact(blob)
     positions = [position for position, _, _ in index]
@@ -112,20 +119,26 @@ def _list_items(blob, field: str) -> _Items:
     if span is None:
         return _Items()
     start, end = span
-    if start == end:                                # the list is one packed array
+    if start == end:  # the list is one packed array
         i = bisect_left(positions, start)
         _, code, count = index[i]
-        return _Items("", [[0, code, count]],
-                      body[offsets[i]:offsets[i] + payload.ITEM_BYTES[code] * count], code)
+        return _Items(
+            "",
+            [[0, code, count]],
+            body[offsets[i] : offsets[i] + payload.ITEM_BYTES[code] * count],
+            code,
+        )
     first, last = bisect_right(positions, start), bisect_right(positions, end - 1)
-    inside = [[position - start - 1, code, count]
-              for position, code, count in index[first:last]]
-    binary = body[offsets[first]:offsets[last - 1] + payload.ITEM_BYTES[inside[-1][1]] * inside[-1][2]] \
-        if inside else b""
-    return _Items(skeleton[start + 1:end - 1], inside, binary)
+    inside = [[position - start - 1, code, count] for position, code, count in index[first:last]]
+    binary = (
+        body[offsets[first] : offsets[last - 1] + payload.ITEM_BYTES[inside[-1][1]] * inside[-1][2]]
+        if inside
+        else b""
+    )
+    return _Items(skeleton[start + 1 : end - 1], inside, binary)
 
 
-def _joined_numbers(items) -> Optional[_Items]:
+def _joined_numbers(items) -> _Items | None:
     """One packed array for lists that each are one, when they share a kind (ints of
     both widths widen to int64)."""
     codes = {part.numbers for part in items}
@@ -138,8 +151,11 @@ def _joined_numbers(items) -> Optional[_Items]:
         if part_code == code:
             binary.append(part.binary)
         else:
-            binary.append(payload.flip_byte_order(array(code, payload.array_at(part.binary, 0, part_code,
-                                                                               part_count))))
+            binary.append(
+                payload.flip_byte_order(
+                    array(code, payload.array_at(part.binary, 0, part_code, part_count))
+                )
+            )
         count += part_count
     return _Items("", [[0, code, count]], b"".join(binary), code)
 
@@ -150,7 +166,7 @@ def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes:
     top-level list ``field``, in order: what one job producing the whole list would have
     stored, assembled without decoding the parts' packed arrays."""
     span = _member_span(outer, field)
-    if span is None or outer[span[0]:span[1]] != "[]":
+    if span is None or outer[span[0] : span[1]] != "[]":
         raise ValueError(f"outer has no top-level member {field!r} that is []")
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         reading = [pool.submit(_list_items, blob, field) for blob in parts]
@@ -160,8 +176,10 @@ def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes:
             if part.text or part.index:
                 if part.numbers is None and part.index and part.deflating is None:
                     # its bytes go out as they are
-                    part.deflating = [pool.submit(payload.deflate_piece, piece)
-                                      for piece in payload.pieces_of(part.binary)]
+                    part.deflating = [
+                        pool.submit(payload.deflate_piece, piece)
+                        for piece in payload.pieces_of(part.binary)
+                    ]
                 items.append(part)
         return _joined(outer, span[0], items, pool)
 
@@ -169,17 +187,20 @@ def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes:
 def _joined(outer: str, start: int, items: list, pool: Executor) -> bytes:
     """``outer`` with the items at ``start`` (its ``[]``), their packed arrays kept."""
     numbers = _joined_numbers(items)
-    pieces = []                                     # (skeleton text, index, binaries)
-    if numbers is not None:                         # the list is itself one packed array
-        pieces += [payload.cut_arrays(outer[:start]), (numbers.text, numbers.index, [numbers]),
-                   payload.cut_arrays(outer[start + 2:])]
+    pieces = []  # (skeleton text, index, binaries)
+    if numbers is not None:  # the list is itself one packed array
+        pieces += [
+            payload.cut_arrays(outer[:start]),
+            (numbers.text, numbers.index, [numbers]),
+            payload.cut_arrays(outer[start + 2 :]),
+        ]
     else:
-        pieces.append(payload.cut_arrays(outer[:start + 1]))
+        pieces.append(payload.cut_arrays(outer[: start + 1]))
         for i, part in enumerate(items):
             part = part.as_text()
             pieces.append(("," if i else "", (), ()))
             pieces.append((part.text, part.index, [part]))
-        pieces.append(payload.cut_arrays(outer[start + 1:]))
+        pieces.append(payload.cut_arrays(outer[start + 1 :]))
     skeleton, index, binaries, length = [], [], [], 0
     for text, part_index, part_binaries in pieces:
         index += [[position + length, code, count] for position, code, count in part_index]
@@ -188,26 +209,36 @@ def _joined(outer: str, start: int, items: list, pool: Executor) -> bytes:
         length += len(text)
     skeleton = "".join(skeleton)
     shortest = len(skeleton) + sum(2 * count + 1 for _, _, count in index)
-    if not index or shortest <= payload.COMPRESS_ABOVE:     # nothing packed, or small: as pack does
+    if not index or shortest <= payload.COMPRESS_ABOVE:  # nothing packed, or small: as pack does
         body = b"".join(bytes(_bytes_of(binary)) for binary in binaries)
         offsets, offset = [], 0
         for _, code, count in index:
             offsets.append(offset)
             offset += payload.ITEM_BYTES[code] * count
-        return payload.pack(payload.fill(skeleton, [(position, payload.array_at(body, offset, code, count))
-                                     for (position, code, count), offset
-                                     in zip(index, offsets)]))
+        return payload.pack(
+            payload.fill(
+                skeleton,
+                [
+                    (position, payload.array_at(body, offset, code, count))
+                    for (position, code, count), offset in zip(index, offsets)
+                ],
+            )
+        )
     # Compressed in pieces at once, as pigz does (zlib releases the GIL, and compressing
     # tens of megabytes on one core is most of a join's time): raw deflate pieces that
     # each end on a byte boundary (a sync flush), an empty final block, and zlib's
     # header and Adler-32 of the whole around them.  zlib.decompress reads it as any.
-    deflating = [pool.submit(payload.deflate_piece, payload.index_head(index) + skeleton.encode("utf-8"))]
+    deflating = [
+        pool.submit(payload.deflate_piece, payload.index_head(index) + skeleton.encode("utf-8"))
+    ]
     for binary in binaries:
         if isinstance(binary, _Items) and binary.deflating is not None:
             deflating += binary.deflating
         else:
-            deflating += [pool.submit(payload.deflate_piece, piece)
-                          for piece in payload.pieces_of(_bytes_of(binary))]
+            deflating += [
+                pool.submit(payload.deflate_piece, piece)
+                for piece in payload.pieces_of(_bytes_of(binary))
+            ]
     return payload.write_pieces([future.result() for future in deflating])
 
 
@@ -222,29 +253,47 @@ def without_list(blob: bytes, field: str) -> str:
     if not payload.is_compact(blob):
         text = payload.unpack(blob)
         span = _member_span(text, field)
-        return text if span is None else text[:span[0] + 1] + text[span[1] - 1:]
-    if blob[:len(payload.MAGIC)] == payload.MAGIC:                  # every array in the list: one piece read
+        return text if span is None else text[: span[0] + 1] + text[span[1] - 1 :]
+    if blob[: len(payload.MAGIC)] == payload.MAGIC:  # every array in the list: one piece read
         skeleton, index, _ = payload.read_head_piece(blob)
         positions = [position for position, _, _ in index]
         span = _member_span(skeleton, field, set(positions))
-        if span is not None and span[0] != span[1] and index \
-                and span[0] < positions[0] and positions[-1] < span[1]:
-            return skeleton[:span[0] + 1] + skeleton[span[1] - 1:]
+        if (
+            span is not None
+            and span[0] != span[1]
+            and index
+            and span[0] < positions[0]
+            and positions[-1] < span[1]
+        ):
+            return skeleton[: span[0] + 1] + skeleton[span[1] - 1 :]
     skeleton, index, body, offsets = payload.read_compact(blob)
     span = _member_span(skeleton, field, {position for position, _, _ in index})
-    arrays = [(position, offset, code, count)
-              for (position, code, count), offset in zip(index, offsets)]
+    arrays = [
+        (position, offset, code, count) for (position, code, count), offset in zip(index, offsets)
+    ]
     if span is None:
-        return payload.fill(skeleton, [(position, payload.array_at(body, offset, code, count))
-                                for position, offset, code, count in arrays])
+        return payload.fill(
+            skeleton,
+            [
+                (position, payload.array_at(body, offset, code, count))
+                for position, offset, code, count in arrays
+            ],
+        )
     start, end = span
-    if start == end:                                # the list is the packed array at start
+    if start == end:  # the list is the packed array at start
         skeleton = skeleton[:start] + "[]" + skeleton[start:]
         dropped, shift = range(start, start + 1), 2
     else:
-        skeleton = skeleton[:start + 1] + skeleton[end - 1:]
+        skeleton = skeleton[: start + 1] + skeleton[end - 1 :]
         dropped, shift = range(start + 1, end), start + 2 - end
-    return payload.fill(skeleton, [(position + shift if position >= dropped.stop else position,
-                             payload.array_at(body, offset, code, count))
-                            for position, offset, code, count in arrays
-                            if position not in dropped])
+    return payload.fill(
+        skeleton,
+        [
+            (
+                position + shift if position >= dropped.stop else position,
+                payload.array_at(body, offset, code, count),
+            )
+            for position, offset, code, count in arrays
+            if position not in dropped
+        ],
+    )

@@ -8,6 +8,7 @@ transaction that creates the schema (on PostgreSQL under its advisory lock, so n
 starting together upgrade it once).  Jobs stored before accounts belong to the
 anonymous user.
 """
+
 from sqlalchemy import inspect, text, update
 
 from .events import install_triggers
@@ -25,7 +26,7 @@ ADDED_COLUMNS = {
     "child_index": "INTEGER",
     "waiting_for": "INTEGER",
     "fail_fast": "INTEGER NOT NULL DEFAULT 0",
-    "stored_bytes": None,      # generated: by dialect, below
+    "stored_bytes": None,  # generated: by dialect, below
 }
 
 #: SQLite adds a generated column only as VIRTUAL (computed when read, stored in the
@@ -39,8 +40,10 @@ def upgrade(conn) -> list:
     present = {column["name"] for column in inspect(conn).get_columns("jobs")}
     added = [name for name in ADDED_COLUMNS if name not in present]
     for name in added:
-        definition = ADDED_COLUMNS[name] or \
-            f"BIGINT GENERATED ALWAYS AS ({STORED_BYTES}) {_GENERATED[conn.dialect.name]}"
+        definition = (
+            ADDED_COLUMNS[name]
+            or f"BIGINT GENERATED ALWAYS AS ({STORED_BYTES}) {_GENERATED[conn.dialect.name]}"
+        )
         conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {definition}"))
     if "lane" in added:
         conn.execute(update(jobs).values(lane=jobs.c.service + "/" + jobs.c.owner))

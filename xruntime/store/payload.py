@@ -24,13 +24,14 @@ result from its children's stored results by copying their pieces, not decoding 
 the parts of the form it works with (``cut_arrays``, ``read_table``, ``read_compact``,
 ``fill``…) are public for that.
 """
+
 import json
 import re
 import struct
 import sys
 import zlib
 from array import array
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 COMPRESS_ABOVE = 4096
 #: Arrays shorter than this stay as text.
@@ -40,7 +41,7 @@ MIN_PACKED_ITEMS = 32
 MAGIC = b"\x00XJP2"
 #: The compact form as written before (one zlib stream); still read.
 MAGIC_V1 = b"\x00XJP1"
-_PIECE = struct.Struct("<III")          # a piece's deflated length, raw length, Adler-32
+_PIECE = struct.Struct("<III")  # a piece's deflated length, raw length, Adler-32
 
 # A JSON string (skipped whole), or an array of at least 64 characters of number text.
 _SCAN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|\[([0-9eE.+\-,]{64,})\]')
@@ -48,7 +49,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"))
 _SWAP = sys.byteorder != "little"
 
 
-def _as_array(array_text: str, inner: str) -> Optional[array]:
+def _as_array(array_text: str, inner: str) -> array | None:
     """The packed array for an array's text, or None to keep the text (too short, not
     numbers, beyond int64, or a form ``unpack`` would not write back identically)."""
     if inner.count(",") + 1 < MIN_PACKED_ITEMS:
@@ -58,9 +59,9 @@ def _as_array(array_text: str, inner: str) -> Optional[array]:
     except ValueError:
         return None
     if any(c in inner for c in ".eE"):
-        packed = array("d", values)                 # ints among them fail the check below
+        packed = array("d", values)  # ints among them fail the check below
         return packed if format_array(packed) == array_text else None
-    if ",-0," in f",{inner},":                     # json.loads reads -0 as 0
+    if ",-0," in f",{inner},":  # json.loads reads -0 as 0
         return None
     for code in ("i", "q"):
         try:
@@ -83,7 +84,7 @@ def format_array(packed: array) -> str:
     return _ENCODER.encode(packed.tolist())
 
 
-def pack(text: Optional[str]) -> Optional[bytes]:
+def pack(text: str | None) -> bytes | None:
     """JSON text as stored: plain UTF-8 when small, else compact when it holds long
     numeric arrays, else zlib-compressed UTF-8."""
     if text is None:
@@ -96,7 +97,7 @@ def pack(text: Optional[str]) -> Optional[bytes]:
     return zlib.compress(data, 1) if len(data) > COMPRESS_ABOVE else data
 
 
-def _pack_compact(text: str) -> Optional[bytes]:
+def _pack_compact(text: str) -> bytes | None:
     skeleton, index, arrays = cut_arrays(text)
     return _compose(skeleton, index, arrays) if index else None
 
@@ -107,11 +108,11 @@ def cut_arrays(text: str) -> tuple[str, list, list[array]]:
     skeleton, index, arrays, last, removed = [], [], [], 0, 0
     for m in _SCAN.finditer(text):
         if m.group(1) is None:
-            continue                                # a string
+            continue  # a string
         packed = _as_array(m.group(0), m.group(1))
         if packed is None:
             continue
-        skeleton.append(text[last:m.start()])
+        skeleton.append(text[last : m.start()])
         index.append([m.start() - removed, packed.typecode, len(packed)])
         removed += m.end() - m.start()
         last = m.end()
@@ -134,7 +135,7 @@ def write_pieces(pieces: list[tuple[list[bytes], int, int]]) -> bytes:
     other), an empty final block and the Adler-32 of the whole, so that
     zlib.decompress reads the stream as any, and a piece can be read or copied alone."""
     table = [struct.pack("<I", len(pieces))]
-    out, checksum = [b"\x78\x01"], 1              # the header zlib writes at level 1
+    out, checksum = [b"\x78\x01"], 1  # the header zlib writes at level 1
     for deflated, piece_checksum, length in pieces:
         table.append(_PIECE.pack(sum(len(d) for d in deflated), length, piece_checksum))
         out += deflated
@@ -150,16 +151,16 @@ def read_table(blob: bytes) -> tuple[list[tuple[bytes, int, int]], int]:
     at = len(MAGIC) + 4
     table = [_PIECE.unpack_from(blob, at + i * _PIECE.size) for i in range(count)]
     stream = at + count * _PIECE.size
-    pieces, offset = [], stream + 2                # after zlib's header
+    pieces, offset = [], stream + 2  # after zlib's header
     for deflated_length, length, checksum in table:
-        pieces.append((blob[offset:offset + deflated_length], length, checksum))
+        pieces.append((blob[offset : offset + deflated_length], length, checksum))
         offset += deflated_length
     return pieces, stream
 
 
 def is_compact(blob: bytes) -> bool:
     """Whether a stored payload is in the compact form (either version)."""
-    return blob[:len(MAGIC)] in (MAGIC, MAGIC_V1)
+    return blob[: len(MAGIC)] in (MAGIC, MAGIC_V1)
 
 
 def read_head_piece(blob: bytes) -> tuple:
@@ -168,8 +169,8 @@ def read_head_piece(blob: bytes) -> tuple:
     pieces, _ = read_table(blob)
     head = zlib.decompressobj(-15).decompress(pieces[0][0])
     (head_len,) = struct.unpack_from("<I", head)
-    index = json.loads(head[4:4 + head_len])
-    return head[4 + head_len:].decode("utf-8"), index, pieces[1:]
+    index = json.loads(head[4 : 4 + head_len])
+    return head[4 + head_len :].decode("utf-8"), index, pieces[1:]
 
 
 def index_head(index: list) -> bytes:
@@ -182,7 +183,7 @@ class TooLarge(Exception):
     """The payload's JSON text is longer than ``unpack`` was asked to write."""
 
 
-def unpack(blob: Optional[bytes], max_bytes: Optional[int] = None) -> Optional[str]:
+def unpack(blob: bytes | None, max_bytes: int | None = None) -> str | None:
     """The JSON text of a stored payload, whichever of the three forms it is in; with
     ``max_bytes``, TooLarge for a longer text, found without writing the text whole
     where the form allows (a batch weighs a 100 MiB result against what its answer may
@@ -203,7 +204,7 @@ def unpack(blob: Optional[bytes], max_bytes: Optional[int] = None) -> Optional[s
     return text
 
 
-def _inflate(blob: bytes, max_bytes: Optional[int]) -> bytes:
+def _inflate(blob: bytes, max_bytes: int | None) -> bytes:
     if max_bytes is None:
         return zlib.decompress(blob)
     inflater = zlib.decompressobj()
@@ -216,24 +217,29 @@ def _inflate(blob: bytes, max_bytes: Optional[int]) -> bytes:
 ITEM_BYTES = {code: array(code).itemsize for code in ("i", "q", "d")}
 
 
-def _unpack_compact(blob: bytes, max_bytes: Optional[int] = None) -> str:
+def _unpack_compact(blob: bytes, max_bytes: int | None = None) -> str:
     skeleton, index, body, offsets = read_compact(blob)
     # each number writes one character at least, and a comma between two
     if max_bytes is not None and len(skeleton) + sum(2 * n - 1 for _, _, n in index) > max_bytes:
         raise TooLarge()
-    return fill(skeleton, ((position, array_at(body, offset, code, count))
-                            for (position, code, count), offset in zip(index, offsets)))
+    return fill(
+        skeleton,
+        (
+            (position, array_at(body, offset, code, count))
+            for (position, code, count), offset in zip(index, offsets)
+        ),
+    )
 
 
 def read_compact(blob: bytes) -> tuple[str, list, memoryview, list[int]]:
     """A compact blob's skeleton, index, decompressed body and where each array's bytes
     start in it."""
-    stream = len(MAGIC_V1) if blob[:len(MAGIC)] == MAGIC_V1 else read_table(blob)[1]
+    stream = len(MAGIC_V1) if blob[: len(MAGIC)] == MAGIC_V1 else read_table(blob)[1]
     body = memoryview(zlib.decompress(memoryview(blob)[stream:]))
     (head_len,) = struct.unpack_from("<I", body)
-    index = json.loads(bytes(body[4:4 + head_len]))
+    index = json.loads(bytes(body[4 : 4 + head_len]))
     binary = sum(ITEM_BYTES[code] * count for _, code, count in index)
-    skeleton = bytes(body[4 + head_len:len(body) - binary]).decode("utf-8")
+    skeleton = bytes(body[4 + head_len : len(body) - binary]).decode("utf-8")
     offsets, offset = [], len(body) - binary
     for _, code, count in index:
         offsets.append(offset)
@@ -244,7 +250,7 @@ def read_compact(blob: bytes) -> tuple[str, list, memoryview, list[int]]:
 def array_at(body: bytes | memoryview, offset: int, code: str, count: int) -> array:
     """The packed array of ``count`` items of ``code`` stored at ``offset`` of ``body``."""
     packed = array(code)
-    packed.frombytes(body[offset:offset + ITEM_BYTES[code] * count])
+    packed.frombytes(body[offset : offset + ITEM_BYTES[code] * count])
     return flip_byte_order(packed)
 
 
@@ -268,15 +274,18 @@ _FINAL_BLOCK = zlib.compressobj(1, zlib.DEFLATED, -15).flush()
 def pieces_of(binary: bytes | memoryview) -> list[memoryview]:
     """``binary`` cut into pieces of PIECE_BYTES (the last one shorter)."""
     binary = memoryview(binary).cast("B")
-    return [binary[at:at + PIECE_BYTES] for at in range(0, len(binary), PIECE_BYTES)]
+    return [binary[at : at + PIECE_BYTES] for at in range(0, len(binary), PIECE_BYTES)]
 
 
 def deflate_piece(piece: bytes | memoryview) -> tuple[list[bytes], int, int]:
     """A piece of a zlib stream (level 1, no header), ending on a byte boundary; its
     Adler-32 and length."""
     compressor = zlib.compressobj(1, zlib.DEFLATED, -15)
-    return ([compressor.compress(piece), compressor.flush(zlib.Z_SYNC_FLUSH)],
-            zlib.adler32(piece), len(piece))
+    return (
+        [compressor.compress(piece), compressor.flush(zlib.Z_SYNC_FLUSH)],
+        zlib.adler32(piece),
+        len(piece),
+    )
 
 
 def _adler32_combine(first: int, second: int, second_length: int) -> int:

@@ -6,12 +6,16 @@ A database the node cannot reach (a network cut, a host down) must be a
 measured on a cut host, calls answered 503 after 5–15 s.  The store's engine and the
 change feed's LISTEN/NOTIFY connections (``channel``) use the same settings.
 """
+
 #: libpq's connection parameters, as a URL's query would give them.
 POSTGRESQL_CONNECT = {
-    "connect_timeout": "5",              # s, to open a connection
-    "keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2", "keepalives_count": "3",
-    "tcp_user_timeout": "10000",         # ms: sent data unacknowledged this long drops the connection
-    "options": "-c statement_timeout=60000",   # ms: no statement of the store runs longer
+    "connect_timeout": "5",  # s, to open a connection
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",  # ms: sent data unacknowledged this long drops the connection
+    "options": "-c statement_timeout=60000",  # ms: no statement of the store runs longer
 }
 #: How long a call waits for one of the pool's connections (s).
 POOL_TIMEOUT_S = 10

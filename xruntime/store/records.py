@@ -7,39 +7,40 @@ arguments and answers of the store's methods.  Time stamps are integer milliseco
 since the epoch, on the database's clock (``clock.now_ms``); statuses are
 ``protocol.states.Status`` values, as stored.
 """
+
 from dataclasses import dataclass
-from typing import Optional
 
 
 @dataclass
 class JobRecord:
     """A job as stored (docs/protocol.md §3), its payloads as JSON text."""
+
     id: str
     service: str
     operation: str
     fetch_type: str
     status: str
-    request: str = ""                    # JSON text (codec form)
-    result: Optional[str] = None         # JSON text of the response
-    fault: Optional[str] = None          # JSON text of the fault
-    progress: Optional[str] = None       # JSON text of the JobProgress
+    request: str = ""  # JSON text (codec form)
+    result: str | None = None  # JSON text of the response
+    fault: str | None = None  # JSON text of the fault
+    progress: str | None = None  # JSON text of the JobProgress
     queued_at: int = 0
-    started_at: Optional[int] = None
-    finished_at: Optional[int] = None
-    first_fetched_at: Optional[int] = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    first_fetched_at: int | None = None
     attempts: int = 0
-    node: Optional[str] = None
-    lease_until: Optional[int] = None
-    queueing_timeout: Optional[int] = None      # ms asked by the request, if any
-    computation_timeout: Optional[int] = None   # ms asked by the request, if any
-    owner: str = ""                      # the user who started it ("": anonymous)
-    not_before: Optional[int] = None     # waiting for a retry until then (ms)
-    retries: int = 0                     # retries planned so far
-    parent_id: Optional[str] = None      # a child job's parent (docs/protocol.md §13)
-    child_stage: Optional[int] = None    # a child: the parent's run_children it belongs to
-    child_index: Optional[int] = None    # a child: its place in that run_children
-    waiting_for: Optional[int] = None    # a parent waiting for the children of this stage
-    fail_fast: int = 0                   # a waiting parent: one child failing ends the wait
+    node: str | None = None
+    lease_until: int | None = None
+    queueing_timeout: int | None = None  # ms asked by the request, if any
+    computation_timeout: int | None = None  # ms asked by the request, if any
+    owner: str = ""  # the user who started it ("": anonymous)
+    not_before: int | None = None  # waiting for a retry until then (ms)
+    retries: int = 0  # retries planned so far
+    parent_id: str | None = None  # a child job's parent (docs/protocol.md §13)
+    child_stage: int | None = None  # a child: the parent's run_children it belongs to
+    child_index: int | None = None  # a child: its place in that run_children
+    waiting_for: int | None = None  # a parent waiting for the children of this stage
+    fail_fast: int = 0  # a waiting parent: one child failing ends the wait
 
     def elapsed_ms(self, now: int) -> int:
         """How long the job has existed (until it finished, if it has), in ms."""
@@ -51,15 +52,16 @@ class JobRecord:
 class FinishedChild:
     """How a child job ended, as its parent is given it: ``result`` in the stored form
     (bytes, ``store.payload``), ``fault`` as JSON text."""
+
     id: str
     stage: int
     index: int
     service: str
     operation: str
     status: str
-    result: Optional[bytes]
-    fault: Optional[str]
-    finished_at: Optional[int]
+    result: bytes | None
+    fault: str | None
+    finished_at: int | None
 
 
 @dataclass(frozen=True)
@@ -67,9 +69,10 @@ class QueueLimit:
     """A limit the children of one service must fit in (docs/protocol.md §15): at most
     ``max_queued`` jobs queued (of ``scope``'s service, or all when None), and at most
     ``owner_max_queued`` of the owner's in that service (0: no such limit)."""
+
     service: str
     max_queued: int
-    scope: Optional[str]
+    scope: str | None
     owner_max_queued: int
 
 
@@ -77,6 +80,7 @@ class QueueLimit:
 class QueueFull:
     """``suspend``'s answer when the children would take the queue past a limit:
     the owner's own (``own``) or the queue's, ``limit`` jobs of ``service``."""
+
     service: str
     limit: int
     own: bool
@@ -88,6 +92,7 @@ class Run:
     write of the run (progress, outcome, retry, hand-back, children) names it and is
     refused once the job is no longer that run's: a node whose lease ran out while its
     write was on the way changes nothing of the run another node took over."""
+
     node: str
     attempt: int
 
@@ -95,6 +100,7 @@ class Run:
 @dataclass
 class Recovered:
     """A job found running on a dead node: re-queued, or failed past max_attempts."""
+
     id: str
     requeued: bool
     attempts: int

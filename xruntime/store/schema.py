@@ -9,18 +9,33 @@ its index lets a claim visit the first job of each lane instead of every queued 
 each write whichever statement makes it; with ``owner`` in an index of its own, a
 user's stored bytes are summed from the index alone (``[jobs] max_stored_bytes``).
 """
-from sqlalchemy import (BigInteger, Column, Computed, ForeignKey, Index, Integer, LargeBinary, MetaData,
-                        String, Table, text)
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Computed,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    text,
+)
 
 metadata = MetaData()
 
 #: The bytes a row's payloads take as stored (``length`` of a BLOB/bytea is its size in
 #: both dialects); BIGINT, as four payloads together may pass 2**31.
-STORED_BYTES = ("CAST(length(request) AS BIGINT) + COALESCE(CAST(length(result) AS BIGINT), 0)"
-                " + COALESCE(CAST(length(fault) AS BIGINT), 0) + COALESCE(CAST(length(progress) AS BIGINT), 0)")
+STORED_BYTES = (
+    "CAST(length(request) AS BIGINT) + COALESCE(CAST(length(result) AS BIGINT), 0)"
+    " + COALESCE(CAST(length(fault) AS BIGINT), 0) + COALESCE(CAST(length(progress) AS BIGINT), 0)"
+)
 
 jobs = Table(
-    "jobs", metadata,
+    "jobs",
+    metadata,
     Column("seq", Integer, primary_key=True, autoincrement=True),
     Column("id", String(36), nullable=False, unique=True),
     Column("service", String(100), nullable=False),
@@ -42,9 +57,9 @@ jobs = Table(
     Column("computation_timeout", BigInteger),
     Column("owner", String(100), nullable=False, server_default=""),
     Column("lane", String(201), nullable=False, server_default=""),
-    Column("not_before", BigInteger),          # a retry waits QUEUING until then (ms)
-    Column("retries", Integer, nullable=False, server_default="0"),   # retries planned so far
-    Column("event_note", String(500)),         # what the change being written is: its event's message
+    Column("not_before", BigInteger),  # a retry waits QUEUING until then (ms)
+    Column("retries", Integer, nullable=False, server_default="0"),  # retries planned so far
+    Column("event_note", String(500)),  # what the change being written is: its event's message
     # child jobs (docs/protocol.md §13): a child names its parent, erased with it, and its place
     # among the children its parent started at one ``run_children`` (the stage)
     Column("parent_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE")),
@@ -62,21 +77,36 @@ jobs = Table(
     Index("ix_jobs_owner_seq", "owner", "seq"),
     Index("ix_jobs_owner_bytes", "owner", "stored_bytes"),
     Index("ix_jobs_service_seq", "service", "seq"),
-    Index("ix_jobs_not_before", "not_before", sqlite_where=text("not_before IS NOT NULL"),
-          postgresql_where=text("not_before IS NOT NULL")),
-    Index("ix_jobs_parent", "parent_id", "child_stage", "child_index",
-          sqlite_where=text("parent_id IS NOT NULL"), postgresql_where=text("parent_id IS NOT NULL")),
-    Index("ix_jobs_waiting", "seq", sqlite_where=text("waiting_for IS NOT NULL"),
-          postgresql_where=text("waiting_for IS NOT NULL")),
+    Index(
+        "ix_jobs_not_before",
+        "not_before",
+        sqlite_where=text("not_before IS NOT NULL"),
+        postgresql_where=text("not_before IS NOT NULL"),
+    ),
+    Index(
+        "ix_jobs_parent",
+        "parent_id",
+        "child_stage",
+        "child_index",
+        sqlite_where=text("parent_id IS NOT NULL"),
+        postgresql_where=text("parent_id IS NOT NULL"),
+    ),
+    Index(
+        "ix_jobs_waiting",
+        "seq",
+        sqlite_where=text("waiting_for IS NOT NULL"),
+        postgresql_where=text("waiting_for IS NOT NULL"),
+    ),
 )
 
 #: Each job's history (docs/protocol.md §11): one row per change, written by the database
 #: itself in the statement that makes the change (``store.events``), erased with the job.
 job_events = Table(
-    "job_events", metadata,
+    "job_events",
+    metadata,
     Column("seq", Integer, primary_key=True, autoincrement=True),
     Column("job_seq", Integer, ForeignKey("jobs.seq", ondelete="CASCADE"), nullable=False),
-    Column("time", BigInteger, nullable=False),          # ms since the epoch, the database's clock
+    Column("time", BigInteger, nullable=False),  # ms since the epoch, the database's clock
     Column("status", String(10), nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("node", String(200)),
@@ -91,7 +121,8 @@ job_events = Table(
 feed_metadata = MetaData()
 
 feed_members = Table(
-    "feed_members", feed_metadata,
+    "feed_members",
+    feed_metadata,
     Column("address", String(200), primary_key=True),
     Column("origin", String(200), nullable=False),
     Column("since", BigInteger, nullable=False),

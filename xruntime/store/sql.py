@@ -7,7 +7,8 @@ parts live beside it: the way to the database (``database``), the statements
 (``statements``, ``claims``), the operations on child jobs (``children``), SQLite's
 lock (``sqlite``) and what "unavailable" means (``unavailable``).
 """
-from typing import Callable, Iterable, Optional
+
+from collections.abc import Callable, Iterable
 
 from sqlalchemy import bindparam, delete, func, select, update
 
@@ -19,8 +20,18 @@ from .events import fault_type, note_of
 from .payload import pack
 from .records import JobRecord, Recovered, Run
 from .schema import job_events, jobs, lane_of
-from .statements import (ACTIVE_RUNNING, HOLDING_WORKER, INSERT_KEYS, LIGHT_COLUMNS, LIGHT_NAMES,
-                         fence, insert_below, of_services, record_of, timeout_of)
+from .statements import (
+    ACTIVE_RUNNING,
+    HOLDING_WORKER,
+    INSERT_KEYS,
+    LIGHT_COLUMNS,
+    LIGHT_NAMES,
+    fence,
+    insert_below,
+    of_services,
+    record_of,
+    timeout_of,
+)
 
 
 class SqlJobStore(ChildJobs):
@@ -28,27 +39,38 @@ class SqlJobStore(ChildJobs):
 
     # ----------------------------------------------------------------- a job's start
 
-    def create(self, job: JobRecord, max_queued: int, scope: Optional[str] = None,
-               owner_max_queued: int = 0) -> bool:
+    def create(
+        self,
+        job: JobRecord,
+        max_queued: int,
+        scope: str | None = None,
+        owner_max_queued: int = 0,
+    ) -> bool:
         """Insert a QUEUING job; False when ``max_queued`` jobs are queued already (jobs
         of service ``scope`` only, when given), or ``owner_max_queued`` jobs of its
         owner and service (0: no such limit)."""
         values = {k: getattr(job, k) for k in INSERT_KEYS if k != "lane"}
         values["request"] = pack(job.request)
         values["lane"] = lane_of(job.service, job.owner)
-        if self.dialect == "sqlite":             # one statement: count and insert at once
+        if self.dialect == "sqlite":  # one statement: count and insert at once
             if not max_queued and not owner_max_queued:
                 return self._run("insert", True, **values)[0] == 1
             key = (bool(max_queued), scope is not None, bool(owner_max_queued))
             p = self._compiled(("insert",) + key, lambda: insert_below(*key))
             # the insert's own ``service`` is the job's, which is the scope's
-            return self._run(p, True, max_queued=max_queued, owner_max_queued=owner_max_queued,
-                             **values)[0] == 1
-        count, of_lane = (self._prepared["count_queued" if scope is None else "count_queued_of"],
-                          self._prepared["count_queued_in_lane"])
+            return (
+                self._run(
+                    p, True, max_queued=max_queued, owner_max_queued=owner_max_queued, **values
+                )[0]
+                == 1
+            )
+        count, of_lane = (
+            self._prepared["count_queued" if scope is None else "count_queued_of"],
+            self._prepared["count_queued_in_lane"],
+        )
         insert_ = self._prepared["insert"]
         with self._cursor(True) as cur:
-            if max_queued or owner_max_queued:     # count-then-insert must not interleave
+            if max_queued or owner_max_queued:  # count-then-insert must not interleave
                 cur.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": QUEUE_LOCK_KEY})
             if max_queued:
                 cur.execute(count.sql, count.args({} if scope is None else {"service": scope}))
@@ -73,16 +95,19 @@ class SqlJobStore(ChildJobs):
 
     # ----------------------------------------------------------------- reading a job
 
-    def get(self, job_id: str, owner: Optional[str] = None,
-            max_result_bytes: Optional[int] = None) -> Optional[JobRecord]:
+    def get(
+        self, job_id: str, owner: str | None = None, max_result_bytes: int | None = None
+    ) -> JobRecord | None:
         """The whole job; with ``owner``, only if it is theirs (another's job is not
         even read, so answering "no such job" takes the time it takes for an unknown id).
         With ``max_result_bytes``, ``payload.TooLarge`` for a longer result."""
         if owner is None:
             return record_of(self._run("get", False, job_id=job_id)[1], max_result_bytes)
-        return record_of(self._run("get_owned", False, job_id=job_id, owner=owner)[1], max_result_bytes)
+        return record_of(
+            self._run("get_owned", False, job_id=job_id, owner=owner)[1], max_result_bytes
+        )
 
-    def peek(self, job_id: str) -> Optional[JobRecord]:
+    def peek(self, job_id: str) -> JobRecord | None:
         """The job without its request, result and fault: what watch, stop and delete
         need, without reading a large result."""
         return record_of(self._run("peek", False, job_id=job_id)[1])
@@ -93,8 +118,15 @@ class SqlJobStore(ChildJobs):
 
     # ----------------------------------------------------------------- a run
 
-    def claim(self, node: str, now: int, lease_ms: int, services: Optional[Iterable[str]] = None,
-              running_limits: tuple = (), note: str = "running") -> Optional[JobRecord]:
+    def claim(
+        self,
+        node: str,
+        now: int,
+        lease_ms: int,
+        services: Iterable[str] | None = None,
+        running_limits: tuple = (),
+        note: str = "running",
+    ) -> JobRecord | None:
         """Move the next queued job (of ``services``) to RUNNING on ``node``: the oldest,
         or with ``running_limits`` ((owner, service or None, max_running), ...: a user's
         per-service limit before their own) the oldest whose owner runs fewer of that
@@ -102,64 +134,116 @@ class SqlJobStore(ChildJobs):
         its time.  None when no job may start; ``note`` is the event's message."""
         services = None if services is None else tuple(services)
         running_limits = tuple(running_limits)
-        p = self._compiled(("claim", services, running_limits),
-                           lambda: claim_statement(self.dialect, services, running_limits),
-                           [c.name for c in jobs.c])
+        p = self._compiled(
+            ("claim", services, running_limits),
+            lambda: claim_statement(self.dialect, services, running_limits),
+            [c.name for c in jobs.c],
+        )
         params = {"node": node, "now_ms": now, "lease_until": now + lease_ms, "note": note_of(note)}
         return record_of(self._run(p, True, **params)[1])
 
-    def next_due(self, now: int) -> Optional[int]:
+    def next_due(self, now: int) -> int | None:
         """When the first job waiting for its retry may run (ms), or None."""
         with self._read() as conn:
-            return conn.execute(select(func.min(jobs.c.not_before)).where(
-                jobs.c.not_before.is_not(None), jobs.c.not_before > now,
-                jobs.c.status == Status.QUEUING)).scalar()
+            return conn.execute(
+                select(func.min(jobs.c.not_before)).where(
+                    jobs.c.not_before.is_not(None),
+                    jobs.c.not_before > now,
+                    jobs.c.status == Status.QUEUING,
+                )
+            ).scalar()
 
-    def set_progress(self, job_id: str, progress: str, run: Optional[Run] = None) -> bool:
+    def set_progress(self, job_id: str, progress: str, run: Run | None = None) -> bool:
         """Store a running job's progress (JSON text); False when it no longer runs (as ``run``)."""
-        return self._guarded("set_progress", job_id, ACTIVE_RUNNING, run, progress_blob=pack(progress))
+        return self._guarded(
+            "set_progress", job_id, ACTIVE_RUNNING, run, progress_blob=pack(progress)
+        )
 
     def request_stop(self, job_id: str, note: str = "stop asked") -> bool:
         """RUNNING → STOPPING; False when the job was not RUNNING."""
-        return self._guarded("set_status", job_id, (Status.RUNNING,), new_status=Status.STOPPING,
-                             note=note_of(note))
+        return self._guarded(
+            "set_status", job_id, (Status.RUNNING,), new_status=Status.STOPPING, note=note_of(note)
+        )
 
-    def finish(self, job_id: str, status: str, now: int, *, result: Optional[str | bytes] = None,
-               fault: Optional[str] = None, progress: Optional[str] = None,
-               from_states: Iterable[str] = ACTIVE_RUNNING, note: Optional[str] = None,
-               run: Optional[Run] = None) -> bool:
+    def finish(
+        self,
+        job_id: str,
+        status: str,
+        now: int,
+        *,
+        result: str | bytes | None = None,
+        fault: str | None = None,
+        progress: str | None = None,
+        from_states: Iterable[str] = ACTIVE_RUNNING,
+        note: str | None = None,
+        run: Run | None = None,
+    ) -> bool:
         """An active job → SUCCEEDED (with result: JSON text, or bytes already in the
         stored form) or FAILED (with fault); the event says "succeeded", or "failed:
         <fault type>" and ``note``."""
         message = "succeeded" if status == Status.SUCCEEDED else f"failed: {fault_type(fault)}"
-        return self._guarded("finish", job_id, from_states, run, new_status=status, now=now,
-                             result_blob=result if isinstance(result, bytes) else pack(result),
-                             fault_blob=pack(fault),
-                             progress_blob=pack(progress),
-                             note=note_of(f"{message} ({note})" if note else message))
+        return self._guarded(
+            "finish",
+            job_id,
+            from_states,
+            run,
+            new_status=status,
+            now=now,
+            result_blob=result if isinstance(result, bytes) else pack(result),
+            fault_blob=pack(fault),
+            progress_blob=pack(progress),
+            note=note_of(f"{message} ({note})" if note else message),
+        )
 
-    def retry(self, job_id: str, not_before: int, note: str, run: Optional[Run] = None) -> bool:
+    def retry(self, job_id: str, not_before: int, note: str, run: Run | None = None) -> bool:
         """A running job back to QUEUING until ``not_before`` (ms), its retry counted."""
         with self._write() as conn:
-            return conn.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == Status.RUNNING,
-                                                   *fence(run)).values(
-                status=Status.QUEUING, node=None, started_at=None, progress=None, lease_until=None,
-                not_before=not_before, retries=jobs.c.retries + 1,
-                event_note=note_of(note))).rowcount == 1
+            return (
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id, jobs.c.status == Status.RUNNING, *fence(run))
+                    .values(
+                        status=Status.QUEUING,
+                        node=None,
+                        started_at=None,
+                        progress=None,
+                        lease_until=None,
+                        not_before=not_before,
+                        retries=jobs.c.retries + 1,
+                        event_note=note_of(note),
+                    )
+                ).rowcount
+                == 1
+            )
 
-    def hand_back(self, job_id: str, node: str, run: Optional[Run] = None) -> bool:
+    def hand_back(self, job_id: str, node: str, run: Run | None = None) -> bool:
         """A job running on ``node`` back to QUEUING, untouched, its attempt not counted
         (its node shuts down); a deleted one is erased instead."""
         with self._write() as conn:
             res = conn.execute(
-                update(jobs).where(jobs.c.id == job_id, jobs.c.node == node,
-                                   jobs.c.status.in_(ACTIVE_RUNNING), *fence(run))
-                .values(status=Status.QUEUING, node=None, started_at=None, progress=None,
-                        lease_until=None, attempts=jobs.c.attempts - 1,
-                        event_note="handed back: its node shut down"))
+                update(jobs)
+                .where(
+                    jobs.c.id == job_id,
+                    jobs.c.node == node,
+                    jobs.c.status.in_(ACTIVE_RUNNING),
+                    *fence(run),
+                )
+                .values(
+                    status=Status.QUEUING,
+                    node=None,
+                    started_at=None,
+                    progress=None,
+                    lease_until=None,
+                    attempts=jobs.c.attempts - 1,
+                    event_note="handed back: its node shut down",
+                )
+            )
             if res.rowcount == 0:
-                conn.execute(delete(jobs).where(jobs.c.id == job_id, jobs.c.node == node,
-                                                jobs.c.status == Status.DELETED))
+                conn.execute(
+                    delete(jobs).where(
+                        jobs.c.id == job_id, jobs.c.node == node, jobs.c.status == Status.DELETED
+                    )
+                )
             return res.rowcount == 1
 
     def renew_leases(self, node: str, until: int, job_ids: Iterable[str]) -> list[tuple[str, str]]:
@@ -179,7 +263,9 @@ class SqlJobStore(ChildJobs):
 
     def mark_deleted(self, job_id: str) -> bool:
         """RUNNING/STOPPING → DELETED (the worker still has to let go)."""
-        return self._guarded("set_status", job_id, ACTIVE_RUNNING, new_status=Status.DELETED, note="deleted")
+        return self._guarded(
+            "set_status", job_id, ACTIVE_RUNNING, new_status=Status.DELETED, note="deleted"
+        )
 
     def erase(self, job_id: str, statuses: Iterable[str]) -> bool:
         """Remove the job's record if it is in one of ``statuses``."""
@@ -187,8 +273,9 @@ class SqlJobStore(ChildJobs):
 
     # ----------------------------------------------------------------- housekeeping
 
-    def recover(self, node: Optional[str], now: int, max_attempts: int,
-                fault_for: Callable[[int], str]) -> list[Recovered]:
+    def recover(
+        self, node: str | None, now: int, max_attempts: int, fault_for: Callable[[int], str]
+    ) -> list[Recovered]:
         """Re-queue the jobs left running by a dead node (those of ``node``, or with
         ``node=None`` those whose lease ran out), or fail them with ``fault_for(runs
         lost)`` past ``max_attempts``.  Runs lost with their node count against
@@ -198,8 +285,9 @@ class SqlJobStore(ChildJobs):
         lost = (jobs.c.node == node) if node is not None else (jobs.c.lease_until < now)
         found = []
         with self._write() as conn:
-            query = select(jobs.c.id, jobs.c.status, jobs.c.attempts, jobs.c.retries, jobs.c.node) \
-                .where(held, lost)
+            query = select(
+                jobs.c.id, jobs.c.status, jobs.c.attempts, jobs.c.retries, jobs.c.node
+            ).where(held, lost)
             if self.dialect == "postgresql":
                 query = query.with_for_update(skip_locked=True)
             for job_id, status, attempts, retries, on in conn.execute(query).all():
@@ -208,21 +296,45 @@ class SqlJobStore(ChildJobs):
                     conn.execute(delete(jobs).where(jobs.c.id == job_id))
                 elif lost_runs >= max_attempts:
                     fault = fault_for(lost_runs)
-                    conn.execute(update(jobs).where(jobs.c.id == job_id).values(
-                        status=Status.FAILED, finished_at=now, lease_until=None, fault=pack(fault),
-                        event_note=note_of(f"failed: {fault_type(fault)} (its node {on} died; "
-                                           f"{lost_runs} runs lost)")))
+                    conn.execute(
+                        update(jobs)
+                        .where(jobs.c.id == job_id)
+                        .values(
+                            status=Status.FAILED,
+                            finished_at=now,
+                            lease_until=None,
+                            fault=pack(fault),
+                            event_note=note_of(
+                                f"failed: {fault_type(fault)} (its node {on} died; "
+                                f"{lost_runs} runs lost)"
+                            ),
+                        )
+                    )
                     found.append(Recovered(job_id, False, lost_runs))
                 else:
-                    conn.execute(update(jobs).where(jobs.c.id == job_id).values(
-                        status=Status.QUEUING, node=None, started_at=None, progress=None,
-                        lease_until=None, event_note=note_of(f"queued again: its node {on} died")))
+                    conn.execute(
+                        update(jobs)
+                        .where(jobs.c.id == job_id)
+                        .values(
+                            status=Status.QUEUING,
+                            node=None,
+                            started_at=None,
+                            progress=None,
+                            lease_until=None,
+                            event_note=note_of(f"queued again: its node {on} died"),
+                        )
+                    )
                     found.append(Recovered(job_id, True, lost_runs))
         return found
 
-    def fail_timed_out_queued(self, now: int, default_timeout_ms: int, fault: str,
-                              services: Optional[Iterable[str]] = None,
-                              exclude: Optional[Iterable[str]] = None) -> list[str]:
+    def fail_timed_out_queued(
+        self,
+        now: int,
+        default_timeout_ms: int,
+        fault: str,
+        services: Iterable[str] | None = None,
+        exclude: Iterable[str] | None = None,
+    ) -> list[str]:
         """Fail QUEUING jobs waiting longer than their queueing timeout: the configured
         ``default_timeout_ms`` (0: none), shortened by the request's own when it asked
         for less; a request never lengthens it.  A job waiting for a retry counts from
@@ -234,14 +346,27 @@ class SqlJobStore(ChildJobs):
         with self._write() as conn:
             ids = [r[0] for r in conn.execute(query.limit(1000)).all()]
             if ids:
-                conn.execute(update(jobs).where(jobs.c.id.in_(ids), jobs.c.status == Status.QUEUING)
-                             .values(status=Status.FAILED, finished_at=now, fault=pack(fault),
-                                     event_note=f"failed: {fault_type(fault)} (queueing timeout)"))
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id.in_(ids), jobs.c.status == Status.QUEUING)
+                    .values(
+                        status=Status.FAILED,
+                        finished_at=now,
+                        fault=pack(fault),
+                        event_note=f"failed: {fault_type(fault)} (queueing timeout)",
+                    )
+                )
         return ids
 
-    def erase_expired(self, now: int, unfetched_ms: int, fetched_ms: int, limit: int,
-                      services: Optional[Iterable[str]] = None,
-                      exclude: Optional[Iterable[str]] = None) -> int:
+    def erase_expired(
+        self,
+        now: int,
+        unfetched_ms: int,
+        fetched_ms: int,
+        limit: int,
+        services: Iterable[str] | None = None,
+        exclude: Iterable[str] | None = None,
+    ) -> int:
         """Erase up to ``limit`` finished jobs past their retention (0 ms: kept for ever).
         They are looked for before the write transaction, which then erases those still
         expired: when few have expired the search reads every finished job (no index
@@ -249,10 +374,13 @@ class SqlJobStore(ChildJobs):
         a write transaction would hold every writer of every process meanwhile."""
         conds = []
         if unfetched_ms:
-            conds.append(jobs.c.first_fetched_at.is_(None) & (jobs.c.finished_at <= now - unfetched_ms))
+            conds.append(
+                jobs.c.first_fetched_at.is_(None) & (jobs.c.finished_at <= now - unfetched_ms)
+            )
         if fetched_ms:
-            conds.append(jobs.c.first_fetched_at.is_not(None)
-                         & (jobs.c.first_fetched_at <= now - fetched_ms))
+            conds.append(
+                jobs.c.first_fetched_at.is_not(None) & (jobs.c.first_fetched_at <= now - fetched_ms)
+            )
         if not conds:
             return 0
         expired = conds[0] if len(conds) == 1 else (conds[0] | conds[1])
@@ -263,30 +391,46 @@ class SqlJobStore(ChildJobs):
             found = [row[0] for row in conn.execute(query.limit(limit))]
         if not found:
             return 0
-        with self._write() as conn:       # checked again: a job fetched meanwhile stays
+        with self._write() as conn:  # checked again: a job fetched meanwhile stays
             return conn.execute(delete(jobs).where(jobs.c.seq.in_(found), expired)).rowcount
 
     # ----------------------------------------------------------------- views
 
-    def events(self, job_id: str, owner: Optional[str] = None) -> Optional[tuple[Optional[str], list[dict]]]:
+    def events(
+        self, job_id: str, owner: str | None = None
+    ) -> tuple[str | None, list[dict]] | None:
         """The job's parent id (None for a job started by a client) and its history,
         oldest first, as dicts (time, status, attempt, node, message); None when there
         is no such job (of ``owner``, when given)."""
         job = select(jobs.c.seq, jobs.c.parent_id).where(jobs.c.id == job_id)
         if owner is not None:
             job = job.where(jobs.c.owner == owner)
-        query = select(job_events.c.time, job_events.c.status, job_events.c.attempt, job_events.c.node,
-                       job_events.c.message) \
-            .where(job_events.c.job_seq == bindparam("seq")).order_by(job_events.c.seq)
+        query = (
+            select(
+                job_events.c.time,
+                job_events.c.status,
+                job_events.c.attempt,
+                job_events.c.node,
+                job_events.c.message,
+            )
+            .where(job_events.c.job_seq == bindparam("seq"))
+            .order_by(job_events.c.seq)
+        )
         with self._read() as conn:
             found = conn.execute(job).first()
             if found is None:
                 return None
             return found[1], [dict(row._mapping) for row in conn.execute(query, {"seq": found[0]})]
 
-    def list_jobs(self, statuses: Optional[Iterable[str]] = None, service: Optional[str] = None,
-                  owner: Optional[str] = None, limit: int = 100, before: Optional[int] = None,
-                  parent: Optional[str] = None) -> tuple[list[tuple[int, JobRecord]], bool]:
+    def list_jobs(
+        self,
+        statuses: Iterable[str] | None = None,
+        service: str | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+        before: int | None = None,
+        parent: str | None = None,
+    ) -> tuple[list[tuple[int, JobRecord]], bool]:
         """A page of jobs, newest first: ([(seq, JobRecord without request, result and
         fault)], whether more follow).  ``before``: only jobs older than that seq (the
         keyset of the page before), so pages neither miss nor repeat a job however many
@@ -307,7 +451,7 @@ class SqlJobStore(ChildJobs):
         page = [(row[0], record_of(dict(zip(LIGHT_NAMES, row[1:])))) for row in rows[:limit]]
         return page, len(rows) > limit
 
-    def counts_by_status(self, owner: Optional[str] = None) -> dict[str, int]:
+    def counts_by_status(self, owner: str | None = None) -> dict[str, int]:
         """Stored jobs by status: every job's, or only ``owner``'s."""
         query = select(jobs.c.status, func.count()).group_by(jobs.c.status)
         if owner is not None:
@@ -318,7 +462,9 @@ class SqlJobStore(ChildJobs):
 
     def counts_by_service(self) -> dict[tuple[str, str], int]:
         """Stored jobs by (service, status), for the operator's view (metrics, status page)."""
-        query = select(jobs.c.service, jobs.c.status, func.count()).group_by(jobs.c.service, jobs.c.status)
+        query = select(jobs.c.service, jobs.c.status, func.count()).group_by(
+            jobs.c.service, jobs.c.status
+        )
         with self._read() as conn:
             rows = conn.execute(query).all()
         return {(service, status): count for service, status, count in rows}
@@ -327,7 +473,12 @@ class SqlJobStore(ChildJobs):
         """How many of ``node``'s worker slots hold a job now: a job it runs or winds
         down, or a deleted one its worker has not let go of yet (a parent waiting for
         its children holds none)."""
-        query = select(func.count()).select_from(jobs).where(
-            jobs.c.node == node, jobs.c.status.in_(HOLDING_WORKER), jobs.c.waiting_for.is_(None))
+        query = (
+            select(func.count())
+            .select_from(jobs)
+            .where(
+                jobs.c.node == node, jobs.c.status.in_(HOLDING_WORKER), jobs.c.waiting_for.is_(None)
+            )
+        )
         with self._read() as conn:
             return conn.execute(query).scalar_one()

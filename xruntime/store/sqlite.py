@@ -10,13 +10,15 @@ and for the database's lock, then raises ``StoreUnavailable``.  The connections 
 in WAL mode, so that readers never wait for the writer, and the file is readable by
 the server's user alone: it holds every user's requests and results.
 """
+
 import logging
 import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
 
@@ -37,7 +39,7 @@ def write_deadline() -> float:
     return time.monotonic() + BUSY_TIMEOUT_S
 
 
-def retry_while_busy(action: Callable[[], T], deadline: Optional[float] = None) -> T:
+def retry_while_busy(action: Callable[[], T], deadline: float | None = None) -> T:
     """``action()``, tried again while SQLite answers "database is locked" (another
     process holds the write lock).  The tries come after 50 µs, doubling up to 2 ms,
     until ``deadline`` (time.monotonic), by default BUSY_TIMEOUT_S after the first
@@ -59,10 +61,12 @@ def retry_while_busy(action: Callable[[], T], deadline: Optional[float] = None) 
 
 
 def _busy(error: BaseException) -> bool:
-    return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))
+    return isinstance(error, sqlite3.OperationalError) and (
+        "locked" in str(error) or "busy" in str(error)
+    )
 
 
-def begin_immediate(execute: Callable[[str], Any], deadline: Optional[float] = None) -> None:
+def begin_immediate(execute: Callable[[str], Any], deadline: float | None = None) -> None:
     """Begin an SQLite transaction of several statements, with the write lock taken at
     once: a read-then-write in it (the ``max_queued`` check) is atomic across processes."""
     retry_while_busy(lambda: execute("BEGIN IMMEDIATE"), deadline)
@@ -70,6 +74,7 @@ def begin_immediate(execute: Callable[[str], Any], deadline: Optional[float] = N
 
 class PatientCursor:
     """A DBAPI cursor whose ``execute`` waits out SQLite's lock until ``deadline``."""
+
     __slots__ = ("cursor", "deadline")
 
     def __init__(self, cursor: Any, deadline: float):
@@ -78,7 +83,7 @@ class PatientCursor:
     def execute(self, sql: str, args: Any = ()) -> Any:
         return retry_while_busy(lambda: self.cursor.execute(sql, args), self.deadline)
 
-    def __getattr__(self, name: str) -> Any:    # fetchall, fetchone, rowcount…
+    def __getattr__(self, name: str) -> Any:  # fetchall, fetchone, rowcount…
         return getattr(self.cursor, name)
 
 
@@ -107,8 +112,8 @@ def set_up_connection(dbapi_connection: sqlite3.Connection, _record: Any) -> Non
     cur = dbapi_connection.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=0")        # retry_while_busy waits instead
-    cur.execute("PRAGMA foreign_keys=ON")       # a job's events go with it
+    cur.execute("PRAGMA busy_timeout=0")  # retry_while_busy waits instead
+    cur.execute("PRAGMA foreign_keys=ON")  # a job's events go with it
     cur.close()
     # each statement commits itself; several statements that belong together are
     # wrapped in BEGIN IMMEDIATE … COMMIT (Database._write)
@@ -126,6 +131,9 @@ def make_private_file(path: str) -> None:
     if os.stat(path).st_mode & 0o077:
         try:
             os.chmod(path, 0o600)
-        except OSError as exc:             # not the owner: say so, and serve
-            log.warning("the database %s is readable by other users and cannot be made private: %s",
-                        path, exc)
+        except OSError as exc:  # not the owner: say so, and serve
+            log.warning(
+                "the database %s is readable by other users and cannot be made private: %s",
+                path,
+                exc,
+            )

@@ -8,9 +8,22 @@ pooled DBAPI connection: SQLAlchemy's per-execution work costs ten times what SQ
 needs to run them, and every job cycle runs a dozen.  Which job runs next is the
 subject of ``claims``; the store (``sql``, ``children``) runs what is built here.
 """
-from typing import Any, Callable, Iterable, Optional
 
-from sqlalchemy import LargeBinary, Table, bindparam, case, delete, func, insert, literal_column, select, update
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sqlalchemy import (
+    LargeBinary,
+    Table,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    literal_column,
+    select,
+    update,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ColumnElement, Executable, Select
 
@@ -35,8 +48,20 @@ ALL_NAMES = [c.name for c in jobs.c if c.name not in _INTERNAL]
 LIGHT_COLUMNS = [c for c in jobs.c if c.name not in _INTERNAL + ("request", "result", "fault")]
 LIGHT_NAMES = [c.name for c in LIGHT_COLUMNS]
 #: The columns a new job is inserted with.
-INSERT_KEYS = ["id", "service", "operation", "fetch_type", "status", "queued_at", "attempts",
-               "queueing_timeout", "computation_timeout", "request", "owner", "lane"]
+INSERT_KEYS = [
+    "id",
+    "service",
+    "operation",
+    "fetch_type",
+    "status",
+    "queued_at",
+    "attempts",
+    "queueing_timeout",
+    "computation_timeout",
+    "request",
+    "owner",
+    "lane",
+]
 
 _ID = bindparam("job_id")
 #: The job is still the run's (``Run``): its node, and the attempt that took it.
@@ -51,7 +76,7 @@ def in_states(states: Iterable[str], table: Table = jobs) -> ColumnElement:
     return table.c.status.in_([literal_column(repr(str(s))) for s in states])
 
 
-def fence(run: Optional[Run]) -> tuple:
+def fence(run: Run | None) -> tuple:
     """The conditions that the job is still ``run``'s (none without a run)."""
     return () if run is None else (jobs.c.node == run.node, jobs.c.attempts == run.attempt)
 
@@ -59,13 +84,19 @@ def fence(run: Optional[Run]) -> tuple:
 class Prepared:
     """A statement compiled once; ``args(params)`` in the driver's parameter style."""
 
-    def __init__(self, statement: Executable, dialect: Dialect, columns: Optional[list] = None,
-                 column_keys: Optional[list] = None):
+    def __init__(
+        self,
+        statement: Executable,
+        dialect: Dialect,
+        columns: list | None = None,
+        column_keys: list | None = None,
+    ):
         compiled = statement.compile(dialect=dialect, column_keys=column_keys)
         self.sql = compiled.string
         self.names = list(compiled.positiontup) if dialect.positional else None
-        self.defaults = {k: (v if isinstance(v, (int, str)) else None)
-                         for k, v in compiled.params.items()}
+        self.defaults = {
+            k: (v if isinstance(v, (int, str)) else None) for k, v in compiled.params.items()
+        }
         self.columns = columns
 
     def args(self, params: dict) -> Any:
@@ -74,22 +105,53 @@ class Prepared:
         return [values[n] for n in self.names] if self.names is not None else values
 
 
-def prepared_statements() -> dict[str, tuple[Callable[[], Executable], Optional[list], Optional[list]]]:
+def prepared_statements() -> dict[
+    str, tuple[Callable[[], Executable], list | None, list | None]
+]:
     """The fixed statements of the hot path: key → (statement builder, result columns,
     insert column keys)."""
     return {
-        "get": (lambda: select(*[jobs.c[n] for n in ALL_NAMES]).where(jobs.c.id == _ID), ALL_NAMES, None),
-        "get_owned": (lambda: select(*[jobs.c[n] for n in ALL_NAMES])
-                      .where(jobs.c.id == _ID, jobs.c.owner == bindparam("owner")), ALL_NAMES, None),
+        "get": (
+            lambda: select(*[jobs.c[n] for n in ALL_NAMES]).where(jobs.c.id == _ID),
+            ALL_NAMES,
+            None,
+        ),
+        "get_owned": (
+            lambda: select(*[jobs.c[n] for n in ALL_NAMES]).where(
+                jobs.c.id == _ID, jobs.c.owner == bindparam("owner")
+            ),
+            ALL_NAMES,
+            None,
+        ),
         "peek": (lambda: select(*LIGHT_COLUMNS).where(jobs.c.id == _ID), LIGHT_NAMES, None),
         "count_queued": (lambda: QUEUED, None, None),
-        "count_queued_of": (lambda: QUEUED.where(jobs.c.service == bindparam("service")), None, None),
-        "count_queued_in_lane": (lambda: QUEUED.where(jobs.c.lane == bindparam("lane")), ["n"], None),
+        "count_queued_of": (
+            lambda: QUEUED.where(jobs.c.service == bindparam("service")),
+            None,
+            None,
+        ),
+        "count_queued_in_lane": (
+            lambda: QUEUED.where(jobs.c.lane == bindparam("lane")),
+            ["n"],
+            None,
+        ),
         "insert": (lambda: insert(jobs), None, INSERT_KEYS),
-        "stored_bytes": (lambda: select(func.coalesce(func.sum(jobs.c.stored_bytes), 0))
-                         .where(jobs.c.owner == bindparam("owner")), ["n"], None),
-        "mark_fetched": (lambda: update(jobs).where(jobs.c.id == _ID, jobs.c.first_fetched_at.is_(None))
-                         .values(first_fetched_at=bindparam("now")), None, None),
+        "stored_bytes": (
+            lambda: select(func.coalesce(func.sum(jobs.c.stored_bytes), 0)).where(
+                jobs.c.owner == bindparam("owner")
+            ),
+            ["n"],
+            None,
+        ),
+        "mark_fetched": (
+            lambda: (
+                update(jobs)
+                .where(jobs.c.id == _ID, jobs.c.first_fetched_at.is_(None))
+                .values(first_fetched_at=bindparam("now"))
+            ),
+            None,
+            None,
+        ),
     }
 
 
@@ -102,8 +164,10 @@ def insert_below(limited: bool, scoped: bool, lane_limited: bool) -> Executable:
         of = QUEUED.where(jobs.c.service == bindparam("service")) if scoped else QUEUED
         below.append(of.scalar_subquery() < bindparam("max_queued"))
     if lane_limited:
-        below.append(QUEUED.where(jobs.c.lane == bindparam("lane")).scalar_subquery()
-                     < bindparam("owner_max_queued"))
+        below.append(
+            QUEUED.where(jobs.c.lane == bindparam("lane")).scalar_subquery()
+            < bindparam("owner_max_queued")
+        )
     row = select(*[bindparam(k, type_=jobs.c[k].type) for k in INSERT_KEYS]).where(*below)
     return insert(jobs).from_select(INSERT_KEYS, row)
 
@@ -114,18 +178,27 @@ def guarded_statements(states: Iterable[str], fenced: bool = False) -> dict[str,
     guard = (jobs.c.id == _ID, in_states(states)) + (_RUN_FENCE if fenced else ())
     return {
         "set_progress": update(jobs).where(*guard).values(progress=bindparam("progress_blob")),
-        "set_status": update(jobs).where(*guard).values(status=bindparam("new_status"),
-                                                        event_note=bindparam("note")),
-        "finish": update(jobs).where(*guard).values(
-            status=bindparam("new_status"), finished_at=bindparam("now"), event_note=bindparam("note"),
-            result=bindparam("result_blob"), fault=bindparam("fault_blob"),
+        "set_status": update(jobs)
+        .where(*guard)
+        .values(status=bindparam("new_status"), event_note=bindparam("note")),
+        "finish": update(jobs)
+        .where(*guard)
+        .values(
+            status=bindparam("new_status"),
+            finished_at=bindparam("now"),
+            event_note=bindparam("note"),
+            result=bindparam("result_blob"),
+            fault=bindparam("fault_blob"),
             progress=func.coalesce(bindparam("progress_blob", type_=LargeBinary), jobs.c.progress),
-            lease_until=None),
+            lease_until=None,
+        ),
         "erase": delete(jobs).where(*guard),
     }
 
 
-def of_services(query: Select, services: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> Select:
+def of_services(
+    query: Select, services: Iterable[str] | None, exclude: Iterable[str] | None
+) -> Select:
     """``query`` narrowed to the jobs of ``services`` (all, when None) that are not of
     ``exclude``: the part of housekeeping one node does (``[services]`` settings)."""
     if services is not None:
@@ -144,7 +217,7 @@ def timeout_of(own: ColumnElement, default_timeout_ms: int) -> ColumnElement:
     return case((asked, own), else_=0)
 
 
-def record_of(row: Optional[dict], max_result_bytes: Optional[int] = None) -> Optional[JobRecord]:
+def record_of(row: dict | None, max_result_bytes: int | None = None) -> JobRecord | None:
     """The JobRecord of a row of ``jobs`` (as a dict), its payloads read back to JSON
     text; with ``max_result_bytes``, ``payload.TooLarge`` for a longer result."""
     if row is None:

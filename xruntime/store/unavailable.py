@@ -8,9 +8,10 @@ constraint) is a bug and stays an internal error.  This module tells the two apa
 in one place for both dialects, and every store method raises ``StoreUnavailable``,
 and only it, for the first kind.
 """
+
 import sqlite3
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from sqlalchemy import exc as sa_exc
 
@@ -23,14 +24,22 @@ class StoreUnavailable(Exception):
 
 
 #: SQLite's answers when the database, not the statement, is the trouble.
-_SQLITE_UNAVAILABLE = ("locked", "busy", "readonly", "read-only", "disk", "full",
-                       "unable to open", "i/o error")
+_SQLITE_UNAVAILABLE = (
+    "locked",
+    "busy",
+    "readonly",
+    "read-only",
+    "disk",
+    "full",
+    "unable to open",
+    "i/o error",
+)
 
 
 def is_unavailable(error: BaseException) -> bool:
     """Whether ``error`` says the database cannot be reached or written for now, as
     opposed to a bug in a statement (which stays an internal error)."""
-    if isinstance(error, sa_exc.TimeoutError):           # the pool stayed exhausted
+    if isinstance(error, sa_exc.TimeoutError):  # the pool stayed exhausted
         return True
     if isinstance(error, sa_exc.DBAPIError):
         if error.connection_invalidated:
@@ -40,12 +49,14 @@ def is_unavailable(error: BaseException) -> bool:
         return any(word in str(error).lower() for word in _SQLITE_UNAVAILABLE)
     try:
         import psycopg
-    except ImportError:                                  # pragma: no cover
+    except ImportError:  # pragma: no cover
         return False
     # connection lost or refused, server shutting down or starting (57P01, 57P03),
     # disk full (53100); a standby after a failover refuses writes (25006)
-    return isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError,
-                              psycopg.errors.ReadOnlySqlTransaction))
+    return isinstance(
+        error,
+        (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.ReadOnlySqlTransaction),
+    )
 
 
 @contextmanager

@@ -4,6 +4,7 @@ The event loop only waits and moves bytes; store calls and the codecs' work on l
 payloads run here, so a slow query or a 10 MB request never stalls the other
 connections.  A held watchJob takes no thread from this pool while it waits.
 """
+
 import asyncio
 import functools
 from concurrent.futures import ThreadPoolExecutor

@@ -1,4 +1,5 @@
 """One log for a node: every process writes its lines to the same stream, one format."""
+
 import logging
 import os
 import sys
@@ -23,7 +24,9 @@ def escape_controls(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
-def setup_logging(fmt: str = f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}]: %(message)s") -> None:
+def setup_logging(
+    fmt: str = f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}]: %(message)s",
+) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneLineFormatter(fmt))
     logging.basicConfig(level=logging.INFO, handlers=[handler])

@@ -16,6 +16,7 @@ mode is decided at its import, which must come after ``use_directory``.  Operati
 and fault labels only ever take names the server defines (an operation a client
 made up is ``(unknown)``), so no client can grow the number of series.
 """
+
 import contextvars
 import glob
 import logging
@@ -25,19 +26,36 @@ import tempfile
 import threading
 import time
 
-
 log = logging.getLogger("xruntime.metrics")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 UNKNOWN_OPERATION = "(unknown)"
 
 #: s: a request's answer time, from a cached answer to a long synchronous run.
-REQUEST_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300)
+REQUEST_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+)
 #: s: jobs run from milliseconds (XDemo) to hours (a large tour plan).
-JOB_BUCKETS = (.01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600)
+JOB_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600)
 
 
 # ---------------------------------------------------------------------- the node's folder
+
 
 def use_directory() -> str:
     """Give this node's processes a folder to write their metrics to: the
@@ -68,6 +86,7 @@ def process_died(pid: int) -> None:
     """An HTTP process died: its live gauges (held watches) no longer count."""
     if os.environ.get(MULTIPROC_ENV):
         from prometheus_client import multiprocess
+
         multiprocess.mark_process_dead(pid)
 
 
@@ -89,28 +108,44 @@ def recorded() -> dict:
 
 def _make() -> dict:
     from prometheus_client import Counter, Gauge, Histogram
+
     return {
-        "requests": Counter("xruntime_requests", "Requests answered, per binding and operation.",
-                            ["binding", "operation"]),
-        "latency": Histogram("xruntime_request_duration_seconds",
-                             "Time to answer a request (a held watchJob: as long as it is held).",
-                             ["binding", "operation"], buckets=REQUEST_BUCKETS),
-        "faults": Counter("xruntime_faults", "Faults answered, per binding and fault type.",
-                          ["binding", "fault"]),
-        "held": Gauge("xruntime_held_watches", "watchJob calls held open now.",
-                      multiprocess_mode="livesum"),
-        "run": Histogram("xruntime_job_run_seconds",
-                         "Run time of finished jobs (from their start), per service and outcome.",
-                         ["service", "status"], buckets=JOB_BUCKETS),
-        "wait": Histogram("xruntime_job_queue_wait_seconds",
-                          "Time jobs waited in the queue before a worker took them, per service.",
-                          ["service"], buckets=JOB_BUCKETS),
+        "requests": Counter(
+            "xruntime_requests",
+            "Requests answered, per binding and operation.",
+            ["binding", "operation"],
+        ),
+        "latency": Histogram(
+            "xruntime_request_duration_seconds",
+            "Time to answer a request (a held watchJob: as long as it is held).",
+            ["binding", "operation"],
+            buckets=REQUEST_BUCKETS,
+        ),
+        "faults": Counter(
+            "xruntime_faults", "Faults answered, per binding and fault type.", ["binding", "fault"]
+        ),
+        "held": Gauge(
+            "xruntime_held_watches", "watchJob calls held open now.", multiprocess_mode="livesum"
+        ),
+        "run": Histogram(
+            "xruntime_job_run_seconds",
+            "Run time of finished jobs (from their start), per service and outcome.",
+            ["service", "status"],
+            buckets=JOB_BUCKETS,
+        ),
+        "wait": Histogram(
+            "xruntime_job_queue_wait_seconds",
+            "Time jobs waited in the queue before a worker took them, per service.",
+            ["service"],
+            buckets=JOB_BUCKETS,
+        ),
     }
 
 
 class RequestRecord:
     """What one HTTP request did, filled in by the shared points every binding passes
     (the dispatcher, the fault renderers) and recorded when it is answered."""
+
     __slots__ = ("binding", "operations", "faults")
 
     def __init__(self, binding: str):

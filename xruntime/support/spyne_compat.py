@@ -11,6 +11,7 @@ module in ``sys.modules`` and imports.  On 3.13 ``spyne.protocol.soap`` also imp
 ``cgi``, removed from the standard library: the dependency ``legacy-cgi`` (setup.cfg)
 provides it.  On 3.11 nothing is done.
 """
+
 import importlib.util
 import os
 import sys
@@ -28,15 +29,15 @@ def apply() -> None:
 
 
 def _load_six():
-    spyne = importlib.util.find_spec("spyne")        # finds the package, imports nothing
+    spyne = importlib.util.find_spec("spyne")  # finds the package, imports nothing
     if spyne is None or not spyne.submodule_search_locations:
-        return None                                  # no spyne: the import error comes later
+        return None  # no spyne: the import error comes later
     path = os.path.join(list(spyne.submodule_search_locations)[0], "util", "six.py")
     spec = importlib.util.spec_from_file_location(SIX, path)
     six = importlib.util.module_from_spec(spec)
     sys.modules[SIX] = six
     try:
-        spec.loader.exec_module(six)                 # appends its importer to sys.meta_path
+        spec.loader.exec_module(six)  # appends its importer to sys.meta_path
     except BaseException:
         del sys.modules[SIX]
         raise

@@ -10,21 +10,22 @@ over the body read here, and a streamed Response (a large SOAP result) is produc
 in the pool for blocking work, chunk by chunk.  Once a large request is answered, the
 memory its parse took is given back to the system (``bindings.parsing``).
 """
+
 import io
 import logging
 from functools import partial
 
 from werkzeug.wrappers import Request, Response
 
-from . import browser_guard
-from ..support import metrics
-from ..operations.accounts import ANONYMOUS, NotAuthenticated, authenticate
-from ..support.blocking import blocking
 from ..bindings import parsing
 from ..bindings.json_binding import fault_response
-from ..support.logs import OncePerPeriod
-from ..protocol.faults import AccessDeniedFault, InvalidRequestFault
+from ..operations.accounts import ANONYMOUS, NotAuthenticated, authenticate
 from ..operations.failures import as_fault
+from ..protocol.faults import AccessDeniedFault, InvalidRequestFault
+from ..support import metrics
+from ..support.blocking import blocking
+from ..support.logs import OncePerPeriod
+from . import browser_guard
 
 log = logging.getLogger("xruntime.http")
 #: Refused credentials: one line a second at most (a client retrying a wrong token
@@ -34,8 +35,10 @@ _refusal_log = OncePerPeriod(log, 1.0)
 _browser_log = OncePerPeriod(log, 10.0)
 
 CHALLENGE = 'Basic realm="xruntime"'
-CREDENTIALS_HINT = ("Send your user name and token as HTTP Basic credentials, or the token as "
-                    "Authorization: Bearer; the administrator gives out tokens.")
+CREDENTIALS_HINT = (
+    "Send your user name and token as HTTP Basic credentials, or the token as "
+    "Authorization: Bearer; the administrator gives out tokens."
+)
 
 #: Chunks of a streamed answer are gathered up to this size per hop to the pool.
 STREAM_CHUNK = 256 * 1024
@@ -48,7 +51,7 @@ class Refused(Exception):
 
     def __init__(self, fault, status=None, headers=None):
         self.fault = fault
-        self.status = status          # instead of the binding's own for the fault
+        self.status = status  # instead of the binding's own for the fault
         self.headers = headers or {}
 
 
@@ -59,6 +62,7 @@ class Page:
     get the same 401 challenge as the bindings, so a browser asks for them.  ``admitted()``
     asks again, under the settings in force now: a page that streams for hours ends
     when its credentials are revoked."""
+
     admin_only = True
 
     async def serve(self, scope, receive, send, admitted) -> None:
@@ -71,9 +75,18 @@ PAGE_METHODS = ("GET", "HEAD")
 
 async def answer(scope, send, status: int, content_type: str, body: bytes, headers=()):
     """A whole answer (the headers alone for HEAD)."""
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
-        (b"cache-control", b"no-store"), *headers]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type.encode()),
+                (b"content-length", str(len(body)).encode()),
+                (b"cache-control", b"no-store"),
+                *headers,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
 
 
@@ -81,9 +94,14 @@ async def refuse_method(scope, send) -> bool:
     """Answer 405 to anything but GET and HEAD; True when it did."""
     if scope["method"] in PAGE_METHODS:
         return False
-    await answer(scope, send, 405, "text/plain; charset=utf-8",
-                 f"{scope['method']} is not served here; use GET\n".encode(),
-                 [(b"allow", ", ".join(PAGE_METHODS).encode())])
+    await answer(
+        scope,
+        send,
+        405,
+        "text/plain; charset=utf-8",
+        f"{scope['method']} is not served here; use GET\n".encode(),
+        [(b"allow", ", ".join(PAGE_METHODS).encode())],
+    )
     return True
 
 
@@ -93,11 +111,11 @@ class XRuntimeApp:
 
     def __init__(self, bindings: dict, settings, pages=None):
         self.bindings = bindings
-        self.settings = settings            # a callable answering the settings in force
+        self.settings = settings  # a callable answering the settings in force
         self.pages = pages or {}
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":         # lifespan is off; websockets are not served
+        if scope["type"] != "http":  # lifespan is off; websockets are not served
             return
         path = scope["path"]
         try:
@@ -105,10 +123,15 @@ class XRuntimeApp:
         except browser_guard.Refusal as refusal:
             await self._refuse_early(scope, refusal.fault, send)
             return
-        if other_origin is not None:      # a page the file allows: CORS headers
+        if other_origin is not None:  # a page the file allows: CORS headers
             if browser_guard.is_preflight(scope):
-                await send({"type": "http.response.start", "status": 204,
-                            "headers": browser_guard.cors_headers(other_origin, preflight=True)})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 204,
+                        "headers": browser_guard.cors_headers(other_origin, preflight=True),
+                    }
+                )
                 await send({"type": "http.response.body", "body": b""})
                 return
             send = _adding_headers(send, browser_guard.cors_headers(other_origin, preflight=False))
@@ -121,39 +144,62 @@ class XRuntimeApp:
         try:
             if binding is None:
                 await self._read_body(scope, receive)
-                response = fault_response(InvalidRequestFault(
-                    f"nothing is served at {path}",
-                    hint="Operations are at /services/rs/<Service>/<operation>."))
-            else:       # (no name keeps the request: a held watch holds none of it)
-                caller = self._caller(scope, binding, path[len(prefix):])
-                response = await binding.handle(Request(_environ(
-                    scope, prefix, path[len(prefix):], await self._read_body(scope, receive))), caller)
+                response = fault_response(
+                    InvalidRequestFault(
+                        f"nothing is served at {path}",
+                        hint="Operations are at /services/rs/<Service>/<operation>.",
+                    )
+                )
+            else:  # (no name keeps the request: a held watch holds none of it)
+                caller = self._caller(scope, binding, path[len(prefix) :])
+                response = await binding.handle(
+                    Request(
+                        _environ(
+                            scope,
+                            prefix,
+                            path[len(prefix) :],
+                            await self._read_body(scope, receive),
+                        )
+                    ),
+                    caller,
+                )
         except Refused as refused:
-            response = (binding.refusal(path[len(prefix):], refused.fault) if binding is not None
-                        else fault_response(refused.fault))
+            response = (
+                binding.refusal(path[len(prefix) :], refused.fault)
+                if binding is not None
+                else fault_response(refused.fault)
+            )
             if refused.status is not None:
                 response.status_code = refused.status
             response.headers.update(refused.headers)
-            response.headers["Connection"] = "close"      # the body is not read
-        except Exception as exc:                           # a bug: logged, never shown
+            response.headers["Connection"] = "close"  # the body is not read
+        except Exception as exc:  # a bug: logged, never shown
             response = fault_response(as_fault(exc, path))
         try:
             await _send(response, send)
         finally:
             metrics.request_answered(began)
         del response
-        if scope.get(BODY_BYTES, 0) > parsing.GIVE_BACK_BYTES:     # its parse is garbage now
+        if scope.get(BODY_BYTES, 0) > parsing.GIVE_BACK_BYTES:  # its parse is garbage now
             await blocking(parsing.give_back)
 
     async def _refuse_early(self, scope, fault, send):
         """A request whose Host or Origin may not be served: the fault in the form of
         the binding its path names, the body unread."""
         path = scope["path"]
-        _browser_log.warning("refused %s %s from %s: %s", scope["method"], path,
-                             (scope.get("client") or ("an unknown address",))[0], fault.faultstring)
+        _browser_log.warning(
+            "refused %s %s from %s: %s",
+            scope["method"],
+            path,
+            (scope.get("client") or ("an unknown address",))[0],
+            fault.faultstring,
+        )
         prefix, binding = self._route(path)
-        response = (binding.refusal(path[len(prefix):], fault) if binding is not None
-                    else fault_response(fault))
+        response = (
+            binding.refusal(path[len(prefix) :], fault)
+            if binding is not None
+            else fault_response(fault)
+        )
         response.headers["Connection"] = "close"
         await _send(response, send)
 
@@ -161,22 +207,32 @@ class XRuntimeApp:
         try:
             caller = self._authenticated(scope)
             if not self._may_see(page, caller):
-                raise Refused(AccessDeniedFault(f"only an admin may see {scope['path']}",
-                                                hint="Ask the administrator for an admin's token."))
+                raise Refused(
+                    AccessDeniedFault(
+                        f"only an admin may see {scope['path']}",
+                        hint="Ask the administrator for an admin's token.",
+                    )
+                )
         except Refused as refused:
             response = fault_response(refused.fault)
             response.status_code = refused.status or response.status_code
             response.headers.update(refused.headers)
-            response.headers["Connection"] = "close"      # the body (if any) is not read
+            response.headers["Connection"] = "close"  # the body (if any) is not read
             await _send(response, send)
             return
         try:
             await page.serve(scope, receive, send, partial(self._admits, scope, page))
-        except Exception:                                  # a bug: logged, never shown
+        except Exception:  # a bug: logged, never shown
             log.exception("%s failed", scope["path"])
             # (if the page had begun its answer, the server closes the connection)
-            await _send(Response("internal error; see the server log\n", status=500,
-                                 content_type="text/plain; charset=utf-8"), send)
+            await _send(
+                Response(
+                    "internal error; see the server log\n",
+                    status=500,
+                    content_type="text/plain; charset=utf-8",
+                ),
+                send,
+            )
 
     @staticmethod
     def _may_see(page, caller) -> bool:
@@ -185,8 +241,10 @@ class XRuntimeApp:
     def _admits(self, scope, page) -> bool:
         """Whether the request's credentials still let it see ``page`` (quietly: a
         stream asks this at each event)."""
-        try:                           # (with accounts off: ANONYMOUS, who sees every page)
-            return self._may_see(page, authenticate(_header(scope, b"authorization"), self.settings()))
+        try:  # (with accounts off: ANONYMOUS, who sees every page)
+            return self._may_see(
+                page, authenticate(_header(scope, b"authorization"), self.settings())
+            )
         except NotAuthenticated:
             return False
 
@@ -195,8 +253,11 @@ class XRuntimeApp:
         and a Basic challenge (clients that send credentials only when challenged, as
         suds does, then send them), before the body is read."""
         settings = self.settings()
-        if settings.auth.required and settings.auth.public_wsdl and binding.is_public(
-                scope["method"], path, scope.get("query_string", b"")):
+        if (
+            settings.auth.required
+            and settings.auth.public_wsdl
+            and binding.is_public(scope["method"], path, scope.get("query_string", b""))
+        ):
             return ANONYMOUS
         return self._authenticated(scope)
 
@@ -209,10 +270,18 @@ class XRuntimeApp:
         try:
             return authenticate(_header(scope, b"authorization"), settings)
         except NotAuthenticated as exc:
-            _refusal_log.warning("refused %s %s from %s: %s", scope["method"], scope["path"],
-                                 (scope.get("client") or ("an unknown address",))[0], exc)
-            raise Refused(AccessDeniedFault(str(exc), hint=CREDENTIALS_HINT), status=401,
-                          headers={"WWW-Authenticate": CHALLENGE})
+            _refusal_log.warning(
+                "refused %s %s from %s: %s",
+                scope["method"],
+                scope["path"],
+                (scope.get("client") or ("an unknown address",))[0],
+                exc,
+            )
+            raise Refused(
+                AccessDeniedFault(str(exc), hint=CREDENTIALS_HINT),
+                status=401,
+                headers={"WWW-Authenticate": CHALLENGE},
+            )
 
     def _route(self, path: str):
         for prefix, binding in self.bindings.items():
@@ -229,20 +298,26 @@ class XRuntimeApp:
             except ValueError:
                 raise Refused(InvalidRequestFault(f"the Content-Length {length!r} is not a number"))
             if declared > limit:
-                raise Refused(InvalidRequestFault(
-                    f"the request body has {declared} bytes, more than the {limit} this server accepts",
-                    hint="Send a smaller request."))
+                raise Refused(
+                    InvalidRequestFault(
+                        f"the request body has {declared} bytes, more than the {limit} this server accepts",
+                        hint="Send a smaller request.",
+                    )
+                )
         chunks, size = [], 0
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                break                                      # the client went away
+                break  # the client went away
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                raise Refused(InvalidRequestFault(
-                    f"the request body is larger than the {limit} bytes this server accepts",
-                    hint="Send a smaller request."))
+                raise Refused(
+                    InvalidRequestFault(
+                        f"the request body is larger than the {limit} bytes this server accepts",
+                        hint="Send a smaller request.",
+                    )
+                )
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -252,10 +327,12 @@ class XRuntimeApp:
 
 def _adding_headers(send, headers: list):
     """``send``, adding ``headers`` to the answer's start."""
+
     async def sending(message):
         if message["type"] == "http.response.start":
             message = {**message, "headers": [*message.get("headers", ()), *headers]}
         await send(message)
+
     return sending
 
 
@@ -303,9 +380,16 @@ async def _send(response: Response, send) -> None:
         await send(start)
         await send(body)
         return
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.to_wsgi_list()]
-    await send({"type": "http.response.start", "status": response.status_code,
-                "headers": [h for h in headers if h[0].lower() != b"content-length"]})
+    headers = [
+        (k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.to_wsgi_list()
+    ]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status_code,
+            "headers": [h for h in headers if h[0].lower() != b"content-length"],
+        }
+    )
     chunks = iter(response.response)
     while True:
         part = await blocking(_gather, chunks)
@@ -320,13 +404,16 @@ def _messages(response: Response):
     all sent the same Response."""
     messages = getattr(response, "_asgi_messages", None)
     if messages is None:
-        headers = [(k.encode("latin-1"), v.encode("latin-1"))
-                   for k, v in response.headers.to_wsgi_list()]
+        headers = [
+            (k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.to_wsgi_list()
+        ]
         body = response.get_data()
         if "Content-Length" not in response.headers:
             headers.append((b"content-length", str(len(body)).encode()))
-        messages = ({"type": "http.response.start", "status": response.status_code, "headers": headers},
-                    {"type": "http.response.body", "body": body})
+        messages = (
+            {"type": "http.response.start", "status": response.status_code, "headers": headers},
+            {"type": "http.response.body", "body": body},
+        )
         response._asgi_messages = messages
     return messages
 

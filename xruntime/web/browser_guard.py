@@ -21,10 +21,10 @@ The third part, that a state-changing call needs a JSON or SOAP content type (wh
 a page cannot send across origins without a preflight), is each binding's own check
 of its body (``json_binding.read_json_body``, ``soap``).
 """
+
 import ipaddress
 import socket
 from functools import lru_cache
-from typing import Optional
 from urllib.parse import urlsplit
 
 from ..protocol.faults import AccessDeniedFault, InvalidRequestFault, XServerFault
@@ -45,24 +45,30 @@ class Refusal(Exception):
         self.fault = fault
 
 
-def check(scope, settings) -> Optional[bytes]:
+def check(scope, settings) -> bytes | None:
     """Refusal when the request's ``Host`` or ``Origin`` may not be served; else the
     origin to answer with CORS headers (a permitted other origin), or None."""
     host = _header(scope, b"host")
     if host is not None and not host_allowed(host, settings):
-        raise Refusal(InvalidRequestFault(
-            f"this node does not serve the host name {_shown(host)!r}",
-            hint="Use the node's address or localhost, or ask the administrator to add "
-                 "the name to [server] allowed_hosts."))
+        raise Refusal(
+            InvalidRequestFault(
+                f"this node does not serve the host name {_shown(host)!r}",
+                hint="Use the node's address or localhost, or ask the administrator to add "
+                "the name to [server] allowed_hosts.",
+            )
+        )
     origin = _header(scope, b"origin")
     if origin is None or same_origin(origin, host, settings.public_url):
         return None
     if _listed(origin, settings.allowed_origins):
         return origin.encode("latin-1")
-    raise Refusal(AccessDeniedFault(
-        f"requests from pages of {_shown(origin)!r} are not served here",
-        hint="Call the node from its own pages or from a program, or ask the administrator "
-             "to add the origin to [server] allowed_origins."))
+    raise Refusal(
+        AccessDeniedFault(
+            f"requests from pages of {_shown(origin)!r} are not served here",
+            hint="Call the node from its own pages or from a program, or ask the administrator "
+            "to add the origin to [server] allowed_origins.",
+        )
+    )
 
 
 def host_allowed(host: str, settings) -> bool:
@@ -76,16 +82,18 @@ def host_allowed(host: str, settings) -> bool:
         return True
     if name in _own_names() or name == _host_name(urlsplit(settings.public_url).netloc or "-"):
         return True
-    return any(name == entry or (entry.startswith(".") and (name.endswith(entry) or name == entry[1:]))
-               for entry in allowed)
+    return any(
+        name == entry or (entry.startswith(".") and (name.endswith(entry) or name == entry[1:]))
+        for entry in allowed
+    )
 
 
-def same_origin(origin: str, host: Optional[str], public_url: str) -> bool:
+def same_origin(origin: str, host: str | None, public_url: str) -> bool:
     """Whether ``origin`` is the node's own: the host and port the request was sent to
     (the scheme is not compared, a TLS proxy may stand in front), or ``public_url``'s."""
     theirs = _origin_address(origin)
     if theirs is None:
-        return False                    # "null" (a sandboxed frame, a file) or garbage
+        return False  # "null" (a sandboxed frame, a file) or garbage
     if host is not None:
         name = _host_name(host)
         port = host.rpartition(":")[2] if not host.endswith("]") and ":" in host else None
@@ -98,17 +106,25 @@ def cors_headers(origin: bytes, preflight: bool) -> list:
     """The headers that let the page of a permitted ``origin`` read the answer (and,
     for a preflight, send its request).  No ``Allow-Credentials``: a page must send a
     token itself; the browser never adds a user's remembered credentials for it."""
-    headers = [(b"access-control-allow-origin", origin), (b"vary", b"Origin"),
-               (b"access-control-expose-headers", EXPOSE_HEADERS)]
+    headers = [
+        (b"access-control-allow-origin", origin),
+        (b"vary", b"Origin"),
+        (b"access-control-expose-headers", EXPOSE_HEADERS),
+    ]
     if preflight:
-        headers += [(b"access-control-allow-methods", b"GET, POST"),
-                    (b"access-control-allow-headers", ALLOW_HEADERS),
-                    (b"access-control-max-age", PREFLIGHT_MAX_AGE)]
+        headers += [
+            (b"access-control-allow-methods", b"GET, POST"),
+            (b"access-control-allow-headers", ALLOW_HEADERS),
+            (b"access-control-max-age", PREFLIGHT_MAX_AGE),
+        ]
     return headers
 
 
 def is_preflight(scope) -> bool:
-    return scope["method"] == "OPTIONS" and _header(scope, b"access-control-request-method") is not None
+    return (
+        scope["method"] == "OPTIONS"
+        and _header(scope, b"access-control-request-method") is not None
+    )
 
 
 def _listed(origin: str, allowed) -> bool:
@@ -129,7 +145,7 @@ def _origin_address(origin: str):
     return parts.scheme, parts.hostname.lower(), port or default, port in (None, default)
 
 
-def _host_name(host: str) -> Optional[str]:
+def _host_name(host: str) -> str | None:
     """The name of a ``Host`` header without its port, lower case; None if malformed."""
     host = host.strip().lower()
     if host.startswith("["):
@@ -154,10 +170,10 @@ def _is_ip(name: str) -> bool:
 @lru_cache(maxsize=1)
 def _own_names() -> frozenset:
     """This machine's names: no rebinding page can be served under them."""
-    return frozenset({socket.gethostname().lower()})     # (no DNS look-up: it may hang)
+    return frozenset({socket.gethostname().lower()})  # (no DNS look-up: it may hang)
 
 
-def _header(scope, name: bytes) -> Optional[str]:
+def _header(scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
             return value.decode("latin-1")

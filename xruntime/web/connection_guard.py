@@ -18,6 +18,7 @@ out of a node.  ``guarded_protocol`` is that protocol with the three bounds:
 
 Each refusal is logged at most once per period.
 """
+
 import logging
 import resource
 
@@ -43,8 +44,10 @@ class _Refused(Exception):
 
 def _answer(status: str, text: str) -> bytes:
     body = text.encode("utf-8")
-    return (f"HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode("ascii") + body
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode("ascii") + body
 
 
 def _file_room() -> int:
@@ -68,17 +71,29 @@ def guarded_protocol(settings):
             waiting = [p for p in self.connections if getattr(p, "_awaiting_headers", False)]
             super().connection_made(transport)
             if len(self.connections) > limit:
-                if waiting:           # the one that has waited longest for its headers
+                if waiting:  # the one that has waited longest for its headers
                     oldest = min(waiting, key=lambda p: p._waiting_since)
-                    _log("evicted").warning("%d connections: closed one that sent no complete request "
-                                            "for %.1f s (max_connections %d)", len(self.connections) - 1,
-                                            self.loop.time() - oldest._waiting_since, limit)
+                    _log("evicted").warning(
+                        "%d connections: closed one that sent no complete request "
+                        "for %.1f s (max_connections %d)",
+                        len(self.connections) - 1,
+                        self.loop.time() - oldest._waiting_since,
+                        limit,
+                    )
                     oldest._close(b"")
                 else:
-                    _log("full").warning("%d connections, every one serving a request: a new one was "
-                                         "answered 503 (max_connections %d)", len(self.connections) - 1, limit)
-                    self._close(_answer("503 Service Unavailable",
-                                        "this server process has as many connections as it takes; try again\n"))
+                    _log("full").warning(
+                        "%d connections, every one serving a request: a new one was "
+                        "answered 503 (max_connections %d)",
+                        len(self.connections) - 1,
+                        limit,
+                    )
+                    self._close(
+                        _answer(
+                            "503 Service Unavailable",
+                            "this server process has as many connections as it takes; try again\n",
+                        )
+                    )
                     return
             self._await_headers()
             self._start_header_timer()
@@ -91,7 +106,9 @@ def guarded_protocol(settings):
             self._cancel_header_timer()
 
         def _start_header_timer(self):
-            self._header_timer = self.loop.call_later(settings().header_timeout_ms / 1000, self._headers_too_slow)
+            self._header_timer = self.loop.call_later(
+                settings().header_timeout_ms / 1000, self._headers_too_slow
+            )
 
         def _cancel_header_timer(self):
             if self._header_timer is not None:
@@ -103,9 +120,14 @@ def guarded_protocol(settings):
             if not self._awaiting_headers or self.transport.is_closing():
                 return
             if self._header_bytes:
-                _log("slow headers").warning("closed a connection from %s: its headers took longer than %d ms",
-                                             (self.client or ("?",))[0], settings().header_timeout_ms)
-                self._close(_answer("408 Request Timeout", "the request's headers came too slowly\n"))
+                _log("slow headers").warning(
+                    "closed a connection from %s: its headers took longer than %d ms",
+                    (self.client or ("?",))[0],
+                    settings().header_timeout_ms,
+                )
+                self._close(
+                    _answer("408 Request Timeout", "the request's headers came too slowly\n")
+                )
             else:
                 self._close(b"")
 
@@ -122,34 +144,44 @@ def guarded_protocol(settings):
                     self._start_header_timer()
                 self._header_bytes += len(data)
                 limit = settings().max_header_bytes
-                if self._header_bytes > limit + 65536:     # past it by more than one read:
-                    self._too_large(limit)                 # not parsed at all
+                if self._header_bytes > limit + 65536:  # past it by more than one read:
+                    self._too_large(limit)  # not parsed at all
                     return
             super().data_received(data)
 
         def send_400_response(self, msg):
-            if not self.transport.is_closing():         # not after a refusal of ours
+            if not self.transport.is_closing():  # not after a refusal of ours
                 super().send_400_response(msg)
 
         def _too_large(self, limit):
             _log("header bytes").warning(
                 "closed a connection from %s: more than %d bytes of request line and headers "
-                "(max_header_bytes)", (self.client or ("?",))[0], limit)
-            self._close(_answer("431 Request Header Fields Too Large",
-                                f"the request line and headers hold more than {limit} bytes\n"))
+                "(max_header_bytes)",
+                (self.client or ("?",))[0],
+                limit,
+            )
+            self._close(
+                _answer(
+                    "431 Request Header Fields Too Large",
+                    f"the request line and headers hold more than {limit} bytes\n",
+                )
+            )
 
         def on_message_begin(self):
             super().on_message_begin()
-            if not self._awaiting_headers:          # a pipelined request
+            if not self._awaiting_headers:  # a pipelined request
                 self._awaiting_headers, self._header_bytes = True, 0
 
         def on_headers_complete(self):
             self._awaiting_headers = False
             self._cancel_header_timer()
             limit = settings().max_header_bytes
-            if len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) > limit:
+            if (
+                len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+                > limit
+            ):
                 self._too_large(limit)
-                raise _Refused        # the parser stops here: the request never starts
+                raise _Refused  # the parser stops here: the request never starts
             super().on_headers_complete()
 
         def on_response_complete(self):

@@ -5,11 +5,12 @@ each, sleeping (or, with ``busy``, burning CPU), and notices a stop at once, als
 the middle of a step.  ``transientFailures`` and ``retryLaterMs`` show retries
 (docs/protocol.md §11): its first runs fail with a TransientFault, or ask RetryLater.
 """
+
 import time
 
+from xruntime.author import RetryLater, Service
 from xruntime.protocol.faults import ProcessingFault, TransientFault
 from xruntime.protocol.types import BulkProgress
-from xruntime.author import RetryLater, Service
 
 from .types import SimulateRequest, SimulateResponse
 
@@ -33,21 +34,26 @@ def payload(size: int) -> str:
     return (PAYLOAD_PATTERN * repeats)[:size]
 
 
-@service.long_operation(request=SimulateRequest, response=SimulateResponse,
-                        faults=(ProcessingFault,))
+@service.long_operation(
+    request=SimulateRequest, response=SimulateResponse, faults=(ProcessingFault,)
+)
 def simulate(request: SimulateRequest, job) -> SimulateResponse:
     if request.retryLaterMs and job.retries == 0:
         raise RetryLater(request.retryLaterMs / 1000, "the request asked XDemo to run later")
     if job.retries < (request.transientFailures or 0):
-        raise TransientFault(f"transient failure {job.retries + 1} of {request.transientFailures}, "
-                             "as the request asked")
+        raise TransientFault(
+            f"transient failure {job.retries + 1} of {request.transientFailures}, "
+            "as the request asked"
+        )
     steps = request.steps or 1
     step_seconds = (request.durationMs or 0) / 1000 / steps
     done = 0
     for step in range(1, steps + 1):
         if request.failAtStep == step:
-            raise ProcessingFault(f"the simulation failed at step {step}, as the request asked",
-                                  hint="Send the request without failAtStep to let it succeed.")
+            raise ProcessingFault(
+                f"the simulation failed at step {step}, as the request asked",
+                hint="Send the request without failAtStep to let it succeed.",
+            )
         stopped = _burn(job, step_seconds) if request.busy else job.wait(step_seconds)
         if stopped:
             break

@@ -4,6 +4,7 @@
 worker for centuries or report progress without end; a larger value is an
 InvalidValueFault naming the field.
 """
+
 from spyne import Boolean, Long, Unicode
 
 from xruntime.protocol.types import RequestBase, ResponseBase
@@ -11,7 +12,7 @@ from xruntime.protocol.types import RequestBase, ResponseBase
 NAMESPACE = "http://xruntime.org/xserver/xdemo"
 
 MAX_STEPS = 1_000_000
-MAX_DURATION_MS = 7 * 24 * 3600 * 1000      # 7 days
+MAX_DURATION_MS = 7 * 24 * 3600 * 1000  # 7 days
 
 
 class SimulateRequest(RequestBase):
@@ -21,7 +22,7 @@ class SimulateRequest(RequestBase):
     failAtStep = Long(ge=1)
     resultSize = Long(ge=0, le=100 * 1024 * 1024)
     busy = Boolean
-    transientFailures = Long(ge=0, le=1000)        # the first N runs fail with a TransientFault
+    transientFailures = Long(ge=0, le=1000)  # the first N runs fail with a TransientFault
     retryLaterMs = Long(ge=0, le=MAX_DURATION_MS)  # the first run asks RetryLater with this delay
 
 

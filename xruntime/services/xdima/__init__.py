@@ -7,22 +7,34 @@ far (the framework adds the IntermediateResponseLimitation).  The largest matrix
 accepted is ``max_cells()`` cells: ``DEFAULT_MAX_CELLS`` unless the environment variable
 ``XDIMA_MAX_CELLS`` says otherwise (read when a request is checked, in the server).
 """
+
 import os
 import time
 
-
-from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
 from xruntime.author import Child, Service
+from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
 
-from .types import NAMESPACE, CreateDistanceMatrixRequest, DistanceMatrixCalculationFault, DistanceMatrixProfile, DistanceMatrixProgress, DistanceMatrixResponse, DistanceMatrixRow, DistanceMatrixStatus, DistanceMatrixSummary, Location
+from .types import (
+    NAMESPACE,
+    CreateDistanceMatrixRequest,
+    DistanceMatrixCalculationFault,
+    DistanceMatrixProfile,
+    DistanceMatrixProgress,
+    DistanceMatrixResponse,
+    DistanceMatrixRow,
+    DistanceMatrixStatus,
+    DistanceMatrixSummary,
+    Location,
+)
 
-DEFAULT_MAX_CELLS = 4_000_000            # a 2 000 × 2 000 matrix
+DEFAULT_MAX_CELLS = 4_000_000  # a 2 000 × 2 000 matrix
 MAX_CELLS_VARIABLE = "XDIMA_MAX_CELLS"
 DEFAULT_SPEED_KMH = 50.0
 DEFAULT_DETOUR_FACTOR = 1.3
 
-service = Service("XDima", "Distance matrices: great-circle distances and travel times.",
-                  namespace=NAMESPACE)
+service = Service(
+    "XDima", "Distance matrices: great-circle distances and travel times.", namespace=NAMESPACE
+)
 service.declare(DistanceMatrixProgress)
 
 
@@ -46,25 +58,33 @@ def _points(locations):
 def check(request):
     """Refuse at once: no start location, or a matrix larger than ``max_cells()``."""
     if not request.startLocations:
-        raise MissingParameterFault("at least one start location is needed",
-                                    parameter="startLocations")
+        raise MissingParameterFault(
+            "at least one start location is needed", parameter="startLocations"
+        )
     rows = len(request.startLocations)
     columns = len(request.destinationLocations or request.startLocations)
     limit = max_cells()
     if rows * columns > limit:
         raise InvalidValueFault(
             f"the matrix would have {rows} × {columns} = {rows * columns} cells, more than the "
-            f"{limit} allowed", parameter="destinationLocations" if request.destinationLocations
-            else "startLocations", value=str(rows * columns),
-            hint="Split the locations into several smaller matrices.")
+            f"{limit} allowed",
+            parameter="destinationLocations" if request.destinationLocations else "startLocations",
+            value=str(rows * columns),
+            hint="Split the locations into several smaller matrices.",
+        )
 
 
-@service.long_operation(request=CreateDistanceMatrixRequest, response=DistanceMatrixResponse,
-                        faults=(DistanceMatrixCalculationFault,), validate=check)
+@service.long_operation(
+    request=CreateDistanceMatrixRequest,
+    response=DistanceMatrixResponse,
+    faults=(DistanceMatrixCalculationFault,),
+    validate=check,
+)
 def createDistanceMatrix(request, job):
     if min(request.parallelism or 1, len(request.startLocations)) > 1:
         return _in_parallel(request, job)
-    from . import compute                # NumPy is loaded only where jobs run
+    from . import compute  # NumPy is loaded only where jobs run
+
     began = time.monotonic()
     job.report_progress(DistanceMatrixProgress(status="PREPROCESSING", calculationProgress=0))
     profile = request.profile or DistanceMatrixProfile()
@@ -87,29 +107,39 @@ def createDistanceMatrix(request, job):
             break
         high = min(low + step, n)
         try:
-            metres, seconds = compute.block((starts[0][low:high], starts[1][low:high]),
-                                            destinations, detour, speed)
+            metres, seconds = compute.block(
+                (starts[0][low:high], starts[1][low:high]), destinations, detour, speed
+            )
         except (MemoryError, FloatingPointError) as exc:
             raise _calculation_fault(n, m, exc)
         lowest = _fold(min, lowest, int(metres.min()))
         highest = _fold(max, highest, int(metres.max()))
         longest = _fold(max, longest, int(seconds.max()))
-        rows.extend(DistanceMatrixRow(distances=d, travelTimes=t)
-                    for d, t in zip(metres.tolist(), seconds.tolist()))
+        rows.extend(
+            DistanceMatrixRow(distances=d, travelTimes=t)
+            for d, t in zip(metres.tolist(), seconds.tolist())
+        )
         done = high
-        job.report_progress(DistanceMatrixProgress(status="CALCULATING_MATRIX",
-                                                   calculationProgress=done * 100 // n))
+        job.report_progress(
+            DistanceMatrixProgress(status="CALCULATING_MATRIX", calculationProgress=done * 100 // n)
+        )
         if pause and done < n and job.wait(pause):
-            break                                          # stopped during the pause
-    if done == 0:                                          # stopped before the first block
+            break  # stopped during the pause
+    if done == 0:  # stopped before the first block
         raise job.stop_fault()
     if done == n:
         job.report_progress(DistanceMatrixProgress(status="DONE", calculationProgress=100))
     summary = DistanceMatrixSummary(
-        numberOfStartLocations=n, numberOfDestinationLocations=m, numberOfRowsComputed=done,
-        averageSpeedKmh=speed, detourFactor=detour, minimumDistance=lowest,
-        maximumDistance=highest, maximumTravelTime=longest,
-        computationTimeMs=int((time.monotonic() - began) * 1000))
+        numberOfStartLocations=n,
+        numberOfDestinationLocations=m,
+        numberOfRowsComputed=done,
+        averageSpeedKmh=speed,
+        detourFactor=detour,
+        minimumDistance=lowest,
+        maximumDistance=highest,
+        maximumTravelTime=longest,
+        computationTimeMs=int((time.monotonic() - began) * 1000),
+    )
     return DistanceMatrixResponse(rows=rows, summary=summary)
 
 
@@ -122,31 +152,44 @@ def _in_parallel(request, job):
     n = len(request.startLocations)
     size = -(-n // min(request.parallelism, n))
     destinations = request.destinationLocations or request.startLocations
-    outcomes = job.run_children([
-        Child("XDima", "createDistanceMatrix", CreateDistanceMatrixRequest(
-            startLocations=request.startLocations[low:low + size], destinationLocations=destinations,
-            profile=request.profile, blockPauseMs=request.blockPauseMs))
-        for low in range(0, n, size)])
+    outcomes = job.run_children(
+        [
+            Child(
+                "XDima",
+                "createDistanceMatrix",
+                CreateDistanceMatrixRequest(
+                    startLocations=request.startLocations[low : low + size],
+                    destinationLocations=destinations,
+                    profile=request.profile,
+                    blockPauseMs=request.blockPauseMs,
+                ),
+            )
+            for low in range(0, n, size)
+        ]
+    )
     parts, summaries = [], []
-    for outcome in outcomes:              # all succeeded, unless the job was stopped
+    for outcome in outcomes:  # all succeeded, unless the job was stopped
         if not outcome.succeeded:
             break
         summary = outcome.result_without("rows").summary
         parts.append(outcome)
         summaries.append(summary)
         if summary.numberOfRowsComputed < summary.numberOfStartLocations:
-            break                         # rows must follow on: nothing after a partial block
-    if not parts:                         # stopped before any block was done
+            break  # rows must follow on: nothing after a partial block
+    if not parts:  # stopped before any block was done
         raise job.stop_fault()
     first = summaries[0]
     summary = DistanceMatrixSummary(
-        numberOfStartLocations=n, numberOfDestinationLocations=len(destinations),
+        numberOfStartLocations=n,
+        numberOfDestinationLocations=len(destinations),
         numberOfRowsComputed=sum(s.numberOfRowsComputed for s in summaries),
-        averageSpeedKmh=first.averageSpeedKmh, detourFactor=first.detourFactor,
+        averageSpeedKmh=first.averageSpeedKmh,
+        detourFactor=first.detourFactor,
         minimumDistance=min(s.minimumDistance for s in summaries),
         maximumDistance=max(s.maximumDistance for s in summaries),
         maximumTravelTime=max(s.maximumTravelTime for s in summaries),
-        computationTimeMs=sum(s.computationTimeMs for s in summaries))
+        computationTimeMs=sum(s.computationTimeMs for s in summaries),
+    )
     return job.join(DistanceMatrixResponse(summary=summary), "rows", parts)
 
 
@@ -159,10 +202,23 @@ def _calculation_fault(n, m, exc=None):
     return DistanceMatrixCalculationFault(
         f"the {n} × {m} distance matrix could not be computed: {why}",
         hint="Try a smaller matrix, or later when the server is less busy.",
-        numberOfStartLocations=n, numberOfDestinationLocations=m)
+        numberOfStartLocations=n,
+        numberOfDestinationLocations=m,
+    )
 
 
-__all__ = ["service", "max_cells", "check", "createDistanceMatrix", "Location",
-           "CreateDistanceMatrixRequest", "DistanceMatrixProfile", "DistanceMatrixProgress",
-           "DistanceMatrixResponse", "DistanceMatrixRow", "DistanceMatrixStatus",
-           "DistanceMatrixSummary", "DistanceMatrixCalculationFault"]
+__all__ = [
+    "service",
+    "max_cells",
+    "check",
+    "createDistanceMatrix",
+    "Location",
+    "CreateDistanceMatrixRequest",
+    "DistanceMatrixProfile",
+    "DistanceMatrixProgress",
+    "DistanceMatrixResponse",
+    "DistanceMatrixRow",
+    "DistanceMatrixStatus",
+    "DistanceMatrixSummary",
+    "DistanceMatrixCalculationFault",
+]

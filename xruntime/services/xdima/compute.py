@@ -4,11 +4,12 @@ Distances are great-circle distances (``services.geo``: haversine, on a sphere)
 times the profile's detour factor; travel times are those distances at the profile's
 average speed.  Both are rounded to whole metres and seconds (half away from zero).
 """
+
 import numpy as np
 
 from ..geo import great_circle
 
-BLOCK_CELLS = 250_000            # cells per block: about 2 MB per float64 temporary
+BLOCK_CELLS = 250_000  # cells per block: about 2 MB per float64 temporary
 MIN_BLOCK_ROWS, MAX_BLOCK_ROWS = 1, 250
 
 

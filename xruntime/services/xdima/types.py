@@ -1,15 +1,23 @@
 """XDima's request, response, progress and fault types."""
+
 from spyne import Double, Enum, Long
 
 from xruntime.protocol.faults import ProcessingFault
-from xruntime.protocol.types import (JobProgress, RequestBase, ResponseBase, XModel, repeated,
-                                     required)
+from xruntime.protocol.types import (
+    JobProgress,
+    RequestBase,
+    ResponseBase,
+    XModel,
+    repeated,
+    required,
+)
 
 NAMESPACE = "http://xruntime.org/xserver/xdima"
 
 
 class Location(XModel):
     """A point in WGS 84 degrees."""
+
     __namespace__ = NAMESPACE
     longitude = required(Double, ge=-180, le=180)
     latitude = required(Double, ge=-90, le=90)
@@ -17,35 +25,37 @@ class Location(XModel):
 
 class DistanceMatrixProfile(XModel):
     """How distances become road-like distances and travel times."""
+
     __namespace__ = NAMESPACE
-    averageSpeedKmh = Double(gt=0, le=1000)    # default 50 km/h
-    detourFactor = Double(ge=1, le=10)         # default 1.3: road distance / great circle
+    averageSpeedKmh = Double(gt=0, le=1000)  # default 50 km/h
+    detourFactor = Double(ge=1, le=10)  # default 1.3: road distance / great circle
 
 
 class CreateDistanceMatrixRequest(RequestBase):
     __namespace__ = NAMESPACE
-    startLocations = repeated(Location)        # required, at least one
+    startLocations = repeated(Location)  # required, at least one
     destinationLocations = repeated(Location)  # default: the start locations
     profile = DistanceMatrixProfile
-    blockPauseMs = Double(ge=0, le=60_000)     # testing aid: sleep after each row block
-    parallelism = Long(ge=1, le=64)            # row blocks computed as child jobs (default 1)
+    blockPauseMs = Double(ge=0, le=60_000)  # testing aid: sleep after each row block
+    parallelism = Long(ge=1, le=64)  # row blocks computed as child jobs (default 1)
 
 
 class DistanceMatrixRow(XModel):
     """From one start location to every destination, in the destinations' order."""
+
     __namespace__ = NAMESPACE
-    distances = repeated(Long)                 # metres
-    travelTimes = repeated(Long)               # seconds
+    distances = repeated(Long)  # metres
+    travelTimes = repeated(Long)  # seconds
 
 
 class DistanceMatrixSummary(XModel):
     __namespace__ = NAMESPACE
     numberOfStartLocations = Long
     numberOfDestinationLocations = Long
-    numberOfRowsComputed = Long                # < numberOfStartLocations when stopped early
-    averageSpeedKmh = Double                   # the profile in force (defaults filled in)
+    numberOfRowsComputed = Long  # < numberOfStartLocations when stopped early
+    averageSpeedKmh = Double  # the profile in force (defaults filled in)
     detourFactor = Double
-    minimumDistance = Long                     # over the rows computed
+    minimumDistance = Long  # over the rows computed
     maximumDistance = Long
     maximumTravelTime = Long
     computationTimeMs = Long
@@ -53,23 +63,25 @@ class DistanceMatrixSummary(XModel):
 
 class DistanceMatrixResponse(ResponseBase):
     __namespace__ = NAMESPACE
-    rows = repeated(DistanceMatrixRow)         # one per start location computed, in order
+    rows = repeated(DistanceMatrixRow)  # one per start location computed, in order
     summary = DistanceMatrixSummary
 
 
-DistanceMatrixStatus = Enum("PREPROCESSING", "CALCULATING_MATRIX", "DONE",
-                            type_name="DistanceMatrixStatus")
+DistanceMatrixStatus = Enum(
+    "PREPROCESSING", "CALCULATING_MATRIX", "DONE", type_name="DistanceMatrixStatus"
+)
 DistanceMatrixStatus.__namespace__ = NAMESPACE
 
 
 class DistanceMatrixProgress(JobProgress):
     __namespace__ = NAMESPACE
     status = DistanceMatrixStatus
-    calculationProgress = Long                 # percent of the rows computed (0-100)
+    calculationProgress = Long  # percent of the rows computed (0-100)
 
 
 class DistanceMatrixCalculationFault(ProcessingFault):
     """The matrix could not be computed for a valid request (e.g. out of memory)."""
+
     __namespace__ = NAMESPACE
     numberOfStartLocations = Long
     numberOfDestinationLocations = Long

@@ -4,6 +4,7 @@ windows and shifts), solved by PyVRP, as a long operation.
 ``planTours(PlanToursRequest): ToursResponse``, hence ``startPlanTours``,
 ``fetchToursResponse`` and the synchronous ``planTours``.  See docs/xtour.md.
 """
+
 from xruntime.author import Service
 
 from .model import check
@@ -13,8 +14,13 @@ service = Service("XTour", "Plans delivery tours for a fleet of vehicles (PyVRP)
 service.declare(TourPlanProgress)
 
 
-@service.long_operation(request=PlanToursRequest, response=ToursResponse,
-                        faults=(NoFeasibleSolutionFault,), validate=check)
+@service.long_operation(
+    request=PlanToursRequest,
+    response=ToursResponse,
+    faults=(NoFeasibleSolutionFault,),
+    validate=check,
+)
 def planTours(request, job):
-    from .solver import plan          # numpy and PyVRP are loaded only where jobs run
+    from .solver import plan  # numpy and PyVRP are loaded only where jobs run
+
     return plan(request, job)

@@ -1,5 +1,6 @@
 """Checks of a PlanToursRequest beyond what the field types say (pure Python, quick:
 it runs on the server's request threads when a job is started)."""
+
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
 
 #: The most orders one request may hold.
@@ -15,8 +16,11 @@ def _invalid(parameter, value, message):
 
 def _check_window(window, path):
     if window is not None and window.start > window.end:
-        raise _invalid(f"{path}.end", window.end,
-                       f"{path} ends ({window.end}) before it starts ({window.start})")
+        raise _invalid(
+            f"{path}.end",
+            window.end,
+            f"{path} ends ({window.end}) before it starts ({window.start})",
+        )
 
 
 def check(request):
@@ -26,8 +30,11 @@ def check(request):
     if not orders:
         raise MissingParameterFault("there are no orders to plan", parameter="orders")
     if len(orders) > MAX_ORDERS:
-        raise _invalid("orders", len(orders), f"at most {MAX_ORDERS} orders are allowed "
-                                              f"in one request, not {len(orders)}")
+        raise _invalid(
+            "orders",
+            len(orders),
+            f"at most {MAX_ORDERS} orders are allowed in one request, not {len(orders)}",
+        )
     dimensions = len(request.fleet.capacities or [])
     _check_window(request.fleet.shift, "fleet.shift")
     seen = {}
@@ -36,35 +43,49 @@ def check(request):
         if not order.id.strip():
             raise _invalid(f"{path}.id", order.id, f"{path}.id is empty")
         if order.id in seen:
-            raise _invalid(f"{path}.id", order.id,
-                           f"the order id {order.id!r} is used twice (orders[{seen[order.id]}] too)")
+            raise _invalid(
+                f"{path}.id",
+                order.id,
+                f"the order id {order.id!r} is used twice (orders[{seen[order.id]}] too)",
+            )
         seen[order.id] = i
         demand = order.demand or []
         if demand and len(demand) != dimensions:
-            raise _invalid(f"{path}.demand", demand,
-                           f"{path}.demand has {len(demand)} amounts but fleet.capacities has "
-                           f"{dimensions}: give one amount per capacity")
+            raise _invalid(
+                f"{path}.demand",
+                demand,
+                f"{path}.demand has {len(demand)} amounts but fleet.capacities has "
+                f"{dimensions}: give one amount per capacity",
+            )
         _check_window(order.timeWindow, f"{path}.timeWindow")
 
     if request.matrix is not None and request.profile is not None:
         raise _invalid("profile", "profile", "give either matrix or profile, not both")
     if request.matrix is None and request.profile is None:
-        raise MissingParameterFault("give the travel distances and durations as a matrix "
-                                    "or a profile to compute them from", parameter="profile")
+        raise MissingParameterFault(
+            "give the travel distances and durations as a matrix or a profile to compute them from",
+            parameter="profile",
+        )
     if request.matrix is not None:
         size = len(orders) + 1
         rows = request.matrix.rows or []
         if len(rows) != size:
-            raise _invalid("matrix.rows", len(rows),
-                           f"matrix.rows has {len(rows)} rows; {size} are needed "
-                           f"(the depot, then each order in the order given)")
+            raise _invalid(
+                "matrix.rows",
+                len(rows),
+                f"matrix.rows has {len(rows)} rows; {size} are needed "
+                f"(the depot, then each order in the order given)",
+            )
         for i, row in enumerate(rows):
             for name in ("distances", "durations"):
                 values = getattr(row, name) or []
                 if len(values) != size:
-                    raise _invalid(f"matrix.rows[{i}].{name}", len(values),
-                                   f"matrix.rows[{i}].{name} has {len(values)} values; "
-                                   f"{size} are needed (one per location)")
+                    raise _invalid(
+                        f"matrix.rows[{i}].{name}",
+                        len(values),
+                        f"matrix.rows[{i}].{name} has {len(values)} values; "
+                        f"{size} are needed (one per location)",
+                    )
 
 
 def options(request):

@@ -5,11 +5,21 @@ Imported only where a job runs (a worker process), so that the HTTP server does 
 load numpy and PyVRP.  PyVRP works on integers: distances are whole metres,
 durations and times whole seconds.
 """
+
 import time
 
 import numpy as np
-from pyvrp import (Client, Depot, IteratedLocalSearchParams, Location, ProblemData, Route,
-                   SolveParams, VehicleType, solve)
+from pyvrp import (
+    Client,
+    Depot,
+    IteratedLocalSearchParams,
+    Location,
+    ProblemData,
+    Route,
+    SolveParams,
+    VehicleType,
+    solve,
+)
 from pyvrp.IteratedLocalSearch import IteratedLocalSearchCallbacks
 
 from ..geo import great_circle
@@ -66,16 +76,27 @@ def problem_data(request, distances, durations) -> ProblemData:
     for k, order in enumerate(request.orders, start=1):
         locations.append(Location(x=order.location.lon, y=order.location.lat))
         window = order.timeWindow
-        clients.append(Client(
-            location=k, delivery=list(order.demand or [0] * dimensions),
-            service_duration=order.serviceTime or 0,
-            tw_early=window.start if window else 0, tw_late=window.end if window else NO_BOUND,
-            prize=prize, required=False))
+        clients.append(
+            Client(
+                location=k,
+                delivery=list(order.demand or [0] * dimensions),
+                service_duration=order.serviceTime or 0,
+                tw_early=window.start if window else 0,
+                tw_late=window.end if window else NO_BOUND,
+                prize=prize,
+                required=False,
+            )
+        )
     shift = fleet.shift
-    vehicles = VehicleType(num_available=fleet.count, capacity=list(fleet.capacities or []),
-                           tw_early=shift.start if shift else 0,
-                           tw_late=shift.end if shift else NO_BOUND)
-    return ProblemData(locations, clients, [Depot(location=0)], [vehicles], [distances], [durations])
+    vehicles = VehicleType(
+        num_available=fleet.count,
+        capacity=list(fleet.capacities or []),
+        tw_early=shift.start if shift else 0,
+        tw_late=shift.end if shift else NO_BOUND,
+    )
+    return ProblemData(
+        locations, clients, [Depot(location=0)], [vehicles], [distances], [durations]
+    )
 
 
 class Search(IteratedLocalSearchCallbacks):
@@ -88,7 +109,7 @@ class Search(IteratedLocalSearchCallbacks):
         self.deadline = began + bounds["max_time_s"]
         self.max_iterations = bounds["max_iterations"]
         self.max_no_improvement = bounds["max_no_improvement"]
-        self.iterations = -1                 # the first call comes before iteration 1
+        self.iterations = -1  # the first call comes before iteration 1
         self.best = None
         self.best_cost = None
         self.improved_at = 0
@@ -110,9 +131,12 @@ class Search(IteratedLocalSearchCallbacks):
         now = time.monotonic()
         if self.reported_at is None or now - self.reported_at >= PROGRESS_PERIOD_S:
             self.report(now)
-        return (self.job.stop_requested or now >= self.deadline
-                or (self.max_iterations is not None and self.iterations >= self.max_iterations)
-                or self.iterations - self.improved_at >= self.max_no_improvement)
+        return (
+            self.job.stop_requested
+            or now >= self.deadline
+            or (self.max_iterations is not None and self.iterations >= self.max_iterations)
+            or self.iterations - self.improved_at >= self.max_no_improvement
+        )
 
     def report(self, now=None):
         if self.iterations == self.reported_iterations:
@@ -134,8 +158,9 @@ def plan(request, job) -> ToursResponse:
     data = problem_data(request, distances, durations)
     search = Search(job, bounds, began)
     params = SolveParams(ils=IteratedLocalSearchParams(callbacks=search))
-    result = solve(data, stop=search, seed=bounds["seed"], collect_stats=False, display=False,
-                   params=params)
+    result = solve(
+        data, stop=search, seed=bounds["seed"], collect_stats=False, display=False, params=params
+    )
     search.report()
     response = to_response(request, data, result.best, distances)
     response.iterations = result.num_iterations
@@ -145,8 +170,9 @@ def plan(request, job) -> ToursResponse:
         raise NoFeasibleSolutionFault(
             f"no tour can serve any of the {n} orders with this fleet",
             hint="Check the capacities against the demands, the time windows and service "
-                 "times against the fleet's shift and the travel times from the depot.",
-            orders=n)
+            "times against the fleet's shift and the travel times from the depot.",
+            orders=n,
+        )
     return response
 
 
@@ -181,19 +207,31 @@ def to_response(request, data, solution, distances) -> ToursResponse:
                 continue
             location = visit.idx + 1
             planned.add(visit.idx)
-            stops.append(TourStop(orderId=orders[visit.idx].id,
-                                  arrivalTime=int(visit.start_time - visit.wait_duration),
-                                  serviceStart=int(visit.start_time),
-                                  departureTime=int(visit.end_time),
-                                  distanceFromPrevious=int(distances[previous, location])))
+            stops.append(
+                TourStop(
+                    orderId=orders[visit.idx].id,
+                    arrivalTime=int(visit.start_time - visit.wait_duration),
+                    serviceStart=int(visit.start_time),
+                    departureTime=int(visit.end_time),
+                    distanceFromPrevious=int(distances[previous, location]),
+                )
+            )
             previous = location
-        tours.append(Tour(vehicle=len(tours), stops=stops,
-                          load=[int(x) for x in route.delivery()],
-                          distance=int(route.distance()), duration=int(route.duration()),
-                          startTime=int(route.start_time()), endTime=int(route.end_time())))
+        tours.append(
+            Tour(
+                vehicle=len(tours),
+                stops=stops,
+                load=[int(x) for x in route.delivery()],
+                distance=int(route.distance()),
+                duration=int(route.duration()),
+                startTime=int(route.start_time()),
+                endTime=int(route.end_time()),
+            )
+        )
     return ToursResponse(
         tours=tours,
         unplannedOrderIds=[o.id for i, o in enumerate(orders) if i not in planned],
         totalDistance=sum(t.distance for t in tours),
         totalDuration=sum(t.duration for t in tours),
-        plannedOrders=len(planned))
+        plannedOrders=len(planned),
+    )

@@ -4,12 +4,21 @@ Units everywhere: distances in metres, durations in seconds, points in time in s
 from the start of the planning horizon (0 = the horizon's start, e.g. midnight of the
 planning day). Coordinates are WGS84 longitude/latitude in degrees.
 """
+
 from spyne import Double, Long, Unicode
 
 from xruntime.protocol.faults import ProcessingFault
-from xruntime.protocol.types import JobProgress, RequestBase, ResponseBase, XModel, repeated, required
+from xruntime.protocol.types import (
+    JobProgress,
+    RequestBase,
+    ResponseBase,
+    XModel,
+    repeated,
+    required,
+)
 
 NAMESPACE = "http://xruntime.org/xserver/xtour"
+
 
 def _required(complex_type):
     """A required field of a complex type (``required()`` is for simple types: calling
@@ -18,9 +27,9 @@ def _required(complex_type):
 
 
 #: The largest time, duration or quantity accepted (about 31 years in seconds).
-MAX_VALUE = 10 ** 9
+MAX_VALUE = 10**9
 #: The largest matrix distance (m) or duration (s) accepted.
-MAX_MATRIX_VALUE = 10 ** 9
+MAX_MATRIX_VALUE = 10**9
 
 
 class Coordinate(XModel):
@@ -31,6 +40,7 @@ class Coordinate(XModel):
 
 class TimeWindow(XModel):
     """[start, end] in seconds from the start of the planning horizon."""
+
     __namespace__ = NAMESPACE
     start = required(Long, ge=0, le=MAX_VALUE)
     end = required(Long, ge=0, le=MAX_VALUE)
@@ -46,45 +56,48 @@ class Order(XModel):
     __namespace__ = NAMESPACE
     id = required(Unicode, max_len=200)
     location = _required(Coordinate)
-    demand = repeated(Long(ge=0, le=MAX_VALUE))          # one amount per capacity dimension
-    timeWindow = TimeWindow                              # service must start inside it
-    serviceTime = Long(ge=0, le=MAX_VALUE)               # seconds spent at the order
+    demand = repeated(Long(ge=0, le=MAX_VALUE))  # one amount per capacity dimension
+    timeWindow = TimeWindow  # service must start inside it
+    serviceTime = Long(ge=0, le=MAX_VALUE)  # seconds spent at the order
 
 
 class Fleet(XModel):
     __namespace__ = NAMESPACE
-    count = required(Long, ge=1, le=1000)                # identical vehicles available
-    capacities = repeated(Long(ge=0, le=MAX_VALUE))      # one per quantity dimension
-    shift = TimeWindow                                   # leave the depot / be back by
+    count = required(Long, ge=1, le=1000)  # identical vehicles available
+    capacities = repeated(Long(ge=0, le=MAX_VALUE))  # one per quantity dimension
+    shift = TimeWindow  # leave the depot / be back by
 
 
 class MatrixRow(XModel):
     __namespace__ = NAMESPACE
-    distances = repeated(Long(ge=0, le=MAX_MATRIX_VALUE))    # metres to every location
-    durations = repeated(Long(ge=0, le=MAX_MATRIX_VALUE))    # seconds to every location
+    distances = repeated(Long(ge=0, le=MAX_MATRIX_VALUE))  # metres to every location
+    durations = repeated(Long(ge=0, le=MAX_MATRIX_VALUE))  # seconds to every location
 
 
 class TravelMatrix(XModel):
     """Row i, column j: from location i to location j; location 0 is the depot,
     location k (k >= 1) is orders[k - 1]."""
+
     __namespace__ = NAMESPACE
     rows = repeated(MatrixRow)
 
 
 class TravelProfile(XModel):
     """Distances and durations computed from great-circle distances."""
+
     __namespace__ = NAMESPACE
     averageSpeedKmh = required(Double, gt=0, le=1000)
-    detourFactor = Double(ge=1, le=10)                   # default 1
+    detourFactor = Double(ge=1, le=10)  # default 1
 
 
 class PlanningOptions(XModel):
     """Bounds of the search; it ends at the first one reached."""
+
     __namespace__ = NAMESPACE
-    maxComputationTimeMs = Long(ge=1, le=24 * 3600 * 1000)       # default 10000
-    maxIterations = Long(ge=0, le=10 ** 9)                        # default none
-    maxIterationsWithoutImprovement = Long(ge=1, le=10 ** 9)      # default 2000
-    seed = Long(ge=0, le=2 ** 31 - 1)                             # default 0
+    maxComputationTimeMs = Long(ge=1, le=24 * 3600 * 1000)  # default 10000
+    maxIterations = Long(ge=0, le=10**9)  # default none
+    maxIterationsWithoutImprovement = Long(ge=1, le=10**9)  # default 2000
+    seed = Long(ge=0, le=2**31 - 1)  # default 0
 
 
 class PlanToursRequest(RequestBase):
@@ -92,29 +105,29 @@ class PlanToursRequest(RequestBase):
     depot = _required(Depot)
     orders = repeated(Order)
     fleet = _required(Fleet)
-    matrix = TravelMatrix                                # either a matrix ...
-    profile = TravelProfile                              # ... or a profile
+    matrix = TravelMatrix  # either a matrix ...
+    profile = TravelProfile  # ... or a profile
     options = PlanningOptions
 
 
 class TourStop(XModel):
     __namespace__ = NAMESPACE
     orderId = Unicode
-    arrivalTime = Long          # arrival at the order
-    serviceStart = Long         # arrival plus waiting for the time window to open
-    departureTime = Long        # service start plus service time
+    arrivalTime = Long  # arrival at the order
+    serviceStart = Long  # arrival plus waiting for the time window to open
+    departureTime = Long  # service start plus service time
     distanceFromPrevious = Long
 
 
 class Tour(XModel):
     __namespace__ = NAMESPACE
-    vehicle = Long              # 0 .. fleet.count - 1
+    vehicle = Long  # 0 .. fleet.count - 1
     stops = repeated(TourStop)
-    load = repeated(Long)       # total demand delivered, per dimension
-    distance = Long             # metres, depot to depot
-    duration = Long             # seconds, departure from the depot to the return
-    startTime = Long            # departure from the depot
-    endTime = Long              # return to the depot
+    load = repeated(Long)  # total demand delivered, per dimension
+    distance = Long  # metres, depot to depot
+    duration = Long  # seconds, departure from the depot to the return
+    startTime = Long  # departure from the depot
+    endTime = Long  # return to the depot
 
 
 class ToursResponse(ResponseBase):
@@ -130,13 +143,14 @@ class ToursResponse(ResponseBase):
 
 class TourPlanProgress(JobProgress):
     __namespace__ = NAMESPACE
-    iterations = Long           # search iterations done
-    bestCost = Long             # objective of the best plan so far (absent until one is feasible)
-    bestDistance = Long         # its total distance, metres
-    plannedOrders = Long        # orders it plans
+    iterations = Long  # search iterations done
+    bestCost = Long  # objective of the best plan so far (absent until one is feasible)
+    bestDistance = Long  # its total distance, metres
+    plannedOrders = Long  # orders it plans
 
 
 class NoFeasibleSolutionFault(ProcessingFault):
     """The request is valid but the fleet cannot serve any of its orders."""
+
     __namespace__ = NAMESPACE
     orders = Long
