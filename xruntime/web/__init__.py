@@ -1,1 +1,2 @@
-"""HTTP serving of one HTTP process: the ASGI application and the guards in front of the bindings."""
+"""HTTP serving of one HTTP process: the ASGI application and the guards in front of the
+bindings."""

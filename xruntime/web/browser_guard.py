@@ -22,12 +22,20 @@ a page cannot send across origins without a preflight), is each binding's own ch
 of its body (``json_binding.read_json_body``, ``soap``).
 """
 
+from __future__ import annotations
+
 import ipaddress
 import socket
+from collections.abc import Collection
 from functools import lru_cache
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..protocol.faults import AccessDeniedFault, InvalidRequestFault, XServerFault
+from .asgi_types import Headers, Scope
+
+if TYPE_CHECKING:
+    from ..settings.config import Settings
 
 #: The headers a permitted page may send, and the answers' headers it may read.
 ALLOW_HEADERS = b"authorization, content-type, soapaction"
@@ -40,12 +48,12 @@ class Refusal(Exception):
     """A request refused before any binding reads it: ``fault``, answered in the form
     (and with the HTTP status) of the binding its path names."""
 
-    def __init__(self, fault: XServerFault):
+    def __init__(self, fault: XServerFault) -> None:
         super().__init__(fault.faultstring)
         self.fault = fault
 
 
-def check(scope, settings) -> bytes | None:
+def check(scope: Scope, settings: Settings) -> bytes | None:
     """Refusal when the request's ``Host`` or ``Origin`` may not be served; else the
     origin to answer with CORS headers (a permitted other origin), or None."""
     host = _header(scope, b"host")
@@ -71,7 +79,7 @@ def check(scope, settings) -> bytes | None:
     )
 
 
-def host_allowed(host: str, settings) -> bool:
+def host_allowed(host: str, settings: Settings) -> bool:
     name = _host_name(host)
     if name is None:
         return False
@@ -102,11 +110,11 @@ def same_origin(origin: str, host: str | None, public_url: str) -> bool:
     return bool(public_url) and theirs[:3] == (_origin_address(public_url) or ())[:3]
 
 
-def cors_headers(origin: bytes, preflight: bool) -> list:
+def cors_headers(origin: bytes, preflight: bool) -> Headers:
     """The headers that let the page of a permitted ``origin`` read the answer (and,
     for a preflight, send its request).  No ``Allow-Credentials``: a page must send a
     token itself; the browser never adds a user's remembered credentials for it."""
-    headers = [
+    headers: Headers = [
         (b"access-control-allow-origin", origin),
         (b"vary", b"Origin"),
         (b"access-control-expose-headers", EXPOSE_HEADERS),
@@ -120,18 +128,18 @@ def cors_headers(origin: bytes, preflight: bool) -> list:
     return headers
 
 
-def is_preflight(scope) -> bool:
+def is_preflight(scope: Scope) -> bool:
     return (
         scope["method"] == "OPTIONS"
         and _header(scope, b"access-control-request-method") is not None
     )
 
 
-def _listed(origin: str, allowed) -> bool:
+def _listed(origin: str, allowed: Collection[str]) -> bool:
     return "*" in allowed or origin.lower().rstrip("/") in allowed
 
 
-def _origin_address(origin: str):
+def _origin_address(origin: str) -> tuple[str, str, int, bool] | None:
     """(scheme, host name, port, whether the port is the scheme's default) of an origin
     such as ``https://app.example:8443``; None for anything else."""
     try:
@@ -168,12 +176,12 @@ def _is_ip(name: str) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _own_names() -> frozenset:
+def _own_names() -> frozenset[str]:
     """This machine's names: no rebinding page can be served under them."""
     return frozenset({socket.gethostname().lower()})  # (no DNS look-up: it may hang)
 
 
-def _header(scope, name: bytes) -> str | None:
+def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
             return value.decode("latin-1")
