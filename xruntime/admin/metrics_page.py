@@ -4,22 +4,34 @@ It adds up what every process of the node recorded (``xruntime.metrics``, from t
 multiprocess folder) and reads the rest from the store at scrape time.
 """
 
-import os
+from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from ..protocol.states import Status
 from ..support.blocking import blocking
 from ..support.metrics import MULTIPROC_ENV, recorded
 from ..web.asgi import Page, answer, refuse_method
+from ..web.asgi_types import Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from ..settings.config import Settings
+    from ..store import JobStore
 
 
 class StoreCollector:
     """Gauges read from the store at scrape time."""
 
-    def __init__(self, store, node: str, settings):
+    def __init__(self, store: JobStore, node: str, settings: Callable[[], Settings]) -> None:
         self.store = store
         self.node = node
-        self.settings = settings
+        self.settings = settings  # a callable answering the settings in force
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         from .. import __version__
@@ -45,7 +57,7 @@ class StoreCollector:
         for (service, status), count in sorted(counts.items()):
             jobs.add_metric([service, status], count)
         for service in sorted({service for service, _ in counts}):  # 0 too, once it has jobs
-            queued.add_metric([service], counts.get((service, "QUEUING"), 0))
+            queued.add_metric([service], counts.get((service, Status.QUEUING), 0))
         yield jobs
         yield queued
         slots = GaugeMetricFamily(
@@ -60,10 +72,10 @@ class MetricsPage(Page):
     """``/metrics`` in Prometheus' text format; admin-only with accounts on (a scrape
     config sends an admin's token as a bearer token)."""
 
-    def __init__(self, store, node: str, settings):
+    def __init__(self, store: JobStore, node: str, settings: Callable[[], Settings]) -> None:
         self.store_collector = StoreCollector(store, node, settings)
 
-    def exposition(self) -> tuple:
+    def exposition(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
         from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -76,7 +88,9 @@ class MetricsPage(Page):
         registry.register(self.store_collector)
         return generate_latest(registry), CONTENT_TYPE_LATEST
 
-    async def serve(self, scope, receive, send, admitted) -> None:
+    async def serve(
+        self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
+    ) -> None:
         if not await refuse_method(scope, send):
             body, content_type = await blocking(self.exposition)
             await answer(scope, send, 200, content_type, body)
@@ -85,7 +99,7 @@ class MetricsPage(Page):
 class _Recorded:
     """This process's recorded metrics, when there is no multiprocess folder."""
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client import REGISTRY
 
         names = {m._name for m in recorded().values()}

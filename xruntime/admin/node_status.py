@@ -9,13 +9,22 @@ transaction: a snapshot read while a job changes may count it in its old state a
 list it in its new one, and the change, told meanwhile, brings the next snapshot.
 """
 
+from __future__ import annotations
+
 import json
 import time
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..protocol import states
 from ..protocol.progress_view import view_of
 from ..store import now_ms
+
+if TYPE_CHECKING:
+    from ..store import JobRecord, JobStore
+
+#: A snapshot as it goes out: plain JSON-ready data (``snapshot`` below says which keys).
+Snapshot = dict[str, Any]
 
 #: The running jobs listed at most (newest first); the others are counted.
 RUNNING_SHOWN = 50
@@ -23,7 +32,9 @@ RUNNING_SHOWN = 50
 RUNNING = (states.RUNNING, states.STOPPING)
 
 
-def snapshot(store, node: str, workers: int, started_at: float, limit: int = RUNNING_SHOWN) -> dict:
+def snapshot(
+    store: JobStore, node: str, workers: int, started_at: float, limit: int = RUNNING_SHOWN
+) -> Snapshot:
     """The node ``node`` (``workers`` worker processes, started at ``started_at``, s since
     the epoch) and the store's jobs, now."""
     counts = store.counts_by_status()
@@ -46,7 +57,7 @@ def snapshot(store, node: str, workers: int, started_at: float, limit: int = RUN
     }
 
 
-def _running_job(rec, now: int) -> dict:
+def _running_job(rec: JobRecord, now: int) -> dict[str, Any]:
     progress = json.loads(rec.progress) if rec.progress else None
     view = view_of(progress)
     return {

@@ -7,13 +7,20 @@ never become markup.  Between snapshots the browser counts the uptime and the
 elapsed times on by itself.  One column under 600 px wide, for a phone.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+
 from ..web.asgi import Page, answer, refuse_method
+from ..web.asgi_types import Receive, Scope, Send
 
 
 class StatusPage(Page):
     """``/status``: the page; its data arrive over ``/status/events``."""
 
-    async def serve(self, scope, receive, send, admitted):
+    async def serve(
+        self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
+    ) -> None:
         if not await refuse_method(scope, send):
             await answer(
                 scope,
@@ -24,7 +31,8 @@ class StatusPage(Page):
                 [
                     (
                         b"content-security-policy",
-                        b"default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'",
+                        b"default-src 'self'; style-src 'unsafe-inline'; "
+                        b"script-src 'unsafe-inline'",
                     )
                 ],
             )
@@ -34,7 +42,9 @@ class ToStatus(Page):
     """``/``: a redirect to the status page (relative, so it works behind a proxy's
     path prefix too)."""
 
-    async def serve(self, scope, receive, send, admitted):
+    async def serve(
+        self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
+    ) -> None:
         if not await refuse_method(scope, send):
             await answer(
                 scope,
@@ -125,7 +135,8 @@ progress:indeterminate { background: repeating-linear-gradient(-45deg, var(--lin
   <p id="problem" hidden></p>
   <section class="cards">
     <div class="card"><h2>Workers of this node</h2>
-      <p class="big"><span id="busy">–</span> <small>busy</small> <span id="idle">–</span> <small>idle</small></p>
+      <p class="big"><span id="busy">–</span> <small>busy</small>
+        <span id="idle">–</span> <small>idle</small></p>
       <progress id="workload" max="1" value="0"></progress></div>
     <div class="card"><h2>Queue</h2>
       <p class="big"><span id="queued">–</span> <small>jobs waiting</small></p></div>
@@ -178,7 +189,8 @@ function jobRow(job) {
   const status = li.querySelector(".status");
   status.textContent = job.status;
   status.className = "status " + job.status;
-  li.querySelector(".id").textContent = job.id + (job.parentId ? "  (child of " + job.parentId + ")" : "");
+  li.querySelector(".id").textContent =
+    job.id + (job.parentId ? "  (child of " + job.parentId + ")" : "");
   const p = li.querySelector("progress");
   if (job.bar && job.bar.fraction !== null) p.value = job.bar.fraction;
   else p.removeAttribute("value");            // no progress, or one without an end
@@ -208,7 +220,8 @@ function render(s) {
   $("none").hidden = rows.length > 0;
   $("more").hidden = !s.moreRunning;
   $("more").textContent = "and " + s.moreRunning + " more";
-  document.title = "xruntime: " + s.workers.busy + "/" + s.workers.total + " busy, " + s.queued + " queued";
+  document.title =
+    "xruntime: " + s.workers.busy + "/" + s.workers.total + " busy, " + s.queued + " queued";
   tick();
 }
 
@@ -219,8 +232,11 @@ function tick() {                               // counts on between snapshots
   for (const job of last.running) {
     const li = document.querySelector('li[data-job-id="' + CSS.escape(job.id) + '"]');
     if (!li) continue;
-    li.querySelector(".who").textContent = [job.user || "anonymous", job.node ? "on " + job.node : "waiting for its child jobs",
-                                            duration(job.elapsedMs + since)].join(" · ");
+    li.querySelector(".who").textContent = [
+      job.user || "anonymous",
+      job.node ? "on " + job.node : "waiting for its child jobs",
+      duration(job.elapsedMs + since),
+    ].join(" · ");
   }
 }
 setInterval(tick, 1000);

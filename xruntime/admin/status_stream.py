@@ -14,15 +14,25 @@ client goes away (``http.disconnect``), when the process shuts down (Notifier
 or heartbeat once its credentials no longer admit it.
 """
 
+from __future__ import annotations
+
 import asyncio
+import enum
 import json
 import logging
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 from ..store import StoreUnavailable
 from ..support.blocking import blocking
 from ..support.logs import OncePerPeriod
 from ..web.asgi import Page, answer, refuse_method
+from ..web.asgi_types import Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from ..engine.notifier import Notifier
+    from .node_status import Snapshot
 
 log = logging.getLogger("xruntime.status")
 _trouble_log = OncePerPeriod(log, 60.0)
@@ -36,30 +46,40 @@ RETRY_AFTER = 5.0
 #: ms the browser waits before it opens a stream again (after a restart, say).
 RECONNECT_MS = 3000
 
-_END = object()
+
+class _End(enum.Enum):
+    """What ``Subscription.next`` answers when its stream is to end (one member: a
+    sentinel the type checker can tell from a snapshot's text)."""
+
+    END = enum.auto()
+
+
+_END = _End.END
 
 
 class StatusFeed:
     """The snapshots of one HTTP process, read once and shared by all its streams.
     ``compute()`` (blocking) answers a snapshot dict."""
 
-    def __init__(self, compute, notifier, period: float = PERIOD):
+    def __init__(
+        self, compute: Callable[[], Snapshot], notifier: Notifier, period: float = PERIOD
+    ) -> None:
         self._compute = compute
         self.period = period
         self.closed = False
-        self.latest = None  # the JSON text of the newest snapshot
+        self.latest: str | None = None  # the JSON text of the newest snapshot
         self.version = 0  # counts the snapshots read
-        self._streams = set()
-        self._loop = None
-        self._dirty = None  # asyncio.Event: something changed since the last read
-        self._runner = None
+        self._streams: set[Subscription] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._dirty: asyncio.Event | None = None  # something changed since the last read
+        self._runner: asyncio.Task[None] | None = None
         self._lock = threading.Lock()
         self._scheduled = False
         notifier.listen(self._changed, self.close)
 
     # ------------------------------------------------------------------ streams
 
-    def subscribe(self) -> "Subscription":
+    def subscribe(self) -> Subscription:
         """A new stream; its first ``next`` answers the current snapshot (read now, if
         no stream was open)."""
         self._loop = asyncio.get_running_loop()
@@ -69,20 +89,22 @@ class StatusFeed:
             self.latest = None
             self._dirty = asyncio.Event()
             self._dirty.set()
-            self._runner = self._loop.create_task(self._run())
+            self._runner = self._loop.create_task(self._run(self._dirty))
         return stream
 
-    def unsubscribe(self, stream) -> None:
+    def unsubscribe(self, stream: Subscription) -> None:
         self._streams.discard(stream)
         if not self._streams and self._runner is not None:
             self._runner.cancel()  # (a read under way finishes unseen)
             self._runner = None
 
-    async def _run(self):
+    async def _run(self, dirty: asyncio.Event) -> None:
+        """Read a snapshot whenever ``dirty`` (this runner's ``_dirty``) is set, and wake
+        every stream with it."""
         loop = asyncio.get_running_loop()
         while not self.closed:
-            await self._dirty.wait()
-            self._dirty.clear()
+            await dirty.wait()
+            dirty.clear()
             began = loop.time()
             try:
                 text = json.dumps(await blocking(self._compute), separators=(",", ":"))
@@ -92,7 +114,7 @@ class StatusFeed:
                 else:  # a bug: logged whole, never shown
                     _trouble_log.exception("status page: no snapshot")
                 text = json.dumps({"error": "the job store cannot be read now; retrying"})
-                loop.call_later(RETRY_AFTER, self._dirty.set)
+                loop.call_later(RETRY_AFTER, dirty.set)
             self.latest, self.version = text, self.version + 1
             for stream in list(self._streams):
                 stream.wake()
@@ -100,7 +122,7 @@ class StatusFeed:
 
     # ------------------------------------------------------------------ from any thread
 
-    def _changed(self, _job_id) -> None:
+    def _changed(self, _job_id: str) -> None:
         """A job changed (or was queued): read again soon.  One hop to the loop per burst."""
         loop = self._loop
         if loop is None or not self._streams:
@@ -111,7 +133,7 @@ class StatusFeed:
             self._scheduled = True
         _call_soon(loop, self._mark_dirty)
 
-    def _mark_dirty(self):
+    def _mark_dirty(self) -> None:
         with self._lock:
             self._scheduled = False
         if self._dirty is not None:
@@ -123,7 +145,7 @@ class StatusFeed:
         if self._loop is not None:
             _call_soon(self._loop, self._end_all)
 
-    def _end_all(self):
+    def _end_all(self) -> None:
         for stream in list(self._streams):
             stream.wake()
         if self._dirty is not None:
@@ -133,13 +155,13 @@ class StatusFeed:
 class Subscription:
     """One open stream's place in the feed: which snapshot it has sent."""
 
-    def __init__(self, feed: StatusFeed):
+    def __init__(self, feed: StatusFeed) -> None:
         self.feed = feed
         self.sent = 0
         self.ended = False
-        self._waiter = None
+        self._waiter: asyncio.Future[bool] | None = None
 
-    async def next(self, timeout: float):
+    async def next(self, timeout: float) -> str | Literal[_End.END] | None:
         """The newest snapshot not sent yet; None when ``timeout`` s pass without one;
         ``_END`` when the stream is to end."""
         while True:
@@ -158,11 +180,11 @@ class Subscription:
                 timer.cancel()
                 self._waiter = None
 
-    def wake(self):
+    def wake(self) -> None:
         if self._waiter is not None:
             _resolve(self._waiter, True)
 
-    def end(self):
+    def end(self) -> None:
         self.ended = True
         self.wake()
 
@@ -170,10 +192,12 @@ class Subscription:
 class StatusEvents(Page):
     """``/status/events``: the snapshots as Server-Sent Events, the current one at once."""
 
-    def __init__(self, feed: StatusFeed):
+    def __init__(self, feed: StatusFeed) -> None:
         self.feed = feed
 
-    async def serve(self, scope, receive, send, admitted):
+    async def serve(
+        self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
+    ) -> None:
         if await refuse_method(scope, send):
             return
         await send(
@@ -215,10 +239,12 @@ class StatusEvents(Page):
 class StatusJson(Page):
     """``/status.json``: one snapshot, read now."""
 
-    def __init__(self, compute):
+    def __init__(self, compute: Callable[[], Snapshot]) -> None:
         self.compute = compute
 
-    async def serve(self, scope, receive, send, admitted):
+    async def serve(
+        self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
+    ) -> None:
         if await refuse_method(scope, send):
             return
         try:
@@ -238,22 +264,22 @@ class StatusJson(Page):
         )
 
 
-async def _body(send, text: str):
+async def _body(send: Send, text: str) -> None:
     await send({"type": "http.response.body", "body": text.encode("utf-8"), "more_body": True})
 
 
-async def _until_disconnect(receive, stream: Subscription):
+async def _until_disconnect(receive: Receive, stream: Subscription) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
     stream.end()
 
 
-def _resolve(future, value):
+def _resolve(future: asyncio.Future[bool], value: bool) -> None:
     if not future.done():
         future.set_result(value)
 
 
-def _call_soon(loop, callback):
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
     try:
         loop.call_soon_threadsafe(callback)
     except RuntimeError:  # the loop is closed: the process is ending anyway
