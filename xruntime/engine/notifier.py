@@ -10,7 +10,7 @@ too: it acts on every change it is told of (``Supervisor.changed_elsewhere``).
 
 import threading
 
-from ..store.changes import QUEUE
+from ..store.changes import QUEUE, ChangeFeed
 
 
 class Notifier:
@@ -20,7 +20,7 @@ class Notifier:
         self._closers = []
 
     #: The change feed: something with ``publish(job_id)``; None in unit tests.
-    bridge = None
+    bridge: ChangeFeed | None = None
 
     def listen(self, on_change, on_close=None) -> None:
         """Call ``on_change(job_id)`` (from any thread) for every change seen here

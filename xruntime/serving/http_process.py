@@ -10,15 +10,22 @@ after a reload, and "stop" at shutdown, over a pipe whose end also tells them th
 the main process is gone.
 """
 
+from __future__ import annotations
+
 import asyncio
+import contextlib
 import logging
 import os
 import signal
+import socket
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from ..admin.metrics_page import MetricsPage
-from ..admin.node_status import snapshot
+from ..admin.node_status import Snapshot, snapshot
 from ..admin.status_page import StatusPage, ToStatus
 from ..admin.status_stream import StatusEvents, StatusFeed, StatusJson
 from ..author.registry import discover
@@ -37,6 +44,9 @@ from ..support.logs import setup_logging
 from ..web.asgi import XRuntimeApp
 from ..web.connection_guard import guarded_protocol
 
+if TYPE_CHECKING:
+    from ..settings.config import Settings
+
 log = logging.getLogger("xruntime.http")
 
 #: s an idle keep-alive connection stays open (clients reuse it for their next poll).
@@ -48,14 +58,25 @@ GRACEFUL = 10
 class _Server(uvicorn.Server):
     """uvicorn's server without its signal handlers: this process installs its own."""
 
-    def capture_signals(self):
-        import contextlib
-
-        return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class HttpProcess:
-    def __init__(self, sock, settings, node_name: str, index: int, control, node_started_at: float):
+    """One HTTP process's parts: its store, notifier and change feed, the operation
+    layer, and the ASGI application uvicorn serves on the node's socket.  ``control``
+    is its end of the pipe from the main process."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        settings: Settings,
+        node_name: str,
+        index: int,
+        control: Connection,
+        node_started_at: float,
+    ) -> None:
         self.sock = sock
         self._settings = settings
         self.control = control
@@ -77,7 +98,7 @@ class HttpProcess:
         self.notifier.bridge = self.feed
         dispatcher = Dispatcher(self.jobs, services)
 
-        def node_snapshot():
+        def node_snapshot() -> Snapshot:
             return snapshot(self.store, node_name, settings.workers, node_started_at)
 
         self.app = XRuntimeApp(
@@ -95,13 +116,13 @@ class HttpProcess:
                 "/metrics": MetricsPage(self.store, node_name, self.settings),
             },
         )
-        self.server = None
+        self.server: _Server | None = None
 
-    def settings(self):
+    def settings(self) -> Settings:
         """The settings in force (the main process sends new ones after a reload)."""
         return self._settings
 
-    async def serve(self):
+    async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         blocking.install(loop, self._settings.threads)
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -127,13 +148,13 @@ class HttpProcess:
             self.feed.close()
             self.store.close()
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         """Answer every held watch now, finish the requests in flight, then exit."""
         if self.server is not None and not self.server.should_exit:
             self.notifier.close()
             self.server.should_exit = True
 
-    def _from_main(self):
+    def _from_main(self) -> None:
         try:
             message = self.control.recv()
         except (EOFError, OSError):  # the main process is gone: so is the node
@@ -147,7 +168,14 @@ class HttpProcess:
             self.shutdown()
 
 
-def http_main(sock, settings, node_name: str, index: int, control, node_started_at: float) -> None:
+def http_main(
+    sock: socket.socket,
+    settings: Settings,
+    node_name: str,
+    index: int,
+    control: Connection,
+    node_started_at: float,
+) -> None:
     """Entry point of an HTTP process (started by ``node.HttpProcesses``)."""
     setup_logging()
     import uvloop

@@ -11,6 +11,8 @@ HTTP processes answer every held watch and finish their requests, the running jo
 back to the queue, the workers end.
 """
 
+from __future__ import annotations
+
 import logging
 import multiprocessing
 import os
@@ -18,7 +20,12 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_any
+from multiprocessing.process import BaseProcess
+from types import FrameType
+from typing import TYPE_CHECKING, Any, cast
 
 from ..engine.cleaner import RetentionCleaner
 from ..engine.notifier import Notifier
@@ -27,6 +34,9 @@ from ..store import open_store
 from ..store.feed import open_feed
 from ..support import metrics
 from .reload import ConfigReloader
+
+if TYPE_CHECKING:
+    from ..settings.config import Settings
 
 log = logging.getLogger("xruntime")
 
@@ -39,7 +49,9 @@ BACKLOG = 4096
 class Node:
     """The main process's parts: store, notifier and change feed, supervisor, cleaner."""
 
-    def __init__(self, settings, services, node_name=None):
+    def __init__(
+        self, settings: Settings, services: Sequence[str], node_name: str | None = None
+    ) -> None:
         self._settings = settings
         self.name = node_name or settings.node_name or default_node_name(settings.port)
         self.started_at = time.time()  # the node's uptime counts from here
@@ -58,18 +70,18 @@ class Node:
         self.feed.forget(f"{self.name}/")  # what a killed previous run of this node left
         self.notifier.bridge = self.feed
 
-    def settings(self):
+    def settings(self) -> Settings:
         """The settings in force (a reload swaps them as a whole)."""
         return self._settings
 
-    def replace_settings(self, settings):
+    def replace_settings(self, settings: Settings) -> None:
         self._settings = settings
 
-    def start(self):
+    def start(self) -> None:
         self.feed.start()
         self.supervisor.start()
 
-    def close(self):
+    def close(self) -> None:
         self.notifier.close()
         self.supervisor.shutdown()
         self.feed.close()
@@ -82,18 +94,18 @@ class HttpProcesses:
     them share the imported code, but itself costs a process that holds all of it;
     spawned, the node's processes take less memory in all.)"""
 
-    def __init__(self, sock, node: Node):
+    def __init__(self, sock: socket.socket, node: Node) -> None:
         self.sock = sock
         self.node = node
         self.ctx = multiprocessing.get_context("spawn")
-        self.procs = {}  # index → (process, control connection)
+        self.procs: dict[int, tuple[BaseProcess, Connection]] = {}  # index → its control end
         self.stopping = False
 
-    def start(self, count: int):
+    def start(self, count: int) -> None:
         for index in range(count):
             self._start(index)
 
-    def _start(self, index: int):
+    def _start(self, index: int) -> None:
         receiver, sender = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(
             target=_http_main,
@@ -111,21 +123,23 @@ class HttpProcesses:
         receiver.close()
         self.procs[index] = (proc, sender)
 
-    def send(self, message):
-        for proc, conn in self.procs.values():
+    def send(self, message: tuple[object, ...]) -> None:
+        """Send every HTTP process ``message``: ``("settings", new)`` or ``("stop",)``."""
+        for _proc, conn in self.procs.values():
             try:
                 conn.send(message)
             except OSError:
                 pass  # it died; ``watch`` restarts it
 
-    def watch(self, timeout: float):
+    def watch(self, timeout: float) -> None:
         """Wait up to ``timeout`` s; restart an HTTP process that died meanwhile."""
         sentinels = {proc.sentinel: index for index, (proc, _) in self.procs.items()}
         for sentinel in wait_for_any(list(sentinels), timeout):
-            index = sentinels[sentinel]
+            index = sentinels[cast(int, sentinel)]  # (one of the descriptors it was given)
             proc, conn = self.procs[index]
             proc.join(1)
             conn.close()
+            assert proc.pid is not None  # (it was started: ``_start`` starts it)
             metrics.process_died(proc.pid)
             if not self.stopping:
                 log.error(
@@ -136,7 +150,7 @@ class HttpProcesses:
                 )
                 self._start(index)
 
-    def stop(self, timeout: float = HTTP_STOP_TIMEOUT):
+    def stop(self, timeout: float = HTTP_STOP_TIMEOUT) -> None:
         self.stopping = True
         self.send(("stop",))
         deadline = time.monotonic() + timeout
@@ -149,8 +163,9 @@ class HttpProcesses:
             conn.close()
 
 
-def _http_main(*args):
-    """An HTTP process's entry; the main process never imports the HTTP side itself."""
+def _http_main(*args: Any) -> None:
+    """An HTTP process's entry; the main process never imports the HTTP side itself.
+    ``args`` are ``http_main``'s, as ``HttpProcesses._start`` gives them."""
     from .http_process import http_main
 
     http_main(*args)
@@ -171,7 +186,7 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(settings, services, reload_path=None) -> None:
+def serve(settings: Settings, services: Sequence[str], reload_path: str | None = None) -> None:
     """Run a node of ``services`` (names, the registry's) until SIGTERM/SIGINT.  With
     ``reload_path``, edits of that file are applied live, in every process
     (xruntime.reload)."""
@@ -197,7 +212,7 @@ def serve(settings, services, reload_path=None) -> None:
         reloader.start()
         signal.signal(signal.SIGHUP, lambda *_: reloader.wake.set())
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %s: shutting down", signal.Signals(signum).name)
         node.supervisor.closing = True
         http.stopping = True  # HTTP processes that exit now are not replaced

@@ -7,13 +7,20 @@ port, database, worker and thread counts) keep their running values and are logg
 such; an invalid edit is logged with its errors, line by line, and changes nothing.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import threading
 import tomllib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..settings import config
+
+if TYPE_CHECKING:
+    from .node import Node
 
 log = logging.getLogger("xruntime.config")
 
@@ -21,7 +28,16 @@ CHECK_PERIOD = 0.5
 
 
 class ConfigReloader(threading.Thread):
-    def __init__(self, node, path: str, known_services, listeners=()):
+    """The thread that applies the edits of the file at ``path`` to ``node``; each of
+    ``listeners`` is then called with the new settings."""
+
+    def __init__(
+        self,
+        node: Node,
+        path: str,
+        known_services: Sequence[str],
+        listeners: Iterable[Callable[[config.Settings], None]] = (),
+    ) -> None:
         super().__init__(name="config-reloader", daemon=True)
         self.node = node
         self.path = path
@@ -31,14 +47,15 @@ class ConfigReloader(threading.Thread):
         self.stopped = False
         self._seen = self._stamp()
 
-    def _stamp(self):
+    def _stamp(self) -> tuple[int, int, int] | None:
+        """What tells an edit of the file: its modification time, size and inode."""
         try:
             st = os.stat(self.path)
             return (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError:
             return None
 
-    def run(self):
+    def run(self) -> None:
         while not self.stopped:
             forced = self.wake.wait(CHECK_PERIOD)
             self.wake.clear()
@@ -105,7 +122,7 @@ def _holds_no_setting(text: bytes) -> bool:
         return False  # invalid: config.load names its lines
 
 
-def _changes(old, new):
+def _changes(old: config.Settings, new: config.Settings) -> list[str]:
     return [
         f"{field} changed"
         for field in config.LIVE_FIELDS
