@@ -19,7 +19,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from ..protocol import states
 from .json_client import DEFAULT_URL, Client, Fault, Unreachable, plain_http_warning
@@ -38,7 +40,7 @@ class UsageError(Exception):
     """The command's own input is wrong; nothing was sent."""
 
 
-def add_commands(sub) -> None:
+def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """The client commands, beside serve / check-config / wsdl / token."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -126,7 +128,7 @@ def add_commands(sub) -> None:
     p.set_defaults(func=partial(run, cmd_jobs))
 
 
-def run(command, args) -> int:
+def run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """A client command with its exit code; every failure is one line on stderr."""
     try:
         return command(args)
@@ -144,14 +146,14 @@ def run(command, args) -> int:
         return INTERRUPTED
 
 
-def _client(args) -> Client:
+def _client(args: argparse.Namespace) -> Client:
     token = args.token
     if args.token_file:
         try:
             with open(args.token_file, encoding="utf-8") as f:
                 token = f.read().strip()
         except OSError as error:
-            raise UsageError(f"cannot read the token file: {error}")
+            raise UsageError(f"cannot read the token file: {error}") from None
         if not token:
             raise UsageError(f"the token file {args.token_file} is empty")
     warning = plain_http_warning(args.url, token)
@@ -160,7 +162,7 @@ def _client(args) -> Client:
     return Client(args.url, args.user, token)
 
 
-def cmd_start(args) -> int:
+def cmd_start(args: argparse.Namespace) -> int:
     request = _request_of(args)
     client = _client(args)
     operation = client.start_operation(args.service, args.operation)
@@ -179,7 +181,7 @@ def cmd_start(args) -> int:
     return _write_result(response, args.output)
 
 
-def cmd_watch(args) -> int:
+def cmd_watch(args: argparse.Namespace) -> int:
     client = _client(args)
     job = watch(client, client.call("XRuntime", "watchJob", {"id": args.id, **NOW_PERIODS}))
     from .view import duration
@@ -188,22 +190,22 @@ def cmd_watch(args) -> int:
     return OK if job["status"] == states.SUCCEEDED else FAULT
 
 
-def cmd_fetch(args) -> int:
+def cmd_fetch(args: argparse.Namespace) -> int:
     response = _client(args).fetch(args.id)
     return _write_result(response, args.output)
 
 
-def _job_command(args, operation: str) -> int:
+def _job_command(args: argparse.Namespace, operation: str) -> int:
     job = _client(args).call("XRuntime", operation, {"id": args.id})
     print(f"{job['id']} {job['status']}")
     return OK
 
 
-def cmd_jobs(args) -> int:
+def cmd_jobs(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise UsageError("--limit is a count of jobs, 0 for all")
     client = _client(args)
-    request = {}
+    request: dict[str, Any] = {}
     statuses = [
         s.strip().upper() for given in args.status or () for s in given.split(",") if s.strip()
     ]
@@ -213,7 +215,7 @@ def cmd_jobs(args) -> int:
         request["service"] = args.service
     if args.for_user:
         request["user"] = args.for_user
-    jobs = []
+    jobs: list[dict[str, Any]] = []
     while True:
         want = args.limit - len(jobs) if args.limit else 1000
         page = client.call("XRuntime", "listJobs", {**request, "limit": min(want, 1000)})
@@ -231,7 +233,7 @@ def cmd_jobs(args) -> int:
     return OK
 
 
-def watch(client: Client, job: dict) -> dict:
+def watch(client: Client, job: dict[str, Any]) -> dict[str, Any]:
     """Follow a job to its final status, drawing it on stderr; its last Job."""
     from .view import BarView, LineView
 
@@ -248,7 +250,7 @@ def watch(client: Client, job: dict) -> dict:
     return job
 
 
-def _watch_once(client: Client, job_id: str, periods: dict) -> dict:
+def _watch_once(client: Client, job_id: str, periods: dict[str, int]) -> dict[str, Any]:
     """One watchJob; a server that went away (a restart: jobs survive it) is tried
     again for up to RECONNECT_FOR seconds before the watch gives up."""
     give_up = time.monotonic() + RECONNECT_FOR
@@ -265,7 +267,7 @@ def _watch_once(client: Client, job_id: str, periods: dict) -> dict:
             time.sleep(2.0)
 
 
-def _request_of(args) -> dict:
+def _request_of(args: argparse.Namespace) -> dict[str, Any]:
     if args.request_json is not None and args.request is not None:
         raise UsageError("give the request as a FILE or with --json, not both")
     if args.output and not args.wait:
@@ -292,7 +294,7 @@ def _request_of(args) -> dict:
     return request
 
 
-def _write_result(response, output) -> int:
+def _write_result(response: Any, output: str | None) -> int:
     text = json.dumps(response, indent=2, ensure_ascii=False) + "\n"
     if output:
         try:

@@ -17,6 +17,8 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from http.client import HTTPMessage
+from typing import IO, Any, NoReturn
 
 DEFAULT_URL = "http://127.0.0.1:50000"
 
@@ -24,7 +26,7 @@ DEFAULT_URL = "http://127.0.0.1:50000"
 class Fault(Exception):
     """A fault the server answered, in the JSON binding's form."""
 
-    def __init__(self, type_name: str, message: str, info: dict):
+    def __init__(self, type_name: str, message: str, info: dict[str, Any]) -> None:
         super().__init__(f"{type_name}: {message}")
         self.type_name, self.message, self.info = type_name, message, info
 
@@ -47,7 +49,15 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
     """A redirect is never followed: urllib would send the Authorization header (the
     token) to whatever host the answer names."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> NoReturn:
         raise Unreachable(
             f"{req.full_url} answered a redirect (HTTP {code}) to {newurl}; it is not "
             "followed, so that your credentials go nowhere else: if that is the server, "
@@ -79,16 +89,16 @@ class Client:
 
     def __init__(
         self, url: str = DEFAULT_URL, user: str | None = None, token: str | None = None
-    ):
+    ) -> None:
         self.url = url.rstrip("/")
         self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
         auth = authorization(user, token)
         if auth:
             self.headers["Authorization"] = auth
-        self._operations = None
+        self._operations: dict[str, list[str]] | None = None
 
-    def call(self, service: str, operation: str, request: dict | None = None):
-        """The answer of one operation, or ``Fault`` / ``Unreachable``."""
+    def call(self, service: str, operation: str, request: dict[str, Any] | None = None) -> Any:
+        """The answer of one operation (its decoded JSON), or ``Fault`` / ``Unreachable``."""
         url = f"{self.url}/services/rs/{service}/{operation}"
         body = json.dumps(request or {}).encode()
         req = urllib.request.Request(url, data=body, headers=self.headers, method="POST")
@@ -106,7 +116,7 @@ class Client:
             reason = getattr(error, "reason", error)
             raise Unreachable(f"cannot reach {self.url}: {reason}") from None
 
-    def operations(self) -> dict:
+    def operations(self) -> dict[str, list[str]]:
         """Each service's operations, as getRuntimeInformation lists them."""
         if self._operations is None:
             info = self.call("XRuntime", "getRuntimeInformation")
@@ -123,7 +133,7 @@ class Client:
         named = "start" + operation[:1].upper() + operation[1:]
         return named if named in self.operations().get(service, ()) else operation
 
-    def fetch(self, job_id: str, service: str | None = None):
+    def fetch(self, job_id: str, service: str | None = None) -> Any:
         """The response of a finished job (a FAILED job's own fault is raised).
 
         A job's fetch operation is named after its response type, which a client
@@ -131,7 +141,7 @@ class Client:
         ``InvalidFetchTypeFault`` before it reads or marks anything, so the fetch
         operations are tried in turn (the job's own service first, when known)."""
         operations = self.operations()
-        services = [service] if service in operations else []
+        services = [service] if service is not None and service in operations else []
         services += [name for name in operations if name not in services]
         refused = None
         for name in services:
@@ -149,7 +159,7 @@ class Client:
         raise Fault("UnknownJobFault", f"there is no job with id {job_id}", {"jobId": job_id})
 
 
-def _json_of(body: bytes, url: str, status: int):
+def _json_of(body: bytes, url: str, status: int) -> Any:
     try:
         return json.loads(body)
     except ValueError:

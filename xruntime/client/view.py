@@ -4,9 +4,12 @@ through ``progress_view``, as the status page does."""
 
 import sys
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -17,10 +20,10 @@ from ..protocol.progress_view import view_of
 class LineView:
     """One plain line on stderr per change of status or progress, for logs and pipes."""
 
-    def __init__(self):
-        self.last = None
+    def __init__(self) -> None:
+        self.last: str | None = None
 
-    def show(self, job: dict) -> None:
+    def show(self, job: Mapping[str, Any]) -> None:
         view = view_of(job.get("progress"))
         line = " ".join(part for part in (job["status"], view.text if view else "") if part)
         if line != self.last:
@@ -35,7 +38,7 @@ class BarView:
     """A progress bar on the terminal (stderr): status, bar, progress text, the job's
     elapsed time. A progress without an end (XTour's) shows a pulsing bar."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.progress = Progress(
             TextColumn("{task.fields[status]:<9}", markup=False),
             JobBarColumn(),
@@ -44,14 +47,14 @@ class BarView:
             console=Console(stderr=True),
             refresh_per_second=10,
         )
-        self.task = None
+        self.task: TaskID | None = None
 
-    def show(self, job: dict) -> None:
+    def show(self, job: Mapping[str, Any]) -> None:
         view = view_of(job.get("progress"))
         fraction = view.fraction if view else None
         if job["status"] == states.SUCCEEDED and fraction is None:
             fraction = 1.0
-        fields = dict(
+        fields: dict[str, Any] = dict(
             status=job["status"],
             text=view.text if view else "",
             elapsed=(job.get("elapsedTime", 0), time.monotonic(), job["status"] in states.ACTIVE),
@@ -74,9 +77,14 @@ class JobBarColumn(BarColumn):
     """The bar, coloured by the job's status: green once it succeeded, red when it
     failed or was deleted (rich's own finished colour is a dim grey on many terminals)."""
 
-    COLOURS = {"SUCCEEDED": "green", "FAILED": "red", "DELETED": "red", "UNKNOWN": "red"}
+    COLOURS = {
+        states.SUCCEEDED: "green",
+        states.FAILED: "red",
+        states.DELETED: "red",
+        states.UNKNOWN: "red",
+    }
 
-    def render(self, task):
+    def render(self, task: Task) -> ProgressBar:
         colour = self.COLOURS.get(task.fields["status"], "magenta")
         self.complete_style = self.finished_style = colour
         return super().render(task)
@@ -86,7 +94,7 @@ class JobElapsedColumn(ProgressColumn):
     """The job's elapsed time as the server counts it (from its queuing), running on
     between answers while the job is live."""
 
-    def render(self, task) -> Text:
+    def render(self, task: Task) -> Text:
         elapsed_ms, at, live = task.fields["elapsed"]
         if live:
             elapsed_ms += (time.monotonic() - at) * 1000
@@ -106,7 +114,7 @@ COLUMNS = (
 )
 
 
-def print_jobs(jobs) -> None:
+def print_jobs(jobs: Sequence[Mapping[str, Any]]) -> None:
     """A table on a terminal; tab-separated lines with a header when piped (every
     column, full values, for scripts)."""
     if not sys.stdout.isatty():
@@ -140,7 +148,7 @@ def print_jobs(jobs) -> None:
     Console().print(table)
 
 
-def _cell(job: dict, name: str) -> str:
+def _cell(job: Mapping[str, Any], name: str) -> str:
     value = job.get(name)
     if name == "progress":
         view = view_of(value)
