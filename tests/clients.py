@@ -138,7 +138,7 @@ class _WsdlClient:
         try:
             answer = getattr(client.service, operation)(**(request or {}))
         except self.Fault as fault:
-            raise self.typed_fault(client, fault)
+            raise self.typed_fault(client, fault) from fault
         data = self.data(answer)
         data.pop("$type", None)
         return data

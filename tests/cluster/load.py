@@ -9,6 +9,7 @@ And what the tests and the benchmark read from the database directly."""
 
 import threading
 import time
+from itertools import pairwise
 
 import requests
 from sqlalchemy import text
@@ -50,7 +51,7 @@ class Load:
         with self._lock:
             times = sorted(t for t in self.served if t >= since and (until is None or t <= until))
         edges = [since] + times + ([until] if until is not None else [])
-        return max((b - a for a, b in zip(edges, edges[1:])), default=0.0)
+        return max((b - a for a, b in pairwise(edges)), default=0.0)
 
     def _call(self, session, service, operation, body):
         """The answer; None after a fault (recorded)."""
@@ -122,7 +123,8 @@ def jobs_on(engine, node, statuses=("RUNNING", "STOPPING")) -> set:
 
 
 def states(engine, ids=None) -> dict:
-    """id → (status, node, attempts, finished_at, md5 of the result) of the jobs (all, or ``ids``)."""
+    """id → (status, node, attempts, finished_at, md5 of the result) of the jobs (all, or
+    ``ids``)."""
     query = "SELECT id, status, node, attempts, finished_at, md5(result) FROM jobs"
     with engine.connect() as conn:
         rows = conn.execute(
@@ -162,7 +164,8 @@ def events(engine, ids) -> dict:
     with engine.connect() as conn:
         rows = conn.execute(
             text(
-                "SELECT j.id, e.status || ': ' || e.message FROM job_events e JOIN jobs j ON j.seq = e.job_seq "
+                "SELECT j.id, e.status || ': ' || e.message "
+                "FROM job_events e JOIN jobs j ON j.seq = e.job_seq "
                 "WHERE j.id = ANY(:ids) ORDER BY e.seq"
             ),
             {"ids": list(ids)},

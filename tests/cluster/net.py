@@ -46,6 +46,8 @@ FAKETIME_SHIM = os.path.join(ROOT, "tests", "faketime_shim")
 HAPROXY_TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "haproxy.cfg")
 #: What a run keeps outside its temporary folders, so that the next run can remove it.
 STATE = os.path.join(tempfile.gettempdir(), "xruntime-cluster")
+PG_FOLDER = os.path.join(STATE, "pg")
+HAPROXY_FOLDER = os.path.join(STATE, "haproxy")
 
 
 def missing(faketime=False) -> list:
@@ -139,7 +141,7 @@ class Postgres:
     """A PostgreSQL cluster of the test's own (initdb'd as the user postgres), listening
     on the bridge's address only, trusting the hosts' /24."""
 
-    def __init__(self, folder=os.path.join(STATE, "pg"), address=HOST_ADDRESS):
+    def __init__(self, folder=PG_FOLDER, address=HOST_ADDRESS):
         self.folder, self.address = folder, address
         self.data = os.path.join(folder, "data")
         self.port = None
@@ -231,7 +233,7 @@ class HAProxy:
     """Debian's HAProxy on 127.0.0.1 with HAPROXY_TEMPLATE and one ``server`` line per
     node; its stats page tells which servers it sees up."""
 
-    def __init__(self, folder=os.path.join(STATE, "haproxy")):
+    def __init__(self, folder=HAPROXY_FOLDER):
         self.folder = folder
         self.proc = None
         self.port = self.stats_port = None

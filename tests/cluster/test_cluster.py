@@ -77,7 +77,7 @@ def test_clocks_ten_minutes_off_requeue_nothing_and_time_nothing_out_early(clust
     assert {ran[job_id][0] for job_id in ids} == {name(h) for h in HOSTS}, (
         "every host ran jobs (else the test proves nothing)"
     )
-    for job_id, messages in events(engine, ids).items():
+    for messages in events(engine, ids).values():
         assert not [m for m in messages if "queued again" in m or "died" in m or "timeout" in m], (
             messages
         )
@@ -157,7 +157,7 @@ def test_partition_longer_than_the_lease(cluster):
         # Its late outcomes: refused, and logged as lost to another run.
         for job_id in held:
             wait_until(
-                lambda: f"job {job_id} lost to another run" in a.log(),
+                lambda job_id=job_id: f"job {job_id} lost to another run" in a.log(),
                 60,
                 f"xrt-a let go of {job_id}",
             )
@@ -226,7 +226,8 @@ def test_sigkill_behind_haproxy(cluster):
         load.stop()
         gap = load.max_gap(killed_at, time.monotonic())
     print(
-        f"xrt-c held {len(held)} jobs when killed; they ran elsewhere after {elsewhere - killed_at:.1f} s; "
+        f"xrt-c held {len(held)} jobs when killed; "
+        f"they ran elsewhere after {elsewhere - killed_at:.1f} s; "
         f"{len(load.ids)} jobs, {load.retried} calls made again, longest time unserved {gap:.1f} s"
     )
     assert gap < 10, f"the clients were not served for {gap:.1f} s"

@@ -1,5 +1,5 @@
-"""Child jobs (docs/protocol.md §13) through real nodes over real HTTP: XSweep (xruntime/examples/sweep.py)
-fans out XDemo simulations as child jobs."""
+"""Child jobs (docs/protocol.md §13) through real nodes over real HTTP: XSweep
+(xruntime/examples/sweep.py) fans out XDemo simulations as child jobs."""
 
 import os
 import re
@@ -331,9 +331,9 @@ def queued_total(srv):
 
 
 def test_children_count_against_the_queue_limit(limited):
-    """docs/protocol.md §15, as measured by benchmarks/abuse.py (item 5): children were inserted past
-    max_queued (829 queued with max_queued 20). A parent whose children would overflow
-    the queue fails with QueueOverflowFault and queues none of them."""
+    """docs/protocol.md §15, as measured by benchmarks/abuse.py (item 5): children were
+    inserted past max_queued (829 queued with max_queued 20). A parent whose children
+    would overflow the queue fails with QueueOverflowFault and queues none of them."""
     parent = sweep(limited, scenarios=25, durationMs=20)
     job = limited.wait_status(parent, "FAILED")
     assert job["status"] == "FAILED"

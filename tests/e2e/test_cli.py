@@ -366,9 +366,9 @@ def test_credentials_from_options_and_the_environment(accounts_server):
 
 
 def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else(tmp_path):
-    """benchmarks/abuse.py, item 7: urllib followed a redirect with the Authorization header, printed
-    what the other host answered and exited 0. A redirect is now refused (exit 3), and
-    the host it names never hears from the client."""
+    """benchmarks/abuse.py, item 7: urllib followed a redirect with the Authorization
+    header, printed what the other host answered and exited 0. A redirect is now refused
+    (exit 3), and the host it names never hears from the client."""
     import http.server
     import threading
 

@@ -475,7 +475,7 @@ def test_check_config_names_the_line_of_each_error(tmp_path):
         expected = BROKEN[kind][1]
         errors = [entry for entry in (out + err).splitlines() if "line " in entry]
         assert len(errors) == len(expected), (kind, out, err)
-        for entry, (n, name) in zip(errors, expected):
+        for entry, (n, name) in zip(errors, expected, strict=True):
             assert f"line {n}:" in entry and name in entry, (kind, n, entry)
             assert path in entry, (kind, entry)
 

@@ -129,7 +129,7 @@ def test_queue_overflow(node, client, blocker):
     erase(client, again["id"])
 
 
-# --------------------------------------------------------------------------- ServiceNotConfiguredFault
+# ------------------------------------------------------------------------ ServiceNotConfiguredFault
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""A node that stalls while running a job, loses it, and wakes up: what its run still writes is refused, and its log says the job was lost, not
-deleted.
+"""A node that stalls while running a job, loses it, and wakes up: what its run still
+writes is refused, and its log says the job was lost, not deleted.
 
 Two real nodes on one PostgreSQL database, one worker each. Node A runs a job; A's main
 process is frozen (SIGSTOP: a VM paused, a long GC, a cut-off host), its lease is made

@@ -1,7 +1,7 @@
 """What one client can take of a node's HTTP processes (docs/protocol.md §15;
-benchmarks/abuse.py, item 3), through raw sockets against a real node: header bytes (431), the time to send the
-headers (408, or closed), and the connections of a process (slow senders make room for
-a new caller). None of it needs a login.
+benchmarks/abuse.py, item 3), through raw sockets against a real node: header bytes
+(431), the time to send the headers (408, or closed), and the connections of a process
+(slow senders make room for a new caller). None of it needs a login.
 
 The module's node has one HTTP process with small limits: 8 kB of headers, 1 s to send
 them, 32 connections."""
@@ -106,9 +106,10 @@ def test_a_connection_that_sends_nothing_is_closed(node):
 
 
 def test_slow_senders_make_room_for_a_new_caller(node):
-    """benchmarks/abuse.py, item 3b: 1 100 sockets with an unfinished header locked everyone out. Past
-    max_connections, a new connection closes the one that has waited longest for its
-    headers, so a new caller is served at once, and the node says so in its log."""
+    """benchmarks/abuse.py, item 3b: 1 100 sockets with an unfinished header locked
+    everyone out. Past max_connections, a new connection closes the one that has waited
+    longest for its headers, so a new caller is served at once, and the node says so in
+    its log."""
     slow = []
     try:
         for _ in range(MAX_CONNECTIONS + 8):

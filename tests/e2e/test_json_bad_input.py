@@ -33,7 +33,8 @@ def jobs_stored(server):
         (rb'{"steps": "\ud800"}', 400, "InvalidRequestFault", None),
         (rb'{"\udfff": 1}', 400, "InvalidRequestFault", None),
         (rb'{"timeouts": {"queueingTimeout": ["\udc00x"]}}', 400, "InvalidRequestFault", None),
-        # ... and encoded as bytes, not as an escape (found by the fuzz: echoed, they broke the answer)
+        # ... and encoded as bytes, not as an escape (found by the fuzz: echoed, they broke
+        # the answer)
         (b'"\xed\xa0\x80"', 400, "InvalidRequestFault", None),
         ('{"stepz": "\ud800"}'.encode("utf-16", "surrogatepass"), 400, "InvalidRequestFault", None),
         # numbers JSON does not have

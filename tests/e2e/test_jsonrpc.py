@@ -269,10 +269,12 @@ def test_failing_notifications_are_not_answered_either(unchanged):
         rb'{"jsonrpc": "2.0", "method": "watchJob", "params": {"id": "x"}, "id": "\ud800"}',
         rb'{"jsonrpc": "2.0", "method": "startSimulate", "params": {"steps": "\udbff"}, "id": 2}',
         # ... and encoded as bytes, not as an escape (found by the fuzz: the store refused the id)
-        b'{"jsonrpc": "2.0", "method": "fetchSimulateResponse", "params": {"id": "\xed\xa0\x80"}, "id": 3}',
-        '{"jsonrpc": "2.0", "method": "fetchSimulateResponse", "params": {"id": "\ud800"}, "id": 4}'.encode(
-            "utf-16", "surrogatepass"
-        ),
+        b'{"jsonrpc": "2.0", "method": "fetchSimulateResponse", '
+        b'"params": {"id": "\xed\xa0\x80"}, "id": 3}',
+        (
+            '{"jsonrpc": "2.0", "method": "fetchSimulateResponse", '
+            '"params": {"id": "\ud800"}, "id": 4}'
+        ).encode("utf-16", "surrogatepass"),
         # numbers JSON does not have (found by the fuzz: echoed as the id, the answer was no JSON)
         b'{"jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": NaN}',
         b'{"jsonrpc": "2.0", "method": "startSimulate", "params": {}, "id": -Infinity}',
@@ -506,9 +508,9 @@ def test_a_batch_answer_is_bounded(small_batches):
 
 
 def test_a_huge_batch_is_refused_at_once_on_a_default_node(server):
-    """As measured by benchmarks/abuse.py (item 1b): 20 000 getRuntimeInformation items in one batch held
-    every caller of the node for seconds. Past the default max_batch (100) the batch is
-    refused before any item runs."""
+    """As measured by benchmarks/abuse.py (item 1b): 20 000 getRuntimeInformation items in
+    one batch held every caller of the node for seconds. Past the default max_batch (100)
+    the batch is refused before any item runs."""
     batch = [request("getRuntimeInformation", {}, id=i) for i in range(20_000)]
     r = post(server, batch, service="XRuntime")
     check_error(answer_of(r), INVALID_REQUEST, None, "InvalidRequestFault")

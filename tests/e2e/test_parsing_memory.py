@@ -1,6 +1,6 @@
-"""What parsing a request body costs an HTTP process (docs/protocol.md §15; benchmarks/abuse.py, item 4),
-through real HTTP against a node on the shipped config (10 MiB bodies, one HTTP process
-per core).
+"""What parsing a request body costs an HTTP process (docs/protocol.md §15;
+benchmarks/abuse.py, item 4), through real HTTP against a node on the shipped config
+(10 MiB bodies, one HTTP process per core).
 
 Measured before the fix: a 10 MB SOAP envelope whose soap:Header held 2.5 million empty
 elements took an HTTP process +348 MB and kept it (8 at once: 0.25 → 1.98 GB); 10 MB of

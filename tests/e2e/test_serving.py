@@ -189,7 +189,7 @@ async def _hold_watches(port, job_id, count):
                 for _ in range(start, min(count, start + 100))
             )
         )
-        for reader, writer in batch:
+        for _, writer in batch:
             writer.write(request)
         held.extend(batch)
     for _, writer in held:

@@ -1,8 +1,8 @@
-"""What a user may keep stored (docs/protocol.md §15; benchmarks/abuse.py, item 6), through real HTTP to a
-real node: one XDima 2000² job stores some 28 MB (27.8 MB when it was first measured); with
-``max_stored_bytes`` below that, the job's owner is refused the next start with a
-QuotaExceededFault in every binding's own form, nothing stored, while another user
-still starts; once the owner deletes the job, starts are accepted again."""
+"""What a user may keep stored (docs/protocol.md §15; benchmarks/abuse.py, item 6),
+through real HTTP to a real node: one XDima 2000² job stores some 28 MB (27.8 MB when it
+was first measured); with ``max_stored_bytes`` below that, the job's owner is refused the
+next start with a QuotaExceededFault in every binding's own form, nothing stored, while
+another user still starts; once the owner deletes the job, starts are accepted again."""
 
 import random
 import re

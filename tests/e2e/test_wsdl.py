@@ -316,7 +316,8 @@ def test_checked_in_wsdl_of_every_service_is_current(generated):
     kept = os.path.join(CHECKED_IN, "XServices.wsdl")
     with open(kept, "rb") as f:
         assert (generated / "XServices.wsdl").read_bytes() == f.read(), (
-            "wsdl/XServices.wsdl is out of date; regenerate it with `python -m xruntime wsdl --out wsdl`"
+            "wsdl/XServices.wsdl is out of date; "
+            "regenerate it with `python -m xruntime wsdl --out wsdl`"
         )
 
 

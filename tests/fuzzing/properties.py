@@ -45,7 +45,7 @@ def strict_json(outcome):
     try:
         return json.loads(outcome.body.decode("utf-8"), parse_constant=_no_constant)
     except ValueError as exc:
-        raise Wrong(f"the body is not JSON ({exc}): {outcome.body[:200]!r}")
+        raise Wrong(f"the body is not JSON ({exc}): {outcome.body[:200]!r}") from exc
 
 
 def _json_fault(status, data) -> str:
@@ -166,7 +166,7 @@ def soap_answer(case, outcome) -> list:
     try:
         root = etree.fromstring(outcome.body, _XML)
     except etree.XMLSyntaxError as exc:
-        raise Wrong(f"the answer is not XML: {exc}")
+        raise Wrong(f"the answer is not XML: {exc}") from exc
     content = root.findall(f"{SOAP_ENV}Body/*")
     if root.tag != f"{SOAP_ENV}Envelope" or len(content) != 1:
         raise Wrong(f"not a SOAP envelope with one element in its body: {outcome.body[:300]!r}")
@@ -186,7 +186,8 @@ def soap_answer(case, outcome) -> list:
         or len(detail) != 1
     ):
         raise Wrong(
-            f"not a soap:Fault with a faultcode, a faultstring and a typed detail: {outcome.body[:400]!r}"
+            "not a soap:Fault with a faultcode, a faultstring and a typed detail: "
+            f"{outcome.body[:400]!r}"
         )
     kind = etree.QName(detail[0]).localname
     if case.refused and kind != "InvalidRequestFault":

@@ -613,7 +613,8 @@ ROUTES = (
         "POST",
         "/services/ws/XRuntime",
         "text/xml",
-        f'<s:Envelope xmlns:s="{SOAP11}"><s:Body><r:watchJob xmlns:r="{xruntime.namespace}"><t:id xmlns:t="{TYPES_NS}">'
+        f'<s:Envelope xmlns:s="{SOAP11}"><s:Body>'
+        f'<r:watchJob xmlns:r="{xruntime.namespace}"><t:id xmlns:t="{TYPES_NS}">'
         "x</t:id></r:watchJob></s:Body></s:Envelope>".encode(),
     ),
     ("GET", "/services/ws/XDemo?wsdl", None, b""),

@@ -5,6 +5,7 @@ import base64
 import os
 import threading
 import time
+from functools import partial
 
 import pytest
 
@@ -400,8 +401,8 @@ def test_another_users_job_is_an_id_never_used(jobs, settings, simulate_op):
             assert status == "UNKNOWN" and took < 0.2  # answered at once, as unknown ids are
             assert jobs.delete(job_id, caller).status == "UNKNOWN"
             for act in (
-                lambda: jobs.stop(job_id, caller),
-                lambda: jobs.fetch(simulate_op, job_id, caller),
+                partial(jobs.stop, job_id, caller),
+                partial(jobs.fetch, simulate_op, job_id, caller),
             ):
                 with pytest.raises(UnknownJobFault) as caught:
                     act()

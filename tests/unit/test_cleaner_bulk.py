@@ -84,7 +84,7 @@ def fill(store, now):
         r = row(now, status, queued_ago=20 * HOUR)
         kept["active"].append(r["id"])
         rows.append(r)
-    for i in range(200):
+    for _ in range(200):
         r = row(now, "DELETED", queued_ago=20 * HOUR)
         kept["deleted"].append(r["id"])
         rows.append(r)

@@ -34,6 +34,9 @@ from .helpers import (
     stored_response,
 )
 
+#: Who reads the history and lists in these tests, unless one names another caller.
+ADMIN = Caller("", admin=True)
+
 
 @pytest.fixture
 def any_jobs(any_store, notifier, settings):
@@ -43,12 +46,12 @@ def any_jobs(any_store, notifier, settings):
     manager.close()
 
 
-def history(jobs, job_id, caller=Caller("", admin=True)):
+def history(jobs, job_id, caller=ADMIN):
     """[(status, attempt, message)] of the job's events."""
     return [(e.status, e.attempt, e.message) for e in jobs.events(job_id, caller).events]
 
 
-def start(jobs, op, caller=Caller("", admin=True)):
+def start(jobs, op, caller=ADMIN):
     return jobs.start(op, SimulateRequest(steps=1), caller).id
 
 
@@ -258,7 +261,7 @@ def test_retry_settings():
 # --------------------------------------------------------------------------- listing
 
 
-def listed(jobs, caller=Caller("", admin=True), **request):
+def listed(jobs, caller=ADMIN, **request):
     page = jobs.list_jobs(ListJobsRequest(**request), caller)
     return [j.id for j in page.jobs], page.nextCursor
 

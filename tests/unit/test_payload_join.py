@@ -192,7 +192,7 @@ def test_lists_that_are_each_one_packed_array(lists):
     blobs = [stored(dump({"ids": ids, "n": len(ids)}), "compact") for ids in lists]
     outer = dump({"n": 0, "ids": [], "more": list(range(100))})
     check_join(outer, "ids", blobs)
-    for blob, ids in zip(blobs, lists):
+    for blob, ids in zip(blobs, lists, strict=True):
         assert without_list(blob, "ids") == dump({"ids": [], "n": len(ids)})
 
 
@@ -274,7 +274,7 @@ def test_join_equals_the_text_level_join_for_random_objects(outer, first, texts)
     ]
     blobs = [stored(text, form) for text, form in texts]
     check_join(dump(outer), "rows", blobs)
-    for (text, _), blob in zip(texts, blobs):
+    for (text, _), blob in zip(texts, blobs, strict=True):
         data = json.loads(text)
         if "rows" in data:
             data["rows"] = []

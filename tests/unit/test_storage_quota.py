@@ -116,10 +116,12 @@ max_stored_bytes = 50
         (
             "[services.XDemo]\nmax_stored_bytes = 10\n",
             2,
-            "[services.XDemo] max_stored_bytes: not per service: it bounds what a user stores across all services",
+            "[services.XDemo] max_stored_bytes: not per service: "
+            "it bounds what a user stores across all services",
         ),
         (
-            f'[users.alice]\ntoken_sha256 = "{"a" * 64}"\n[users.alice.services.XDemo]\nmax_stored_bytes = 10\n',
+            f'[users.alice]\ntoken_sha256 = "{"a" * 64}"\n'
+            "[users.alice.services.XDemo]\nmax_stored_bytes = 10\n",
             4,
             "[users.alice.services.XDemo] max_stored_bytes: not per service",
         ),

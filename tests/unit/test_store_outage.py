@@ -154,7 +154,7 @@ def test_only_the_jobs_a_slot_holds_keep_their_lease(store):
     for rec in (held, lost):
         assert store.create(rec, 0)
     sup = supervisor(store)
-    for rec in (held, lost):
+    for _rec in (held, lost):
         assert store.claim(sup.node, now_ms() - 60_000, 1_000) is not None  # leases long gone
 
     class Slot:

@@ -12,6 +12,7 @@ import json
 import sqlite3
 import threading
 from collections import Counter
+from functools import partial
 
 from xruntime.engine.notifier import Notifier
 from xruntime.protocol import codec
@@ -80,15 +81,15 @@ def test_stop_delete_finish_race_has_one_winner(any_store):
         now = now_ms()
         kinds = ["stop", "stop", "delete", "delete", "succeed", "succeed", "fail", "fail"]
         actions = {
-            "stop": lambda: store.request_stop(job_id),
-            "delete": lambda: store.mark_deleted(job_id),
-            "succeed": lambda: store.finish(job_id, "SUCCEEDED", now, result=result),
-            "fail": lambda: store.finish(job_id, "FAILED", now, fault=fault),
+            "stop": partial(store.request_stop, job_id),
+            "delete": partial(store.mark_deleted, job_id),
+            "succeed": partial(store.finish, job_id, "SUCCEEDED", now, result=result),
+            "fail": partial(store.finish, job_id, "FAILED", now, fault=fault),
         }
         outcomes = race(*(actions[k] for k in kinds))
         for outcome in outcomes:
             assert isinstance(outcome, bool), f"a store call failed under the race: {outcome!r}"
-        won = Counter(k for k, ok in zip(kinds, outcomes) if ok)
+        won = Counter(k for k, ok in zip(kinds, outcomes, strict=True) if ok)
         ending = won["delete"] + won["succeed"] + won["fail"]
         assert ending == 1, f"exactly one ending transition must win, got {dict(won)}"
         assert won["stop"] <= 1, "RUNNING → STOPPING happens at most once"
@@ -113,11 +114,12 @@ def test_two_finishes_never_both_win(any_store):
     store = any_store
     for _ in range(rounds(store)):
         job_id = running_job(store)
+        # (each racer stamps its finish when it runs; job_id bound now, as a default)
         outcomes = race(
-            lambda: store.finish(job_id, "SUCCEEDED", now_ms(), result="{}"),
-            lambda: store.finish(job_id, "FAILED", now_ms(), fault="{}"),
-            lambda: store.finish(job_id, "SUCCEEDED", now_ms(), result="{}"),
-            lambda: store.finish(job_id, "FAILED", now_ms(), fault="{}"),
+            lambda job_id=job_id: store.finish(job_id, "SUCCEEDED", now_ms(), result="{}"),
+            lambda job_id=job_id: store.finish(job_id, "FAILED", now_ms(), fault="{}"),
+            lambda job_id=job_id: store.finish(job_id, "SUCCEEDED", now_ms(), result="{}"),
+            lambda job_id=job_id: store.finish(job_id, "FAILED", now_ms(), fault="{}"),
         )
         assert outcomes.count(True) == 1
         rec = store.get(job_id)
@@ -156,10 +158,10 @@ def test_manager_stop_and_delete_racing_the_worker_finish(any_store):
     for _ in range(rounds(store)):
         job_id = running_job(store)
         stop_a, stop_b, delete, finished = race(
-            lambda: jobs.stop(job_id),
-            lambda: jobs.stop(job_id),
-            lambda: jobs.delete(job_id),
-            lambda: store.finish(job_id, "SUCCEEDED", now_ms(), result="{}"),
+            partial(jobs.stop, job_id),
+            partial(jobs.stop, job_id),
+            partial(jobs.delete, job_id),
+            lambda job_id=job_id: store.finish(job_id, "SUCCEEDED", now_ms(), result="{}"),
         )
         assert not isinstance(delete, Exception), delete
         assert delete.status == "DELETED"
@@ -188,7 +190,7 @@ def test_delete_of_a_queued_job_racing_a_claim(any_store):
         rec = new_record()
         assert store.create(rec, 0)
         claimed, deleted = race(
-            lambda: store.claim(NODE, now_ms(), LEASE_MS), lambda: jobs.delete(rec.id)
+            lambda: store.claim(NODE, now_ms(), LEASE_MS), partial(jobs.delete, rec.id)
         )
         assert not isinstance(claimed, Exception), claimed
         assert deleted.status == "DELETED"

@@ -4,6 +4,7 @@ costs the server a few messages a second, and the latest value still arrives."""
 import json
 import threading
 import time
+from itertools import pairwise
 
 from xruntime.engine import worker
 from xruntime.engine.messages import Done, Failure, Progress, Result, RunJob
@@ -54,7 +55,7 @@ def test_a_flood_of_reports_sends_a_handful_of_messages_and_the_last_value_befor
     times = [t for t, m in sent if isinstance(m, Progress)]
     progress = [m for _, m in sent if isinstance(m, Progress)]
     assert successful(progress[0]) == 1  # the first report goes out at once
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in pairwise(times)]
     assert all(gap >= PROGRESS_PERIOD for gap in gaps[:-1]), (
         f"progress messages less than {PROGRESS_PERIOD} s apart: gaps {[round(g, 4) for g in gaps]}"
     )

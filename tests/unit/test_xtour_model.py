@@ -3,6 +3,7 @@ and the planning with a stand-in for the job (stop, progress, bounds)."""
 
 import math
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -163,7 +164,7 @@ def test_plans_every_order_and_reports_progress():
     last = job.reports[-1][1]
     assert last["$type"] == "TourPlanProgress" and last["bestDistance"] == result.totalDistance
     assert last["iterations"] == result.iterations
-    assert all(b[0] - a[0] >= 0.19 for a, b in zip(job.reports[:-2], job.reports[1:-1]))
+    assert all(b[0] - a[0] >= 0.19 for a, b in pairwise(job.reports[:-1]))
 
 
 def test_stop_returns_the_best_so_far_and_bounds_apply():
