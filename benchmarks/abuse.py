@@ -476,7 +476,7 @@ def prepare_1a(ctx):
 
 def abuse_1a(ctx):
     batch = [jsonrpc("fetchSimulateResponse", {"id": ctx.job}, i) for i in range(8)]
-    return post_batch(ctx, "XDemo", batch, "8 fetches of a %d MiB result" % ctx.size(100, 20))
+    return post_batch(ctx, "XDemo", batch, f"8 fetches of a {ctx.size(100, 20)} MiB result")
 
 
 def post_batch(ctx, service, batch, what, parse=True):
@@ -519,7 +519,8 @@ def post_batch(ctx, service, batch, what, parse=True):
             errors = {}
             for item in answer:
                 if "error" in item:
-                    key = f"{item['error'].get('code')} {item['error'].get('data', {}).get('$type', '')}".strip()
+                    error = item["error"]
+                    key = f"{error.get('code')} {error.get('data', {}).get('$type', '')}".strip()
                     errors[key] = errors.get(key, 0) + 1
             summary += f", {len(answer) - sum(errors.values())} results" + "".join(
                 f", {n} × {key}" for key, n in errors.items()
@@ -605,11 +606,11 @@ def abuse_2a(ctx):
 
 
 def abuse_2b(ctx):
-    workers = lambda: sum(
-        1
-        for name in process_names(ctx.node.pids(), ctx.node.port).values()  # noqa: E731
-        if name == "worker"
-    )
+    def workers():
+        return sum(
+            1 for name in process_names(ctx.node.pids(), ctx.node.port).values() if name == "worker"
+        )
+
     before = workers()
     status, answer, took = call(
         ctx.node,
@@ -946,7 +947,8 @@ def abuse_6(ctx):
     if outcome is None:
         outcome = "never refused" + (" (timed out)" if time.monotonic() >= ctx.deadline else "")
     return (
-        f"{len(jobs)} jobs of {n}×{n} started; {outcome}; store grew {grown / 1e6:.0f} MB ({limit})",
+        f"{len(jobs)} jobs of {n}×{n} started; {outcome}; "
+        f"store grew {grown / 1e6:.0f} MB ({limit})",
         refused_at,
     )
 
@@ -1296,8 +1298,8 @@ def cells(row):
 
 def print_table(rows):
     print(
-        "\n| item | tree | node RSS MB before → peak | others p50 / p99 ms | targets | abuse's outcome | "
-        "refused after |"
+        "\n| item | tree | node RSS MB before → peak | others p50 / p99 ms | targets "
+        "| abuse's outcome | refused after |"
     )
     print("|---|---|---|---|---|---|---|")
     for row in rows:

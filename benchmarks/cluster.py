@@ -94,8 +94,9 @@ def main():
             if count == 3:
                 took, held = cut_to_elsewhere(cluster, cluster.pg.engine())
                 print(
-                    f"a host cut off (iptables DROP) while running {held} jobs: they ran elsewhere "
-                    f"{took:.1f} s after the cut (lease 30 s, renewed every 5 s; recovery every 5 s)"
+                    f"a host cut off (iptables DROP) while running {held} jobs: "
+                    f"they ran elsewhere {took:.1f} s after the cut "
+                    "(lease 30 s, renewed every 5 s; recovery every 5 s)"
                 )
         finally:
             cluster.down()

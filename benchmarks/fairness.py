@@ -1,4 +1,5 @@
-"""Fair shares (docs/protocol.md §10): each user's share of the workers, and what a fair claim costs.
+"""Fair shares (docs/protocol.md §10): each user's share of the workers, and what a fair
+claim costs.
 
 Part 1, over real HTTP: a node with ``--workers`` workers and ``[auth] required =
 true`` serves ``--users`` users (alice, bob, carol, dave, …), each with a token.  The
@@ -239,8 +240,8 @@ def report_shares(title, rows, users, workers):
     total, total_window = sum(busy.values()), sum(busy_window.values())
     print(
         f"{title}: {len(rows)} jobs in {(end - t0) / 1000:.1f} s; every user had jobs queued for "
-        f"{window_ms / 1000:.1f} s, workers busy {100 * total_window / max(1, workers * window_ms):.0f}% "
-        f"of that"
+        f"{window_ms / 1000:.1f} s, "
+        f"workers busy {100 * total_window / max(1, workers * window_ms):.0f}% of that"
     )
     print(
         f"  {'user':<8}{'jobs':>5}  {'share while all queued':>22}  {'share of run':>12}  "
@@ -359,8 +360,8 @@ def part_claims(args):
         finally:
             store.close()
     print(
-        f"claim cost at the store ({database_name(args.database_url)}, one claim of bob's one queued job, "
-        f"{args.claims} times; µs median / p99):"
+        f"claim cost at the store ({database_name(args.database_url)}, "
+        f"one claim of bob's one queued job, {args.claims} times; µs median / p99):"
     )
     rows = [
         ("plain FIFO claim (no limits), empty queue", fifo),
@@ -372,8 +373,9 @@ def part_claims(args):
         print(f"  {label + ':':<62} {statistics.median(took):7.0f} / {percentile(took, 99):7.0f}")
     ratios = [statistics.median(took) / statistics.median(empty) for took in (loaded, analysed)]
     print(
-        f"  ratio {args.queued} queued / empty (median): {ratios[0]:.2f}x, after ANALYZE {ratios[1]:.2f}x "
-        f"(target <= 1.5x); alice's {args.queued} jobs written in {written:.1f} s"
+        f"  ratio {args.queued} queued / empty (median): {ratios[0]:.2f}x, "
+        f"after ANALYZE {ratios[1]:.2f}x (target <= 1.5x); "
+        f"alice's {args.queued} jobs written in {written:.1f} s"
     )
 
 

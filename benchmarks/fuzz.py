@@ -117,9 +117,11 @@ def fuzz_binding(pool, server, binding, args):
         f"{1000 * elapsed / max(sent, 1):.2f} s per 1000 ({args.clients} client processes)"
     )
     print(
-        f"  unanswered {problems['unanswered']}, InternalErrorFault {problems['InternalErrorFault']}, "
+        f"  unanswered {problems['unanswered']}, "
+        f"InternalErrorFault {problems['InternalErrorFault']}, "
         f"tracebacks {problems['traceback']} in answers and {len(tracebacks)} in the node's log, "
-        f"leaked sockets {problems[LEAKED]} (connections not let go) and {len(half_open)} half open at the end"
+        f"leaked sockets {problems[LEAKED]} (connections not let go) "
+        f"and {len(half_open)} half open at the end"
     )
     others = {
         kind: n
@@ -134,7 +136,8 @@ def fuzz_binding(pool, server, binding, args):
         print(f"  logged: {text}")
     before, after = sum(rss_before.values()), sum(rss_after.values())
     print(
-        f"  node RSS {before / MB:.1f} MB before, {after / MB:.1f} MB after: {(after - before) / MB:+.1f} MB ("
+        f"  node RSS {before / MB:.1f} MB before, {after / MB:.1f} MB after: "
+        f"{(after - before) / MB:+.1f} MB ("
         + ", ".join(
             f"{name} {(rss_after[name] - rss_before[name]) / MB:+.1f}" for name in sorted(rss_after)
         )

@@ -1,9 +1,9 @@
-"""What parsing one request body costs an HTTP process (benchmarks/abuse.py, item 4): its resident
-memory before, at the peak and after, the time to the answer, and the latency others see
-meanwhile.
+"""What parsing one request body costs an HTTP process (benchmarks/abuse.py, item 4): its
+resident memory before, at the peak and after, the time to the answer, and the latency
+others see meanwhile.
 
-A real node (tests/harness.py), a fresh one for each case, with one HTTP process and the shipped limits gets, 1 and
-then ``--parallel`` at a time:
+A real node (tests/harness.py), a fresh one for each case, with one HTTP process and the
+shipped limits gets, 1 and then ``--parallel`` at a time:
 
 - ``soap-header``: a SOAP envelope of about ``--mb`` MB whose ``soap:Header`` holds
   empty elements (``<h/>`` each), its body a valid startSimulate;
@@ -88,7 +88,8 @@ def soap_dima(locations):
         )
 
     body = (
-        f'<soap:Envelope xmlns:soap="{SOAP_ENV}"><soap:Body><d:startCreateDistanceMatrix xmlns:d="{DIMA_NS}">'
+        f'<soap:Envelope xmlns:soap="{SOAP_ENV}"><soap:Body>'
+        f'<d:startCreateDistanceMatrix xmlns:d="{DIMA_NS}">'
         + located("startLocations", _locations(locations, rng))
         + located("destinationLocations", _locations(4, rng))
         + "</d:startCreateDistanceMatrix></soap:Body></soap:Envelope>"

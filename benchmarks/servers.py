@@ -328,7 +328,9 @@ class Server:
             except OSError:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"{kind} did not answer within 30 s: {self.tail()}")
+                    raise RuntimeError(
+                        f"{kind} did not answer within 30 s: {self.tail()}"
+                    ) from None
                 time.sleep(0.1)
 
     def tail(self):
@@ -784,7 +786,8 @@ def main(argv):
     for r in table:
         print(
             "  ".join(
-                str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))
+                str(c).rjust(w) if i else str(c).ljust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
             )
         )
     for note in notes:

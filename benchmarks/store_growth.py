@@ -169,7 +169,8 @@ EVENTS = {
 RESULT = '{"stepsDone":%d,"payload":"%s"}'
 STOPPED = (
     '{"resultLimitations":[{"$type":"IntermediateResponseLimitation","message":"the job was '
-    'stopped; this is an intermediate result","reason":"REQUEST_STOPPED"}],"stepsDone":%d,"payload":""}'
+    'stopped; this is an intermediate result","reason":"REQUEST_STOPPED"}],'
+    '"stepsDone":%d,"payload":""}'
 )
 FAULT = (
     '{"message":"the simulation failed at step %d, as the request asked","faultInfo":{"$type":'
@@ -325,7 +326,8 @@ class Fill:
             if have >= size:
                 return
             say(
-                f"filling: {have} → {size} stored jobs ({size - have} jobs, ~{10 * (size - have)} events)"
+                f"filling: {have} → {size} stored jobs "
+                f"({size - have} jobs, ~{10 * (size - have)} events)"
             )
             started = time.time()
             with engine.begin() as conn:  # the events are written below, with the jobs' times
@@ -391,7 +393,8 @@ class Fill:
             if sqlite:
                 disk = f", {os.path.getsize(make_url(self.url).database) / 1e6:.0f} MB on disk"
             say(
-                f"filled in {time.time() - started:.1f} s: {self.count(engine)} jobs, {events_} events{disk}"
+                f"filled in {time.time() - started:.1f} s: "
+                f"{self.count(engine)} jobs, {events_} events{disk}"
             )
         finally:
             engine.dispose()
@@ -602,7 +605,7 @@ def measure_store(url, n):
         for _ in range(3):  # and a write meanwhile, as a request would make
             done = threading.Event()
 
-            def clean_pass():
+            def clean_pass(done):
                 t = time.perf_counter()
                 try:
                     if store.erase_expired(now_ms(), 30 * DAY_MS, 30 * DAY_MS, 100):
@@ -611,7 +614,7 @@ def measure_store(url, n):
                     passes.append((time.perf_counter() - t) * 1000)
                     done.set()
 
-            cleaning = threading.Thread(target=clean_pass)
+            cleaning = threading.Thread(target=clean_pass, args=(done,))
             cleaning.start()
             while not done.is_set():
                 rec = JobRecord(
@@ -768,15 +771,17 @@ def cleanup(folder, port, url, database_url, recent, baseline_s, timeout_s):
         with engine.connect() as conn:
             after = conn.execute(select(func.count()).select_from(jobs)).scalar()
         say(
-            f"cleanup: {erased} jobs erased in {took:.1f} s ({erased / max(took, 1e-3):.0f} jobs/s; from the first "
-            f"batch seen, 0.25 s polls), {after} stored after; the figures below count from the reload"
+            f"cleanup: {erased} jobs erased in {took:.1f} s "
+            f"({erased / max(took, 1e-3):.0f} jobs/s; from the first batch seen, 0.25 s polls), "
+            f"{after} stored after; the figures below count from the reload"
         )
         print(
             f"\nrequests while the cleaner erased {erased} expired jobs (10 events each), "
             f"against {baseline_s:g} s of the same loops before it:"
         )
         print(
-            f"  {'loop':36} {'':9} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'>100 ms':>8} {'errors':>7}"
+            f"  {'loop':36} {'':9} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+            f"{'>100 ms':>8} {'errors':>7}"
         )
         worst_request = worst_step = 0.0
         for loop in loops:
@@ -788,8 +793,9 @@ def cleanup(folder, port, url, database_url, recent, baseline_s, timeout_s):
                 if label == "cleanup":
                     worst_request = max(worst_request, max(ms_))
                 print(
-                    f"  {loop.name:36} {label:9} {len(ms_):6d} {pct(ms_, 50):8.1f} {pct(ms_, 99):8.1f} "
-                    f"{max(ms_):8.1f} {sum(m > STALL_MS for m in ms_):8d} {sum(st != 200 for _, st in got):7d}"
+                    f"  {loop.name:36} {label:9} {len(ms_):6d} "
+                    f"{pct(ms_, 50):8.1f} {pct(ms_, 99):8.1f} {max(ms_):8.1f} "
+                    f"{sum(m > STALL_MS for m in ms_):8d} {sum(st != 200 for _, st in got):7d}"
                 )
         store = SqlJobStore(url)
         try:
@@ -805,15 +811,17 @@ def cleanup(folder, port, url, database_url, recent, baseline_s, timeout_s):
                         if label == "cleanup":
                             worst_step = max(worst_step, max(ms_))
                         print(
-                            f"  {name:36} {label:9} {len(ms_):6d} {pct(ms_, 50):8.1f} {pct(ms_, 99):8.1f} "
-                            f"{max(ms_):8.1f} {sum(m > STALL_MS for m in ms_):8d}"
+                            f"  {name:36} {label:9} {len(ms_):6d} "
+                            f"{pct(ms_, 50):8.1f} {pct(ms_, 99):8.1f} {max(ms_):8.1f} "
+                            f"{sum(m > STALL_MS for m in ms_):8d}"
                         )
         finally:
             store.close()
         if lowest_lease is not None:
             print(
                 f"  lease of the running 10-minute job: lowest {lowest_lease / 1000:.1f} s left "
-                f"({'ran out' if lowest_lease < 0 else 'renewed in time'}; it is renewed every 5 s to 30 s)"
+                f"({'ran out' if lowest_lease < 0 else 'renewed in time'}; "
+                "it is renewed every 5 s to 30 s)"
             )
         print(
             f"  slowest request during the cleanup: {worst_request:.1f} ms; slowest job step: "
@@ -857,7 +865,8 @@ def main():
         )
     folder = tempfile.mkdtemp(prefix="store_growth-")
     say(
-        f"store_growth: {make_url(database_url(args, folder)).get_backend_name()} ({folder}), sizes {sizes}, "
+        f"store_growth: {make_url(database_url(args, folder)).get_backend_name()} ({folder}), "
+        f"sizes {sizes}, "
         f"{args.requests} requests per operation and size in {args.rounds} rounds, cleanup at "
         f"{args.cleanup or 'none'}; {os.cpu_count()} cores"
     )
@@ -918,7 +927,8 @@ def main():
                 r50 = max(pct(b, 50), floor) / max(pct(a, 50), floor)
                 r99 = max(pct(b, 99), floor) / max(pct(a, 99), floor)
                 print(
-                    f"  {name:36} p50 {r50:6.2f}x   p99 {r99:6.2f}x   {'met' if r50 <= 1.2 else 'NOT met'}"
+                    f"  {name:36} p50 {r50:6.2f}x   p99 {r99:6.2f}x   "
+                    f"{'met' if r50 <= 1.2 else 'NOT met'}"
                 )
         print(flush=True)
         for size in sizes:

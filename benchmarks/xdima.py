@@ -186,12 +186,9 @@ def parallel(size, repeat, database_url=None):
                     del result
             best = {p: min(t) for p, t in times.items()}
             print(f"{size} × {size}, one node (SQLite), 2 workers, best of {repeat}:")
-            print(
-                f"  parallelism 1: {best[1]:.2f} s   (runs: {', '.join(f'{t:.2f}' for t in times[1])})"
-            )
-            print(
-                f"  parallelism 2: {best[2]:.2f} s   (runs: {', '.join(f'{t:.2f}' for t in times[2])})"
-            )
+            for parallelism in (1, 2):
+                runs = ", ".join(f"{t:.2f}" for t in times[parallelism])
+                print(f"  parallelism {parallelism}: {best[parallelism]:.2f} s   (runs: {runs})")
             print(f"  ratio: {best[2] / best[1]:.2f} (target ≤ 0.60); the same matrix: yes")
         finally:
             server.stop()
@@ -215,7 +212,8 @@ def parallel(size, repeat, database_url=None):
             )
             print(
                 f"  parallelism 1: {best[1]:.2f} s; parallelism 2: {best[2]:.2f} s; "
-                f"ratio {best[2] / best[1]:.2f}; children ran on both nodes: {'yes' if both else 'no'}"
+                f"ratio {best[2] / best[1]:.2f}; "
+                f"children ran on both nodes: {'yes' if both else 'no'}"
             )
         finally:
             for node in nodes:

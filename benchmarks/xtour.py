@@ -87,8 +87,10 @@ def main():
     )
     if first is not None:
         print(
-            f"  first feasible plan:  {first:6.2f} s   ({first_progress['plannedOrders']} orders, "
-            f"{first_progress['bestDistance'] / 1000:.1f} km, iteration {first_progress['iterations']})"
+            f"  first feasible plan:  {first:6.2f} s   "
+            f"({first_progress['plannedOrders']} orders, "
+            f"{first_progress['bestDistance'] / 1000:.1f} km, "
+            f"iteration {first_progress['iterations']})"
         )
     print(
         f"  planned (async):      {planned:6.2f} s   ({result['plannedOrders']} orders planned, "
