@@ -4,6 +4,7 @@ commands start, watch, fetch, stop, delete, jobs (``client_cli``)."""
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 
 from . import __version__
 from .client import commands as client_cli
@@ -11,7 +12,7 @@ from .settings import config
 from .support.logs import setup_logging
 
 
-def cmd_serve(args) -> int:
+def cmd_serve(args: argparse.Namespace) -> int:
     setup_logging()
     try:
         settings = config.load(args.config, known_services=_service_names())
@@ -33,7 +34,7 @@ def cmd_serve(args) -> int:
     return 0
 
 
-def cmd_check_config(args) -> int:
+def cmd_check_config(args: argparse.Namespace) -> int:
     try:
         config.load(args.path, known_services=_service_names())
     except config.ConfigError as exc:
@@ -45,7 +46,7 @@ def cmd_check_config(args) -> int:
     return 0
 
 
-def cmd_wsdl(args) -> int:
+def cmd_wsdl(args: argparse.Namespace) -> int:
     """Write every service's WSDL, the schema documents they import and the WSDL of all
     services (the files kept in wsdl/: <Service>.wsdl, schemas/<name>.xsd, XServices.wsdl)."""
     import os
@@ -73,7 +74,7 @@ def cmd_wsdl(args) -> int:
     return 0
 
 
-def cmd_token_new(args) -> int:
+def cmd_token_new(args: argparse.Namespace) -> int:
     """A fresh token for a user, and the lines that give it to them (docs/protocol.md §10)."""
     from .operations.accounts import new_token, token_sha256
 
@@ -94,13 +95,13 @@ def cmd_token_new(args) -> int:
     return 0
 
 
-def _service_names():
+def _service_names() -> list[str]:
     from .author.registry import discover
 
     return list(discover())
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="xruntime", description="Long operations as asynchronous jobs."
     )

@@ -10,6 +10,8 @@ A fetch and the synchronous form write the JSON text the worker stored as it is
 import json
 import math
 import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from werkzeug.wrappers import Request, Response
 
@@ -20,13 +22,18 @@ from ..support import metrics
 from ..support.blocking import sized
 from . import parsing
 
+if TYPE_CHECKING:
+    from ..operations.accounts import Caller
+    from ..operations.dispatch import Dispatcher
+    from ..settings.model import Settings
+
 JSON_TYPE = "application/json; charset=utf-8"
 #: A JSON body may hold one array or object per this many bytes (on average): a
 #: location ``{"lon":8.1,"lat":50.1}`` is one per 23.
 JSON_BYTES_PER_MARK = 16
 
 
-def dumps(data) -> bytes:
+def dumps(data: object) -> bytes:
     return codec.dumps(data).encode("utf-8")
 
 
@@ -40,7 +47,7 @@ def fault_response(fault: XServerFault) -> Response:
     return response
 
 
-def read_json_body(request: Request, max_bytes: int, empty=None):
+def read_json_body(request: Request, max_bytes: int, empty: dict | None = None) -> Any:
     """The body parsed as JSON, refused before it is read when it is too large.
     An empty body stands for ``empty`` when given (the JSON binding: an empty request)."""
     length = request.content_length
@@ -74,16 +81,16 @@ def read_json_body(request: Request, max_bytes: int, empty=None):
         # let it through), so what is left is the escapes checked below
         text = raw.decode(json.detect_encoding(raw))
         data = json.loads(text, parse_constant=_not_json, parse_float=_finite)
-    except RecursionError:
+    except RecursionError as exc:
         raise InvalidRequestFault(
             "the request body nests too deeply",
             hint="Send one JSON object, the operation's request.",
-        )
+        ) from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequestFault(
             f"the request body is not valid JSON: {exc}",
             hint="Send one JSON object, the operation's request.",
-        )
+        ) from exc
     if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(data):
         raise InvalidRequestFault(
             "the request body is not valid JSON: it holds a lone surrogate "
@@ -93,13 +100,13 @@ def read_json_body(request: Request, max_bytes: int, empty=None):
     return data
 
 
-def _not_json(name):
+def _not_json(name: str) -> NoReturn:
     """NaN, Infinity and -Infinity, which Python's json reads but JSON does not have
     (echoed, as a JSON-RPC id is, they would make the answer no JSON either)."""
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _finite(text):
+def _finite(text: str) -> float:
     value = float(text)
     if math.isinf(value):
         raise ValueError(f"the number {text[:40]} is too large for a double")
@@ -111,7 +118,7 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _has_lone_surrogate(data) -> bool:
+def _has_lone_surrogate(data: object) -> bool:
     """Whether a string anywhere in ``data`` (keys too) holds a surrogate that JSON
     decoding could not pair: such text cannot be stored, echoed or encoded as UTF-8."""
     pending = [data]
@@ -133,7 +140,7 @@ class JsonBinding:
 
     name = "json"  # in metrics
 
-    def __init__(self, dispatcher, settings):
+    def __init__(self, dispatcher: "Dispatcher", settings: "Callable[[], Settings]") -> None:
         self.dispatcher = dispatcher
         self.settings = settings
 
@@ -144,7 +151,7 @@ class JsonBinding:
     def is_public(method: str, path: str, query: bytes) -> bool:
         return False  # every operation needs the caller's credentials
 
-    async def handle(self, request: Request, caller) -> Response:
+    async def handle(self, request: Request, caller: "Caller") -> Response:
         parts = [p for p in request.path.split("/") if p]
         where = "/".join(parts) or "/"
         try:

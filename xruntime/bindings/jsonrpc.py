@@ -9,7 +9,10 @@ HTTP 204.
 
 import asyncio
 import contextlib
+import enum
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 from werkzeug.wrappers import Request, Response
 
@@ -28,11 +31,24 @@ from ..support.logs import OncePerPeriod
 from . import parsing
 from .json_binding import JSON_TYPE, dumps, read_json_body
 
+if TYPE_CHECKING:
+    from ..operations.accounts import Caller
+    from ..operations.dispatch import Dispatcher
+    from ..settings.model import Settings
+
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 REJECTED, PROCESSING, INTERNAL = -32001, -32002, -32000
 
+
+class _OverBudget(enum.Enum):
+    """What ``_one`` answers for a result larger than the batch's budget left (an enum
+    member rather than a bare object(), so that the type checker tells it from text)."""
+
+    MARK = "over budget"
+
+
 _MISSING = object()
-_OVER_BUDGET = object()
+_OVER_BUDGET = _OverBudget.MARK
 _NO_WAIT = contextlib.nullcontext()
 #: How many requests of one batch run at once: a caller's batch weighs on the node
 #: like a few callers, not like one caller per item.
@@ -50,7 +66,7 @@ def error_code(fault: XServerFault) -> int:
     return INTERNAL
 
 
-def error(request_id, code: int, fault: XServerFault) -> dict:
+def error(request_id: object, code: int, fault: XServerFault) -> dict[str, Any]:
     metrics.fault_answered(fault)
     encoded = codec.encode_fault(fault)
     return {
@@ -65,7 +81,7 @@ class JsonRpcBinding:
 
     name = "jsonrpc"  # in metrics
 
-    def __init__(self, dispatcher, settings):
+    def __init__(self, dispatcher: "Dispatcher", settings: "Callable[[], Settings]") -> None:
         self.dispatcher = dispatcher
         self.settings = settings
 
@@ -73,7 +89,7 @@ class JsonRpcBinding:
     def is_public(method: str, path: str, query: bytes) -> bool:
         return False  # every method needs the caller's credentials
 
-    async def handle(self, request: Request, caller) -> Response:
+    async def handle(self, request: Request, caller: "Caller") -> Response:
         service = request.path.strip("/")
         try:
             if not self.dispatcher.has_service(service):
@@ -97,9 +113,10 @@ class JsonRpcBinding:
         answer = await self._one(service, body, caller)
         if answer is None:
             return Response(status=204)
+        assert answer is not _OVER_BUDGET  # (given no budget, no answer is over it)
         return await sized(len(answer), self._text, answer)
 
-    async def _batch(self, service, items, caller) -> Response:
+    async def _batch(self, service: str, items: list[Any], caller: "Caller") -> Response:
         """A batch (docs/protocol.md §15): at most ``[server] max_batch`` items, run
         ``BATCH_PARALLEL`` at a time, as one caller's calls would be, so that a large
         batch holds no more of the node than a few callers do; an item whose answer
@@ -121,17 +138,17 @@ class JsonRpcBinding:
                     None,
                     INVALID_REQUEST,
                     InvalidRequestFault(
-                        f"the batch has {len(items)} requests, more than the {settings.max_batch} this server "
-                        "takes in one",
+                        f"the batch has {len(items)} requests, more than the "
+                        f"{settings.max_batch} this server takes in one",
                         hint="Send the requests in several smaller batches.",
                     ),
                 )
             )
         budget = settings.max_batch_answer_bytes
-        answers = [None] * len(items)
+        answers: list[str | None] = [None] * len(items)
         running, fetching = asyncio.Semaphore(BATCH_PARALLEL), asyncio.Semaphore(1)
 
-        def over_budget(item):
+        def over_budget(item: Any) -> str:
             request_id = (
                 item.get("id") if isinstance(item, dict) and _is_id(item.get("id")) else None
             )
@@ -140,14 +157,15 @@ class JsonRpcBinding:
                     request_id,
                     REJECTED,
                     RejectedRequestFault(
-                        f"the batch's answer would hold more than {settings.max_batch_answer_bytes} bytes; "
+                        "the batch's answer would hold more than "
+                        f"{settings.max_batch_answer_bytes} bytes; "
                         "this request's answer was left out",
                         hint="Send this request on its own (a large result is streamed then).",
                     ),
                 )
             )
 
-        async def run(index, item):
+        async def run(index: int, item: Any) -> None:
             nonlocal budget
             # fetches one at a time: each may read a large result before it is weighed
             async with fetching if self._fetches(service, item) else _NO_WAIT, running:
@@ -159,22 +177,28 @@ class JsonRpcBinding:
             answers[index] = answer
 
         await asyncio.gather(*(run(i, item) for i, item in enumerate(items)))
-        answers = [a for a in answers if a is not None]
-        return self._text("[" + ",".join(answers) + "]") if answers else Response(status=204)
+        written = [a for a in answers if a is not None]
+        return self._text("[" + ",".join(written) + "]") if written else Response(status=204)
 
     def refusal(self, path: str, fault: XServerFault) -> Response:
         code = INVALID_REQUEST if isinstance(fault, InvalidRequestFault) else error_code(fault)
         return self._answer(error(None, code, fault))
 
-    def _fetches(self, service, item) -> bool:
+    def _fetches(self, service: str, item: Any) -> bool:
         op = (
-            self.dispatcher.operation(service, item.get("method"))
+            self.dispatcher.operation(service, item["method"])
             if isinstance(item, dict) and isinstance(item.get("method"), str)
             else None
         )
         return op is not None and op.kind == FETCH
 
-    async def _one(self, service, item, caller, budget=None):
+    async def _one(
+        self,
+        service: str,
+        item: Any,
+        caller: "Caller",
+        budget: Callable[[], int] | None = None,
+    ) -> str | Literal[_OverBudget.MARK] | None:
         """One request object → its answer as JSON text, or None for a notification
         (``_OVER_BUDGET`` when its result alone is larger than ``budget()``: it is not
         copied into an answer that would be dropped).  A result is spliced in as the
@@ -233,7 +257,7 @@ class JsonRpcBinding:
         return f'{{"jsonrpc":"2.0","id":{codec.dumps(request_id)},"result":{result}}}'
 
     @staticmethod
-    def _answer(data) -> Response:
+    def _answer(data: object) -> Response:
         return Response(dumps(data), content_type=JSON_TYPE)
 
     @staticmethod
@@ -241,5 +265,5 @@ class JsonRpcBinding:
         return Response(text.encode("utf-8"), content_type=JSON_TYPE)
 
 
-def _is_id(value) -> bool:
+def _is_id(value: object) -> bool:
     return value is None or (isinstance(value, (str, int, float)) and not isinstance(value, bool))

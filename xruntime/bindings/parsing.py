@@ -24,6 +24,8 @@ import asyncio
 import collections
 import ctypes
 import ctypes.util
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from ..protocol.faults import InvalidRequestFault
 from ..support.blocking import INLINE_BYTES, blocking
@@ -32,6 +34,9 @@ from ..support.blocking import INLINE_BYTES, blocking
 FREE_MARKS = 4096
 #: After a request body of more bytes than this is answered, memory is given back.
 GIVE_BACK_BYTES = 1024 * 1024
+
+Params = ParamSpec("Params")
+Parsed = TypeVar("Parsed")
 
 
 def check_marks(raw: bytes, count: int, per_bytes: int, what: str) -> None:
@@ -52,15 +57,15 @@ class _Admission:
     """At most ``budget()`` bytes of bodies parsed at once, in the order they came
     (a body larger than the whole budget waits until none is parsed)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.parsing = 0
-        self.waiting = collections.deque()  # (size, future)
+        self.waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
 
     async def admit(self, size: int, budget: int) -> None:
         if not self.waiting and (self.parsing == 0 or self.parsing + size <= budget):
             self.parsing += size
             return
-        turn = asyncio.get_running_loop().create_future()
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (size, turn)
         self.waiting.append(entry)
         try:
@@ -87,7 +92,13 @@ class _Admission:
 _admission = _Admission()
 
 
-async def parse(size, budget: int, fn, *args, **kwargs):
+async def parse(
+    size: int | None,
+    budget: int,
+    fn: Callable[Params, Parsed],
+    *args: Params.args,
+    **kwargs: Params.kwargs,
+) -> Parsed:
     """``fn(*args, **kwargs)``: the parse of a body of ``size`` bytes; inline when it
     is small, else in the pool once ``budget`` bytes of bodies (the body limit) make
     room."""
@@ -101,7 +112,7 @@ async def parse(size, budget: int, fn, *args, **kwargs):
         _admission.release(size, budget)
 
 
-def _malloc_trim():
+def _malloc_trim() -> Callable[[int], int] | None:
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
     except (OSError, AttributeError):  # not glibc: nothing to call

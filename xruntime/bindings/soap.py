@@ -6,14 +6,17 @@ and a message carrying a DTD is refused before parsing (SOAP 1.1 forbids DTDs), 
 entity-expansion body costs nothing.  The envelope is read piece by piece and the
 ``soap:Header``'s content is dropped as it is read (nothing here needs it: headers are
 not interpreted), so a header costs no memory; the body's elements are counted before
-parsing (``parsing.check_marks``), so its tree is bounded by its bytes.  Faults travel with HTTP 500 as ``soap:Fault``
-(``Client`` for InvalidRequestFault and RejectedRequestFault, ``Server`` otherwise)
-with the typed fault element, declared in the WSDL, inside ``<detail>``.
+parsing (``parsing.check_marks``), so its tree is bounded by its bytes.  Faults travel
+with HTTP 500 as ``soap:Fault`` (``Client`` for InvalidRequestFault and
+RejectedRequestFault, ``Server`` otherwise) with the typed fault element, declared in
+the WSDL, inside ``<detail>``.
 """
 
 import json
 import re
+from collections.abc import Callable, Container, Iterable, Iterator
 from functools import cache
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
@@ -29,6 +32,12 @@ from ..support import metrics
 from ..support.blocking import INLINE_BYTES
 from . import parsing, xml_codec
 from .wsdl import SCHEMA_FOLDER, build_all_wsdl, build_wsdl, polymorphic_types, schema_documents
+
+if TYPE_CHECKING:
+    from ..author.service import Operation, Service
+    from ..operations.accounts import Caller
+    from ..operations.dispatch import Dispatcher
+    from ..settings.model import Settings
 
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
 XML_TYPE = "text/xml; charset=utf-8"
@@ -58,12 +67,12 @@ XML_BYTES_PER_MARK = 12
 
 
 @cache
-def wsdl_template(service) -> str:
+def wsdl_template(service: "Service") -> str:
     """The service's WSDL with a placeholder address, built once."""
     return build_wsdl(service, _ADDRESS_PLACEHOLDER).decode("utf-8")
 
 
-def wsdl_for(service, address: str) -> bytes:
+def wsdl_for(service: "Service", address: str) -> bytes:
     return (
         wsdl_template(service)
         .replace(_ADDRESS_PLACEHOLDER, escape(address, {'"': "&quot;"}))
@@ -74,7 +83,7 @@ def wsdl_for(service, address: str) -> bytes:
 class SoapService:
     """What the binding needs of one service: its operations by element, its prefixes."""
 
-    def __init__(self, service, dispatcher):
+    def __init__(self, service: "Service", dispatcher: "Dispatcher") -> None:
         self.service = service
         self.operations = {op.name: op for op in dispatcher.operations_of(service.name).values()}
         self.prefixes = {
@@ -91,7 +100,7 @@ class SoapService:
         self.declarations = _declarations(self.prefixes)
 
 
-def _declarations(prefixes) -> str:
+def _declarations(prefixes: dict[str, str]) -> str:
     """The ``xmlns:`` attributes that declare ``prefixes`` ({namespace: prefix})."""
     return "".join(f' xmlns:{prefix}="{ns}"' for ns, prefix in prefixes.items())
 
@@ -101,7 +110,7 @@ class SoapBinding:
 
     name = "soap"  # in metrics
 
-    def __init__(self, dispatcher, settings):
+    def __init__(self, dispatcher: "Dispatcher", settings: "Callable[[], Settings]") -> None:
         self.dispatcher = dispatcher
         self.settings = settings
         self.services = {
@@ -120,7 +129,7 @@ class SoapBinding:
             or _asks_wsdl(parse_qs(query.decode("latin-1"), keep_blank_values=True))
         )
 
-    async def handle(self, request: Request, caller) -> Response:
+    async def handle(self, request: Request, caller: "Caller") -> Response:
         name = request.path.strip("/")
         schema = _schema_name(name)
         if schema is not None and request.method == "GET":
@@ -181,7 +190,7 @@ class SoapBinding:
             ),
         )
 
-    def _streamed(self, soap, op, text: str):
+    def _streamed(self, soap: SoapService, op: "Operation", text: str) -> Iterator[bytes]:
         """The answer's envelope as text, in chunks: a large result is never a tree.
         (The ASGI application runs a large one's chunks in the pool.)"""
         answer = json.loads(text)
@@ -196,7 +205,7 @@ class SoapBinding:
     def refusal(self, path: str, fault: XServerFault) -> Response:
         return self._fault(self.services.get(path.strip("/")), fault)
 
-    def _address(self, request, name):
+    def _address(self, request: Request, name: str) -> str:
         """The address of the service ``name`` (of /services/ws itself for "") as the
         client reached it, or under the configured public URL."""
         public = self.settings().public_url
@@ -204,7 +213,9 @@ class SoapBinding:
 
     # ------------------------------------------------------------------ reading
 
-    def _read(self, request, soap):
+    def _read(
+        self, request: Request, soap: SoapService
+    ) -> tuple["Operation", tuple[dict[str, Any], dict[str, str]]]:
         limit = self.settings().max_request_bytes
         if request.content_length is not None and request.content_length > limit:
             raise InvalidRequestFault(
@@ -236,7 +247,7 @@ class SoapBinding:
         try:
             root = _parse_envelope(body)
         except etree.XMLSyntaxError as exc:
-            raise InvalidRequestFault(f"the request is not well-formed XML: {exc}")
+            raise InvalidRequestFault(f"the request is not well-formed XML: {exc}") from exc
         docinfo = root.getroottree().docinfo
         if docinfo.doctype or docinfo.internalDTD is not None:  # e.g. in UTF-16
             raise InvalidRequestFault(
@@ -260,14 +271,16 @@ class SoapBinding:
 
     # ------------------------------------------------------------------ writing
 
-    def _envelope(self, soap, fill, status=200) -> Response:
+    def _envelope(
+        self, soap: SoapService | None, fill: Iterable[str], status: int = 200
+    ) -> Response:
         """An envelope whose body holds ``fill``, pieces of XML text written with the
         prefixes of ``soap`` (with no service, the bare ones)."""
         head, tail = _envelope_ends(soap.declarations if soap else _declarations(_BARE_PREFIXES))
         text = head + "".join(fill) + tail
         return Response(text.encode("utf-8"), status=status, content_type=XML_TYPE)
 
-    def _fault(self, soap, fault: XServerFault) -> Response:
+    def _fault(self, soap: SoapService | None, fault: XServerFault) -> Response:
         metrics.fault_answered(fault)
         data = codec.encode_fault(fault)["faultInfo"]
         data.pop(codec.TYPE_KEY)
@@ -286,7 +299,7 @@ class SoapBinding:
         return self._envelope(soap, fill, status=500)
 
 
-def _parse_envelope(body: bytes):
+def _parse_envelope(body: bytes) -> etree._Element:
     """The envelope's root element, its ``soap:Header`` (if any) empty: the header's
     descendants are dropped as they are read, so they are never a tree.  Only the
     elements the parser has finished are removed (all but the last child at each
@@ -308,7 +321,7 @@ def _parse_envelope(body: bytes):
     return root
 
 
-def _drop_finished(elem) -> None:
+def _drop_finished(elem: etree._Element) -> None:
     """Remove the finished descendants of ``elem``, an element being parsed: at each
     level every child but the last (the one the parser may still be in)."""
     while len(elem):
@@ -317,17 +330,17 @@ def _drop_finished(elem) -> None:
         elem = elem[-1]
 
 
-def _schema_name(path: str):
+def _schema_name(path: str) -> str | None:
     """The file a path asks for under schemas/ (``schemas/types.xsd``), else None."""
     folder, _, name = path.strip("/").partition("/")
     return name if folder == SCHEMA_FOLDER and name else None
 
 
-def _asks_wsdl(args) -> bool:
+def _asks_wsdl(args: Container[str]) -> bool:
     return "wsdl" in args or "WSDL" in args
 
 
-def _envelope_ends(declarations: str):
+def _envelope_ends(declarations: str) -> tuple[str, str]:
     """The text before and after the body's content, for every envelope we write."""
     return (
         f"<?xml version='1.0' encoding='utf-8'?>\n<soap:Envelope{declarations}><soap:Body>",

@@ -33,7 +33,9 @@ spyne writes the type definitions; the messages are read and written by
 
 import logging
 import re
+from collections.abc import Iterable, Sequence
 from functools import cache
+from typing import TYPE_CHECKING
 
 from lxml import etree
 from spyne import Application, ServiceBase
@@ -43,9 +45,15 @@ from spyne.protocol.soap import Soap11
 from ..protocol.faults import XServerFault
 from ..protocol.typeinfo import is_protocol_type, original, subclasses
 from ..protocol.types import NAMESPACE as TYPES_NS
-from ..protocol.types import JobProgress, ResultLimitation
+from ..protocol.types import JobProgress, ResultLimitation, XModel
+
+if TYPE_CHECKING:
+    from ..author.service import Service
 
 logging.getLogger("spyne").setLevel(logging.WARNING)
+
+#: A type a schema declares: a model of the protocol or of a service, or a fault.
+ModelClass = type[XModel] | type[XServerFault]
 
 POLYMORPHIC_BASES = (JobProgress, ResultLimitation, XServerFault)
 WSDL_NS = "http://schemas.xmlsoap.org/wsdl/"
@@ -62,17 +70,17 @@ ALL_SERVICES_FILE = "XServices.wsdl"
 _UNUSED_NS = "urn:xruntime:unused"  # spyne's application must have one
 
 
-def declared_faults(service):
+def declared_faults(service: "Service") -> list[type[XServerFault]]:
     """The fault classes a service's operations may raise: the protocol's and its own."""
     return [c for c in subclasses(XServerFault) if _visible(c, service)]
 
 
-def polymorphic_types(service):
+def polymorphic_types(service: "Service") -> list[ModelClass]:
     """The subtypes a service's messages may carry with ``xsi:type``."""
     return [cls for base in POLYMORPHIC_BASES for cls in subclasses(base) if _visible(cls, service)]
 
 
-def _visible(cls, service) -> bool:
+def _visible(cls: type, service: "Service") -> bool:
     """Protocol types, the types that belong to this service, and for XRuntime every
     service's progress types (its watchJob answers any job)."""
     if is_protocol_type(cls) or cls.__dict__.get("__namespace__") == service.namespace:
@@ -87,7 +95,7 @@ def _visible(cls, service) -> bool:
 # --------------------------------------------------------------------------- schemas
 
 
-def _services() -> dict:
+def _services() -> "dict[str, Service]":
     from ..author.registry import discover
 
     return discover()
@@ -99,17 +107,17 @@ def schema_file(namespace: str) -> str:
     return _catalogue()[1][namespace][1]
 
 
-def _prefixes() -> dict:
+def _prefixes() -> dict[str, str]:
     """{namespace: prefix}: the same prefixes in every document we write."""
     return {XSD_NS: "xs", **{ns: prefix for ns, (prefix, _) in _catalogue()[1].items()}}
 
 
 @cache
-def _catalogue():
+def _catalogue() -> tuple[dict[str, etree._Element], dict[str, tuple[str, str]]]:
     """spyne's schemas of every type of every service ({namespace: xs:schema}) and the
     prefix and file of each namespace ({namespace: (prefix, file)})."""
     services = _services()
-    classes = []
+    classes: list[type] = []
     for service in services.values():
         for op in service.operations().values():
             classes += [op.request, op.response]
@@ -134,13 +142,14 @@ def _catalogue():
 
 
 @cache
-def schema_documents() -> dict:
+def schema_documents() -> dict[str, bytes]:
     """{file name: XML Schema document} of every namespace: the protocol's types, each
     service's, and any other its types are in.  The same documents whichever service's
     WSDL imports them."""
     services = _services()
     written, names = _catalogue()
-    elements = {namespace: {} for namespace in names}  # {namespace: {element name: its type}}
+    # {namespace: {element name: its type}}
+    elements: dict[str, dict[str, ModelClass]] = {namespace: {} for namespace in names}
     for service in services.values():
         for name, op in service.operations().items():
             elements[service.namespace][name] = original(op.request)
@@ -153,7 +162,7 @@ def schema_documents() -> dict:
     }
 
 
-def _spyne_schemas(classes) -> dict:
+def _spyne_schemas(classes: Iterable[type]) -> dict[str, etree._Element]:
     """{namespace: xs:schema} as spyne writes the type definitions of ``classes``."""
 
     class Types(ServiceBase):
@@ -171,7 +180,9 @@ def _spyne_schemas(classes) -> dict:
     }
 
 
-def _schema(namespace: str, written, elements: dict):
+def _schema(
+    namespace: str, written: etree._Element | None, elements: dict[str, ModelClass]
+) -> etree._Element:
     """The schema document of ``namespace``: spyne's type definitions (``written``)
     without its global elements or optional fields' ``nillable``, the ``elements``
     ({name: type}) and an import, with its file, of every namespace it refers to."""
@@ -213,10 +224,10 @@ def _schema(namespace: str, written, elements: dict):
     return schema
 
 
-def _renamed(node, prefixes):
+def _renamed(node: etree._Element, prefixes: dict[str, str]) -> etree._Element:
     """A copy of ``node`` whose QName values use ``prefixes`` instead of spyne's."""
     copy = etree.fromstring(etree.tostring(node))
-    for original_elem, elem in zip(node.iter(), copy.iter()):
+    for original_elem, elem in zip(node.iter(), copy.iter(), strict=True):
         for attribute in ("type", "base", "ref"):
             value = elem.get(attribute)
             if value and ":" in value:
@@ -225,7 +236,7 @@ def _renamed(node, prefixes):
     return copy
 
 
-def _namespace_of(qname: str, prefixes: dict) -> str:
+def _namespace_of(qname: str, prefixes: dict[str, str]) -> str:
     """The namespace of a ``prefix:name`` written with ``prefixes``."""
     prefix = qname.split(":", 1)[0]
     return next(ns for ns, p in prefixes.items() if p == prefix)
@@ -234,12 +245,12 @@ def _namespace_of(qname: str, prefixes: dict) -> str:
 _ORDER = ["import", "simpleType", "complexType", "element"]
 
 
-def _declaration_key(elem):
+def _declaration_key(elem: etree._Element) -> tuple[int, str]:
     local = etree.QName(elem).localname
     return (_ORDER.index(local) if local in _ORDER else len(_ORDER), elem.get("name") or "")
 
 
-def _serialised(root) -> bytes:
+def _serialised(root: etree._Element) -> bytes:
     return etree.tostring(root, xml_declaration=True, encoding="UTF-8", pretty_print=True)
 
 
@@ -253,7 +264,7 @@ def exception_name(fault: str) -> str:
     return (fault[: -len("Fault")] if fault.endswith("Fault") else fault) + "Exception"
 
 
-def _without_wrapper_style(root):
+def _without_wrapper_style(root: etree._Element) -> None:
     """JAX-WS unwraps a request into parameters and the answer into Holders when the
     operation's element is named after it (its "wrapper style", which every operation
     here matches); a binding declaration embedded in the WSDL keeps the request and
@@ -262,7 +273,7 @@ def _without_wrapper_style(root):
     etree.SubElement(jaxws, f"{{{JAXWS_NS}}}enableWrapperStyle").text = "false"
 
 
-def build_wsdl(service, address: str) -> bytes:
+def build_wsdl(service: "Service", address: str) -> bytes:
     """The WSDL of ``service`` with ``address`` as its ``soap:address``: its messages,
     port type, binding and port, and imports of the schema documents it uses."""
     prefixes = _prefixes()
@@ -290,7 +301,7 @@ def build_wsdl(service, address: str) -> bytes:
             schemaLocation=f"{SCHEMA_FOLDER}/{schema_file(ns)}",
         )
 
-    def own(name):
+    def own(name: str) -> str:
         return f"tns:{name}"
 
     faults = declared_faults(service)
@@ -337,7 +348,7 @@ def build_wsdl(service, address: str) -> bytes:
     return _serialised(root)
 
 
-def build_all_wsdl(services, at: str) -> bytes:
+def build_all_wsdl(services: "Sequence[Service]", at: str) -> bytes:
     """One WSDL for every service in ``services``, at ``at`` (…/services/ws) + ?wsdl: it
     imports each service's WSDL and declares a port of each.  JAX-WS ``wsimport``
     generates the client of one root WSDL's services only (given several WSDLs, it

@@ -13,7 +13,9 @@ before (``elementFormDefault="qualified"``), so messages written for those still
 """
 
 import re
+from collections.abc import Iterator
 from functools import cache
+from typing import Any
 from xml.sax.saxutils import escape
 
 from lxml import etree
@@ -28,7 +30,7 @@ XSI_NIL = f"{{{XSI}}}nil"
 
 
 @cache
-def plan(cls):
+def plan(cls: type) -> tuple[tuple[str, Field, str], ...]:
     """[(name, field, namespace)] of a complex type, base fields first; the namespace
     is the one of the class that declares the field."""
     return tuple(
@@ -41,18 +43,18 @@ def plan(cls):
 # --------------------------------------------------------------------------- read
 
 
-def read(elem, cls):
+def read(elem: etree._Element, cls: type) -> tuple[dict[str, Any], dict[str, str]]:
     """An element as ``(data, sent)``: the JSON codec's plain data for type ``cls``, and
     the text of each number whose value the codec would show otherwise ({path: text},
     e.g. ``{"orders[0].location.lat": "95"}`` for 95.0), so that a fault names the
     value as it was sent (``codec.decode(data, cls, sent=sent)``)."""
-    sent = {}
+    sent: dict[str, str] = {}
     return _read(elem, cls, "", sent), sent
 
 
-def _read(elem, cls, path, sent) -> dict:
-    cls = original(cls)
-    data = {}
+def _read(elem: etree._Element, declared: type, path: str, sent: dict[str, str]) -> dict[str, Any]:
+    cls: Any = original(declared)  # a spyne class: its methods are untyped
+    data: dict[str, Any] = {}
     xsi_type = elem.get(XSI_TYPE)
     if xsi_type:
         prefix, _, name = xsi_type.rpartition(":")
@@ -76,6 +78,7 @@ def _read(elem, cls, path, sent) -> dict:
         fpath = field_path(path, f.name)
         if f.many:
             fpath += f"[{len(data.get(f.name, ()))}]"
+        value: object
         if child.get(XSI_NIL) in ("true", "1"):
             value = None
         elif f.kind == OBJ:
@@ -92,7 +95,7 @@ def _read(elem, cls, path, sent) -> dict:
     return data
 
 
-def _primitive(text, f, path):
+def _primitive(text: str, f: Field, path: str) -> int | float | bool | str:
     try:
         if f.kind == INT:
             return int(text.strip())
@@ -105,11 +108,11 @@ def _primitive(text, f, path):
             if word in ("false", "0"):
                 return False
             raise ValueError(word)
-    except ValueError:
+    except ValueError as exc:
         what = {INT: "an integer", FLOAT: "a number", BOOL: "true or false"}[f.kind]
         raise InvalidValueFault(
             f"invalid value for {path}: {what} is expected", parameter=path, value=text[:200]
-        )
+        ) from exc
     return text
 
 
@@ -119,14 +122,15 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 CHUNK = 64 * 1024
 
 
-def iter_text(tag: str, data: dict, cls, prefixes: dict):
+def iter_text(tag: str, data: dict[str, Any], cls: type, prefixes: dict[str, str]) -> Iterator[str]:
     """The XML text of ``data`` (the JSON codec's form of a ``cls`` value) as element
     ``tag`` ("prefix:name"), in chunks of about 64 KiB.  The one way XML leaves the
     server (answers and fault details alike), written as text rather than built as a
     tree, so that a response of millions of numbers (a distance matrix) streams in
     bounded memory.  The fields' elements are unqualified; ``prefixes`` (declared on an
     enclosing element) name the namespaces of ``xsi:type`` values."""
-    buffer, size = [], 0
+    buffer: list[str] = []
+    size = 0
     for piece in _pieces(tag, data, cls, prefixes):
         buffer.append(piece)
         size += len(piece)
@@ -137,8 +141,10 @@ def iter_text(tag: str, data: dict, cls, prefixes: dict):
         yield "".join(buffer)
 
 
-def _pieces(tag, data, cls, prefixes):
-    cls = original(cls)
+def _pieces(
+    tag: str, data: dict[str, Any], declared: type, prefixes: dict[str, str]
+) -> Iterator[str]:
+    cls: Any = original(declared)  # a spyne class: its methods are untyped
     type_name = data.get(TYPE_KEY)
     if type_name:
         cls = subtypes(cls).get(type_name, cls)
@@ -158,7 +164,7 @@ def _pieces(tag, data, cls, prefixes):
     yield f"</{tag}>"
 
 
-def escaped(value) -> str:
+def escaped(value: object) -> str:
     """A primitive value as element content: escaped, and with the characters XML
     cannot carry replaced by U+FFFD."""
     if isinstance(value, str):
@@ -166,7 +172,7 @@ def escaped(value) -> str:
     return _text(value)
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     if value is True:
         return "true"
     if value is False:

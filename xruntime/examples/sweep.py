@@ -9,7 +9,7 @@ themselves: a parent of parents.  Load it with::
 
 from spyne import Boolean, Long
 
-from xruntime.author import Child, Service
+from xruntime.author import Child, JobContext, Service
 from xruntime.protocol.types import RequestBase, ResponseBase
 from xruntime.services.xdemo.types import SimulateRequest
 
@@ -37,7 +37,7 @@ class SweepResponse(ResponseBase):
     failedScenarios = Long
 
 
-def children_of(request):
+def children_of(request: SweepRequest) -> list[Child]:
     """The same children on every run: derived from the request alone."""
     count, depth = request.scenarios if request.scenarios is not None else 10, request.depth or 1
     if depth > 1:
@@ -71,7 +71,7 @@ def children_of(request):
 
 
 @service.long_operation(request=SweepRequest, response=SweepResponse)
-def sweep(request, job):
+def sweep(request: SweepRequest, job: JobContext) -> SweepResponse:
     outcomes = job.run_children(
         children_of(request), failures="return" if request.tolerateFailures else "raise"
     )

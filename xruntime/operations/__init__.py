@@ -1,1 +1,2 @@
-"""The operation layer: the job protocol's operations, watches, accounts and quotas, shared by every binding."""
+"""The operation layer: the job protocol's operations, watches, accounts and quotas,
+shared by every binding."""

@@ -14,8 +14,12 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..settings.config import ANY_USER
+
+if TYPE_CHECKING:
+    from ..settings.model import Settings
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class NotAuthenticated(Exception):
     """Missing or wrong credentials; ``str()`` is safe to show (it never holds them)."""
 
 
-def authenticate(authorization: str | None, settings) -> Caller:
+def authenticate(authorization: str | None, settings: "Settings") -> Caller:
     """The caller named by an ``Authorization`` header under ``settings``."""
     if not settings.auth.required:
         return ANONYMOUS
@@ -51,7 +55,7 @@ def authenticate(authorization: str | None, settings) -> Caller:
     return Caller(found.name, found.admin)
 
 
-def _credentials(authorization: str | None):
+def _credentials(authorization: str | None) -> tuple[str | None, str]:
     """(user name or None, token) of a Basic or Bearer header."""
     if not authorization or not authorization.strip():
         raise NotAuthenticated(
@@ -67,8 +71,8 @@ def _credentials(authorization: str | None):
             name, colon, token = (
                 base64.b64decode(value, validate=True).decode("utf-8").partition(":")
             )
-        except (binascii.Error, UnicodeDecodeError):
-            raise NotAuthenticated("the Basic credentials are not base64 of user:token")
+        except (binascii.Error, UnicodeDecodeError) as exc:
+            raise NotAuthenticated("the Basic credentials are not base64 of user:token") from exc
         if colon and token:
             return name, token
     raise NotAuthenticated(

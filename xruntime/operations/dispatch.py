@@ -8,12 +8,21 @@ for blocking work.
 """
 
 import collections
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from ..author.service import CALL, FETCH, RUN, START
+from ..author.service import CALL, FETCH, RUN, START, LongOperation, Operation, Service
 from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
+from ..protocol.types import XModel
 from ..support import metrics
 from ..support.blocking import blocking
+
+if TYPE_CHECKING:
+    from .accounts import Caller
+    from .jobs import JobManager
+
+Rendered = TypeVar("Rendered")
 
 #: How many shared answers are remembered (one per job changed at about one time).
 SHARED_ANSWERS = 256
@@ -25,35 +34,41 @@ class Answer:
 
     __slots__ = ("text", "_rendered")
 
-    def __init__(self, text: str):
+    def __init__(self, text: str) -> None:
         self.text = text
-        self._rendered = None
+        # binding → what its render() gave (each binding renders its own kind of answer)
+        self._rendered: dict[str, Any] | None = None
 
-    def rendered(self, binding: str, render):
+    def rendered(self, binding: str, render: Callable[[], Rendered]) -> Rendered:
         """``render()`` once per binding; later calls answer the same bytes."""
         if self._rendered is None:
             self._rendered = {}
-        found = self._rendered.get(binding)
+        found: Rendered | None = self._rendered.get(binding)
         if found is None:
             found = self._rendered[binding] = render()
         return found
 
 
 class Dispatcher:
-    def __init__(self, jobs, services: dict):
+    def __init__(self, jobs: "JobManager", services: dict[str, Service]) -> None:
         self.jobs = jobs
         self.services = services
-        self._operations = {name: svc.operations() for name, svc in services.items()}
-        self._shared = collections.OrderedDict()  # id(response) → (response, Answer)
+        self._operations: dict[str, dict[str, Operation]] = {
+            name: svc.operations() for name, svc in services.items()
+        }
+        # id(response) → (response, Answer)
+        self._shared: collections.OrderedDict[int, tuple[XModel, Answer]] = (
+            collections.OrderedDict()
+        )
 
-    def operation(self, service: str, name: str):
+    def operation(self, service: str, name: str) -> Operation | None:
         """The Operation, or None when the service or operation does not exist."""
         op = self._operations.get(service, {}).get(name)
         if op is not None:
             metrics.operation_named(op.name)
         return op
 
-    def operations_of(self, service: str) -> dict:
+    def operations_of(self, service: str) -> dict[str, Operation]:
         return self._operations[service]
 
     def has_service(self, service: str) -> bool:
@@ -65,7 +80,7 @@ class Dispatcher:
                 f"the service {service} is not configured on this server", service=service
             )
 
-    def find(self, service: str, name: str):
+    def find(self, service: str, name: str) -> Operation:
         """The Operation, or InvalidRequestFault naming what does not exist."""
         op = self.operation(service, name)
         if op is None:
@@ -77,7 +92,14 @@ class Dispatcher:
             raise InvalidRequestFault(what, hint="Check the operation's name and its service.")
         return op
 
-    async def call(self, op, data, caller, sent=None, max_answer_bytes=None) -> Answer:
+    async def call(
+        self,
+        op: Operation,
+        data: Any,
+        caller: "Caller",
+        sent: dict[str, str] | None = None,
+        max_answer_bytes: int | None = None,
+    ) -> Answer:
         """Plain request data of any binding, from ``caller`` (``accounts.Caller``) →
         the Answer.  Validation is the codec's, so every binding refuses the same input
         the same way (``sent``: see ``codec.decode``; ``max_answer_bytes``: see
@@ -88,11 +110,12 @@ class Dispatcher:
         self.check_enabled(op.service)
         if op.kind == RUN:
             request = await blocking(codec.decode, data, op.request, sent=sent)
-            return Answer(await self.jobs.run(op.target, request, caller))
-        response = await op.target(self.jobs, codec.decode(data, op.request, sent=sent), caller)
+            return Answer(await self.jobs.run(_long_operation(op), request, caller))
+        waiting = cast(Callable[..., Awaitable[XModel]], op.target)  # watchJob
+        response = await waiting(self.jobs, codec.decode(data, op.request, sent=sent), caller)
         return self._answer_once(response, op)
 
-    def _answer_once(self, response, op) -> Answer:
+    def _answer_once(self, response: XModel, op: Operation) -> Answer:
         """The Answer of a response object, encoded once however many watchers share it."""
         key = id(response)
         found = self._shared.get(key)
@@ -104,7 +127,14 @@ class Dispatcher:
             self._shared.popitem(last=False)
         return answer
 
-    def call_json(self, op, data, caller, sent=None, max_answer_bytes=None) -> str:
+    def call_json(
+        self,
+        op: Operation,
+        data: Any,
+        caller: "Caller",
+        sent: dict[str, str] | None = None,
+        max_answer_bytes: int | None = None,
+    ) -> str:
         """The blocking part: request data → the response as JSON text.  A fetch
         answers the text the worker stored as it is: a large result is never built as
         spyne objects on the server's threads (nor read whole when it is longer than
@@ -112,11 +142,18 @@ class Dispatcher:
         self.check_enabled(op.service)
         request = codec.decode(data, op.request, sent=sent)
         if op.kind == FETCH:
-            return self.jobs.fetch_json(op.target, request.id, caller, max_answer_bytes)
+            return self.jobs.fetch_json(_long_operation(op), request.id, caller, max_answer_bytes)
+        answer: XModel
         if op.kind == START:
-            answer = self.jobs.start(op.target, request, caller)
+            answer = self.jobs.start(_long_operation(op), request, caller)
         elif op.kind == CALL:
-            answer = op.target(self.jobs, request, caller)
+            answer = cast(Callable[..., XModel], op.target)(self.jobs, request, caller)
         else:
             raise AssertionError(op.kind)
         return codec.dumps(codec.encode(answer, op.response))
+
+
+def _long_operation(op: Operation) -> LongOperation:
+    """The LongOperation behind a start, fetch or run operation (its ``target``; a
+    CALL's target is a function instead)."""
+    return cast(LongOperation, op.target)

@@ -12,7 +12,9 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..engine.child_jobs import stop_children
@@ -27,6 +29,7 @@ from ..protocol.faults import (
     RejectedRequestFault,
     UnknownJobFault,
 )
+from ..protocol.states import Status
 from ..protocol.types import (
     Job,
     JobCount,
@@ -35,15 +38,23 @@ from ..protocol.types import (
     JobList,
     JobProgress,
     JobSummary,
+    ListJobsRequest,
     RuntimeInformation,
     ServiceInformation,
+    XModel,
 )
 from ..protocol.watch import watch_periods
 from ..store import JobRecord, JobStore, now_ms
 from ..store.payload import TooLarge
 from ..support.blocking import blocking
-from .accounts import ANONYMOUS
+from .accounts import ANONYMOUS, Caller
 from .storage_quota import StoredBytesQuota
+
+if TYPE_CHECKING:
+    from ..author.service import LongOperation, Service
+    from ..engine.notifier import Notifier
+    from ..settings.model import Settings
+    from .watching import Watches
 
 log = logging.getLogger("xruntime.jobs")
 
@@ -51,13 +62,13 @@ RACE_RETRIES = 10
 LIST_LIMIT, LIST_LIMIT_MAX = 100, 1000  # listJobs' page size: by default, at most
 
 
-def asked_timeouts(request, limit_ms: int):
+def asked_timeouts(request: XModel, limit_ms: int) -> tuple[int | None, ...]:
     """The (queueing, computation) timeouts in ms a start request asks for (None: not
     asked), each refused with InvalidValueFault below 0 or past ``limit_ms``, the
     ``[jobs] max_request_timeout`` (docs/protocol.md §15): an unbounded one overflowed the
     store's integers and froze housekeeping."""
     timeouts = getattr(request, "timeouts", None)
-    asked = []
+    asked: list[int | None] = []
     for name in ("queueingTimeout", "computationTimeout"):
         value = getattr(timeouts, name, None) if timeouts is not None else None
         if value is not None and not 0 <= value <= limit_ms:
@@ -73,8 +84,14 @@ def asked_timeouts(request, limit_ms: int):
 
 class JobManager:
     def __init__(
-        self, store: JobStore, notifier, settings, node: str = "", watches=None, services=None
-    ):
+        self,
+        store: JobStore,
+        notifier: "Notifier",
+        settings: "Callable[[], Settings]",
+        node: str = "",
+        watches: "Watches | None" = None,
+        services: "dict[str, Service] | None" = None,
+    ) -> None:
         self.store = store
         self.services = services or {}  # the registry's services by name, for runtime information
         self.notifier = notifier  # its feed tells the supervisor of new, stopped and deleted jobs
@@ -86,13 +103,13 @@ class JobManager:
 
     # ------------------------------------------------------------------ views
 
-    def job_view(self, rec, now=None) -> Job:
+    def job_view(self, rec: JobRecord | None, now: int | None = None) -> Job:
         """The ``Job`` answer for a stored record (or UNKNOWN for None)."""
         if rec is None:
             raise AssertionError("use unknown_job()")
         now = now_ms() if now is None else now
         job = Job(id=rec.id, status=rec.status, elapsedTime=rec.elapsed_ms(now))
-        if rec.progress and states.SHOWS_PROGRESS[rec.status]:
+        if rec.progress and states.SHOWS_PROGRESS[Status(rec.status)]:
             job.progress = codec.decode(json.loads(rec.progress), JobProgress)
         return job
 
@@ -100,18 +117,18 @@ class JobManager:
     def unknown_job(job_id: str) -> Job:
         return Job(id=job_id, status=states.UNKNOWN, elapsedTime=0)
 
-    def _deleted_view(self, rec) -> Job:
+    def _deleted_view(self, rec: JobRecord) -> Job:
         return Job(id=rec.id, status=states.DELETED, elapsedTime=rec.elapsed_ms(now_ms()))
 
     @staticmethod
-    def _seen(rec, caller):
+    def _seen(rec: JobRecord | None, caller: Caller) -> JobRecord | None:
         """The record as ``caller`` may know it: another user's job is None, exactly
         as an id that was never used (docs/protocol.md §10)."""
         return rec if rec is not None and caller.sees(rec.owner) else None
 
     # ------------------------------------------------------------------ long operations
 
-    def start(self, op, request, caller=ANONYMOUS) -> Job:
+    def start(self, op: "LongOperation", request: XModel, caller: Caller = ANONYMOUS) -> Job:
         """Queue a job of ``caller`` for ``op`` (a LongOperation) and answer QUEUING at
         once; refused past the queue's limit, the caller's own (docs/protocol.md §10), or
         what the caller may keep stored (§15)."""
@@ -156,11 +173,17 @@ class JobManager:
         self.notifier.notify_queued()
         return Job(id=rec.id, status=states.QUEUING, elapsedTime=0)
 
-    def fetch(self, op, job_id: str, caller=ANONYMOUS):
+    def fetch(self, op: "LongOperation", job_id: str, caller: Caller = ANONYMOUS) -> XModel:
         """The response of a finished job (or its own fault), by the fetch rules."""
         return codec.decode(json.loads(self.fetch_json(op, job_id, caller)), op.response)
 
-    def fetch_json(self, op, job_id: str, caller=ANONYMOUS, max_bytes: int | None = None) -> str:
+    def fetch_json(
+        self,
+        op: "LongOperation",
+        job_id: str,
+        caller: Caller = ANONYMOUS,
+        max_bytes: int | None = None,
+    ) -> str:
         """Like ``fetch``, but the response as the JSON text the worker stored: the
         codec's form of ``op.response``, exactly what ``codec.encode`` of the fetched
         response would give (the worker encoded it with the same declared type).  The
@@ -171,12 +194,12 @@ class JobManager:
             rec = self.store.get(
                 job_id, None if caller.admin else caller.name, max_result_bytes=max_bytes
             )
-        except TooLarge:
+        except TooLarge as exc:
             raise RejectedRequestFault(
                 f"the result of job {job_id} is larger than the {max_bytes} bytes this answer may "
                 "still hold; it was left out",
                 hint="Fetch it on its own.",
-            )
+            ) from exc
         if rec is None:
             raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
         if rec.fetch_type != op.fetch_type or rec.service != op.service:
@@ -185,7 +208,7 @@ class JobManager:
                 f"fetch{rec.fetch_type} of {rec.service}",
                 jobId=job_id,
             )
-        decision = states.FETCH[rec.status]
+        decision = states.FETCH[Status(rec.status)]
         if decision == states.REFUSE:
             raise JobStateFault(
                 f"job {job_id} is {rec.status}; only a SUCCEEDED or FAILED job can be fetched",
@@ -195,17 +218,20 @@ class JobManager:
         if rec.first_fetched_at is None:  # the fetched retention counts from here
             self.store.mark_fetched(job_id, now_ms())
         if decision == states.RAISE_STORED_FAULT:
+            assert rec.fault is not None  # a FAILED job is stored with its fault
             raise codec.decode_fault(json.loads(rec.fault))
+        assert rec.result is not None  # a SUCCEEDED job is stored with its result
         return rec.result
 
-    async def run(self, op, request, caller=ANONYMOUS) -> str:
+    async def run(self, op: "LongOperation", request: XModel, caller: Caller = ANONYMOUS) -> str:
         """The synchronous form: the same job, waited for (holding no thread), fetched
         and erased; the response as stored JSON text, as ``fetch_json`` answers it."""
+        assert self.watches is not None  # an HTTP process's manager holds its watches
         job_id = (await blocking(self.start, op, request, caller)).id
         await self.watches.until_final(job_id)
         return await blocking(self._fetch_and_erase, op, job_id)
 
-    def _fetch_and_erase(self, op, job_id: str) -> str:
+    def _fetch_and_erase(self, op: "LongOperation", job_id: str) -> str:
         try:
             return self.fetch_json(op, job_id)
         finally:
@@ -216,14 +242,15 @@ class JobManager:
     async def watch(
         self,
         job_id: str,
-        progress_update_period=None,
-        maximum_polling_period=None,
-        caller=ANONYMOUS,
+        progress_update_period: int | None = None,
+        maximum_polling_period: int | None = None,
+        caller: Caller = ANONYMOUS,
     ) -> Job:
         """Answer at once on a terminal or unknown job; else at the first change once
         ``progressUpdatePeriod`` has passed (a change seen earlier is answered the
         moment the period is over), at the latest after ``maximumPollingPeriod``
         (``Watches.watch``).  Watchers woken by one change get one shared answer."""
+        assert self.watches is not None  # an HTTP process's manager holds its watches
         update_ms, maximum_ms = watch_periods(progress_update_period, maximum_polling_period)
         snap, woken = await self.watches.watch(job_id, update_ms, maximum_ms, caller.sees)
         if snap.rec is None:
@@ -234,12 +261,12 @@ class JobManager:
             snap.view = self.job_view(snap.rec)
         return snap.view
 
-    def stop(self, job_id: str, caller=ANONYMOUS) -> Job:
+    def stop(self, job_id: str, caller: Caller = ANONYMOUS) -> Job:
         for _ in range(RACE_RETRIES):
             rec = self._seen(self.store.peek(job_id), caller)
-            status = rec.status if rec else states.UNKNOWN
+            status = Status(rec.status) if rec else states.UNKNOWN
             decision = states.STOP[status]
-            if decision == states.UNKNOWN_JOB:
+            if decision == states.UNKNOWN_JOB or rec is None:  # (STOP[UNKNOWN] is UNKNOWN_JOB)
                 raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
             self._refuse_child(rec, "stopped")
             if decision == states.REFUSE:
@@ -264,12 +291,12 @@ class JobManager:
                 return self.job_view(rec)
         raise AssertionError("stopJob lost too many races")
 
-    def delete(self, job_id: str, caller=ANONYMOUS) -> Job:
+    def delete(self, job_id: str, caller: Caller = ANONYMOUS) -> Job:
         for _ in range(RACE_RETRIES):
             rec = self._seen(self.store.peek(job_id), caller)
-            status = rec.status if rec else states.UNKNOWN
+            status = Status(rec.status) if rec else states.UNKNOWN
             decision = states.DELETE[status]
-            if decision == states.UNCHANGED:
+            if decision == states.UNCHANGED or rec is None:  # (DELETE[UNKNOWN] is UNCHANGED)
                 return self.unknown_job(job_id) if rec is None else self._deleted_view(rec)
             self._refuse_child(rec, "deleted")
             # a parent's running descendants let go of their workers; every child is
@@ -293,7 +320,7 @@ class JobManager:
         raise AssertionError("deleteJob lost too many races")
 
     @staticmethod
-    def _refuse_child(rec, what: str):
+    def _refuse_child(rec: JobRecord | None, what: str) -> None:
         """A child job is stopped or deleted with its parent, never on its own."""
         if rec is not None and rec.parent_id is not None:
             raise JobStateFault(
@@ -304,12 +331,12 @@ class JobManager:
                 hint=f"Stop or delete job {rec.parent_id} instead.",
             )
 
-    def _stop_children(self, job_id: str):
+    def _stop_children(self, job_id: str) -> None:
         stop_children(self.store, self.notifier, job_id, "its parent job was stopped")
 
     # ------------------------------------------------------------------ history, listing
 
-    def events(self, job_id: str, caller=ANONYMOUS) -> JobEvents:
+    def events(self, job_id: str, caller: Caller = ANONYMOUS) -> JobEvents:
         """The job's history, oldest first (docs/protocol.md §11)."""
         found = self.store.events(job_id, None if caller.admin else caller.name)
         if found is None:
@@ -330,7 +357,7 @@ class JobManager:
             ],
         )
 
-    def list_jobs(self, request, caller=ANONYMOUS) -> JobList:
+    def list_jobs(self, request: ListJobsRequest, caller: Caller = ANONYMOUS) -> JobList:
         """A page of the jobs the caller may see, newest first (docs/protocol.md §12)."""
         limit = LIST_LIMIT if request.limit is None else request.limit
         if not 1 <= limit <= LIST_LIMIT_MAX:
@@ -363,9 +390,9 @@ class JobManager:
             nextCursor=_cursor(page[-1][0]) if more and page else None,
         )
 
-    def _summary(self, rec) -> JobSummary:
+    def _summary(self, rec: JobRecord) -> JobSummary:
         progress = None
-        if rec.progress and states.SHOWS_PROGRESS[rec.status]:
+        if rec.progress and states.SHOWS_PROGRESS[Status(rec.status)]:
             progress = codec.decode(json.loads(rec.progress), JobProgress)
         return JobSummary(
             id=rec.id,
@@ -383,7 +410,10 @@ class JobManager:
         )
 
     def runtime_information(
-        self, services, with_job_counts: bool = True, caller=ANONYMOUS
+        self,
+        services: "Iterable[Service]",
+        with_job_counts: bool = True,
+        caller: Caller = ANONYMOUS,
     ) -> RuntimeInformation:
         """The server's information; the job counts are the caller's own jobs', or
         every job's for an admin."""
@@ -403,13 +433,12 @@ class JobManager:
         )
 
 
-def iso_time(ms):
+def iso_time(ms: int | None) -> str | None:
     """ms since the epoch as ISO 8601 UTC with milliseconds (None stays None)."""
     if ms is None:
         return None
     return (
-        datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        + f".{ms % 1000:03d}Z"
+        datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
     )
 
 
@@ -418,7 +447,7 @@ def _cursor(seq: int) -> str:
     return base64.urlsafe_b64encode(f"before:{seq}".encode()).decode().rstrip("=")
 
 
-def _cursor_seq(cursor):
+def _cursor_seq(cursor: str | None) -> int | None:
     if cursor is None or cursor == "":
         return None
     try:

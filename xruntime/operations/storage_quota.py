@@ -1,4 +1,5 @@
-"""What one user may keep stored (docs/protocol.md §15): ``max_stored_bytes``, checked at each start.
+"""What one user may keep stored (docs/protocol.md §15): ``max_stored_bytes``, checked
+at each start.
 
 One XDima 2000² job stores 27.8 MB, kept 48 h unfetched: without a bound one user fills
 the disk.  The figure is what the payloads (request, result, fault, progress) of the
@@ -15,18 +16,23 @@ next start).  Refused, nothing is stored.
 
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..protocol.faults import QuotaExceededFault
+
+if TYPE_CHECKING:
+    from ..store import JobStore
 
 #: How long a measurement under half the bound stands in for a fresh one (seconds).
 REUSE_S = 2.0
 
 
 class StoredBytesQuota:
-    def __init__(self, store, clock=time.monotonic):
+    def __init__(self, store: "JobStore", clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.clock = clock
-        self._seen = {}  # owner → (bytes, when measured)
+        self._seen: dict[str, tuple[int, float]] = {}  # owner → (bytes, when measured)
         self._lock = threading.Lock()
 
     def stored(self, owner: str, limit: int) -> int:

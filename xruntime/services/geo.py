@@ -5,10 +5,21 @@ NumPy is imported only when distances are computed (in worker processes), not in
 every process of a node.
 """
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
 EARTH_RADIUS = 6_371_000.0  # metres
 
 
-def great_circle(lon1, lat1, lon2, lat2):
+def great_circle(
+    lon1: "NDArray[np.float64]",
+    lat1: "NDArray[np.float64]",
+    lon2: "NDArray[np.float64]",
+    lat2: "NDArray[np.float64]",
+) -> "NDArray[np.float64]":
     """Haversine distances (m) on a sphere of radius ``EARTH_RADIUS`` from each point 1
     (rows) to each point 2 (columns); longitudes and latitudes as arrays in radians."""
     import numpy as np

@@ -8,7 +8,7 @@ the middle of a step.  ``transientFailures`` and ``retryLaterMs`` show retries
 
 import time
 
-from xruntime.author import RetryLater, Service
+from xruntime.author import JobContext, RetryLater, Service
 from xruntime.protocol.faults import ProcessingFault, TransientFault
 from xruntime.protocol.types import BulkProgress
 
@@ -19,7 +19,7 @@ service = Service("XDemo", "Simulates long operations, for trying the job protoc
 PAYLOAD_PATTERN = "xruntime-demo-payload/"
 
 
-def _burn(job, seconds: float) -> bool:
+def _burn(job: JobContext, seconds: float) -> bool:
     """Keep one core busy for ``seconds``; True if stopped meanwhile."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -37,7 +37,7 @@ def payload(size: int) -> str:
 @service.long_operation(
     request=SimulateRequest, response=SimulateResponse, faults=(ProcessingFault,)
 )
-def simulate(request: SimulateRequest, job) -> SimulateResponse:
+def simulate(request: SimulateRequest, job: JobContext) -> SimulateResponse:
     if request.retryLaterMs and job.retries == 0:
         raise RetryLater(request.retryLaterMs / 1000, "the request asked XDemo to run later")
     if job.retries < (request.transientFailures or 0):

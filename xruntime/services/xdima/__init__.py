@@ -10,8 +10,10 @@ accepted is ``max_cells()`` cells: ``DEFAULT_MAX_CELLS`` unless the environment 
 
 import os
 import time
+from collections.abc import Callable, Iterable
 
-from xruntime.author import Child, Service
+from xruntime.author import Child, JobContext, Service
+from xruntime.author.children import Joined
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
 
 from .types import (
@@ -51,11 +53,11 @@ def max_cells() -> int:
     return DEFAULT_MAX_CELLS
 
 
-def _points(locations):
+def _points(locations: Iterable[Location]) -> list[tuple[float, float]]:
     return [(loc.longitude, loc.latitude) for loc in locations]
 
 
-def check(request):
+def check(request: CreateDistanceMatrixRequest) -> None:
     """Refuse at once: no start location, or a matrix larger than ``max_cells()``."""
     if not request.startLocations:
         raise MissingParameterFault(
@@ -80,14 +82,18 @@ def check(request):
     faults=(DistanceMatrixCalculationFault,),
     validate=check,
 )
-def createDistanceMatrix(request, job):
+def createDistanceMatrix(
+    request: CreateDistanceMatrixRequest, job: JobContext
+) -> DistanceMatrixResponse | Joined:
     if min(request.parallelism or 1, len(request.startLocations)) > 1:
         return _in_parallel(request, job)
     from . import compute  # NumPy is loaded only where jobs run
 
     began = time.monotonic()
     job.report_progress(DistanceMatrixProgress(status="PREPROCESSING", calculationProgress=0))
-    profile = request.profile or DistanceMatrixProfile()
+    # (a field declared as a bare class, ``profile = DistanceMatrixProfile``, reads as that
+    # class to mypy; spyne's metaclass makes it the value, or None, on an instance)
+    profile = request.profile or DistanceMatrixProfile()  # type: ignore[truthy-function]
     speed = profile.averageSpeedKmh or DEFAULT_SPEED_KMH
     detour = profile.detourFactor or DEFAULT_DETOUR_FACTOR
     n = len(request.startLocations)
@@ -96,9 +102,10 @@ def createDistanceMatrix(request, job):
     try:
         starts = compute.to_radians(_points(request.startLocations))
         destinations = compute.to_radians(_points(destinations_given))
-    except MemoryError:
-        raise _calculation_fault(n, m)
-    rows, done = [], 0
+    except MemoryError as exc:
+        raise _calculation_fault(n, m) from exc
+    rows: list[DistanceMatrixRow] = []
+    done = 0
     lowest, highest, longest = None, None, None
     step = compute.block_rows(m)
     pause = (request.blockPauseMs or 0) / 1000
@@ -111,13 +118,13 @@ def createDistanceMatrix(request, job):
                 (starts[0][low:high], starts[1][low:high]), destinations, detour, speed
             )
         except (MemoryError, FloatingPointError) as exc:
-            raise _calculation_fault(n, m, exc)
+            raise _calculation_fault(n, m, exc) from exc
         lowest = _fold(min, lowest, int(metres.min()))
         highest = _fold(max, highest, int(metres.max()))
         longest = _fold(max, longest, int(seconds.max()))
         rows.extend(
             DistanceMatrixRow(distances=d, travelTimes=t)
-            for d, t in zip(metres.tolist(), seconds.tolist())
+            for d, t in zip(metres.tolist(), seconds.tolist(), strict=True)
         )
         done = high
         job.report_progress(
@@ -143,7 +150,7 @@ def createDistanceMatrix(request, job):
     return DistanceMatrixResponse(rows=rows, summary=summary)
 
 
-def _in_parallel(request, job):
+def _in_parallel(request: CreateDistanceMatrixRequest, job: JobContext) -> Joined:
     """``parallelism`` > 1: the start locations in as many contiguous row blocks, each
     computed by a child job (on any worker of any node, docs/protocol.md §13); the children's
     rows are joined in the store's form, never decoded, so the result is the one
@@ -193,11 +200,13 @@ def _in_parallel(request, job):
     return job.join(DistanceMatrixResponse(summary=summary), "rows", parts)
 
 
-def _fold(pick, current, value):
+def _fold(pick: Callable[[int, int], int], current: int | None, value: int) -> int:
     return value if current is None else pick(current, value)
 
 
-def _calculation_fault(n, m, exc=None):
+def _calculation_fault(
+    n: int, m: int, exc: BaseException | None = None
+) -> DistanceMatrixCalculationFault:
     why = "there is not enough memory" if exc is None or isinstance(exc, MemoryError) else str(exc)
     return DistanceMatrixCalculationFault(
         f"the {n} × {m} distance matrix could not be computed: {why}",

@@ -5,7 +5,7 @@ windows and shifts), solved by PyVRP, as a long operation.
 ``fetchToursResponse`` and the synchronous ``planTours``.  See docs/xtour.md.
 """
 
-from xruntime.author import Service
+from xruntime.author import JobContext, Service
 
 from .model import check
 from .types import NoFeasibleSolutionFault, PlanToursRequest, TourPlanProgress, ToursResponse
@@ -20,7 +20,7 @@ service.declare(TourPlanProgress)
     faults=(NoFeasibleSolutionFault,),
     validate=check,
 )
-def planTours(request, job):
+def planTours(request: PlanToursRequest, job: JobContext) -> ToursResponse:
     from .solver import plan  # numpy and PyVRP are loaded only where jobs run
 
     return plan(request, job)

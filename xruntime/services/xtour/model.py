@@ -1,20 +1,24 @@
 """Checks of a PlanToursRequest beyond what the field types say (pure Python, quick:
 it runs on the server's request threads when a job is started)."""
 
+from typing import TypedDict
+
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
+
+from .types import PlanToursRequest, TimeWindow
 
 #: The most orders one request may hold.
 MAX_ORDERS = 2000
 
 
-def _invalid(parameter, value, message):
+def _invalid(parameter: str, value: object, message: str) -> InvalidValueFault:
     shown = value if isinstance(value, str) else repr(value)
     if len(shown) > 200:
         shown = shown[:200] + "…"
     return InvalidValueFault(message, parameter=parameter, value=shown)
 
 
-def _check_window(window, path):
+def _check_window(window: TimeWindow | None, path: str) -> None:
     if window is not None and window.start > window.end:
         raise _invalid(
             f"{path}.end",
@@ -23,7 +27,7 @@ def _check_window(window, path):
         )
 
 
-def check(request):
+def check(request: PlanToursRequest) -> None:
     """Raise InvalidValueFault/MissingParameterFault naming the field of the first
     problem found; answer nothing when the request can be planned."""
     orders = request.orders or []
@@ -37,7 +41,7 @@ def check(request):
         )
     dimensions = len(request.fleet.capacities or [])
     _check_window(request.fleet.shift, "fleet.shift")
-    seen = {}
+    seen: dict[str, int] = {}  # order id → its index
     for i, order in enumerate(orders):
         path = f"orders[{i}]"
         if not order.id.strip():
@@ -88,7 +92,16 @@ def check(request):
                     )
 
 
-def options(request):
+class Bounds(TypedDict):
+    """The bounds of a search (``PlanningOptions``, defaults filled in)."""
+
+    max_time_s: float
+    max_iterations: int | None
+    max_no_improvement: int
+    seed: int
+
+
+def options(request: PlanToursRequest) -> Bounds:
     """The planning bounds with their defaults filled in."""
     o = request.options
     get = (lambda name: getattr(o, name, None)) if o is not None else (lambda name: None)

@@ -7,8 +7,10 @@ durations and times whole seconds.
 """
 
 import time
+from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 from pyvrp import (
     Client,
     Depot,
@@ -16,15 +18,25 @@ from pyvrp import (
     Location,
     ProblemData,
     Route,
+    Solution,
     SolveParams,
     VehicleType,
     solve,
 )
-from pyvrp.IteratedLocalSearch import IteratedLocalSearchCallbacks
+from pyvrp.IteratedLocalSearch import IteratedLocalSearch, IteratedLocalSearchCallbacks
+
+from xruntime.author import JobContext
 
 from ..geo import great_circle
-from .model import options
-from .types import NoFeasibleSolutionFault, Tour, TourPlanProgress, ToursResponse, TourStop
+from .model import Bounds, options
+from .types import (
+    NoFeasibleSolutionFault,
+    PlanToursRequest,
+    Tour,
+    TourPlanProgress,
+    ToursResponse,
+    TourStop,
+)
 
 #: Progress is published at most this often (each report is a database write).
 PROGRESS_PERIOD_S = 0.2
@@ -32,7 +44,7 @@ PROGRESS_PERIOD_S = 0.2
 NO_BOUND = 1 << 40
 
 
-def great_circle_m(lons, lats):
+def great_circle_m(lons: Sequence[float], lats: Sequence[float]) -> NDArray[np.float64]:
     """The great-circle distance in metres between every pair of points (longitudes
     and latitudes in degrees), as an n×n float array."""
     lon = np.radians(np.asarray(lons, dtype=float))
@@ -40,7 +52,7 @@ def great_circle_m(lons, lats):
     return great_circle(lon, lat, lon, lat)
 
 
-def travel_matrices(request):
+def travel_matrices(request: PlanToursRequest) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """(distances in m, durations in s) as int64 arrays over the locations: 0 is the
     depot, k is orders[k - 1].  From the request's matrix, or from its profile:
     distance = great-circle distance × detourFactor, duration = distance / speed."""
@@ -61,13 +73,15 @@ def travel_matrices(request):
     return distances, durations
 
 
-def unplanned_penalty(distances) -> int:
+def unplanned_penalty(distances: NDArray[np.int64]) -> int:
     """The prize of an order: larger than what inserting it into any tour can cost
     (at most twice the longest distance), so the search plans every order it can."""
     return 10 * (2 * int(distances.max()) + 1)
 
 
-def problem_data(request, distances, durations) -> ProblemData:
+def problem_data(
+    request: PlanToursRequest, distances: NDArray[np.int64], durations: NDArray[np.int64]
+) -> ProblemData:
     fleet = request.fleet
     dimensions = len(fleet.capacities or [])
     prize = unplanned_penalty(distances)
@@ -94,8 +108,15 @@ def problem_data(request, distances, durations) -> ProblemData:
         tw_early=shift.start if shift else 0,
         tw_late=shift.end if shift else NO_BOUND,
     )
+    # (pyvrp's stub writes an integer matrix as np.ndarray[int], which numpy's generics
+    # read as a shape of type int: no int64 array matches it)
     return ProblemData(
-        locations, clients, [Depot(location=0)], [vehicles], [distances], [durations]
+        locations,
+        clients,
+        [Depot(location=0)],
+        [vehicles],
+        [distances],  # type: ignore[list-item]
+        [durations],  # type: ignore[list-item]
     )
 
 
@@ -104,27 +125,27 @@ class Search(IteratedLocalSearchCallbacks):
     of the best solution) and its callbacks: ends the search on a stop of the job or
     on the request's bounds, and publishes TourPlanProgress."""
 
-    def __init__(self, job, bounds, began):
+    def __init__(self, job: JobContext, bounds: Bounds, began: float) -> None:
         self.job = job
         self.deadline = began + bounds["max_time_s"]
         self.max_iterations = bounds["max_iterations"]
         self.max_no_improvement = bounds["max_no_improvement"]
         self.iterations = -1  # the first call comes before iteration 1
-        self.best = None
-        self.best_cost = None
+        self.best: Solution | None = None
+        self.best_cost: float | None = None
         self.improved_at = 0
-        self.reported_at = None
-        self.reported_iterations = None
+        self.reported_at: float | None = None
+        self.reported_iterations: int | None = None
 
     # callbacks
-    def on_start(self, ils):
+    def on_start(self, ils: IteratedLocalSearch) -> None:
         self.best = ils.initial_solution
 
-    def on_best(self, best):
+    def on_best(self, best: Solution) -> None:
         self.best = best
 
     # the stopping criterion
-    def __call__(self, best_cost) -> bool:
+    def __call__(self, best_cost: float) -> bool:
         self.iterations += 1
         if self.best_cost is None or best_cost < self.best_cost:
             self.best_cost, self.improved_at = best_cost, self.iterations
@@ -138,11 +159,12 @@ class Search(IteratedLocalSearchCallbacks):
             or self.iterations - self.improved_at >= self.max_no_improvement
         )
 
-    def report(self, now=None):
+    def report(self, now: float | None = None) -> None:
         if self.iterations == self.reported_iterations:
             return
         progress = TourPlanProgress(iterations=max(self.iterations, 0))
         if self.best is not None and self.best.is_feasible():
+            assert self.best_cost is not None  # the stopping criterion saw it first
             progress.bestCost = int(self.best_cost)
             progress.bestDistance = int(self.best.distance())
             progress.plannedOrders = int(self.best.num_clients())
@@ -151,7 +173,7 @@ class Search(IteratedLocalSearchCallbacks):
         self.reported_iterations = self.iterations
 
 
-def plan(request, job) -> ToursResponse:
+def plan(request: PlanToursRequest, job: JobContext) -> ToursResponse:
     began = time.monotonic()
     bounds = options(request)
     distances, durations = travel_matrices(request)
@@ -176,7 +198,7 @@ def plan(request, job) -> ToursResponse:
     return response
 
 
-def feasible_part(data, route):
+def feasible_part(data: ProblemData, route: Route) -> Route | None:
     """The route itself when it keeps every constraint; otherwise its longest
     feasible beginning (None if not even its first stop is).  Only a search stopped
     before it found a feasible plan leaves such routes."""
@@ -190,15 +212,17 @@ def feasible_part(data, route):
     return None
 
 
-def to_response(request, data, solution, distances) -> ToursResponse:
+def to_response(
+    request: PlanToursRequest, data: ProblemData, solution: Solution, distances: NDArray[np.int64]
+) -> ToursResponse:
     """The solution as tours.  Every tour answered can be driven: the orders that a
     route cannot serve within its constraints (see feasible_part) are reported
     unplanned with the orders the solution leaves out."""
     orders = request.orders
-    planned = set()
-    tours = []
-    for route in solution.routes():
-        route = feasible_part(data, route)
+    planned: set[int] = set()
+    tours: list[Tour] = []
+    for found in solution.routes():
+        route = feasible_part(data, found)
         if route is None:
             continue
         stops, previous = [], 0

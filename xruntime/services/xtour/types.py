@@ -20,7 +20,7 @@ from xruntime.protocol.types import (
 NAMESPACE = "http://xruntime.org/xserver/xtour"
 
 
-def _required(complex_type):
+def _required(complex_type: type[XModel]) -> type[XModel]:
     """A required field of a complex type (``required()`` is for simple types: calling
     a complex type would create an instance instead of customizing the type)."""
     return complex_type.customize(min_occurs=1, nillable=False)
