@@ -90,15 +90,17 @@ class ChildOutcome:
         return codec.decode_fault(json.loads(self._fault_json))
 
     @property
-    def result(self) -> XModel | None:
-        """The child's response object, or None when it failed."""
+    def result(self) -> Any:
+        """The child's response object, or None when it failed.  Typed Any: it is of the
+        child operation's own response type, which the service asking knows."""
         if self._result is None and self.stored is not None:
             self._result = codec.decode(json.loads(unpack(self.stored)), self._response_type)
         return self._result
 
-    def result_without(self, field: str) -> XModel | None:
+    def result_without(self, field: str) -> Any:
         """The child's response with its list ``field`` left empty, read without that
-        list: the cheap way to the small parts of a large result (e.g. a summary)."""
+        list: the cheap way to the small parts of a large result (e.g. a summary).  Any,
+        as ``result``; None when the child failed."""
         if self.stored is None:
             return None
         return codec.decode(json.loads(without_list(self.stored, field)), self._response_type)
