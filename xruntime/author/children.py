@@ -20,20 +20,29 @@ the same children in the same order on every run (derive them from the request),
 keep the work before ``run_children`` cheap: it is done again.
 """
 
+from __future__ import annotations
+
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..protocol import codec
+from ..protocol.faults import XServerFault
 from ..protocol.states import Status
+from ..protocol.types import XModel
 from ..store.list_join import without_list
 from ..store.payload import unpack
+
+if TYPE_CHECKING:
+    from ..store.records import FinishedChild
+    from .service import LongOperation
 
 RAISE, RETURN = "raise", "return"
 
 #: (service name, operation name) → its LongOperation, or None: the registry's
 #: ``find_long_operation``, handed in by the worker (this module sits below the registry).
-FindOperation = Callable[[str, str], object | None]
+FindOperation = Callable[[str, str], "LongOperation | None"]
 
 
 @dataclass
@@ -43,13 +52,13 @@ class Child:
 
     service: str
     operation: str
-    request: object
+    request: XModel
 
 
 class WaitForChildren(BaseException):
     """Raised by ``run_children`` to end the run while the children run (not an error)."""
 
-    def __init__(self, stage: int, children: list, fail_fast: bool):
+    def __init__(self, stage: int, children: list[dict[str, Any]], fail_fast: bool) -> None:
         super().__init__(f"waiting for {len(children)} child jobs")
         self.stage = stage
         self.children = children  # [{service, operation, fetch_type, request, timeouts}]
@@ -60,36 +69,38 @@ class ChildOutcome:
     """How one child ended: ``succeeded`` with its ``result`` (decoded when first read),
     or not, with its ``fault``."""
 
-    def __init__(self, finished, response_type: type):
+    def __init__(self, finished: FinishedChild, response_type: type[XModel]) -> None:
         self.id = finished.id
         self.status = finished.status
         self.finished_at = finished.finished_at
         self.stored = finished.result  # the result in the store's form (bytes)
         self._fault_json = finished.fault
         self._response_type = response_type
-        self._result = None
+        self._result: XModel | None = None
 
     @property
     def succeeded(self) -> bool:
         return self.status == Status.SUCCEEDED
 
     @property
-    def fault(self):
+    def fault(self) -> XServerFault | None:
         """The child's fault (an XServerFault), or None when it succeeded."""
         if self._fault_json is None:
             return None
         return codec.decode_fault(json.loads(self._fault_json))
 
     @property
-    def result(self):
-        """The child's response object, or None when it failed."""
+    def result(self) -> Any:
+        """The child's response object, or None when it failed.  Typed Any: it is of the
+        child operation's own response type, which the service asking knows."""
         if self._result is None and self.stored is not None:
             self._result = codec.decode(json.loads(unpack(self.stored)), self._response_type)
         return self._result
 
-    def result_without(self, field: str):
+    def result_without(self, field: str) -> Any:
         """The child's response with its list ``field`` left empty, read without that
-        list: the cheap way to the small parts of a large result (e.g. a summary)."""
+        list: the cheap way to the small parts of a large result (e.g. a summary).  Any,
+        as ``result``; None when the child failed."""
         if self.stored is None:
             return None
         return codec.decode(json.loads(without_list(self.stored, field)), self._response_type)
@@ -100,19 +111,23 @@ class Joined:
     """A response whose list ``field`` is the children's own lists of that field, joined
     in order: returned by ``job.join``, stored without decoding the children's results."""
 
-    response: object
+    response: XModel
     field: str
-    parts: list
+    parts: list[ChildOutcome]
 
 
-def describe(child: Child, find: FindOperation) -> dict:
+def _operation(find: FindOperation, service: str, name: str) -> LongOperation:
+    """The long operation ``name`` of ``service``; ValueError when there is none."""
+    op = find(service, name)
+    if op is None:
+        raise ValueError(f"run_children: there is no long operation {service}.{name}")
+    return op
+
+
+def describe(child: Child, find: FindOperation) -> dict[str, Any]:
     """A child as the framework stores it; refuses an unknown operation, a request of
     the wrong type or one its operation's ``validate`` refuses (the parent fails)."""
-    op = find(child.service, child.operation)
-    if op is None:
-        raise ValueError(
-            f"run_children: there is no long operation {child.service}.{child.operation}"
-        )
+    op = _operation(find, child.service, child.operation)
     if not isinstance(child.request, op.request):
         raise TypeError(
             f"run_children: {child.service}.{child.operation} takes a {op.request.__name__}, "
@@ -135,14 +150,20 @@ class Stages:
     """The children a job's earlier runs started, stage by stage (one stage per
     ``run_children`` call), replayed to the calls of this run."""
 
-    def __init__(self, finished, find: FindOperation):
+    def __init__(self, finished: Iterable[FinishedChild], find: FindOperation) -> None:
         self._find = find
-        self._by_stage = {}
+        self._by_stage: dict[int, list[FinishedChild]] = {}
         for child in finished:
             self._by_stage.setdefault(child.stage, []).append(child)
         self._next = 0
 
-    def run(self, children, failures: str, stopped: bool, stop_fault):
+    def run(
+        self,
+        children: Iterable[Child],
+        failures: str,
+        stopped: bool,
+        stop_fault: Callable[[], XServerFault],
+    ) -> list[ChildOutcome]:
         """The outcomes of this call's children if an earlier run started them, else
         raise WaitForChildren (or, when the job is stopped already, its stop fault)."""
         if failures not in (RAISE, RETURN):
@@ -163,8 +184,12 @@ class Stages:
                 "run_children asked for other children than on the job's earlier run; "
                 "a long operation must ask for the same children on every run"
             )
-        outcomes = [ChildOutcome(c, self._find(c.service, c.operation).response) for c in done]
+        outcomes = [
+            ChildOutcome(c, _operation(self._find, c.service, c.operation).response) for c in done
+        ]
         failed = [o for o in outcomes if not o.succeeded]
         if failed and failures == RAISE and not stopped:
-            raise min(failed, key=lambda o: o.finished_at or 0).fault
+            fault = min(failed, key=lambda o: o.finished_at or 0).fault
+            assert fault is not None  # a FAILED job keeps its fault
+            raise fault
         return outcomes

@@ -9,6 +9,7 @@ import pkgutil
 from functools import cache
 
 from .runtime_service import xruntime
+from .service import LongOperation, Service
 
 #: The package of the services shipped with xruntime, found by name: the services sit
 #: above this layer (they use the author's API), so nothing here imports them statically.
@@ -16,7 +17,7 @@ SHIPPED = "xruntime.services"
 
 
 @cache
-def discover() -> dict:
+def discover() -> dict[str, Service]:
     """Every service by name, XRuntime first (imported once per process)."""
     found = {xruntime.name: xruntime}
     services = importlib.import_module(SHIPPED)
@@ -33,12 +34,12 @@ def discover() -> dict:
     return found
 
 
-def long_operation(service: str, name: str):
+def long_operation(service: str, name: str) -> LongOperation:
     """The LongOperation a worker process is asked to run."""
     return discover()[service].long_operations[name]
 
 
-def find_long_operation(service: str, name: str):
+def find_long_operation(service: str, name: str) -> LongOperation | None:
     """The LongOperation ``name`` of ``service``, or None when there is none."""
     found = discover().get(service)
     return found.long_operations.get(name) if found is not None else None

@@ -1,5 +1,7 @@
 """XRuntime: the job operations every client uses (docs/protocol.md §4, §11, §12)."""
 
+from typing import TYPE_CHECKING
+
 from ..protocol.faults import (
     AccessDeniedFault,
     InvalidRequestFault,
@@ -20,6 +22,10 @@ from ..protocol.types import (
 )
 from .service import Service
 
+if TYPE_CHECKING:  # the operation layer, above this one, calls these
+    from ..operations.accounts import Caller
+    from ..operations.jobs import JobManager
+
 xruntime = Service(
     "XRuntime",
     "Watch, stop and delete jobs; information about this server.",
@@ -30,7 +36,7 @@ _REQUEST_FAULTS = (InvalidRequestFault, InvalidValueFault, MissingParameterFault
 
 
 @xruntime.call(request=WatchRequest, response=Job, faults=_REQUEST_FAULTS)
-async def watchJob(jobs, request, caller):
+async def watchJob(jobs: "JobManager", request: WatchRequest, caller: "Caller") -> Job:
     return await jobs.watch(
         request.id, request.progressUpdatePeriod, request.maximumPollingPeriod, caller=caller
     )
@@ -39,19 +45,21 @@ async def watchJob(jobs, request, caller):
 @xruntime.call(
     request=JobRequest, response=Job, faults=_REQUEST_FAULTS + (UnknownJobFault, JobStateFault)
 )
-def stopJob(jobs, request, caller):
+def stopJob(jobs: "JobManager", request: JobRequest, caller: "Caller") -> Job:
     return jobs.stop(request.id, caller)
 
 
 @xruntime.call(request=JobRequest, response=Job, faults=_REQUEST_FAULTS)
-def deleteJob(jobs, request, caller):
+def deleteJob(jobs: "JobManager", request: JobRequest, caller: "Caller") -> Job:
     return jobs.delete(request.id, caller)
 
 
 @xruntime.call(
     request=RuntimeInformationRequest, response=RuntimeInformation, faults=_REQUEST_FAULTS
 )
-def getRuntimeInformation(jobs, request, caller):
+def getRuntimeInformation(
+    jobs: "JobManager", request: RuntimeInformationRequest, caller: "Caller"
+) -> RuntimeInformation:
     enabled = jobs.settings()
     return jobs.runtime_information(
         [s for s in jobs.services.values() if enabled.service_enabled(s.name)],
@@ -61,12 +69,12 @@ def getRuntimeInformation(jobs, request, caller):
 
 
 @xruntime.call(request=JobRequest, response=JobEvents, faults=_REQUEST_FAULTS + (UnknownJobFault,))
-def getJobEvents(jobs, request, caller):
+def getJobEvents(jobs: "JobManager", request: JobRequest, caller: "Caller") -> JobEvents:
     return jobs.events(request.id, caller)
 
 
 @xruntime.call(
     request=ListJobsRequest, response=JobList, faults=_REQUEST_FAULTS + (AccessDeniedFault,)
 )
-def listJobs(jobs, request, caller):
+def listJobs(jobs: "JobManager", request: ListJobsRequest, caller: "Caller") -> JobList:
     return jobs.list_jobs(request, caller)

@@ -19,14 +19,14 @@ and knows nothing of HTTP, SQL or processes; ``job`` is a ``JobContext``.
 """
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar, overload
 
 from ..protocol.faults import XServerFault
 from ..protocol.typeinfo import is_protocol_type
-from ..protocol.types import Job, JobProgress, JobRequest, link_base
-from .children import Child, ChildOutcome
+from ..protocol.types import Job, JobProgress, JobRequest, XModel, link_base
+from .children import Child, ChildOutcome, Joined
 
 __all__ = [
     "Service",
@@ -79,13 +79,15 @@ class JobContext(Protocol):
         """The fault to raise when stopped with nothing to return yet
         (``RequestStoppedFault`` or ``RequestTimedOutFault``)."""
 
-    def run_children(self, children: list, failures: str = "raise") -> list:
+    def run_children(
+        self, children: Iterable[Child], failures: str = "raise"
+    ) -> list[ChildOutcome]:
         """Start child jobs (``Child(service, operation, request)``) and answer their
         ``ChildOutcome``s in order; the job holds no worker while they run, and its
         function runs again from the start once they are done (xruntime.children).
         ``failures="raise"``: a child's fault ends this job; ``"return"``: you decide."""
 
-    def join(self, response, field: str, outcomes: list):
+    def join(self, response: XModel, field: str, outcomes: Iterable[ChildOutcome]) -> Joined:
         """Return this instead of ``response``: its list ``field`` made of the
         successful children's own ``field`` lists, joined without decoding them."""
 
@@ -100,11 +102,11 @@ class LongOperation:
 
     service: str
     name: str
-    request: type
-    response: type
-    function: Callable
-    faults: tuple = ()
-    validate: Callable | None = None
+    request: type[XModel]
+    response: type[XModel]
+    function: Callable[..., XModel | Joined]  # (request, job) -> response
+    faults: tuple[type[XServerFault], ...] = ()
+    validate: Callable[..., object] | None = None  # (request) -> anything; raises to refuse
 
     @property
     def start_name(self) -> str:
@@ -135,10 +137,10 @@ class Operation:
     service: str
     name: str
     kind: str
-    request: type
-    response: type
-    target: object
-    faults: tuple = ()
+    request: type[XModel]
+    response: type[XModel]
+    target: LongOperation | Callable[..., Any]
+    faults: tuple[type[XServerFault], ...] = ()
 
     @property
     def waits(self) -> bool:
@@ -150,24 +152,36 @@ class Operation:
 SERVICE_NAMESPACE = "http://xruntime.org/xserver/{name}"
 
 
-def pin_namespace(cls, namespace: str) -> None:
+def pin_namespace(cls: type, namespace: str) -> None:
     """Give a service's own types (and the complex types of their fields) the service's
     namespace unless they declare one, so the WSDL is the same whatever loads first."""
     from spyne import ComplexModelBase
 
-    seen, pending = set(), [cls]
+    seen: set[type] = set()
+    pending: list[Any] = [cls]  # and the types of fields, as spyne keeps them
     while pending:
         c = pending.pop()
         c = getattr(c, "__orig__", None) or c
         if c in seen or not isinstance(c, type) or not issubclass(c, ComplexModelBase):
             continue
-        seen.add(c)
-        if is_protocol_type(c):
+        model: type[ComplexModelBase] = c  # a spyne model class: spyne's attributes
+        seen.add(model)
+        if is_protocol_type(model):
             continue  # the protocol's own types are pinned already
-        if c.__dict__.get("__namespace__") is None:
-            c.__namespace__ = namespace
-        link_base(c)
-        pending.extend(c.get_flat_type_info(c).values())
+        if model.__dict__.get("__namespace__") is None:
+            model.__namespace__ = namespace
+        link_base(model)
+        pending.extend(model.get_flat_type_info(model).values())
+
+
+#: A short operation as ``Service.call`` keeps it: (request type, response type, the
+#: function, its faults).
+Call = tuple[type[XModel], type[XModel], Callable[..., Any], tuple[type[XServerFault], ...]]
+
+#: A function that ``Service.long_operation`` or ``Service.call`` declares (and answers).
+Function = TypeVar("Function", bound=Callable[..., Any])
+#: Types that ``Service.declare`` declares (and answers).
+Declared = TypeVar("Declared", bound=type)
 
 
 @dataclass(eq=False)
@@ -175,26 +189,41 @@ class Service:
     name: str
     description: str = ""
     namespace: str = ""
-    long_operations: dict = field(default_factory=dict)
-    calls: dict = field(default_factory=dict)
+    long_operations: dict[str, LongOperation] = field(default_factory=dict)
+    calls: dict[str, Call] = field(default_factory=dict)
     #: Further types to declare in the WSDL (subtypes of JobProgress, ResultLimitation
     #: or ProcessingFault that no operation names directly).
-    extra_types: list = field(default_factory=list)
+    extra_types: list[type] = field(default_factory=list)
     #: True for a service whose answers carry any service's job progress (XRuntime):
     #: its WSDL declares every service's progress types.
     shows_all_progress: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.namespace = self.namespace or SERVICE_NAMESPACE.format(name=self.name.lower())
 
-    def declare(self, *types):
-        """Declare subtypes the WSDL must know (e.g. a JobProgress subtype)."""
+    @overload
+    def declare(self, declared: Declared, /) -> Declared: ...
+
+    @overload
+    def declare(
+        self, first: Declared, second: Declared, /, *others: Declared
+    ) -> tuple[Declared, ...]: ...
+
+    def declare(self, *types: Declared) -> Declared | tuple[Declared, ...]:
+        """Declare subtypes the WSDL must know (e.g. a JobProgress subtype); answers
+        the type (or the types, given several)."""
         for t in types:
             pin_namespace(t, self.namespace)
             self.extra_types.append(t)
         return types[0] if len(types) == 1 else types
 
-    def long_operation(self, request, response, faults=(), validate=None):
+    def long_operation(
+        self,
+        request: type[XModel],
+        response: type[XModel],
+        faults: Iterable[type[XServerFault]] = (),
+        validate: Callable[..., object] | None = None,
+    ) -> Callable[[Function], Function]:
         """Declare ``function(request, job) -> response`` as a long operation.
 
         ``validate(request)``, if given, runs when the job is started and may raise
@@ -202,7 +231,7 @@ class Service:
         FAILED job.
         """
 
-        def register(function):
+        def register(function: Function) -> Function:
             for t in (request, response) + tuple(faults):
                 pin_namespace(t, self.namespace)
             op = LongOperation(
@@ -213,17 +242,22 @@ class Service:
 
         return register
 
-    def call(self, request, response, faults=()):
+    def call(
+        self,
+        request: type[XModel],
+        response: type[XModel],
+        faults: Iterable[type[XServerFault]] = (),
+    ) -> Callable[[Function], Function]:
         """Declare a short operation (XRuntime's): a function, or a coroutine function
         when it waits."""
 
-        def register(function):
+        def register(function: Function) -> Function:
             self.calls[function.__name__] = (request, response, function, tuple(faults))
             return function
 
         return register
 
-    def operations(self) -> dict:
+    def operations(self) -> dict[str, Operation]:
         """Every operation this service offers, by name."""
         ops = {}
         for name, (request, response, function, faults) in self.calls.items():

@@ -40,13 +40,13 @@ def queue_full_fault(full: QueueFull, children: int) -> XServerFault:
     past the same limit is answered."""
     if full.own:
         return QuotaExceededFault(
-            f"this job's {children} child jobs would take your queued {full.service} jobs past your "
-            f"max_queued of {full.limit}; none was queued",
+            f"this job's {children} child jobs would take your queued {full.service} jobs past "
+            f"your max_queued of {full.limit}; none was queued",
             hint="Ask for fewer child jobs (e.g. a lower parallelism), or wait until fewer of your "
             "jobs are queued.",
         )
     return QueueOverflowFault(
-        f"this job's {children} child jobs would take the queue past its max_queued of {full.limit}; "
-        "none was queued",
+        f"this job's {children} child jobs would take the queue past its max_queued of "
+        f"{full.limit}; none was queued",
         hint="Try again later, when fewer jobs are waiting, or ask for fewer child jobs.",
     )

@@ -24,8 +24,13 @@ its ticks.  Figures: ``benchmarks/store_growth.py``.
 
 import logging
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..store import JobStore, now_ms
+
+if TYPE_CHECKING:
+    from ..settings.config import Settings
 
 log = logging.getLogger("xruntime.cleaner")
 
@@ -38,12 +43,12 @@ class RetentionCleaner:
     def __init__(
         self,
         store: JobStore,
-        settings,
+        settings: Callable[[], "Settings"],
         batch: int = BATCH,
         pause_s: float = PAUSE_S,
         budget_s: float = TICK_BUDGET_S,
-        clock=now_ms,
-    ):
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock  # now, in ms since the epoch: the store's clock (tests fix it)
@@ -75,7 +80,7 @@ class RetentionCleaner:
         """Erase every expired finished job now; answers how many."""
         return self._run(None)
 
-    def _run(self, budget_s) -> int:
+    def _run(self, budget_s: float | None) -> int:
         started = time.monotonic()
         erased, cut = 0, False
         for jobs, only, exclude in self.settings().job_setting_groups():

@@ -13,6 +13,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
@@ -65,14 +66,14 @@ class Housekeeping(threading.Thread):
                     ("recovery", lambda: self.recover(None)),
                 ]
             steps += [
-                ("queueing timeouts", lambda: self.fail_timed_out_queued(cfg)),
+                ("queueing timeouts", partial(self.fail_timed_out_queued, cfg)),
                 (
                     "computation timeouts of waiting parents",
-                    lambda: self.stop_timed_out_parents(cfg),
+                    partial(self.stop_timed_out_parents, cfg),
                 ),
             ]
             if cleaner is not None:
-                steps.append(("retention cleanup", lambda: cleaner.tick(now)))
+                steps.append(("retention cleanup", partial(cleaner.tick, now)))
             for name, step in steps:
                 self._step(name, step)
 

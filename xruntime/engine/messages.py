@@ -18,7 +18,6 @@ the function's ``job`` reads.
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Union
 
 from ..store import FinishedChild
 
@@ -110,7 +109,7 @@ class ChildrenAsked:
     children: list
 
 
-Outcome = Union[Result, Failure, Transient, RetryAsked, ChildrenAsked]
+Outcome = Result | Failure | Transient | RetryAsked | ChildrenAsked
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,5 +120,5 @@ class Done:
     outcome: Outcome
 
 
-ToWorker = Union[RunJob, Exit]
-FromWorker = Union[Ready, Progress, Done]
+ToWorker = RunJob | Exit
+FromWorker = Ready | Progress | Done

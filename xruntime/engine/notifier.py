@@ -9,20 +9,23 @@ too: it acts on every change it is told of (``Supervisor.changed_elsewhere``).
 """
 
 import threading
+from collections.abc import Callable
 
 from ..store.changes import QUEUE, ChangeFeed
 
 
 class Notifier:
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._listeners = []
-        self._closers = []
+        self._listeners: list[Callable[[str], None]] = []
+        self._closers: list[Callable[[], None]] = []
 
     #: The change feed: something with ``publish(job_id)``; None in unit tests.
     bridge: ChangeFeed | None = None
 
-    def listen(self, on_change, on_close=None) -> None:
+    def listen(
+        self, on_change: Callable[[str], None], on_close: Callable[[], None] | None = None
+    ) -> None:
         """Call ``on_change(job_id)`` (from any thread) for every change seen here
         (``QUEUE`` for "a job was queued"), and ``on_close()`` when the process shuts down."""
         with self._lock:

@@ -17,7 +17,7 @@ import json
 import random
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 from ..protocol.codec import dumps, encode_fault
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault, TransientFault, XServerFault
@@ -62,7 +62,7 @@ class Killed:
     grace_s: float
 
 
-Ending = Union[Returned, Died, Killed]
+Ending = Returned | Died | Killed
 
 
 class Outcomes:
@@ -275,6 +275,7 @@ class Outcomes:
     ) -> None:
         sup = self.sup
         if won:
+            assert job.started_at is not None  # it was claimed: it started
             log.info(
                 "job %s %s.%s %s",
                 job.id,
@@ -285,19 +286,19 @@ class Outcomes:
             metrics.job_finished(job.service, status, (now_ms() - job.started_at) / 1000)
         sup.notifier.notify(job.id)
         if won and job.parent_id is not None:
-            self._child_finished(job, status)
+            self._child_finished(job, job.parent_id, status)
 
-    def _child_finished(self, job: JobRecord, status: Status) -> None:
+    def _child_finished(self, job: JobRecord, parent_id: str, status: Status) -> None:
         """A child finished: its parent's BulkProgress counts it; with failures raised,
         a failed child stops its siblings, so that the parent fails soon; the parent
         may now be ready to run again (a slot looks)."""
         sup = self.sup
         try:
-            fail_fast = sup.store.refresh_waiting_progress(job.parent_id, bulk_progress)
+            fail_fast = sup.store.refresh_waiting_progress(parent_id, bulk_progress)
             if fail_fast is not None:
-                sup.notifier.notify(job.parent_id)
+                sup.notifier.notify(parent_id)
             if fail_fast and status == Status.FAILED:
-                stop_children(sup.store, sup.notifier, job.parent_id, "a sibling child job failed")
+                stop_children(sup.store, sup.notifier, parent_id, "a sibling child job failed")
         except StoreUnavailable as exc:  # the count is only progress; the resume needs none
             outage_log.warning("job %s: its parent's progress is not updated: %s", job.id, exc)
         sup.work.set()

@@ -166,6 +166,7 @@ class WorkerSlot(threading.Thread):
         """Run the claimed (or resumed) ``job`` on this slot's worker process, to its end."""
         sup = self.sup
         assert self.worker is not None
+        assert job.started_at is not None  # claimed (or resumed): it started
         limits = sup.limits_for(job)
         queued_for = job.started_at - (job.not_before or job.queued_at)  # a retry: since it was due
         if not resumed:
@@ -237,6 +238,7 @@ class WorkerSlot(threading.Thread):
         sup = self.sup
         worker = self.worker
         assert worker is not None
+        assert job.started_at is not None  # claimed (or resumed): it started
         deadline = None  # on this process's monotonic clock
         if limits.computation_timeout_ms:  # (the start is on the database's: see store.clock)
             deadline = (

@@ -19,13 +19,14 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
+from typing import cast
 
-from ..author.children import Joined, Stages, WaitForChildren
+from ..author.children import Child, ChildOutcome, Joined, Stages, WaitForChildren
 from ..author.registry import discover, find_long_operation, long_operation
-from ..author.service import RetryLater
+from ..author.service import LongOperation, RetryLater
 from ..protocol import codec
 from ..protocol.faults import (
     InternalErrorFault,
@@ -34,7 +35,7 @@ from ..protocol.faults import (
     TransientFault,
     XServerFault,
 )
-from ..protocol.types import IntermediateResponseLimitation
+from ..protocol.types import IntermediateResponseLimitation, JobProgress, XModel
 from ..store import FinishedChild
 from ..store.list_join import join_lists
 from ..store.payload import pack
@@ -84,16 +85,14 @@ class WorkerJobContext:
         self._lock = threading.Lock()  # the function's thread and the timer both send
         self._pending: str | None = None  # the latest progress not sent yet (JSON)
         self._next_send = 0.0  # time.monotonic() before which progress waits
-        self._timer: threading.Timer | None = (
-            None  # sends the pending progress when its turn comes
-        )
+        self._timer: threading.Timer | None = None  # sends the pending progress when its turn comes
         self._closed = False  # the outcome is sent: nothing more goes out
 
     @property
     def id(self) -> str:
         return self._job_id
 
-    def report_progress(self, progress) -> None:
+    def report_progress(self, progress: JobProgress) -> None:
         """Send the progress now if the last message is ``PROGRESS_PERIOD`` old (on the
         monotonic clock; the first report goes at once), else keep it (replacing any
         kept one) for a timer that sends it when its turn comes: two messages are never
@@ -166,7 +165,9 @@ class WorkerJobContext:
             )
         return RequestStoppedFault("the job was stopped before it had any result")
 
-    def run_children(self, children, failures: str = "raise"):
+    def run_children(
+        self, children: Iterable[Child], failures: str = "raise"
+    ) -> list[ChildOutcome]:
         """Start ``children`` (``Child``s) and answer their outcomes, in order: see
         xruntime.children.  ``failures="raise"``: a failed child's fault ends this job
         too (its running siblings are stopped); ``"return"``: every outcome is answered,
@@ -174,7 +175,7 @@ class WorkerJobContext:
         return self._stages.run(children, failures, self.stop_requested, self.stop_fault)
 
     @staticmethod
-    def join(response, field: str, outcomes):
+    def join(response: XModel, field: str, outcomes: Iterable[ChildOutcome]) -> Joined:
         """Return this from the function: ``response`` with its list ``field`` made of
         the successful ``outcomes``' own ``field`` lists, in order, joined in the
         store's form without decoding them (a large result assembled at no cost)."""
@@ -191,7 +192,7 @@ class WorkerJobContext:
         )
 
 
-def mark_intermediate(response, job: WorkerJobContext):
+def mark_intermediate(response: XModel, job: WorkerJobContext) -> XModel:
     """Add the IntermediateResponseLimitation to a result returned after a stop,
     unless the function added one itself."""
     limits = list(getattr(response, "resultLimitations", None) or [])
@@ -201,7 +202,7 @@ def mark_intermediate(response, job: WorkerJobContext):
     return response
 
 
-def stored_result(response, op) -> bytes:
+def stored_result(response: XModel | Joined, op: LongOperation) -> bytes:
     """The response in the store's form, made here, in the worker (a ``Joined`` one
     from its parts, which are never decoded)."""
     if isinstance(response, Joined):
@@ -210,7 +211,8 @@ def stored_result(response, op) -> bytes:
         return join_lists(
             codec.dumps(codec.encode(outer, op.response)),
             response.field,
-            [part.stored for part in response.parts],
+            # the successful children's: each has its result
+            cast(list[bytes], [part.stored for part in response.parts]),
         )
     return pack(codec.dumps(codec.encode(response, op.response)))
 

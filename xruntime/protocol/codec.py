@@ -10,9 +10,29 @@ by its path (``timeouts.computationTimeout``, ``orders[3].demand``).
 import json
 import math
 import reprlib
+from collections.abc import Mapping
+from typing import Any
 
-from .faults import InvalidValueFault, MissingParameterFault, XServerFault, fault_class
-from .typeinfo import BOOL, ENUM, FLOAT, INT, OBJ, fields, is_polymorphic, original, subtypes
+from .faults import (
+    InternalErrorFault,
+    InvalidValueFault,
+    MissingParameterFault,
+    XServerFault,
+    fault_class,
+)
+from .typeinfo import (
+    BOOL,
+    ENUM,
+    FLOAT,
+    INT,
+    OBJ,
+    Field,
+    fields,
+    is_polymorphic,
+    original,
+    subtypes,
+)
+from .types import XModel
 
 TYPE_KEY = "$type"
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -21,15 +41,15 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # --------------------------------------------------------------------------- encode
 
 
-def dumps(data) -> str:
+def dumps(data: Any) -> str:
     """The codec's data as compact JSON text."""
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
-def encode(value, declared=None):
+def encode(value: XModel, declared: type[XModel] | None = None) -> dict[str, Any]:
     """A spyne model instance as plain JSON data (dicts, lists, str, int, ...)."""
     cls = type(value)
-    out = {}
+    out: dict[str, Any] = {}
     if declared is None or cls is not original(declared) or is_polymorphic(cls):
         out[TYPE_KEY] = cls.get_type_name()
     for f in fields(cls):
@@ -43,7 +63,7 @@ def encode(value, declared=None):
     return out
 
 
-def _encode_value(v, f):
+def _encode_value(v: Any, f: Field) -> Any:
     if f.kind == OBJ:
         return encode(v, f.type)
     if f.kind == FLOAT:
@@ -61,7 +81,7 @@ def encode_fault(fault: XServerFault) -> dict:
 
 def decode_fault(data: dict) -> XServerFault:
     info = dict(data.get("faultInfo") or {})
-    cls = fault_class(info.pop(TYPE_KEY, "InternalErrorFault")) or fault_class("InternalErrorFault")
+    cls = fault_class(info.pop(TYPE_KEY, "InternalErrorFault")) or InternalErrorFault
     known = set(cls.field_names())
     return cls(data.get("message", ""), **{k: v for k, v in info.items() if k in known})
 
@@ -69,7 +89,12 @@ def decode_fault(data: dict) -> XServerFault:
 # --------------------------------------------------------------------------- decode
 
 
-def decode(data, cls, path: str = "", sent=None):
+def decode(
+    data: Any,
+    cls: type[XModel],
+    path: str = "",
+    sent: Mapping[str, str] | None = None,
+) -> XModel:
     """Plain JSON data as an instance of the spyne model ``cls`` (or the subtype
     named by ``$type``), validated against the declared fields.  ``sent`` ({path:
     text}) gives the text a value was sent as where it differs from how the value
@@ -113,7 +138,7 @@ def decode(data, cls, path: str = "", sent=None):
     return obj
 
 
-def _decode_value(raw, f, path, sent):
+def _decode_value(raw: Any, f: Field, path: str, sent: Mapping[str, str] | None) -> Any:
     kind = f.kind
     if kind == OBJ:
         return decode(raw, f.type, path, sent)
@@ -149,7 +174,7 @@ def _decode_value(raw, f, path, sent):
     return raw
 
 
-def _check_range(v, attrs, path, sent):
+def _check_range(v: int | float, attrs: Any, path: str, sent: Mapping[str, str] | None) -> None:
     for bound, ok, words in (
         ("ge", lambda b: v >= b, "at least"),
         ("gt", lambda b: v > b, "more than"),
@@ -161,7 +186,7 @@ def _check_range(v, attrs, path, sent):
             raise _invalid(path, v, f"it must be {words} {b}", sent)
 
 
-def shown(value) -> str:
+def shown(value: Any) -> str:
     """How a fault's ``value`` shows a value of the request: a string as it is, any
     other value as JSON (and Python) write it, containers cut short (a fault shows 200
     characters: a 10 MB list must not be written whole first)."""
@@ -173,7 +198,9 @@ _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict = 8, 100, 100, 
 _SHORT.maxstring = _SHORT.maxlong = _SHORT.maxother = 400
 
 
-def _invalid(path, value, why, sent=None):
+def _invalid(
+    path: str, value: Any, why: str, sent: Mapping[str, str] | None = None
+) -> InvalidValueFault:
     text = sent.get(path) if sent else None
     text = shown(value) if text is None else text
     if len(text) > 200:
@@ -181,7 +208,7 @@ def _invalid(path, value, why, sent=None):
     return InvalidValueFault(f"invalid value for {path}: {why}", parameter=path, value=text)
 
 
-def field_path(path, name):
+def field_path(path: str, name: str) -> str:
     """The path of field ``name`` of the value at ``path`` ("" for the request itself),
     as faults name it: ``timeouts.computationTimeout``."""
     return f"{path}.{name}" if path else name

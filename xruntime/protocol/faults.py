@@ -6,6 +6,8 @@ and the JSON codec writes it as ``faultInfo``).  ``message`` travels as the SOAP
 ``faultstring`` and the JSON ``message``; every other field is part of the fault info.
 """
 
+from typing import Any
+
 from spyne import Fault, Unicode
 
 from .typeinfo import subclasses
@@ -23,10 +25,10 @@ class XServerFault(Fault):
     #: HTTP status of the JSON binding.
     http_status = 500
     #: Seconds for a JSON answer's ``Retry-After`` header, when trying again makes sense.
-    retry_after_s = None
+    retry_after_s: int | None = None
     default_hint = ""
 
-    def __init__(self, message: str = "", **fields):
+    def __init__(self, message: str = "", **fields: Any) -> None:
         Fault.__init__(
             self, faultcode=self.soap_faultcode, faultstring=message or self.get_type_name()
         )
@@ -39,7 +41,7 @@ class XServerFault(Fault):
             setattr(self, name, value)
 
     @classmethod
-    def field_names(cls):
+    def field_names(cls) -> list[str]:
         return list(cls.get_flat_type_info(cls).keys())
 
     @property
@@ -54,7 +56,7 @@ class XServerFault(Fault):
             if getattr(self, name) is not None
         }
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{type(self).__name__}: {self.faultstring}"
 
     __repr__ = __str__
@@ -135,7 +137,10 @@ class TemporarilyUnavailableFault(RejectedRequestFault):
 
     http_status = 503
     retry_after_s = 2
-    default_hint = "The server cannot reach its job store for a moment; send the same request again in a few seconds."
+    default_hint = (
+        "The server cannot reach its job store for a moment; "
+        "send the same request again in a few seconds."
+    )
 
 
 class ServiceNotConfiguredFault(RejectedRequestFault):
@@ -160,12 +165,12 @@ class InternalErrorFault(XServerFault):
     default_hint = "This is a fault of the server; the administrator finds the details in its log."
 
 
-def all_fault_classes():
+def all_fault_classes() -> list[type[XServerFault]]:
     """Every fault class known so far (services' subtypes included), root first."""
     return subclasses(XServerFault)
 
 
-def fault_class(type_name: str):
+def fault_class(type_name: str) -> type[XServerFault] | None:
     """The fault class of a ``$type`` name, or None."""
     for cls in all_fault_classes():
         if cls.get_type_name() == type_name:

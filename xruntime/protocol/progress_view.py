@@ -11,6 +11,7 @@ a progress in the JSON binding's form (a dict with ``"$type"``, as ``watchJob`` 
 - anything else (XTour's iterations and best cost): no fraction, its fields as text.
 """
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 
@@ -21,7 +22,7 @@ class ProgressView(NamedTuple):
     total: int | None = None
 
 
-def view_of(progress) -> ProgressView | None:
+def view_of(progress: object) -> ProgressView | None:
     """The reading of a progress in JSON form; None when there is no progress."""
     if not isinstance(progress, dict):
         return None
@@ -48,9 +49,9 @@ def _text(fields: dict) -> str:
     return ", ".join(f"{name} {value}" for name, value in fields.items())
 
 
-def _is_count(value) -> bool:
+def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _all_counts(fields: dict, names) -> bool:
+def _all_counts(fields: dict, names: Iterable[str]) -> bool:
     return all(_is_count(fields[n]) and fields[n] >= 0 for n in names if n in fields)

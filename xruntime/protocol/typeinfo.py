@@ -8,17 +8,30 @@ graph; they do it with these helpers, in one place, so that they agree on which 
 and fields there are.
 """
 
+from collections.abc import Callable
 from functools import cache
+from typing import Any, TypeVar, cast
 
 from spyne import ComplexModelBase
+from spyne.model import ModelBase
 from spyne.model.enum import EnumBase
 from spyne.model.primitive import Boolean, Decimal, Integer, Unicode
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def cached(function: F) -> F:
+    """``functools.cache`` for a function of spyne classes, typed as the function itself:
+    typeshed's wrapper takes Hashable arguments, and mypy does not count as Hashable a
+    class whose base it cannot see (every spyne model class: spyne ships no types)."""
+    return cast(F, cache(function))
+
 
 #: The kinds of field the codecs tell apart.
 INT, FLOAT, STR, BOOL, ENUM, OBJ = range(6)
 
 
-def kind(spyne_type) -> int:
+def kind(spyne_type: type[ModelBase]) -> int:
     """The kind of a field's spyne type; TypeError for one the codecs cannot carry."""
     if issubclass(spyne_type, ComplexModelBase):
         return OBJ
@@ -40,7 +53,7 @@ class Field:
 
     __slots__ = ("name", "type", "kind", "many", "required", "attrs")
 
-    def __init__(self, name, spyne_type):
+    def __init__(self, name: str, spyne_type: type[ModelBase]) -> None:
         self.name = name
         self.type = spyne_type
         self.kind = kind(spyne_type)
@@ -50,35 +63,36 @@ class Field:
         self.attrs = attrs
 
 
-@cache
-def fields(cls) -> tuple:
+@cached
+def fields(cls: type[ComplexModelBase]) -> tuple[Field, ...]:
     """The fields of ``cls``, its bases' included, in declaration order."""
     return tuple(Field(name, t) for name, t in cls.get_flat_type_info(cls).items())
 
 
-def original(cls):
+def original(cls: type[ModelBase]) -> type[ModelBase]:
     """The class a customized spyne type (``Foo.customize(...)``) stands for: the one
     that has the subclasses and is named by ``$type`` and ``xsi:type``."""
     return getattr(cls, "__orig__", None) or cls
 
 
-def lineage(cls) -> list:
+def lineage(cls: type[ComplexModelBase]) -> list[type[ComplexModelBase]]:
     """``cls`` (its original) and the classes it extends, root first: each declares its
     own fields (``_type_info``) in its own namespace."""
-    chain, c = [], original(cls)
+    chain: list[type[ComplexModelBase]] = []
+    c: type[ComplexModelBase] | None = original(cls)
     while c is not None and hasattr(c, "_type_info"):
         chain.insert(0, c)
         c = getattr(c, "__extends__", None)
     return chain
 
 
-def _derived(cls) -> list:
+def _derived(cls: type[ComplexModelBase]) -> list[type[ComplexModelBase]]:
     """The real subclasses of ``cls``: not the copies spyne makes for ``customize(...)``
     (which share the name and fields of what they copy)."""
     return [c for c in cls.__subclasses__() if getattr(c, "__orig__", None) is None]
 
 
-def subclasses(cls) -> list:
+def subclasses(cls: type[ComplexModelBase]) -> list[type[ComplexModelBase]]:
     """``cls`` and its real subclasses, theirs and so on, breadth first: every type a
     value declared as ``cls`` may be."""
     found, pending = [], [cls]
@@ -89,23 +103,23 @@ def subclasses(cls) -> list:
     return found
 
 
-@cache
-def subtypes(cls) -> dict:
+@cached
+def subtypes(cls: type[ComplexModelBase]) -> dict[str, type[ComplexModelBase]]:
     """``cls`` and its subclasses by type name: what ``$type`` and ``xsi:type`` may name
     where ``cls`` is declared."""
-    found = {}
+    found: dict[str, type[ComplexModelBase]] = {}
     for c in subclasses(cls):
         found.setdefault(c.get_type_name(), c)
     return found
 
 
-@cache
-def is_polymorphic(cls) -> bool:
+@cached
+def is_polymorphic(cls: type[ComplexModelBase]) -> bool:
     """Whether ``cls`` has subclasses, so that a value of it must name its type."""
     return bool(_derived(cls))
 
 
-def complex_types(cls) -> list:
+def complex_types(cls: type[ComplexModelBase]) -> list[type[ComplexModelBase]]:
     """The complex types reachable from ``cls``: itself, its base, its fields' types,
     theirs, and so on (each by its original): every type a message of ``cls`` may hold
     but for subtypes, which are named by ``subclasses``."""
@@ -123,7 +137,7 @@ def complex_types(cls) -> list:
     return found
 
 
-def is_protocol_type(cls) -> bool:
+def is_protocol_type(cls: type[ModelBase]) -> bool:
     """Whether ``cls`` is one of the protocol's own types (``xruntime.protocol``), not a
     service's: those have their namespace pinned and are in every WSDL."""
     return cls.__module__.startswith(__package__ + ".")

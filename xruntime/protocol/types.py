@@ -5,7 +5,10 @@ a field added here appears everywhere.  Services subclass ``RequestBase``,
 ``ResponseBase`` and ``JobProgress`` for their own types.
 """
 
-from spyne import Boolean, ComplexModel, Enum, Long, Unicode
+from typing import Any
+
+from spyne import Boolean, ComplexModel, ComplexModelBase, Enum, Long, Unicode
+from spyne.model import ModelBase
 
 from .states import Status
 
@@ -18,14 +21,17 @@ class XModel(ComplexModel):
     __namespace__ = NAMESPACE
 
 
-def required(spyne_type, **attributes):
+def required(spyne_type: type[ModelBase], **attributes: Any) -> Any:
     """A field the caller must send (``MissingParameterFault`` otherwise).  (Calling a
-    complex type would make an instance, not a customised type: hence ``customize``.)"""
+    complex type would make an instance, not a customised type: hence ``customize``.)
+    Typed Any, as spyne's types are: spyne's metaclass makes the declaration an instance
+    attribute holding the field's value."""
     return spyne_type.customize(min_occurs=1, nillable=False, **attributes)
 
 
-def repeated(spyne_type):
-    """A list field: repeated elements in SOAP, an array in JSON."""
+def repeated(spyne_type: type[ModelBase]) -> Any:
+    """A list field: repeated elements in SOAP, an array in JSON (typed Any, as
+    ``required``)."""
     return spyne_type.customize(max_occurs="unbounded")
 
 
@@ -197,7 +203,7 @@ __all__ = [
 ]
 
 
-def link_base(cls) -> None:
+def link_base(cls: type[ComplexModelBase]) -> None:
     """spyne records a base class only when it has fields; a subtype of a field-less
     base (``BulkProgress`` of ``JobProgress``) would not be declared as its extension
     in the WSDL, and ``xsi:type`` could not name it.  Record the base explicitly."""
@@ -208,7 +214,7 @@ def link_base(cls) -> None:
         cls.__extends__ = base
 
 
-def _pin_namespaces():
+def _pin_namespaces() -> None:
     """spyne gives a class without its own ``__namespace__`` the namespace of whichever
     application first sees it; pin every protocol type to ours, once."""
     pending = [XModel]

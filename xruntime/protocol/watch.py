@@ -8,7 +8,7 @@ MIN_PERIOD = 250
 MAX_PERIOD = 50000
 
 
-def _integer(name, value, default):
+def _integer(name: str, value: object, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
@@ -18,7 +18,9 @@ def _integer(name, value, default):
     return value
 
 
-def watch_periods(progress_update_period=None, maximum_polling_period=None):
+def watch_periods(
+    progress_update_period: object = None, maximum_polling_period: object = None
+) -> tuple[int, int]:
     """``(progressUpdatePeriod, maximumPollingPeriod)`` in ms after clamping.
 
     Values under 250 (negative ones too) are taken as 250, over 50000 as 50000; the

@@ -13,12 +13,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
 
 from ..support.logs import OncePerPeriod
 from .changes import QUEUE
 from .postgresql import postgresql_connect_args
+
+if TYPE_CHECKING:
+    import psycopg
 
 log = OncePerPeriod(logging.getLogger("xruntime.channel"), 5.0)  # an outage fails every try
 
@@ -35,16 +39,17 @@ class PostgresChannel:
 
     def __init__(
         self, url: str, origin: str, on_job: Callable[[str], None], on_queue: Callable[[], None]
-    ):
+    ) -> None:
         self.uri = conninfo(url)
         # the store's timeouts and keepalives: a cut-off database must not hold a
         # publisher (a request's thread) or leave the listener on a dead connection
-        self.connect_args = postgresql_connect_args(make_url(url).query)
+        # (libpq's parameters, which psycopg.connect takes as keywords of any kind)
+        self.connect_args: dict[str, Any] = postgresql_connect_args(make_url(url).query)
         self.origin = origin
         self.on_job = on_job  # called with a job id changed on another node
         self.on_queue = on_queue  # called when another node queued work
         self._send_lock = threading.Lock()
-        self._sender = None
+        self._sender: psycopg.Connection[Any] | None = None
         self._closed = False
         self._listener = threading.Thread(target=self._listen, name="pg-listen", daemon=True)
 

@@ -183,7 +183,7 @@ class ChildJobs(Database):
             if row is None:
                 return None
             stage, fail_fast = row
-            counts = dict(
+            counts: dict[str, int] = dict(
                 conn.execute(
                     select(jobs.c.status, func.count())
                     .where(jobs.c.parent_id == parent_id, jobs.c.child_stage == stage)
@@ -308,10 +308,10 @@ def _over_a_limit(
             continue
         if limit.max_queued:
             of = QUEUED.where(jobs.c.service == limit.scope) if limit.scope is not None else QUEUED
-            if conn.execute(of).scalar() + adding > limit.max_queued:
+            if conn.execute(of).scalar_one() + adding > limit.max_queued:
                 return QueueFull(limit.service, limit.max_queued, own=False)
         if limit.owner_max_queued:
             of_lane = QUEUED.where(jobs.c.lane == lane_of(limit.service, owner))
-            if conn.execute(of_lane).scalar() + adding > limit.owner_max_queued:
+            if conn.execute(of_lane).scalar_one() + adding > limit.owner_max_queued:
                 return QueueFull(limit.service, limit.owner_max_queued, own=True)
     return None

@@ -11,17 +11,27 @@ two nodes claiming at once skip each other's rows (``FOR UPDATE SKIP LOCKED``).
 
 from collections.abc import Iterable
 
-from sqlalchemy import bindparam, case, func, literal, literal_column, select, true, update
-from sqlalchemy.sql import ColumnElement, Executable, Select
+from sqlalchemy import (
+    FromClause,
+    bindparam,
+    case,
+    func,
+    literal,
+    literal_column,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.sql import ColumnElement, Select
 
 from ..protocol.states import Status
 from .schema import jobs, lane_of
-from .statements import ACTIVE_RUNNING, HOLDING_WORKER, UNFINISHED, in_states
+from .statements import ACTIVE_RUNNING, HOLDING_WORKER, UNFINISHED, Statement, in_states
 
 
 def claim_statement(
     dialect: str, services: Iterable[str] | None = None, running_limits: tuple = ()
-) -> Executable:
+) -> Statement:
     """Move the next job to RUNNING: the oldest queued one (of ``services``), or with
     ``running_limits`` the oldest whose lane is under its owner's max_running."""
     if running_limits:
@@ -48,7 +58,7 @@ def claim_statement(
     )
 
 
-def resume_statement(dialect: str, services: Iterable[str] | None = None) -> Executable:
+def resume_statement(dialect: str, services: Iterable[str] | None = None) -> Statement:
     """Take the oldest parent whose children are all finished (docs/protocol.md §13): it runs
     again on this node, where it left off (its status, attempts and start unchanged)."""
     parent, child = jobs.alias("parent"), jobs.alias("child")
@@ -86,7 +96,7 @@ def resume_statement(dialect: str, services: Iterable[str] | None = None) -> Exe
     )
 
 
-def _due(table) -> ColumnElement:
+def _due(table: FromClause) -> ColumnElement:
     """Not waiting for a retry (or its time has come)."""
     return table.c.not_before.is_(None) | (table.c.not_before <= bindparam("now_ms"))
 
@@ -199,8 +209,10 @@ def _fair_oldest(dialect: str, services: Iterable[str] | None, running_limits: t
     )
     if services is not None:
         taken = taken.where(job.c.service.in_([literal(name) for name in services]))
-    taken = taken.with_for_update(skip_locked=True).lateral("taken")
-    return select(taken.c.seq).select_from(heads).join(taken, true()).order_by(heads.c.seq).limit(1)
+    locked = taken.with_for_update(skip_locked=True).lateral("taken")
+    return (
+        select(locked.c.seq).select_from(heads).join(locked, true()).order_by(heads.c.seq).limit(1)
+    )
 
 
 def _first_due_pg(lane: ColumnElement) -> ColumnElement:

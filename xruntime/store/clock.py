@@ -35,7 +35,7 @@ class DatabaseClock:
     def __init__(self, read_ms: Callable[[], int], resample_s: float = RESAMPLE_S):
         self._read_ms = read_ms
         self._resample_s = resample_s
-        self._base = None  # (database ms, monotonic s) of the last reading
+        self._base: tuple[float, float] | None = None  # (database ms, monotonic s), last read
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self.offset_ms = 0  # the database's clock minus this host's, last seen

@@ -15,13 +15,12 @@ nodes (``clock``).
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.sql import Executable
 
 from . import sqlite
 from .clock import DatabaseClock
@@ -31,7 +30,7 @@ from .migrate import upgrade
 from .postgresql import POOL_TIMEOUT_S, postgresql_connect_args
 from .records import Run
 from .schema import feed_metadata, metadata
-from .statements import Prepared, guarded_statements, prepared_statements
+from .statements import Prepared, Statement, guarded_statements, prepared_statements
 from .unavailable import unavailable_as_store_error
 
 #: PostgreSQL advisory lock serialising the schema's creation.
@@ -150,7 +149,7 @@ class Database:
                 conn.close()
 
     def _compiled(
-        self, key: tuple, build: Callable[[], Executable], columns: list | None = None
+        self, key: tuple, build: Callable[[], Statement], columns: list | None = None
     ) -> Prepared:
         """``build()``'s statement compiled for this database, once per ``key``: for the
         statements that vary with their arguments (the services, limits or states they
@@ -162,20 +161,25 @@ class Database:
             p = self._compiled_cache[key] = Prepared(build(), self.engine.dialect, columns)
         return p
 
-    def _run(
-        self, key: str | Prepared, write: bool, **params: Any
-    ) -> tuple[int, dict | None]:
+    def _run(self, key: str | Prepared, write: bool, **params: Any) -> tuple[int, dict | None]:
         """Run a prepared statement (its key, or a Prepared); answers (rowcount, first
         row as a dict or None)."""
         p = key if isinstance(key, Prepared) else self._prepared[key]
         with self._cursor(write) as cur:
             cur.execute(p.sql, p.args(params))
-            rows = cur.fetchall() if p.columns else ()  # to its end: the statement is done
-            row = rows[0] if rows else None
-            return cur.rowcount, (dict(zip(p.columns, row)) if row is not None else None)
+            if not p.columns:  # it answers no rows
+                return cur.rowcount, None
+            rows = cur.fetchall()  # to its end: the statement is done
+            return cur.rowcount, (dict(zip(p.columns, rows[0], strict=True)) if rows else None)
+
+    def _count(self, key: str, **params: Any) -> int:
+        """Run a prepared count (its one row's ``n``)."""
+        _, row = self._run(key, False, **params)
+        assert row is not None  # an aggregate answers a row
+        return int(row["n"])
 
     def _guarded(
-        self, key: str, job_id: str, states, run: Run | None = None, **values: Any
+        self, key: str, job_id: str, states: Iterable[str], run: Run | None = None, **values: Any
     ) -> bool:
         """Run a guarded statement (``statements.guarded_statements``); True if the job
         was in one of ``states`` (and still ``run``'s, when given)."""
@@ -184,7 +188,7 @@ class Database:
         p = self._compiled(
             ("guarded", key, states, fenced), lambda: guarded_statements(states, fenced)[key]
         )
-        if fenced:
+        if run is not None:
             values.update(run_node=run.node, run_attempt=run.attempt)
         return self._run(p, True, **dict(values, job_id=job_id))[0] == 1
 
@@ -194,7 +198,7 @@ class Database:
             return int(
                 conn.execute(
                     text("SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)")
-                ).scalar()
+                ).scalar_one()
             )
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ clock, one clock for every node.  ``job_events`` rows go with their job (``ON DE
 import json
 
 from sqlalchemy import text
+from sqlalchemy.engine import Connection
 
 #: The longest event message stored (characters).
 NOTE_CHARS = 500
@@ -25,50 +26,64 @@ _NOW_MS = {
 _COLUMNS = "job_seq, time, status, attempt, node, message"
 
 
-def _values(now: str, message: str, node: str = "NEW.node") -> str:
-    return f"NEW.seq, {now}, NEW.status, NEW.attempts, {node}, {message}"
-
-
 #: A change that takes a job off its node (a retry, a hand-back, a re-queue) names the
 #: node it left.
 _NODE = "COALESCE(NEW.node, OLD.node)"
 
 
-def _sqlite_triggers() -> dict:
+def _event_inserts(now: str) -> tuple[str, str, str, str]:
+    """The statements adding a job's event, with the database's clock ``now``, when it
+    is queued, when its status changes, when it waits for its children and when it is
+    first fetched (the same for both dialects)."""
+
+    def insert(message: str, node: str) -> str:
+        values = f"NEW.seq, {now}, NEW.status, NEW.attempts, {node}, {message}"
+        return f"INSERT INTO job_events ({_COLUMNS}) VALUES ({values});"
+
+    return (
+        insert("COALESCE(NEW.event_note, 'queued')", "NEW.node"),
+        insert("COALESCE(NEW.event_note, NEW.status)", _NODE),
+        insert("COALESCE(NEW.event_note, 'waiting')", _NODE),
+        insert("'fetched'", _NODE),
+    )
+
+
+def _sqlite_triggers() -> dict[str, str]:
     """name → the CREATE TRIGGER statement."""
-    now = _NOW_MS["sqlite"]
+    queued, changed, waiting, fetched = _event_inserts(_NOW_MS["sqlite"])
     return {
         "job_queued": f"""CREATE TRIGGER job_queued AFTER INSERT ON jobs BEGIN
-            INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, 'queued')")});
+            {queued}
         END""",
         "job_changed": f"""CREATE TRIGGER job_changed AFTER UPDATE OF status ON jobs
             WHEN NEW.status IS NOT OLD.status BEGIN
-            INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, NEW.status)", _NODE)});
+            {changed}
         END""",
         "job_waiting": f"""CREATE TRIGGER job_waiting AFTER UPDATE OF waiting_for ON jobs
             WHEN NEW.waiting_for IS NOT OLD.waiting_for AND NEW.status IS OLD.status BEGIN
-            INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, 'waiting')", _NODE)});
+            {waiting}
         END""",
         "job_fetched": f"""CREATE TRIGGER job_fetched AFTER UPDATE OF first_fetched_at ON jobs
             WHEN OLD.first_fetched_at IS NULL AND NEW.first_fetched_at IS NOT NULL BEGIN
-            INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "'fetched'", _NODE)});
+            {fetched}
         END""",
     }
 
 
-def _postgresql_triggers():
-    now = _NOW_MS["postgresql"]
+def _postgresql_triggers() -> list[str]:
+    """The function behind PostgreSQL's trigger (CREATE OR REPLACE)."""
+    queued, changed, waiting, fetched = _event_inserts(_NOW_MS["postgresql"])
     return [
         f"""CREATE OR REPLACE FUNCTION xruntime_job_event() RETURNS trigger AS $$
         BEGIN
             IF TG_OP = 'INSERT' THEN
-                INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, 'queued')")});
+                {queued}
             ELSIF NEW.status IS DISTINCT FROM OLD.status THEN
-                INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, NEW.status)", _NODE)});
+                {changed}
             ELSIF NEW.waiting_for IS DISTINCT FROM OLD.waiting_for THEN
-                INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "COALESCE(NEW.event_note, 'waiting')", _NODE)});
+                {waiting}
             ELSIF OLD.first_fetched_at IS NULL AND NEW.first_fetched_at IS NOT NULL THEN
-                INSERT INTO job_events ({_COLUMNS}) VALUES ({_values(now, "'fetched'", _NODE)});
+                {fetched}
             END IF;
             RETURN NULL;
         END $$ LANGUAGE plpgsql""",
@@ -76,19 +91,19 @@ def _postgresql_triggers():
 
 
 _PG_TRIGGER = (
-    "CREATE TRIGGER job_event AFTER INSERT OR UPDATE OF status, first_fetched_at, waiting_for ON jobs "
-    "FOR EACH ROW EXECUTE FUNCTION xruntime_job_event()"
+    "CREATE TRIGGER job_event AFTER INSERT OR UPDATE OF status, first_fetched_at, waiting_for "
+    "ON jobs FOR EACH ROW EXECUTE FUNCTION xruntime_job_event()"
 )
 
 
-def install_triggers(conn, dialect: str) -> None:
+def install_triggers(conn: Connection, dialect: str) -> None:
     """Create the triggers as this version defines them, where missing or different
     (SQLite keeps each trigger's text: one that matches is left alone, so opening a
     store changes no schema; the function behind PostgreSQL's is replaced, which takes
     no lock on the table, and its trigger made where missing); run where the schema is
     made."""
     if dialect == "sqlite":
-        present = dict(
+        present: dict[str, str] = dict(
             conn.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")).all()
         )
         for name, create in _sqlite_triggers().items():
@@ -116,6 +131,8 @@ def note_of(message: str) -> str:
 
 def fault_type(fault_json: str | None) -> str:
     """The type name of a stored fault (the codec's JSON), for the message of a failure."""
+    if fault_json is None:
+        return "a fault"
     try:
         return json.loads(fault_json)["faultInfo"]["$type"]
     except (TypeError, ValueError, KeyError):

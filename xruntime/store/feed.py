@@ -16,8 +16,9 @@ A member whose socket cannot be reached (a killed process) is left out for a min
 not erased: a node that shares the file from another network namespace is as
 unreachable as a dead one.  A node's main process erases the rows its own previous
 run left (``forget``).  A change that cannot be delivered (a member gone, or one so
-busy that its socket's queue is full) is dropped: watches read their job again before they answer at their
-maximum polling period, and the supervisor also looks for work every 0.5 s.
+busy that its socket's queue is full) is dropped: watches read their job again before
+they answer at their maximum polling period, and the supervisor also looks for work
+every 0.5 s.
 """
 
 import hashlib
@@ -29,9 +30,10 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 from sqlalchemy import delete, insert, select
+from sqlalchemy.sql import Executable
 
 from .changes import QUEUE, ChangeFeed
 from .channel import PostgresChannel
@@ -87,10 +89,10 @@ class SocketFeed:
         self._inbox.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self._outbox_socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._outbox_socket.setblocking(False)
-        self._members = []
-        self._unreachable = {}  # address → time.monotonic() to try it again
+        self._members: list[str] = []  # the other members' addresses
+        self._unreachable: dict[str, float] = {}  # address → time.monotonic() to try it again
         self._closed = False
-        self._outbox = []
+        self._outbox: list[str] = []  # job ids to publish
         self._outbox_ready = threading.Condition()
         self._receiver = threading.Thread(
             target=self._receive_loop, name="change-feed", daemon=True
@@ -184,7 +186,7 @@ class SocketFeed:
         self._unreachable[address] = time.monotonic() + UNREACHABLE_FOR
         self._members = [a for a in self._members if a != address]
 
-    def _write(self, statement):
+    def _write(self, statement: Executable) -> None:
         def run():
             with self.store.engine.begin() as conn:
                 conn.execute(statement)
@@ -232,7 +234,7 @@ class SocketFeed:
             self.on_queue()
 
 
-def _from_this_user(ancillary) -> bool:
+def _from_this_user(ancillary: Iterable[tuple[int, int, bytes]]) -> bool:
     """Whether the sender's credentials (SO_PASSCRED) name this process's user."""
     for level, kind, data in ancillary:
         if (
@@ -253,9 +255,10 @@ def _dropped(what: str) -> None:
         log.warning("the change feed dropped %s", what)
 
 
-def _datagrams(origin: str, ids):
+def _datagrams(origin: str, ids: Iterable[str]) -> Iterator[bytes]:
     """``origin`` and the ids, one per line, in datagrams of at most DATAGRAM_BYTES."""
-    batch, size = [], len(origin)
+    batch: list[str] = []
+    size = len(origin)
     for job_id in dict.fromkeys(ids):
         if batch and size + len(job_id) + 1 > DATAGRAM_BYTES:
             yield "\n".join([origin] + batch).encode("utf-8")

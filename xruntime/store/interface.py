@@ -100,7 +100,8 @@ class JobStore(Protocol):
         """A running job back to QUEUING, untouched, its attempt not counted."""
 
     def renew_leases(self, node: str, until: int, job_ids: Iterable[str]) -> list[tuple[str, str]]:
-        """Extend the leases of the jobs ``job_ids`` that run on ``node``; [(id, status)] of them."""
+        """Extend the leases of the jobs ``job_ids`` that run on ``node``; [(id, status)]
+        of them."""
 
     # ----------------------------------------------------------------- child jobs
 
@@ -192,9 +193,7 @@ class JobStore(Protocol):
 
     # ----------------------------------------------------------------- views
 
-    def events(
-        self, job_id: str, owner: str | None = None
-    ) -> tuple[str | None, list[dict]] | None:
+    def events(self, job_id: str, owner: str | None = None) -> tuple[str | None, list[dict]] | None:
         """The job's parent id and its history, oldest first; None when there is no such job."""
 
     def list_jobs(
@@ -206,7 +205,8 @@ class JobStore(Protocol):
         before: int | None = None,
         parent: str | None = None,
     ) -> tuple[list[tuple[int, JobRecord]], bool]:
-        """A page of jobs, newest first, without payloads: ([(seq, record)], whether more follow)."""
+        """A page of jobs, newest first, without payloads: ([(seq, record)], whether more
+        follow)."""
 
     def counts_by_status(self, owner: str | None = None) -> dict[str, int]:
         """Stored jobs by status: every job's, or only ``owner``'s."""

@@ -15,8 +15,9 @@ import os
 import re
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from collections.abc import Collection, Iterable, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import cast
 
 from . import payload
 
@@ -24,7 +25,7 @@ from . import payload
 _TOKEN = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")(\s*:\s*)?|[\[\]{}]')
 
 
-def _member_span(text: str, field: str, holes=()) -> tuple | None:
+def _member_span(text: str, field: str, holes: Collection[int] = ()) -> tuple[int, int] | None:
     """Where the top-level member ``field`` of an object's text (or skeleton, whose
     array ``holes`` are positions) has its list: ``(start, end)`` of ``[...]``, or
     ``(p, p)`` when the list is the packed array at ``p``.  None when absent."""
@@ -60,9 +61,15 @@ class _Items:
 
     __slots__ = ("text", "index", "binary", "numbers", "deflating")
 
-    def __init__(self, text="", index=(), binary=b"", numbers=None):
+    def __init__(
+        self,
+        text: str = "",
+        index: Sequence[list] = (),
+        binary: bytes | memoryview = b"",
+        numbers: str | None = None,
+    ) -> None:
         self.text, self.index, self.binary, self.numbers = text, index, binary, numbers
-        self.deflating = None
+        self.deflating: list[Future[payload.Deflated] | _Copied] | None = None
 
     def as_text(self) -> "_Items":
         """The items of a packed array as their text, to join with other items."""
@@ -77,14 +84,14 @@ class _Copied:
 
     __slots__ = ("piece",)
 
-    def __init__(self, deflated, length, checksum):
+    def __init__(self, deflated: bytes, length: int, checksum: int) -> None:
         self.piece = ([deflated], checksum, length)
 
-    def result(self):
+    def result(self) -> payload.Deflated:
         return self.piece
 
 
-def _list_items(blob, field: str) -> _Items:
+def _list_items(blob: bytes, field: str) -> _Items:
     """The items of a stored payload's top-level list ``field``, not decoded; when the
     list holds every packed array of the payload (a child's rows), its compressed
     pieces are copied as they are, not even decompressed."""
@@ -138,14 +145,15 @@ def _list_items(blob, field: str) -> _Items:
     return _Items(skeleton[start + 1 : end - 1], inside, binary)
 
 
-def _joined_numbers(items) -> _Items | None:
+def _joined_numbers(items: Sequence[_Items]) -> _Items | None:
     """One packed array for lists that each are one, when they share a kind (ints of
     both widths widen to int64)."""
     codes = {part.numbers for part in items}
     if None in codes or not codes or ("d" in codes and len(codes) > 1):
         return None
-    code = codes.pop() if len(codes) == 1 else "q"
-    binary, count = [], 0
+    code = cast(str, codes.pop()) if len(codes) == 1 else "q"  # (None is not among them)
+    binary: list[bytes | memoryview | array] = []
+    count = 0
     for part in items:
         _, part_code, part_count = part.index[0]
         if part_code == code:
@@ -184,10 +192,11 @@ def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes:
         return _joined(outer, span[0], items, pool)
 
 
-def _joined(outer: str, start: int, items: list, pool: Executor) -> bytes:
+def _joined(outer: str, start: int, items: list[_Items], pool: Executor) -> bytes:
     """``outer`` with the items at ``start`` (its ``[]``), their packed arrays kept."""
     numbers = _joined_numbers(items)
-    pieces = []  # (skeleton text, index, binaries)
+    # (skeleton text, index, binaries: packed arrays, or items whose bytes are kept)
+    pieces: list[tuple[str, Sequence[list], Sequence[array | _Items]]] = []
     if numbers is not None:  # the list is itself one packed array
         pieces += [
             payload.cut_arrays(outer[:start]),
@@ -201,13 +210,16 @@ def _joined(outer: str, start: int, items: list, pool: Executor) -> bytes:
             pieces.append(("," if i else "", (), ()))
             pieces.append((part.text, part.index, [part]))
         pieces.append(payload.cut_arrays(outer[start + 1 :]))
-    skeleton, index, binaries, length = [], [], [], 0
+    texts: list[str] = []
+    index: list[list] = []
+    binaries: list[array | _Items] = []
+    length = 0
     for text, part_index, part_binaries in pieces:
         index += [[position + length, code, count] for position, code, count in part_index]
-        skeleton.append(text)
+        texts.append(text)
         binaries += part_binaries
         length += len(text)
-    skeleton = "".join(skeleton)
+    skeleton = "".join(texts)
     shortest = len(skeleton) + sum(2 * count + 1 for _, _, count in index)
     if not index or shortest <= payload.COMPRESS_ABOVE:  # nothing packed, or small: as pack does
         body = b"".join(bytes(_bytes_of(binary)) for binary in binaries)
@@ -220,7 +232,7 @@ def _joined(outer: str, start: int, items: list, pool: Executor) -> bytes:
                 skeleton,
                 [
                     (position, payload.array_at(body, offset, code, count))
-                    for (position, code, count), offset in zip(index, offsets)
+                    for (position, code, count), offset in zip(index, offsets, strict=True)
                 ],
             )
         )
@@ -228,7 +240,7 @@ def _joined(outer: str, start: int, items: list, pool: Executor) -> bytes:
     # tens of megabytes on one core is most of a join's time): raw deflate pieces that
     # each end on a byte boundary (a sync flush), an empty final block, and zlib's
     # header and Adler-32 of the whole around them.  zlib.decompress reads it as any.
-    deflating = [
+    deflating: list[Future[payload.Deflated] | _Copied] = [
         pool.submit(payload.deflate_piece, payload.index_head(index) + skeleton.encode("utf-8"))
     ]
     for binary in binaries:
@@ -242,7 +254,7 @@ def _joined(outer: str, start: int, items: list, pool: Executor) -> bytes:
     return payload.write_pieces([future.result() for future in deflating])
 
 
-def _bytes_of(binary):
+def _bytes_of(binary: array | _Items) -> bytes | memoryview | array:
     return binary.binary if isinstance(binary, _Items) else binary
 
 
@@ -269,7 +281,8 @@ def without_list(blob: bytes, field: str) -> str:
     skeleton, index, body, offsets = payload.read_compact(blob)
     span = _member_span(skeleton, field, {position for position, _, _ in index})
     arrays = [
-        (position, offset, code, count) for (position, code, count), offset in zip(index, offsets)
+        (position, offset, code, count)
+        for (position, code, count), offset in zip(index, offsets, strict=True)
     ]
     if span is None:
         return payload.fill(

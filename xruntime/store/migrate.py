@@ -3,13 +3,14 @@
 ``metadata.create_all`` makes missing tables only; columns and indexes added since
 (accounts: ``owner``, ``lane``; retries: ``not_before``, ``retries``; the history:
 ``event_note`` and its triggers; child jobs: ``parent_id``, ``child_stage``,
-``child_index``, ``waiting_for``, ``fail_fast``; stored bytes: ``stored_bytes``) are added here, once, in the
-transaction that creates the schema (on PostgreSQL under its advisory lock, so nodes
-starting together upgrade it once).  Jobs stored before accounts belong to the
-anonymous user.
+``child_index``, ``waiting_for``, ``fail_fast``; stored bytes: ``stored_bytes``) are
+added here, once, in the transaction that creates the schema (on PostgreSQL under its
+advisory lock, so nodes starting together upgrade it once).  Jobs stored before
+accounts belong to the anonymous user.
 """
 
 from sqlalchemy import inspect, text, update
+from sqlalchemy.engine import Connection
 
 from .events import install_triggers
 from .schema import STORED_BYTES, jobs
@@ -35,7 +36,7 @@ ADDED_COLUMNS = {
 _GENERATED = {"sqlite": "VIRTUAL", "postgresql": "STORED"}
 
 
-def upgrade(conn) -> list:
+def upgrade(conn: Connection) -> list[str]:
     """Add what an older ``jobs`` table lacks; answers the names of the columns added."""
     present = {column["name"] for column in inspect(conn).get_columns("jobs")}
     added = [name for name in ADDED_COLUMNS if name not in present]

@@ -31,7 +31,8 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import overload
 
 COMPRESS_ABOVE = 4096
 #: Arrays shorter than this stay as text.
@@ -42,6 +43,9 @@ MAGIC = b"\x00XJP2"
 #: The compact form as written before (one zlib stream); still read.
 MAGIC_V1 = b"\x00XJP1"
 _PIECE = struct.Struct("<III")  # a piece's deflated length, raw length, Adler-32
+#: A piece of the compact form's zlib stream as ``deflate_piece`` makes it and
+#: ``write_pieces`` writes it: its raw deflate parts, its Adler-32 and its raw length.
+Deflated = tuple[list[bytes], int, int]
 
 # A JSON string (skipped whole), or an array of at least 64 characters of number text.
 _SCAN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|\[([0-9eE.+\-,]{64,})\]')
@@ -84,6 +88,12 @@ def format_array(packed: array) -> str:
     return _ENCODER.encode(packed.tolist())
 
 
+@overload
+def pack(text: str) -> bytes: ...
+@overload
+def pack(text: None) -> None: ...
+@overload
+def pack(text: str | None) -> bytes | None: ...
 def pack(text: str | None) -> bytes | None:
     """JSON text as stored: plain UTF-8 when small, else compact when it holds long
     numeric arrays, else zlib-compressed UTF-8."""
@@ -121,7 +131,7 @@ def cut_arrays(text: str) -> tuple[str, list, list[array]]:
     return "".join(skeleton), index, arrays
 
 
-def _compose(skeleton: str, index, binaries) -> bytes:
+def _compose(skeleton: str, index: list, binaries: Iterable[bytes | array]) -> bytes:
     """The compact form of a skeleton, its index and its arrays' little-endian bytes:
     the index and skeleton one piece, the arrays' bytes pieces of PIECE_BYTES."""
     pieces = [deflate_piece(index_head(index) + skeleton.encode("utf-8"))]
@@ -129,7 +139,7 @@ def _compose(skeleton: str, index, binaries) -> bytes:
     return write_pieces(pieces)
 
 
-def write_pieces(pieces: list[tuple[list[bytes], int, int]]) -> bytes:
+def write_pieces(pieces: Sequence[Deflated]) -> bytes:
     """MAGIC, the table of pieces, and a zlib stream of the pieces: zlib's header, the
     raw deflate pieces (each ends on a byte boundary, a sync flush, and refers to no
     other), an empty final block and the Adler-32 of the whole, so that
@@ -163,7 +173,7 @@ def is_compact(blob: bytes) -> bool:
     return blob[: len(MAGIC)] in (MAGIC, MAGIC_V1)
 
 
-def read_head_piece(blob: bytes) -> tuple:
+def read_head_piece(blob: bytes) -> tuple[str, list, list[tuple[bytes, int, int]]]:
     """The skeleton, index and other pieces of a compact blob as written now (MAGIC),
     with only its first piece (index and skeleton) decompressed."""
     pieces, _ = read_table(blob)
@@ -183,6 +193,12 @@ class TooLarge(Exception):
     """The payload's JSON text is longer than ``unpack`` was asked to write."""
 
 
+@overload
+def unpack(blob: bytes, max_bytes: int | None = None) -> str: ...
+@overload
+def unpack(blob: None, max_bytes: int | None = None) -> None: ...
+@overload
+def unpack(blob: bytes | None, max_bytes: int | None = None) -> str | None: ...
 def unpack(blob: bytes | None, max_bytes: int | None = None) -> str | None:
     """The JSON text of a stored payload, whichever of the three forms it is in; with
     ``max_bytes``, TooLarge for a longer text, found without writing the text whole
@@ -226,7 +242,7 @@ def _unpack_compact(blob: bytes, max_bytes: int | None = None) -> str:
         skeleton,
         (
             (position, array_at(body, offset, code, count))
-            for (position, code, count), offset in zip(index, offsets)
+            for (position, code, count), offset in zip(index, offsets, strict=True)
         ),
     )
 
@@ -271,13 +287,13 @@ PIECE_BYTES = 2 << 20
 _FINAL_BLOCK = zlib.compressobj(1, zlib.DEFLATED, -15).flush()
 
 
-def pieces_of(binary: bytes | memoryview) -> list[memoryview]:
+def pieces_of(binary: bytes | memoryview | array) -> list[memoryview]:
     """``binary`` cut into pieces of PIECE_BYTES (the last one shorter)."""
-    binary = memoryview(binary).cast("B")
-    return [binary[at : at + PIECE_BYTES] for at in range(0, len(binary), PIECE_BYTES)]
+    octets = memoryview(binary).cast("B")
+    return [octets[at : at + PIECE_BYTES] for at in range(0, len(octets), PIECE_BYTES)]
 
 
-def deflate_piece(piece: bytes | memoryview) -> tuple[list[bytes], int, int]:
+def deflate_piece(piece: bytes | memoryview) -> Deflated:
     """A piece of a zlib stream (level 1, no header), ending on a byte boundary; its
     Adler-32 and length."""
     compressor = zlib.compressobj(1, zlib.DEFLATED, -15)

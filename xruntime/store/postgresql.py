@@ -7,6 +7,8 @@ measured on a cut host, calls answered 503 after 5–15 s.  The store's engine a
 change feed's LISTEN/NOTIFY connections (``channel``) use the same settings.
 """
 
+from collections.abc import Mapping
+
 #: libpq's connection parameters, as a URL's query would give them.
 POSTGRESQL_CONNECT = {
     "connect_timeout": "5",  # s, to open a connection
@@ -21,6 +23,6 @@ POSTGRESQL_CONNECT = {
 POOL_TIMEOUT_S = 10
 
 
-def postgresql_connect_args(query) -> dict:
+def postgresql_connect_args(query: Mapping[str, object]) -> dict[str, str]:
     """POSTGRESQL_CONNECT, less what the URL's own query sets."""
     return {key: value for key, value in POSTGRESQL_CONNECT.items() if key not in query}

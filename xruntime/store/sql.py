@@ -85,13 +85,13 @@ class SqlJobStore(ChildJobs):
 
     def count_queued(self, service: str, owner: str) -> int:
         """How many jobs of ``owner`` and ``service`` are queued."""
-        return self._run("count_queued_in_lane", False, lane=lane_of(service, owner))[1]["n"]
+        return self._count("count_queued_in_lane", lane=lane_of(service, owner))
 
     def stored_bytes(self, owner: str) -> int:
         """The bytes the payloads of ``owner``'s jobs take as stored, all services and
         states together (the jobs not yet erased), summed over the (owner,
         stored_bytes) index: a few ms per 100 000 of the owner's jobs."""
-        return int(self._run("stored_bytes", False, owner=owner)[1]["n"])
+        return self._count("stored_bytes", owner=owner)
 
     # ----------------------------------------------------------------- reading a job
 
@@ -396,9 +396,7 @@ class SqlJobStore(ChildJobs):
 
     # ----------------------------------------------------------------- views
 
-    def events(
-        self, job_id: str, owner: str | None = None
-    ) -> tuple[str | None, list[dict]] | None:
+    def events(self, job_id: str, owner: str | None = None) -> tuple[str | None, list[dict]] | None:
         """The job's parent id (None for a job started by a client) and its history,
         oldest first, as dicts (time, status, attempt, node, message); None when there
         is no such job (of ``owner``, when given)."""
@@ -448,7 +446,10 @@ class SqlJobStore(ChildJobs):
             query = query.where(jobs.c.parent_id == parent)
         with self._read() as conn:
             rows = conn.execute(query).all()
-        page = [(row[0], record_of(dict(zip(LIGHT_NAMES, row[1:])))) for row in rows[:limit]]
+        page = [
+            (row[0], record_of(dict(zip(LIGHT_NAMES, row[1:], strict=True))))
+            for row in rows[:limit]
+        ]
         return page, len(rows) > limit
 
     def counts_by_status(self, owner: str | None = None) -> dict[str, int]:

@@ -10,11 +10,12 @@ subject of ``claims``; the store (``sql``, ``children``) runs what is built here
 """
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import (
+    BindParameter,
+    FromClause,
     LargeBinary,
-    Table,
     bindparam,
     case,
     delete,
@@ -25,12 +26,17 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Dialect
-from sqlalchemy.sql import ColumnElement, Executable, Select
+from sqlalchemy.sql import ColumnElement, Select
+from sqlalchemy.sql.dml import UpdateBase
 
 from ..protocol.states import Status
 from .payload import unpack
 from .records import JobRecord, Run
 from .schema import jobs
+
+#: A statement the store compiles once (``Prepared``): a SELECT, or an INSERT, UPDATE
+#: or DELETE.
+Statement = Select | UpdateBase
 
 #: States in which a job has been taken by a node and not finished.
 ACTIVE_RUNNING = (Status.RUNNING, Status.STOPPING)
@@ -63,14 +69,14 @@ INSERT_KEYS = [
     "lane",
 ]
 
-_ID = bindparam("job_id")
+_ID: BindParameter[str] = bindparam("job_id")
 #: The job is still the run's (``Run``): its node, and the attempt that took it.
 _RUN_FENCE = (jobs.c.node == bindparam("run_node"), jobs.c.attempts == bindparam("run_attempt"))
 #: How many jobs are queued; narrowed to a service or a lane by the max_queued checks.
 QUEUED = select(func.count()).select_from(jobs).where(jobs.c.status == Status.QUEUING)
 
 
-def in_states(states: Iterable[str], table: Table = jobs) -> ColumnElement:
+def in_states(states: Iterable[str], table: FromClause = jobs) -> ColumnElement:
     """The job is in one of a fixed list of states, rendered into the SQL (our own
     constants, never input), so that a statement's text names them."""
     return table.c.status.in_([literal_column(repr(str(s))) for s in states])
@@ -86,14 +92,15 @@ class Prepared:
 
     def __init__(
         self,
-        statement: Executable,
+        statement: Statement,
         dialect: Dialect,
         columns: list | None = None,
         column_keys: list | None = None,
-    ):
+    ) -> None:
         compiled = statement.compile(dialect=dialect, column_keys=column_keys)
         self.sql = compiled.string
-        self.names = list(compiled.positiontup) if dialect.positional else None
+        # the parameters' names in the order a positional dialect (SQLite's) takes them
+        self.names = list(compiled.positiontup or ()) if dialect.positional else None
         self.defaults = {
             k: (v if isinstance(v, (int, str)) else None) for k, v in compiled.params.items()
         }
@@ -105,9 +112,7 @@ class Prepared:
         return [values[n] for n in self.names] if self.names is not None else values
 
 
-def prepared_statements() -> dict[
-    str, tuple[Callable[[], Executable], list | None, list | None]
-]:
+def prepared_statements() -> dict[str, tuple[Callable[[], Statement], list | None, list | None]]:
     """The fixed statements of the hot path: key → (statement builder, result columns,
     insert column keys)."""
     return {
@@ -155,7 +160,7 @@ def prepared_statements() -> dict[
     }
 
 
-def insert_below(limited: bool, scoped: bool, lane_limited: bool) -> Executable:
+def insert_below(limited: bool, scoped: bool, lane_limited: bool) -> Statement:
     """Insert a job only while fewer than ``max_queued`` jobs (``limited``; of
     ``service`` when ``scoped``) and fewer than ``owner_max_queued`` of its lane
     (``lane_limited``) are queued: the checks and the insert in one statement (SQLite)."""
@@ -172,7 +177,7 @@ def insert_below(limited: bool, scoped: bool, lane_limited: bool) -> Executable:
     return insert(jobs).from_select(INSERT_KEYS, row)
 
 
-def guarded_statements(states: Iterable[str], fenced: bool = False) -> dict[str, Executable]:
+def guarded_statements(states: Iterable[str], fenced: bool = False) -> dict[str, Statement]:
     """Statements guarded on the job being in one of ``states`` (and, ``fenced``, still
     the run ``run_node``/``run_attempt``'s: see ``Run``)."""
     guard = (jobs.c.id == _ID, in_states(states)) + (_RUN_FENCE if fenced else ())
@@ -217,6 +222,10 @@ def timeout_of(own: ColumnElement, default_timeout_ms: int) -> ColumnElement:
     return case((asked, own), else_=0)
 
 
+@overload
+def record_of(row: dict, max_result_bytes: int | None = None) -> JobRecord: ...
+@overload
+def record_of(row: dict | None, max_result_bytes: int | None = None) -> JobRecord | None: ...
 def record_of(row: dict | None, max_result_bytes: int | None = None) -> JobRecord | None:
     """The JobRecord of a row of ``jobs`` (as a dict), its payloads read back to JSON
     text; with ``max_result_bytes``, ``payload.TooLarge`` for a longer result."""

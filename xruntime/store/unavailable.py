@@ -41,12 +41,13 @@ def is_unavailable(error: BaseException) -> bool:
     opposed to a bug in a statement (which stays an internal error)."""
     if isinstance(error, sa_exc.TimeoutError):  # the pool stayed exhausted
         return True
+    cause: BaseException | None = error
     if isinstance(error, sa_exc.DBAPIError):
         if error.connection_invalidated:
             return True
-        error = error.orig
-    if isinstance(error, sqlite3.OperationalError):
-        return any(word in str(error).lower() for word in _SQLITE_UNAVAILABLE)
+        cause = error.orig  # the driver's own error
+    if isinstance(cause, sqlite3.OperationalError):
+        return any(word in str(cause).lower() for word in _SQLITE_UNAVAILABLE)
     try:
         import psycopg
     except ImportError:  # pragma: no cover
@@ -54,7 +55,7 @@ def is_unavailable(error: BaseException) -> bool:
     # connection lost or refused, server shutting down or starting (57P01, 57P03),
     # disk full (53100); a standby after a failover refuses writes (25006)
     return isinstance(
-        error,
+        cause,
         (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.ReadOnlySqlTransaction),
     )
 

@@ -7,7 +7,12 @@ connections.  A held watchJob takes no thread from this pool while it waits.
 
 import asyncio
 import functools
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def install(loop: asyncio.AbstractEventLoop, threads: int) -> ThreadPoolExecutor:
@@ -17,7 +22,7 @@ def install(loop: asyncio.AbstractEventLoop, threads: int) -> ThreadPoolExecutor
     return pool
 
 
-def blocking(fn, *args, **kwargs):
+def blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[T]:
     """Await ``fn(*args, **kwargs)`` run in the pool."""
     call = functools.partial(fn, *args, **kwargs) if (args or kwargs) else fn
     return asyncio.get_running_loop().run_in_executor(None, call)
@@ -27,7 +32,7 @@ def blocking(fn, *args, **kwargs):
 INLINE_BYTES = 64 * 1024
 
 
-async def sized(size, fn, *args, **kwargs):
+async def sized(size: int | None, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``fn(*args, **kwargs)`` for ``size`` bytes of input: inline when small, else in
     the pool."""
     if size is not None and size <= INLINE_BYTES:

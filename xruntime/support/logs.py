@@ -4,6 +4,7 @@ import logging
 import os
 import sys
 import time
+from typing import Any
 
 
 class OneLineFormatter(logging.Formatter):
@@ -11,7 +12,7 @@ class OneLineFormatter(logging.Formatter):
     request's path, say) is written escaped, so no client can forge a log line.  A
     traceback, written after the message, keeps its lines."""
 
-    def formatMessage(self, record):
+    def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = escape_controls(record.message)
         return super().formatMessage(record)
 
@@ -39,13 +40,13 @@ class OncePerPeriod(logging.LoggerAdapter):
     fails every request and every write for its length, and a line every few seconds
     says it all."""
 
-    def __init__(self, logger, period: float):
+    def __init__(self, logger: logging.Logger, period: float) -> None:
         super().__init__(logger, {})
         self.period = period
         self._next = 0.0
         self._held = 0
 
-    def log(self, level, msg, *args, **kwargs):
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
         now = time.monotonic()
         if now < self._next:
             self._held += 1

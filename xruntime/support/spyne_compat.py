@@ -15,6 +15,10 @@ provides it.  On 3.11 nothing is done.
 import importlib.util
 import os
 import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Any
 
 SIX = "spyne.util.six"
 
@@ -28,12 +32,13 @@ def apply() -> None:
         _give_find_spec(six._SixMetaPathImporter)
 
 
-def _load_six():
+def _load_six() -> ModuleType | None:
     spyne = importlib.util.find_spec("spyne")  # finds the package, imports nothing
     if spyne is None or not spyne.submodule_search_locations:
         return None  # no spyne: the import error comes later
     path = os.path.join(list(spyne.submodule_search_locations)[0], "util", "six.py")
     spec = importlib.util.spec_from_file_location(SIX, path)
+    assert spec is not None and spec.loader is not None  # a .py file's spec has a loader
     six = importlib.util.module_from_spec(spec)
     sys.modules[SIX] = six
     try:
@@ -44,24 +49,33 @@ def _load_six():
     return six
 
 
-def _give_find_spec(importer_class) -> None:
+def _give_find_spec(importer_class: Any) -> None:
+    """Give six's ``_SixMetaPathImporter`` (a class of spyne's vendored, untyped six) the
+    import system's methods, made of its own ``known_modules`` and ``load_module``."""
     if "find_spec" in importer_class.__dict__:
         return
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(
+        self: Any,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> ModuleSpec | None:
         if fullname in self.known_modules:
             return importlib.util.spec_from_loader(fullname, self)
         return None
 
-    def create_module(self, spec):
+    def create_module(self: Any, spec: ModuleSpec) -> ModuleType:
         module = self.load_module(spec.name)
         # A moved module is the real one (e.g. collections.abc); the import system is
         # about to overwrite its __spec__ with this alias's: keep its own.
         self.__dict__.setdefault("own_specs", {})[spec.name] = getattr(module, "__spec__", None)
         return module
 
-    def exec_module(self, module):
-        own = self.__dict__.get("own_specs", {}).pop(module.__spec__.name, None)
+    def exec_module(self: Any, module: ModuleType) -> None:
+        spec = module.__spec__
+        assert spec is not None  # the import system sets it before exec_module
+        own = self.__dict__.get("own_specs", {}).pop(spec.name, None)
         if own is not None:
             module.__spec__ = own
 
