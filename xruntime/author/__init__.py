@@ -2,14 +2,5 @@
 and the registry that finds every service.  A service module needs only this package,
 ``xruntime.protocol`` (types, faults) and ``xruntime.support``."""
 
-from .service import Child, ChildOutcome, JobContext, LongOperation, Operation, RetryLater, Service
-
-__all__ = [
-    "Service",
-    "JobContext",
-    "RetryLater",
-    "Child",
-    "ChildOutcome",
-    "LongOperation",
-    "Operation",
-]
+from .service import *  # noqa: F403  (the names service.__all__ lists)
+from .service import __all__  # noqa: F401
