@@ -6,6 +6,7 @@ to a real ``python -m xruntime serve`` with real worker processes.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -234,6 +235,19 @@ class Server:
             if job["status"] in ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN"):
                 return job
         raise AssertionError(f"job {job_id} did not finish")
+
+    def wait_held(self, count, timeout=60):
+        """Until the node's /metrics says at least ``count`` watchJob calls are held (their
+        requests read by an HTTP process), instead of a guess at how long that takes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.session.get(f"{self.base}/metrics", timeout=10).text
+            found = re.search(r"^xruntime_held_watches(?:\{[^}]*\})? (\S+)$", text, re.M)
+            held = float(found.group(1)) if found else 0.0
+            if held >= count:
+                return
+            assert time.monotonic() < deadline, f"{held:.0f} of {count} watches held"
+            time.sleep(0.05)
 
     def wait_status(self, job_id, status, timeout=30):
         deadline = time.time() + timeout

@@ -86,7 +86,7 @@ def test_watch_held_during_shutdown_answers(fresh_server):
         )
     )
     t.start()
-    time.sleep(0.3)
+    srv.wait_held(1)
     srv.stop(signal.SIGINT)
     t.join(10)
     assert answers and answers[0].status_code == 200

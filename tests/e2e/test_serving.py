@@ -9,13 +9,11 @@ import asyncio
 import http.client
 import json
 import os
-import re
 import resource
 import signal
 import time
 
 import pytest
-import requests
 
 from tests.harness import Server, descendants
 from tests.processes import tcp_sockets
@@ -125,7 +123,7 @@ def test_watches_in_one_process_wake_on_a_change_through_another(
             "watchJob",
             {"id": job["id"], "progressUpdatePeriod": period, "maximumPollingPeriod": 30000},
         )
-    time.sleep(0.5)
+    srv.wait_held(len(first))
     changed_at = time.monotonic()
     second[0].call("XRuntime", operation, {"id": job["id"]})  # through the second
     for c in first:
@@ -199,19 +197,6 @@ async def _hold_watches(port, job_id, count):
     return held
 
 
-def _wait_held(srv, count, timeout=60):
-    """Until the node's /metrics says ``count`` watches are held (its requests read)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        text = requests.get(f"{srv.base}/metrics", timeout=10).text
-        found = re.search(r"^xruntime_held_watches(?:\{[^}]*\})? (\S+)$", text, re.M)
-        held = float(found.group(1)) if found else 0.0
-        if held >= count:
-            return
-        assert time.monotonic() < deadline, f"{held:.0f} of {count} watches held"
-        time.sleep(0.1)
-
-
 async def _read_answer(reader):
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
@@ -233,7 +218,7 @@ def test_sigterm_answers_1000_held_watches_and_hands_the_job_back(tmp_path):
 
         async def scenario():
             held = await _hold_watches(srv.port, job["id"], 1000)
-            await asyncio.to_thread(_wait_held, srv, 1000)  # every request read and held
+            await asyncio.to_thread(srv.wait_held, 1000)  # every request read and held
             assert not any(reader.at_eof() for reader, _ in held), "a watch answered before SIGTERM"
             srv.proc.send_signal(signal.SIGTERM)
             answers = await asyncio.wait_for(
