@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 
+import pytest
 from sqlalchemy import func, insert, select
 
 from xruntime.engine.cleaner import RetentionCleaner
@@ -100,6 +101,7 @@ def stored_ids(store):
         return {r[0] for r in conn.execute(select(jobs_table.c.id))}
 
 
+@pytest.mark.exclusive  # its latencies are this machine's, not shared with other tests
 def test_cleaner_erases_20k_expired_jobs_without_stalling_requests(any_store):
     store = any_store
     now = now_ms()

@@ -122,7 +122,7 @@ def test_watch_with_non_integer_period_is_refused_before_waiting(jobs, simulate_
     with pytest.raises(InvalidValueFault) as excinfo:
         jobs.watch(job_id, 2.5)
     assert excinfo.value.parameter == "progressUpdatePeriod"
-    assert time.monotonic() - started < 0.1
+    assert time.monotonic() - started < AT_ONCE
 
 
 # --------------------------------------------------------------------------- timing
@@ -165,7 +165,7 @@ def test_terminal_or_unknown_job_answers_at_once(jobs, simulate_op, state):
     job, elapsed = timed(jobs.watch, job_id, 50000, 50000)
     assert job.status == state
     assert job.id == job_id
-    assert elapsed < 0.1
+    assert elapsed < AT_ONCE  # of a 50 s period
 
 
 def test_change_before_the_period_is_answered_when_the_period_is_over(jobs, simulate_op):
