@@ -45,13 +45,27 @@ For each client count N (``--clients``), in turn, with a fresh job:
    Answers with a non-terminal status (RUNNING or STOPPING when maximumPollingPeriod
    passed first) and failures are counted apart and left out of the latencies.
 
+The node's CPU time (user + system over all its processes, /proc/PID/stat) is printed for
+steps 2–3 and from stopJob until every answer has arrived, per watch: it moves much less
+with the machine's other load than the latencies do.
+
 Every loop is bounded (counts, per-call and per-phase timeouts); the script talks to
 127.0.0.1 only and stops by itself.  The client processes raise their own
 RLIMIT_NOFILE to the hard limit; the node keeps the limit it was started with (printed).
 The client processes share the machine's cores with the node (said in the output).
 
     python benchmarks/longpoll.py [--clients 2000 10000] [--job-seconds 60]
-                                  [--processes 0] [--database-url URL]
+                                  [--processes 0] [--database-url URL] [--rounds R]
+                                  [--baseline-tree PATH [--baseline-python PYTHON]]
+
+To compare against another commit on a shared, noisy machine, measure both in one
+invocation: ``git worktree add --detach /tmp/base COMMIT`` (with its own ``.venv``), then
+``--baseline-tree /tmp/base --rounds 2``.  Each round starts one node of each tree in
+turn (the order alternating between rounds), each on its own shipped configuration and
+its own SQLite database, runs every client count against it, and stops it; at the end
+each figure is printed per round and as the median of the rounds for both trees, with
+this tree's median over the baseline's.  Only figures of the same invocation are
+compared: the machine's other load moves them from one invocation to the next.
 
 Targets, with the default configuration on the 2-core machine:
 - 10 000 held: other calls p99 <= 20 ms while held; all answered p99 <= 100 ms after the
@@ -71,12 +85,13 @@ import queue as queue_module
 import resource
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.harness import Server, default_config, descendants, free_port  # noqa: E402
+from tests.harness import ROOT, Server, default_config, descendants, free_port  # noqa: E402
 from tests.processes import tcp_sockets  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -437,6 +452,19 @@ def node_memory(pid):
     return rss / 1024, pss / 1024, len(pids)
 
 
+def node_cpu(pid):
+    """CPU seconds (user + system) the node's tree has used so far (/proc/PID/stat)."""
+    ticks = 0
+    for p in process_tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def node_connections(port):
     """(connections the node has accepted, connections waiting in its listen backlog) on
     ``port``, from /proc/net/tcp: an established socket with an inode belongs to a
@@ -502,6 +530,7 @@ def run(server, n, args):
         ):
             break
     rss0, pss0, procs0 = node_memory(pid)
+    cpu0 = node_cpu(pid)
 
     started_at = time.time()
     job = control.call(
@@ -571,6 +600,7 @@ def run(server, n, args):
     waiting_before = sent - sum(answered)
     accepted, backlog = node_connections(port)
     rss, pss, procs = node_memory(pid)
+    connect_cpu = node_cpu(pid) - cpu0
     note(f"{args.other_calls} other calls")
     latencies, failures = other_calls(
         port, args.other_calls, args.call_timeout, args.others_budget, warm["id"]
@@ -579,6 +609,7 @@ def run(server, n, args):
     held_until = time.time()
 
     note("stopJob")
+    cpu_at_stop = node_cpu(pid)
     stop_error = None
     try:
         stopped = control.call("XRuntime", "stopJob", {"id": job["id"]})
@@ -606,6 +637,7 @@ def run(server, n, args):
     if len(rows) < processes:
         give_up.set()
         collect(time.time() + 30, rows)
+    answer_cpu = node_cpu(pid) - cpu_at_stop
     for w in workers:
         w.join(10)
         if w.is_alive():
@@ -648,6 +680,12 @@ def run(server, n, args):
     print(
         f"  node while held: RSS {rss:.0f} MB, PSS {pss:.0f} MB, {procs} processes "
         f"(before the clients: RSS {rss0:.0f} MB, PSS {pss0:.0f} MB, {procs0} processes)"
+    )
+    print(
+        f"  node CPU (all its processes): {connect_cpu:.2f} s while the watches connected and "
+        f"settled ({connect_cpu / max(1, sent) * 1e6:.0f} µs a watch); {answer_cpu * 1000:.0f} ms from "
+        f"stopJob until the client processes had every answer ({answer_cpu / max(1, sent) * 1e6:.0f} µs "
+        f"a watch)"
     )
     print(
         f"  other calls while held: {figures(latencies)} ({len(latencies)}/{args.other_calls} answered"
@@ -710,6 +748,21 @@ def run(server, n, args):
             checks.append(f"node RSS <= {target['rss']} MB: {verdict}")
         print("  targets: " + "; ".join(checks))
     sys.stdout.flush()
+    complete = len(terminal) == n
+    return {
+        "answered_first": min(after_end) if after_end and complete else math.nan,
+        "answered_p50": percentile(after_end, 50) if after_end and complete else math.nan,
+        "answered_p99": percentile(after_end, 99) if after_end and complete else math.nan,
+        "others_p99": (
+            percentile(latencies, 99) if len(latencies) == args.other_calls else math.nan
+        ),
+        "rss": rss,
+        "pss": pss,
+        "idle_rss": rss0,
+        "connect_s": connect_seconds,
+        "connect_cpu_us": connect_cpu / max(1, sent) * 1e6,
+        "answer_cpu_us": answer_cpu / max(1, sent) * 1e6,
+    }
 
 
 def main():
@@ -768,22 +821,160 @@ def main():
         help="seconds after stopJob for the held watches to answer",
     )
     parser.add_argument("--database-url", help="default: SQLite in a temporary folder")
+    parser.add_argument(
+        "--baseline-tree",
+        metavar="PATH",
+        help="another checkout of xruntime (e.g. a git worktree of an older commit): "
+        "its node, on its own config/xserver.toml, is measured too, in turns "
+        "with this tree's, and both are printed side by side with ratios",
+    )
+    parser.add_argument(
+        "--baseline-python",
+        metavar="PATH",
+        help="the baseline's interpreter (default: PATH/.venv/bin/python if there is "
+        "one, else this one)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure each tree this many times, in turns (with --baseline-tree: "
+        "baseline first in odd rounds, this tree first in even ones)",
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        config = default_config(folder, free_port(), args.database_url)
-        server = Server(folder, config=config, env={"XRUNTIME_SERVICE_MODULES": ""}).start()
+    if args.baseline_tree and args.database_url:
+        parser.error(
+            "--baseline-tree runs each node on its own SQLite database: the two trees' "
+            "schemas may differ, so they cannot share --database-url"
+        )
+    trees = [Tree("this tree", ROOT, sys.executable)]
+    if args.baseline_tree:
+        base = os.path.abspath(args.baseline_tree)
+        venv_python = os.path.join(base, ".venv", "bin", "python")
+        trees.insert(
+            0,
+            Tree(
+                "baseline",
+                base,
+                args.baseline_python
+                or (venv_python if os.path.exists(venv_python) else sys.executable),
+            ),
+        )
+    measured = collections.defaultdict(list)  # (tree label, n) → figures per round
+    for turn in range(args.rounds):
+        for tree in trees if turn % 2 == 0 else trees[::-1]:
+            if len(trees) > 1 or args.rounds > 1:
+                print(f"=== round {turn + 1}/{args.rounds}: {tree.label} ({tree.describe()})")
+            with tempfile.TemporaryDirectory() as folder:
+                server = start_node(tree, folder, args.database_url)
+                try:
+                    print(
+                        f"node: default config/xserver.toml (only port and database url changed), "
+                        f"{'SQLite' if not args.database_url else args.database_url.split(':')[0]}, "
+                        f"its open-files limit {open_files_limit(server.proc.pid)}; "
+                        f"clients and node share this machine's {os.cpu_count()} cores"
+                    )
+                    sys.stdout.flush()
+                    for n in args.clients:
+                        measured[tree.label, n].append(run(server, n, args))
+                finally:
+                    server.stop()
+    if len(trees) > 1:
+        compare(trees[0], trees[1], args.clients, measured)
+
+
+class Tree:
+    """A checkout whose node is measured: its label, folder and interpreter."""
+
+    def __init__(self, label, root, python):
+        self.label, self.root, self.python = label, root, python
+
+    def describe(self):
         try:
+            commit = subprocess.run(
+                ["git", "-C", self.root, "log", "-1", "--format=%h %s"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            commit = ""
+        dirty = ""
+        try:
+            if subprocess.run(
+                ["git", "-C", self.root, "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip():
+                dirty = " + uncommitted changes"
+        except (OSError, subprocess.SubprocessError):
+            pass
+        return f"{self.root}: {commit[:60] or 'not a git checkout'}{dirty}"
+
+
+def start_node(tree, folder, database_url):
+    """A node of ``tree`` on its own shipped configuration, started as the harness starts
+    one: from the tree's folder, its modules first on the path, with its interpreter."""
+    config = default_config(folder, free_port(), database_url, root=tree.root)
+    if tree.root == ROOT and tree.python == sys.executable:
+        return Server(folder, config=config, env={"XRUNTIME_SERVICE_MODULES": ""}).start()
+    # The harness runs ``prefix + [sys.executable, "-m", "xruntime", …]`` from this tree:
+    # the prefix moves to the other tree and runs its interpreter instead of this one.
+    switch = ["sh", "-c", 'cd "$1" && shift 2 && exec "$0" "$@"', tree.python, tree.root]
+    return Server(
+        folder,
+        config=config,
+        prefix=switch,
+        env={"XRUNTIME_SERVICE_MODULES": "", "PYTHONPATH": tree.root},
+    ).start()
+
+
+#: What ``compare`` prints, from ``run``'s figures: (key, label, unit).
+COMPARED = (
+    ("answered_first", "first answer after the job ended", "ms"),
+    ("answered_p50", "answered after the job ended, p50", "ms"),
+    ("answered_p99", "answered after the job ended, p99", "ms"),
+    ("others_p99", "other calls while held, p99", "ms"),
+    ("rss", "node RSS while held", "MB"),
+    ("pss", "node PSS while held", "MB"),
+    ("idle_rss", "node RSS before the clients", "MB"),
+    ("connect_s", "all watch requests sent in", "s"),
+    ("connect_cpu_us", "node CPU a watch, connecting", "µs"),
+    ("answer_cpu_us", "node CPU a watch, answering", "µs"),
+)
+
+
+def compare(base, this, counts, measured):
+    """Both trees side by side: each round's figure, the median, and this tree's median
+    over the baseline's (below 1: this tree is faster or smaller)."""
+    print(f"\n=== {this.label} ({this.describe()})\n    against the baseline ({base.describe()})")
+    for n in counts:
+        rounds = len(measured[base.label, n])
+        print(f"{n} held, {rounds} round(s) each; per round: baseline → {this.label}")
+        for key, label, unit in COMPARED:
+            ours = [m[key] for m in measured[this.label, n]]
+            theirs = [m[key] for m in measured[base.label, n]]
+            per_round = ", ".join(f"{_shown(b)} → {_shown(o)}" for b, o in zip(theirs, ours))
+            b, o = _median(theirs), _median(ours)
+            ratio = f"{o / b:.2f}" if b and not math.isnan(b) and not math.isnan(o) else "?"
             print(
-                f"node: default config/xserver.toml (only port and database url changed), "
-                f"{'SQLite' if not args.database_url else args.database_url.split(':')[0]}, "
-                f"its open-files limit {open_files_limit(server.proc.pid)}; "
-                f"clients and node share this machine's {os.cpu_count()} cores"
+                f"  {label:<38} median {_shown(b):>7} → {_shown(o):>7} {unit:<2}  × {ratio:<5} "
+                f"({per_round})"
             )
-            sys.stdout.flush()
-            for n in args.clients:
-                run(server, n, args)
-        finally:
-            server.stop()
+    sys.stdout.flush()
+
+
+def _median(values):
+    values = sorted(v for v in values if not math.isnan(v))
+    if not values:
+        return math.nan
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+def _shown(value):
+    return "n/a" if math.isnan(value) else f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}"
 
 
 if __name__ == "__main__":

@@ -53,11 +53,12 @@ def write_config(
     return path
 
 
-def default_config(folder, port, database_url=None):
-    """A copy of the shipped config/xserver.toml in ``folder`` with only ``port`` and the
-    database url changed (default: SQLite in ``folder``/data); answers its path."""
+def default_config(folder, port, database_url=None, root=ROOT):
+    """A copy of the shipped config/xserver.toml (of the checkout at ``root``) in
+    ``folder`` with only ``port`` and the database url changed (default: SQLite in
+    ``folder``/data); answers its path."""
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(ROOT, "config", "xserver.toml"), encoding="utf-8") as f:
+    with open(os.path.join(root, "config", "xserver.toml"), encoding="utf-8") as f:
         original = f.read()
     url = database_url or "sqlite:///data/xruntime.db"
     lines, table = [], None
