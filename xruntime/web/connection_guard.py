@@ -70,7 +70,14 @@ def guarded_protocol(settings):
     awaiting = {}
 
     class GuardedProtocol(HttpToolsProtocol):
-        _awaiting_headers, _header_bytes, _header_timer, _waiting_since = False, 0, None, 0.0
+        # In slots: four more names in uvicorn's instance dict (27 of its own) would
+        # take it past the 30 a dict can share with its class's other instances, and
+        # make each connection's dict 1.3 kB larger (13 MB for 10 000 held watches).
+        __slots__ = ("_awaiting_headers", "_header_bytes", "_header_timer", "_waiting_since")
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._awaiting_headers, self._header_bytes, self._header_timer, self._waiting_since = False, 0, None, 0.0
 
         def connection_made(self, transport):
             limit = min(settings().max_connections, room)
