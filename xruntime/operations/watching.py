@@ -167,37 +167,34 @@ class Watches:
         the latest after ``maximum_ms``.  Answers ``(snapshot, woken)``: ``woken``
         when a change (or the job's end) is what is answered, so that every watcher
         woken by it can share one answer."""
-        with metrics.held_watch():
-            return await self._watch(job_id, update_ms, maximum_ms, sees)
-
-    async def _watch(self, job_id, update_ms, maximum_ms, sees):
-        loop = self._enter()
-        arrived = loop.time()
-        earliest, latest = arrived + update_ms / 1000, arrived + maximum_ms / 1000
-        job = self._join(job_id)
-        try:
-            snap = await job.current(STALE_AFTER)
-            if snap.rec is not None and sees is not None and not sees(snap.rec.owner):
-                return UNSEEN, True
-            if snap.final:
-                return snap, True
-            seen = (snap.rec.status, snap.rec.progress)
-            changed = False
-            while not self.closed:
-                now = loop.time()
-                if (changed and now >= earliest) or now >= latest:
-                    break
-                newer = await job.next(snap, (earliest if changed else latest) - now)
-                if newer is not None:
-                    snap = newer
-                    if snap.final:
-                        return snap, True
-                    changed = changed or (snap.rec.status, snap.rec.progress) != seen
-            if not changed:
-                snap = await job.current(STALE_AFTER)  # the last status
-            return snap, changed
-        finally:
-            self._leave(job)
+        with metrics.held_watches:  # (in this coroutine: no other one per watch)
+            loop = self._enter()
+            arrived = loop.time()
+            earliest, latest = arrived + update_ms / 1000, arrived + maximum_ms / 1000
+            job = self._join(job_id)
+            try:
+                snap = await job.current(STALE_AFTER)
+                if snap.rec is not None and sees is not None and not sees(snap.rec.owner):
+                    return UNSEEN, True
+                if snap.final:
+                    return snap, True
+                seen = (snap.rec.status, snap.rec.progress)
+                changed = False
+                while not self.closed:
+                    now = loop.time()
+                    if (changed and now >= earliest) or now >= latest:
+                        break
+                    newer = await job.next(snap, (earliest if changed else latest) - now)
+                    if newer is not None:
+                        snap = newer
+                        if snap.final:
+                            return snap, True
+                        changed = changed or (snap.rec.status, snap.rec.progress) != seen
+                if not changed:
+                    snap = await job.current(STALE_AFTER)  # the last status
+                return snap, changed
+            finally:
+                self._leave(job)
 
     async def until_final(self, job_id: str):
         """Wait until the job is finished, deleted or gone (the synchronous form)."""

@@ -15,8 +15,16 @@ prometheus_client is imported on first use, not with this module: its multiproce
 mode is decided at its import, which must come after ``use_directory``.  Operation
 and fault labels only ever take names the server defines (an operation a client
 made up is ``(unknown)``), so no client can grow the number of series.
+
+Recording stays off the cost of a request as far as it can (benchmarks/longpoll.py:
+10 000 watchers of one job are answered in one burst, each recording its request):
+each write of a multiprocess value is a locked write into a shared file, so a
+request's series are looked up once per label set (``_labelled``), not through
+``labels()`` each time, and the held-watches gauge is written once per turn of the
+event loop with the process's count, not once as each watch begins and ends.
 """
 
+import asyncio
 import contextvars
 import glob
 import logging
@@ -171,12 +179,29 @@ def request_answered(began) -> None:
     if record is None:
         return
     seconds = time.perf_counter() - started
-    metrics = recorded()
-    for operation in record.operations or [UNKNOWN_OPERATION]:
-        metrics["requests"].labels(record.binding, operation).inc()
-        metrics["latency"].labels(record.binding, operation).observe(seconds)
+    for operation in record.operations or (UNKNOWN_OPERATION,):
+        requests, latency = _labelled("requests", "latency", record.binding, operation)
+        requests.inc()
+        latency.observe(seconds)
     for fault in record.faults:
-        metrics["faults"].labels(record.binding, fault).inc()
+        _labelled("faults", None, record.binding, fault)[0].inc()
+
+
+_children = {}
+
+
+def _labelled(name: str, other, *labels):
+    """The series of the metric ``name`` (and of ``other``, if any) for ``labels``,
+    looked up once (label values are names the server defines: a bounded set)."""
+    key = (name, other, *labels)
+    found = _children.get(key)
+    if found is None:
+        metrics = recorded()
+        found = _children[key] = (
+            metrics[name].labels(*labels),
+            metrics[other].labels(*labels) if other else None,
+        )
+    return found
 
 
 def operation_named(name: str) -> None:
@@ -193,14 +218,43 @@ def fault_answered(fault) -> None:
         record.faults.append(type(fault).__name__)
 
 
-class held_watch:
-    """``with held_watch():`` around a watchJob while it is held."""
+class HeldWatches:
+    """``with held_watches:`` around a watchJob while it is held.  The count is this
+    process's; the gauge gets it once per turn of the event loop (the watches woken by
+    one change end in one turn: one write for all of them)."""
+
+    def __init__(self):
+        self.count = 0
+        self._written = 0
+        self._due = False
 
     def __enter__(self):
-        recorded()["held"].inc()
+        self.count += 1
+        self._write_soon()
 
     def __exit__(self, *exc):
-        recorded()["held"].dec()
+        self.count -= 1
+        self._write_soon()
+
+    def _write_soon(self):
+        if self._due:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on an event loop: at once
+            self._write()
+            return
+        self._due = True
+        loop.call_soon(self._write)
+
+    def _write(self):
+        self._due = False
+        if self.count != self._written:
+            self._written = self.count
+            recorded()["held"].set(self.count)
+
+
+held_watches = HeldWatches()
 
 
 def job_started(service: str, queued_s: float) -> None:
