@@ -3,18 +3,37 @@
 The rest of xruntime uses what is exported here: ``open_store`` for a database URL,
 the ``JobStore`` interface it answers, the records it takes and gives, ``now_ms`` (the
 clock that decides between nodes) and ``StoreUnavailable``.
+
+``SqlJobStore`` (and SQLAlchemy with it) is imported when first asked for, not with the
+package: a worker process takes only ``store.payload`` from here, and SQLAlchemy is
+~20 MB of every process that imports it (benchmarks/longpoll.py measures the node's
+memory).
 """
+
+from typing import TYPE_CHECKING
 
 from .clock import now_ms
 from .interface import JobStore
 from .records import FinishedChild, JobRecord, QueueFull, QueueLimit, Recovered, Run
-from .sql import SqlJobStore
 from .unavailable import StoreUnavailable
 
+if TYPE_CHECKING:
+    from .sql import SqlJobStore
 
-def open_store(url: str) -> SqlJobStore:
+
+def open_store(url: str) -> "SqlJobStore":
     """The store for a database URL (SQLite or PostgreSQL)."""
+    from .sql import SqlJobStore
+
     return SqlJobStore(url)
+
+
+def __getattr__(name: str) -> type:
+    if name == "SqlJobStore":
+        from .sql import SqlJobStore
+
+        return SqlJobStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
