@@ -152,6 +152,8 @@ class XRuntimeApp:
                 )
             else:  # (no name keeps the request: a held watch holds none of it)
                 caller = self._caller(scope, binding, path[len(prefix) :])
+                # not put into its own environ (werkzeug's default): that circle would
+                # keep each request, its body and its environ until a garbage collection
                 response = await binding.handle(
                     Request(
                         _environ(
@@ -159,7 +161,8 @@ class XRuntimeApp:
                             prefix,
                             path[len(prefix) :],
                             await self._read_body(scope, receive),
-                        )
+                        ),
+                        populate_request=False,
                     ),
                     caller,
                 )
