@@ -80,7 +80,9 @@ def read_json_body(request: Request, max_bytes: int, empty: dict | None = None) 
         # encoded as bytes (CESU-8, UTF-16 without its pair) is no text (json.loads would
         # let it through), so what is left is the escapes checked below
         text = raw.decode(json.detect_encoding(raw))
-        data = json.loads(text, parse_constant=_not_json, parse_float=_finite)
+        if text.startswith("\ufeff"):  # (as json.loads refuses it)
+            raise ValueError("a byte order mark before the JSON text")
+        data = _DECODER.decode(text)
     except RecursionError as exc:
         raise InvalidRequestFault(
             "the request body nests too deeply",
@@ -111,6 +113,10 @@ def _finite(text: str) -> float:
     if math.isinf(value):
         raise ValueError(f"the number {text[:40]} is too large for a double")
     return value
+
+
+#: The decoder of every body (made once: json.loads with hooks makes one per call).
+_DECODER = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
 
 
 #: A JSON escape of a UTF-16 surrogate; only a body with one can hold a lone one.

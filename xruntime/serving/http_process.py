@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -39,7 +40,7 @@ from ..operations.watching import Watches
 from ..store import open_store
 from ..store.changes import QUEUE
 from ..store.feed import open_feed
-from ..support import blocking
+from ..support import blocking, metrics
 from ..support.logs import setup_logging
 from ..web.asgi import XRuntimeApp
 from ..web.connection_guard import guarded_protocol
@@ -139,6 +140,12 @@ class HttpProcess:
             server_header=False,
             proxy_headers=False,
         )  # X-Forwarded-* never move an address
+        config.load()
+        metrics.recorded()  # prometheus_client's import and files now, not in a first request
+        # What exists now (the modules, the services' types, the app) lives as long as
+        # the process: full collections, which come during bursts of requests, need not
+        # walk it again each time.
+        gc.freeze()
         self.server = _Server(config)
         self.feed.start()
         log.info("HTTP process %d is up (pid %d)", self.index, os.getpid())

@@ -167,7 +167,10 @@ def _host_name(host: str) -> str | None:
     return name.rstrip(".") or None
 
 
+@lru_cache(maxsize=1024)
 def _is_ip(name: str) -> bool:
+    """(Remembered: a Host is the same few names again and again, and ``ipaddress``
+    takes microseconds to parse one.)"""
     try:
         ipaddress.ip_address(name)
         return True
