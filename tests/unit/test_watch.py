@@ -5,12 +5,16 @@ thread changes the job through the store and then calls ``notifier.notify(job_id
 as the supervisor does.  Tolerances are generous (a loaded two-core CI machine).
 """
 
+import asyncio
+import gc
 import json
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
+from xruntime.operations import watching
 from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault, ProcessingFault
 from xruntime.protocol.types import WatchRequest
@@ -351,3 +355,29 @@ def test_watchers_woken_by_one_change_cost_one_read_and_share_one_answer(jobs, s
     assert [a.status for a in answers] == ["SUCCEEDED"] * 20
     assert reads == [job_id], "one read for every watcher of the job"
     assert all(a is answers[0] for a in answers), "one answer, encoded once per binding"
+
+
+@pytest.mark.parametrize("watchers, paused", [(watching.BURST, True), (watching.BURST - 1, False)])
+def test_a_burst_of_woken_watchers_takes_its_steps_with_the_collector_paused(watchers, paused):
+    """benchmarks/longpoll.py: a full garbage collection in the middle of 5 000 answers
+    delayed the last of them by up to 0.6 s.  Waking a burst of watchers pauses the
+    collector until each has taken its first step, and it is on again after them."""
+
+    async def main():
+        job = watching.JobWatch(SimpleNamespace(closed=False), "job")
+        collector_on = []
+
+        async def watcher():
+            await job.next(None, 60)
+            collector_on.append(gc.isenabled())
+
+        tasks = [asyncio.create_task(watcher()) for _ in range(watchers)]
+        await asyncio.sleep(0)  # every one of them waits now
+        job.wake(watching.Snapshot(None))
+        await asyncio.gather(*tasks)
+        return collector_on, gc.isenabled()
+
+    assert gc.isenabled()
+    collector_on, after = asyncio.run(main())
+    assert collector_on == [not paused] * watchers
+    assert after
