@@ -381,3 +381,39 @@ def test_a_burst_of_woken_watchers_takes_its_steps_with_the_collector_paused(wat
     collector_on, after = asyncio.run(main())
     assert collector_on == [not paused] * watchers
     assert after
+
+
+def test_a_change_before_the_period_is_over_wakes_no_watcher_until_then():
+    """stopJob on a job with 10 000 watchers (RUNNING → STOPPING, then its end) woke
+    each of them at STOPPING only to wait again (benchmarks/longpoll.py).  A change
+    before a watcher's progress update period is over now only moves its timer: it is
+    answered when the period is over, with the change, as before."""
+    running = SimpleNamespace(status="RUNNING", progress=None, owner=None)
+    stopping = SimpleNamespace(status="STOPPING", progress=None, owner=None)
+    store = SimpleNamespace(peek=lambda job_id: store.rec, rec=running)
+
+    async def until(condition):
+        for _ in range(500):
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("not within 5 s")
+
+    async def main():
+        watches = watching.Watches(store, SimpleNamespace(listen=lambda changed, close: None))
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        tasks = [asyncio.create_task(watches.watch("job", 2000, 10000)) for _ in range(3)]
+        await until(lambda: "job" in watches._jobs and len(watches._jobs["job"]._quiet) == 3)
+        job = watches._jobs["job"]
+        store.rec = stopping
+        watches._changed("job")
+        await until(lambda: job.changes == 2)
+        assert not job._waiters and len(job._quiet) == 3, "nobody woken by the change"
+        assert all(wait.moved for wait in job._quiet.values()), "each timer moved to its period's end"
+        answers = await asyncio.gather(*tasks)
+        return answers, loop.time() - began
+
+    answers, took = asyncio.run(main())
+    assert all(snap.rec is stopping and changed for snap, changed in answers)
+    assert 2.0 <= took < 10.0, "answered when the period was over"

@@ -10,6 +10,12 @@ when to answer follows docs/protocol.md §4, in ``Watches.watch``.
 Runs on the event loop of an HTTP process; ``Notifier`` calls reach it from any
 thread (the change feed's, the blocking pool's).
 
+A change before a watcher's progress update period is over wakes nobody: waiting
+for its period, a watcher waits for the job's end alone, and a change only moves its
+timer to the end of its period (``JobWatch.quiet``).  So stopJob on a job with 10 000
+watchers (RUNNING → STOPPING, then its end) wakes each of them once, not twice, and a
+job reporting progress often does not wake its watchers at each report.
+
 Waking many watchers at once pauses Python's cyclic garbage collector until each has
 taken its first step (for an ended job: sent its answer).  A full collection in a
 process holding 5 000 watches takes 0.1–0.6 s, and one is often due just then
@@ -42,12 +48,13 @@ BURST = 100
 class Snapshot:
     """The job as one read saw it (``rec`` None: no such job)."""
 
-    __slots__ = ("rec", "read_at", "view")
+    __slots__ = ("rec", "read_at", "view", "changes")
 
     def __init__(self, rec):
         self.rec = rec
         self.read_at = time.monotonic()
         self.view = None  # the Job answer built once for every watcher it wakes
+        self.changes = 0  # its JobWatch's count of changes, this one's included
 
     @property
     def final(self) -> bool:
@@ -66,7 +73,9 @@ class JobWatch:
         self.job_id = job_id
         self.snapshot = None
         self.members = 0
+        self.changes = 0  # snapshots published that differ from the one before
         self._waiters = set()  # waiting for a change
+        self._quiet = {}  # waiting for the end (future → _QuietWait)
         self._readers = set()  # waiting for a read
         self._reading = False
         self._again = False
@@ -88,8 +97,8 @@ class JobWatch:
                 if not self._again:
                     break
         except Exception as exc:  # the database is away: every waiter answers a fault
-            waiters = self._waiters | self._readers
-            self._waiters, self._readers = set(), set()
+            waiters = self._waiters | self._readers | set(self._quiet)
+            self._waiters, self._readers, self._quiet = set(), set(), {}
             for fut in waiters:
                 if not fut.done():
                     fut.set_exception(exc)
@@ -101,13 +110,44 @@ class JobWatch:
         _resolve(self._readers, snapshot)
         self._readers = set()
         if previous is None or snapshot.final or _state(previous) != _state(snapshot):
+            self.changes += 1
+            snapshot.changes = self.changes
             self.wake(snapshot)  # a read that finds nothing new wakes no watcher
+        else:
+            snapshot.changes = self.changes
 
     def wake(self, value=None):
+        """Answer the waiters ``value``: a change, the job's end, or None (closing).
+        Before its end, a watcher waiting quietly only has its timer moved."""
         waiters, self._waiters = self._waiters, set()
+        if value is None or value.final:
+            waiters.update(self._quiet)
+            self._quiet = {}
+        else:
+            for wait in self._quiet.values():
+                wait.changed()
         _resolve(waiters, value)
         if len(waiters) >= BURST:
-            _pause_collection()          # (after: its end is queued behind their steps)
+            _pause_collection()  # (after: its end is queued behind their steps)
+
+    async def quiet(self, than: Snapshot, earliest: float, latest: float) -> Snapshot | None:
+        """For a watcher in its progress update period (``than``: the snapshot it has
+        seen; ``earliest``, ``latest``: loop times): the job's final snapshot the moment
+        it comes; else None at ``earliest`` if the job has changed since ``than``
+        (before or meanwhile), or at ``latest`` if it has not."""
+        if self.snapshot is not None and self.snapshot.final:
+            return self.snapshot
+        if self.watches.closed:
+            return None
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        changed = self.snapshot is not None and self.snapshot.changes != than.changes
+        wait = self._quiet[fut] = _QuietWait(fut, earliest, earliest if changed else latest)
+        try:
+            return await fut
+        finally:
+            wait.timer.cancel()
+            self._quiet.pop(fut, None)
 
     async def next(self, than, timeout: float):
         """A snapshot newer than ``than``; None after ``timeout`` s or when closing."""
@@ -141,6 +181,23 @@ class JobWatch:
             self._readers.discard(fut)
 
 
+class _QuietWait:
+    """One quiet waiter's future and timer: at ``latest``, moved to ``earliest`` by the
+    first change."""
+
+    __slots__ = ("future", "earliest", "timer", "moved")
+
+    def __init__(self, future: asyncio.Future, earliest: float, at: float) -> None:
+        self.future, self.earliest, self.moved = future, earliest, at == earliest
+        self.timer = asyncio.get_running_loop().call_at(at, _expire, future)
+
+    def changed(self) -> None:
+        if not self.moved:
+            self.moved = True
+            self.timer.cancel()
+            self.timer = asyncio.get_running_loop().call_at(self.earliest, _expire, self.future)
+
+
 def _state(snapshot):
     return (snapshot.rec.status, snapshot.rec.progress) if snapshot.rec is not None else None
 
@@ -159,16 +216,16 @@ def _expire(fut):
 _pauses = [0]
 
 
-def _pause_collection():
+def _pause_collection() -> None:
     """The garbage collector off until the event loop has run what is queued now."""
     if _pauses[0] == 0 and not gc.isenabled():
-        return                           # turned off by someone else: theirs to turn on
+        return  # turned off by someone else: theirs to turn on
     _pauses[0] += 1
     gc.disable()
     asyncio.get_running_loop().call_soon(_resume_collection)
 
 
-def _resume_collection():
+def _resume_collection() -> None:
     _pauses[0] -= 1
     if _pauses[0] == 0:
         gc.enable()
@@ -213,6 +270,13 @@ class Watches:
                     now = loop.time()
                     if (changed and now >= earliest) or now >= latest:
                         break
+                    if not changed and now < earliest:  # only the end answers now
+                        end = await job.quiet(snap, earliest, latest)
+                        if end is not None:
+                            return end, True
+                        if job.snapshot is not None and job.snapshot.changes != snap.changes:
+                            snap, changed = job.snapshot, True
+                        continue
                     newer = await job.next(snap, (earliest if changed else latest) - now)
                     if newer is not None:
                         snap = newer
