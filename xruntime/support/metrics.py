@@ -190,7 +190,7 @@ def request_answered(began) -> None:
 _children = {}
 
 
-def _labelled(name: str, other, *labels):
+def _labelled(name: str, other: str | None, *labels: str) -> tuple:
     """The series of the metric ``name`` (and of ``other``, if any) for ``labels``,
     looked up once (label values are names the server defines: a bounded set)."""
     key = (name, other, *labels)
@@ -228,15 +228,15 @@ class HeldWatches:
         self._written = 0
         self._due = False
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self.count += 1
         self._write_soon()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.count -= 1
         self._write_soon()
 
-    def _write_soon(self):
+    def _write_soon(self) -> None:
         if self._due:
             return
         try:
@@ -247,7 +247,7 @@ class HeldWatches:
         self._due = True
         loop.call_soon(self._write)
 
-    def _write(self):
+    def _write(self) -> None:
         self._due = False
         if self.count != self._written:
             self._written = self.count
