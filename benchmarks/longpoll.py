@@ -681,10 +681,11 @@ def run(server, n, args):
         f"  node while held: RSS {rss:.0f} MB, PSS {pss:.0f} MB, {procs} processes "
         f"(before the clients: RSS {rss0:.0f} MB, PSS {pss0:.0f} MB, {procs0} processes)"
     )
+    per_watch = 1e6 / max(1, sent)
     print(
         f"  node CPU (all its processes): {connect_cpu:.2f} s while the watches connected and "
-        f"settled ({connect_cpu / max(1, sent) * 1e6:.0f} µs a watch); {answer_cpu * 1000:.0f} ms from "
-        f"stopJob until the client processes had every answer ({answer_cpu / max(1, sent) * 1e6:.0f} µs "
+        f"settled ({connect_cpu * per_watch:.0f} µs a watch); {answer_cpu * 1000:.0f} ms from "
+        f"stopJob until the client processes had every answer ({answer_cpu * per_watch:.0f} µs "
         f"a watch)"
     )
     print(
@@ -860,6 +861,7 @@ def main():
                 or (venv_python if os.path.exists(venv_python) else sys.executable),
             ),
         )
+    database = args.database_url.split(":")[0] if args.database_url else "SQLite"
     measured = collections.defaultdict(list)  # (tree label, n) → figures per round
     for turn in range(args.rounds):
         for tree in trees if turn % 2 == 0 else trees[::-1]:
@@ -870,7 +872,7 @@ def main():
                 try:
                     print(
                         f"node: default config/xserver.toml (only port and database url changed), "
-                        f"{'SQLite' if not args.database_url else args.database_url.split(':')[0]}, "
+                        f"{database}, "
                         f"its open-files limit {open_files_limit(server.proc.pid)}; "
                         f"clients and node share this machine's {os.cpu_count()} cores"
                     )
@@ -955,7 +957,9 @@ def compare(base, this, counts, measured):
         for key, label, unit in COMPARED:
             ours = [m[key] for m in measured[this.label, n]]
             theirs = [m[key] for m in measured[base.label, n]]
-            per_round = ", ".join(f"{_shown(b)} → {_shown(o)}" for b, o in zip(theirs, ours))
+            per_round = ", ".join(
+                f"{_shown(b)} → {_shown(o)}" for b, o in zip(theirs, ours, strict=True)
+            )
             b, o = _median(theirs), _median(ours)
             ratio = f"{o / b:.2f}" if b and not math.isnan(b) and not math.isnan(o) else "?"
             print(
