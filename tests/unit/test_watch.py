@@ -410,7 +410,9 @@ def test_a_change_before_the_period_is_over_wakes_no_watcher_until_then():
         watches._changed("job")
         await until(lambda: job.changes == 2)
         assert not job._waiters and len(job._quiet) == 3, "nobody woken by the change"
-        assert all(wait.moved for wait in job._quiet.values()), "each timer moved to its period's end"
+        assert all(wait.moved for wait in job._quiet.values()), (
+            "each timer moved to its period's end"
+        )
         answers = await asyncio.gather(*tasks)
         return answers, loop.time() - began
 

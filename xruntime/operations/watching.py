@@ -75,7 +75,7 @@ class JobWatch:
         self.members = 0
         self.changes = 0  # snapshots published that differ from the one before
         self._waiters = set()  # waiting for a change
-        self._quiet = {}  # waiting for the end (future → _QuietWait)
+        self._quiet: dict[asyncio.Future, _QuietWait] = {}  # waiting for the end
         self._readers = set()  # waiting for a read
         self._reading = False
         self._again = False

@@ -187,7 +187,7 @@ def request_answered(began) -> None:
         _labelled("faults", None, record.binding, fault)[0].inc()
 
 
-_children = {}
+_children: dict[tuple, tuple] = {}
 
 
 def _labelled(name: str, other: str | None, *labels: str) -> tuple:
