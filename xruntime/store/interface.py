@@ -15,8 +15,15 @@ with these parameters.
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from .records import FinishedChild, JobRecord, QueueFull, QueueLimit, Recovered, Run
-from .statements import ACTIVE_RUNNING
+from .records import (
+    ACTIVE_RUNNING,
+    FinishedChild,
+    JobRecord,
+    QueueFull,
+    QueueLimit,
+    Recovered,
+    Run,
+)
 
 
 class JobStore(Protocol):

@@ -10,6 +10,13 @@ since the epoch, on the database's clock (``clock.now_ms``); statuses are
 
 from dataclasses import dataclass
 
+from ..protocol.states import Status
+
+#: States in which a job has been taken by a node and not finished (here, not in
+#: ``statements``: the interface's defaults need it, and a worker process that imports
+#: the store package for ``payload`` must not load SQLAlchemy with it).
+ACTIVE_RUNNING = (Status.RUNNING, Status.STOPPING)
+
 
 @dataclass
 class JobRecord:

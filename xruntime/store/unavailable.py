@@ -13,8 +13,6 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import exc as sa_exc
-
 
 class StoreUnavailable(Exception):
     """The database cannot be reached or written for now (SQLite locked past the busy
@@ -39,6 +37,10 @@ _SQLITE_UNAVAILABLE = (
 def is_unavailable(error: BaseException) -> bool:
     """Whether ``error`` says the database cannot be reached or written for now, as
     opposed to a bug in a statement (which stays an internal error)."""
+    # imported here: a worker process takes StoreUnavailable from the store package and
+    # never loads SQLAlchemy; where a store error arises, SQLAlchemy is loaded already
+    from sqlalchemy import exc as sa_exc
+
     if isinstance(error, sa_exc.TimeoutError):  # the pool stayed exhausted
         return True
     cause: BaseException | None = error
