@@ -280,7 +280,7 @@ async def _clients(
             [h.sent for h in group],
             timeout=max(0.01, min((timeout + 1) * (retries + 2), connect_deadline - time.time())),
         )
-    for h, t in zip(helds, tasks):  # still connecting when the budget was spent
+    for h, t in zip(helds, tasks, strict=True):  # still connecting when the budget was spent
         if not h.sent.done():
             t.cancel()
     await asyncio.wait([h.sent for h in helds], timeout=5)
@@ -648,7 +648,7 @@ def run(server, n, args):
     all_rows = [r for i in sorted(rows) for r in rows[i]]
     missing = n - len(all_rows)
     terminal, non_terminal, failed = [], collections.Counter(), collections.Counter()
-    for sent_at, attempts, kernel_at, local_at, http_status, status, error in all_rows:
+    for _sent_at, _attempts, kernel_at, local_at, _http_status, status, error in all_rows:
         if error:
             failed[error] += 1
         elif status in TERMINAL:
@@ -689,19 +689,21 @@ def run(server, n, args):
         f"a watch)"
     )
     print(
-        f"  other calls while held: {figures(latencies)} ({len(latencies)}/{args.other_calls} answered"
+        f"  other calls while held: {figures(latencies)} "
+        f"({len(latencies)}/{args.other_calls} answered"
         + (f"; {top(failures)}" if failures else "")
         + f"; {waiting_before} watches waiting before them, {waiting_after} after)"
     )
     print(
         f"  job ended: {end_how}, finally {final_status}"
         + (f" after {final['elapsedTime'] / 1000:.1f} s" if final else "")
-        + f"; stopJob answered {stop_answered - connect_began:.1f} s after the client processes were started"
+        + f"; stopJob answered {stop_answered - connect_began:.1f} s after the client "
+        "processes were started"
     )
     if ended_early:
         print(
-            f"  WARNING: the job ended {held_until - job_end:.1f} s before the memory and the other "
-            f"calls were done, so they were not all measured while held: raise --job-seconds"
+            f"  WARNING: the job ended {held_until - job_end:.1f} s before the memory and the "
+            "other calls were done, so they were not all measured while held: raise --job-seconds"
         )
     print(
         f"  answered after the job ended: {figures(after_end)} "
