@@ -23,16 +23,25 @@ process holding 5 000 watches takes 0.1–0.6 s, and one is often due just then
 this tree and in older ones); after the burst, with those watches gone, it is cheaper.
 """
 
+from __future__ import annotations
+
 import asyncio
 import collections
 import gc
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar
 
 from ..protocol import states
 from ..support import metrics
 from ..support.blocking import blocking
+
+if TYPE_CHECKING:
+    from ..engine.notifier import Notifier
+    from ..protocol.types import Job
+    from ..store import JobRecord, JobStore
 
 log = logging.getLogger("xruntime.watching")
 
@@ -44,16 +53,20 @@ RUN_RECHECK = 5.0
 #: Waking at least this many watchers at once pauses the garbage collector meanwhile.
 BURST = 100
 
+_T = TypeVar("_T")
+#: What a watcher's future is answered: a snapshot, or None (its time is up, or closing).
+Answer = asyncio.Future["Snapshot | None"]
+
 
 class Snapshot:
     """The job as one read saw it (``rec`` None: no such job)."""
 
     __slots__ = ("rec", "read_at", "view", "changes")
 
-    def __init__(self, rec):
+    def __init__(self, rec: JobRecord | None) -> None:
         self.rec = rec
         self.read_at = time.monotonic()
-        self.view = None  # the Job answer built once for every watcher it wakes
+        self.view: Job | None = None  # the Job answer built once for every watcher it wakes
         self.changes = 0  # its JobWatch's count of changes, this one's included
 
     @property
@@ -68,15 +81,15 @@ UNSEEN = Snapshot(None)
 class JobWatch:
     """The waiters of one job, and the last snapshot of it."""
 
-    def __init__(self, watches, job_id: str):
+    def __init__(self, watches: Watches, job_id: str) -> None:
         self.watches = watches
         self.job_id = job_id
-        self.snapshot = None
+        self.snapshot: Snapshot | None = None
         self.members = 0
         self.changes = 0  # snapshots published that differ from the one before
-        self._waiters = set()  # waiting for a change
-        self._quiet: dict[asyncio.Future, _QuietWait] = {}  # waiting for the end
-        self._readers = set()  # waiting for a read
+        self._waiters: set[Answer] = set()  # waiting for a change
+        self._quiet: dict[Answer, _QuietWait] = {}  # waiting for the end
+        self._readers: set[asyncio.Future[Snapshot]] = set()  # waiting for a read
         self._reading = False
         self._again = False
 
@@ -88,7 +101,7 @@ class JobWatch:
         self._reading = True
         asyncio.get_running_loop().create_task(self._read())
 
-    async def _read(self):
+    async def _read(self) -> None:
         try:
             while True:
                 self._again = False
@@ -105,7 +118,7 @@ class JobWatch:
         finally:
             self._reading = False
 
-    def _publish(self, snapshot):
+    def _publish(self, snapshot: Snapshot) -> None:
         previous, self.snapshot = self.snapshot, snapshot
         _resolve(self._readers, snapshot)
         self._readers = set()
@@ -116,7 +129,7 @@ class JobWatch:
         else:
             snapshot.changes = self.changes
 
-    def wake(self, value=None):
+    def wake(self, value: Snapshot | None = None) -> None:
         """Answer the waiters ``value``: a change, the job's end, or None (closing).
         Before its end, a watcher waiting quietly only has its timer moved."""
         waiters, self._waiters = self._waiters, set()
@@ -140,7 +153,7 @@ class JobWatch:
         if self.watches.closed:
             return None
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut: Answer = loop.create_future()
         changed = self.snapshot is not None and self.snapshot.changes != than.changes
         wait = self._quiet[fut] = _QuietWait(fut, earliest, earliest if changed else latest)
         try:
@@ -149,14 +162,14 @@ class JobWatch:
             wait.timer.cancel()
             self._quiet.pop(fut, None)
 
-    async def next(self, than, timeout: float):
+    async def next(self, than: Snapshot, timeout: float) -> Snapshot | None:
         """A snapshot newer than ``than``; None after ``timeout`` s or when closing."""
         if self.snapshot is not than and self.snapshot is not None:
             return self.snapshot
         if self.watches.closed:
             return None
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut: Answer = loop.create_future()
         self._waiters.add(fut)
         timer = loop.call_later(max(0.0, timeout), _expire, fut)
         try:
@@ -166,14 +179,14 @@ class JobWatch:
             self._waiters.discard(fut)
         return found if found is not None and found is not than else None
 
-    async def current(self, max_age: float):
+    async def current(self, max_age: float) -> Snapshot:
         """The last snapshot, read (again) when there is none or it is older than
         ``max_age`` s."""
         snap = self.snapshot
         if snap is not None and (self.watches.closed or time.monotonic() - snap.read_at <= max_age):
             return snap
         self.changed()
-        fut = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Snapshot] = asyncio.get_running_loop().create_future()
         self._readers.add(fut)  # a read always publishes, or raises
         try:
             return await fut
@@ -187,7 +200,7 @@ class _QuietWait:
 
     __slots__ = ("future", "earliest", "timer", "moved")
 
-    def __init__(self, future: asyncio.Future, earliest: float, at: float) -> None:
+    def __init__(self, future: Answer, earliest: float, at: float) -> None:
         self.future, self.earliest, self.moved = future, earliest, at == earliest
         self.timer = asyncio.get_running_loop().call_at(at, _expire, future)
 
@@ -198,17 +211,17 @@ class _QuietWait:
             self.timer = asyncio.get_running_loop().call_at(self.earliest, _expire, self.future)
 
 
-def _state(snapshot):
+def _state(snapshot: Snapshot) -> tuple[str, str | None] | None:
     return (snapshot.rec.status, snapshot.rec.progress) if snapshot.rec is not None else None
 
 
-def _resolve(futures, value):
+def _resolve(futures: Iterable[asyncio.Future[_T]], value: _T) -> None:
     for fut in futures:
         if not fut.done():
             fut.set_result(value)
 
 
-def _expire(fut):
+def _expire(fut: Answer) -> None:
     if not fut.done():
         fut.set_result(None)
 
@@ -234,25 +247,31 @@ def _resume_collection() -> None:
 class Watches:
     """All held watches of one HTTP process."""
 
-    def __init__(self, store, notifier):
+    def __init__(self, store: JobStore, notifier: Notifier) -> None:
         self.store = store
         self.closed = False
-        self._jobs = {}
-        self._loop = None
-        self._pending = collections.deque()
+        self._jobs: dict[str, JobWatch] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: collections.deque[str] = collections.deque()
         self._scheduled = False
         self._lock = threading.Lock()
         notifier.listen(self._changed, self.close)
 
     # ------------------------------------------------------------------ waiting
 
-    async def watch(self, job_id: str, update_ms: int, maximum_ms: int, sees=None):
+    async def watch(
+        self,
+        job_id: str,
+        update_ms: int,
+        maximum_ms: int,
+        sees: Callable[[str], bool] | None = None,
+    ) -> tuple[Snapshot, bool]:
         """Wait by the rules of docs/protocol.md §4 (periods already clamped): at once on a
-        terminal or unknown job (a job whose owner ``sees(owner)`` denies is unknown); else at the first change once ``update_ms`` has
-        passed (a change seen earlier is answered the moment the period is over), at
-        the latest after ``maximum_ms``.  Answers ``(snapshot, woken)``: ``woken``
-        when a change (or the job's end) is what is answered, so that every watcher
-        woken by it can share one answer."""
+        terminal or unknown job (a job whose owner ``sees(owner)`` denies is unknown); else
+        at the first change once ``update_ms`` has passed (a change seen earlier is
+        answered the moment the period is over), at the latest after ``maximum_ms``.
+        Answers ``(snapshot, woken)``: ``woken`` when a change (or the job's end) is what
+        is answered, so that every watcher woken by it can share one answer."""
         with metrics.held_watches:  # (in this coroutine: no other one per watch)
             loop = self._enter()
             arrived = loop.time()
@@ -264,7 +283,7 @@ class Watches:
                     return UNSEEN, True
                 if snap.final:
                     return snap, True
-                seen = (snap.rec.status, snap.rec.progress)
+                seen = _state(snap)  # (status, progress): not final, so the job exists
                 changed = False
                 while not self.closed:
                     now = loop.time()
@@ -282,14 +301,14 @@ class Watches:
                         snap = newer
                         if snap.final:
                             return snap, True
-                        changed = changed or (snap.rec.status, snap.rec.progress) != seen
+                        changed = changed or _state(snap) != seen
                 if not changed:
                     snap = await job.current(STALE_AFTER)  # the last status
                 return snap, changed
             finally:
                 self._leave(job)
 
-    async def until_final(self, job_id: str):
+    async def until_final(self, job_id: str) -> Snapshot:
         """Wait until the job is finished, deleted or gone (the synchronous form)."""
         self._enter()
         job = self._join(job_id)
@@ -318,7 +337,7 @@ class Watches:
             self._scheduled = True
         self._loop.call_soon_threadsafe(self._deliver)
 
-    def _deliver(self):
+    def _deliver(self) -> None:
         with self._lock:
             ids = set(self._pending)
             self._pending.clear()
@@ -334,13 +353,13 @@ class Watches:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._wake_all)
 
-    def _wake_all(self):
+    def _wake_all(self) -> None:
         for job in list(self._jobs.values()):
             job.wake(None)  # (readers get the read they wait for)
 
     # ------------------------------------------------------------------ membership
 
-    def _enter(self):
+    def _enter(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
         self._loop = loop
         return loop
@@ -352,7 +371,7 @@ class Watches:
         job.members += 1
         return job
 
-    def _leave(self, job: JobWatch):
+    def _leave(self, job: JobWatch) -> None:
         job.members -= 1
         if job.members == 0 and self._jobs.get(job.job_id) is job:
             del self._jobs[job.job_id]

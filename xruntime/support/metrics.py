@@ -24,6 +24,8 @@ request's series are looked up once per label set (``_labelled``), not through
 event loop with the process's count, not once as each watch begins and ends.
 """
 
+from __future__ import annotations
+
 import asyncio
 import contextvars
 import glob
@@ -33,6 +35,11 @@ import shutil
 import tempfile
 import threading
 import time
+from contextvars import Token
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..protocol.faults import XServerFault
 
 log = logging.getLogger("xruntime.metrics")
 
@@ -81,7 +88,7 @@ def use_directory() -> str:
     return path
 
 
-_own_directory = []
+_own_directory: list[str] = []
 
 
 def release_directory() -> None:
@@ -100,7 +107,7 @@ def process_died(pid: int) -> None:
 
 # ---------------------------------------------------------------------- recorded metrics
 
-_made = {}
+_made: dict[str, Any] = {}  # prometheus_client metrics (untyped), by short name
 _making = threading.Lock()
 
 
@@ -158,21 +165,26 @@ class RequestRecord:
 
     def __init__(self, binding: str):
         self.binding = binding
-        self.operations = []
-        self.faults = []
+        self.operations: list[str] = []
+        self.faults: list[str] = []
 
 
-_current = contextvars.ContextVar("xruntime_request", default=None)
+_current: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
+    "xruntime_request", default=None
+)
+
+#: What ``request_began`` answers: the context's token and the start (``perf_counter``).
+Began = tuple[Token[RequestRecord | None], float]
 
 
-def request_began(binding: str):
+def request_began(binding: str) -> Began:
     """A request for ``binding`` (``json``, ``soap``, ``jsonrpc``) arrived; answers the
     token ``request_answered`` takes (each request runs in its own task, so its own
     context)."""
     return _current.set(RequestRecord(binding)), time.perf_counter()
 
 
-def request_answered(began) -> None:
+def request_answered(began: Began) -> None:
     token, started = began
     record = _current.get()
     _current.reset(token)
@@ -211,7 +223,7 @@ def operation_named(name: str) -> None:
         record.operations.append(name)
 
 
-def fault_answered(fault) -> None:
+def fault_answered(fault: XServerFault) -> None:
     """A fault is being sent to the client of the current request."""
     record = _current.get()
     if record is not None:

@@ -2,30 +2,39 @@
 
 It routes ``/services/rs``, ``/services/ws`` and ``/services/rpc`` to the JSON, SOAP
 and JSON-RPC bindings, with the caller its credentials name (``accounts``), and the
-operator's pages (``Page``: the status page, the metrics) by their exact paths.  A body larger than ``[server] max_request_bytes`` is refused
-before it is read (by its Content-Length, or as soon as a chunked body passes the
-limit), with a fault in the form of the binding its path names.  The bindings keep
-werkzeug's Request and Response: each request is handed over as a werkzeug Request
-over the body read here, and a streamed Response (a large SOAP result) is produced
-in the pool for blocking work, chunk by chunk.  Once a large request is answered, the
-memory its parse took is given back to the system (``bindings.parsing``).
+operator's pages (``Page``: the status page, the metrics) by their exact paths.  A
+body larger than ``[server] max_request_bytes`` is refused before it is read (by its
+Content-Length, or as soon as a chunked body passes the limit), with a fault in the
+form of the binding its path names.  The bindings keep werkzeug's Request and
+Response: each request is handed over as a werkzeug Request over the body read here,
+and a streamed Response (a large SOAP result) is produced in the pool for blocking
+work, chunk by chunk.  Once a large request is answered, the memory its parse took
+is given back to the system (``bindings.parsing``).
 """
+
+from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from werkzeug.wrappers import Request, Response
 
 from ..bindings import parsing
 from ..bindings.json_binding import fault_response
-from ..operations.accounts import ANONYMOUS, NotAuthenticated, authenticate
+from ..operations.accounts import ANONYMOUS, Caller, NotAuthenticated, authenticate
 from ..operations.failures import as_fault
-from ..protocol.faults import AccessDeniedFault, InvalidRequestFault
+from ..protocol.faults import AccessDeniedFault, InvalidRequestFault, XServerFault
 from ..support import metrics
 from ..support.blocking import blocking
 from ..support.logs import OncePerPeriod
 from . import browser_guard
+from .asgi_types import Headers, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from ..settings.config import Settings
 
 log = logging.getLogger("xruntime.http")
 #: Refused credentials: one line a second at most (a client retrying a wrong token
@@ -49,7 +58,9 @@ BODY_BYTES = "xruntime.body_bytes"
 class Refused(Exception):
     """The request is answered without reading (the rest of) its body."""
 
-    def __init__(self, fault, status=None, headers=None):
+    def __init__(
+        self, fault: XServerFault, status: int | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         self.fault = fault
         self.status = status  # instead of the binding's own for the fault
         self.headers = headers or {}
@@ -65,15 +76,37 @@ class Page:
 
     admin_only = True
 
-    async def serve(self, scope, receive, send, admitted) -> None:
+    async def serve(
+        self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
+    ) -> None:
         raise NotImplementedError
+
+
+class Binding(Protocol):
+    """What the application asks of a binding (``JsonBinding``, ``SoapBinding``,
+    ``JsonRpcBinding``)."""
+
+    name: str  # in metrics
+
+    def refusal(self, path: str, fault: XServerFault) -> Response: ...
+
+    def is_public(self, method: str, path: str, query: bytes) -> bool: ...
+
+    async def handle(self, request: Request, caller: Caller) -> Response: ...
 
 
 #: The methods a page answers (others: 405).
 PAGE_METHODS = ("GET", "HEAD")
 
 
-async def answer(scope, send, status: int, content_type: str, body: bytes, headers=()):
+async def answer(
+    scope: Scope,
+    send: Send,
+    status: int,
+    content_type: str,
+    body: bytes,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
     """A whole answer (the headers alone for HEAD)."""
     await send(
         {
@@ -90,7 +123,7 @@ async def answer(scope, send, status: int, content_type: str, body: bytes, heade
     await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
 
 
-async def refuse_method(scope, send) -> bool:
+async def refuse_method(scope: Scope, send: Send) -> bool:
     """Answer 405 to anything but GET and HEAD; True when it did."""
     if scope["method"] in PAGE_METHODS:
         return False
@@ -109,12 +142,17 @@ class XRuntimeApp:
     """ASGI application over the three bindings (``bindings``: path prefix → binding)
     and the operator's pages (``pages``: exact path → Page)."""
 
-    def __init__(self, bindings: dict, settings, pages=None):
+    def __init__(
+        self,
+        bindings: dict[str, Binding],
+        settings: Callable[[], Settings],
+        pages: dict[str, Page] | None = None,
+    ) -> None:
         self.bindings = bindings
         self.settings = settings  # a callable answering the settings in force
         self.pages = pages or {}
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan is off; websockets are not served
             return
         path = scope["path"]
@@ -186,7 +224,7 @@ class XRuntimeApp:
         if scope.get(BODY_BYTES, 0) > parsing.GIVE_BACK_BYTES:  # its parse is garbage now
             await blocking(parsing.give_back)
 
-    async def _refuse_early(self, scope, fault, send):
+    async def _refuse_early(self, scope: Scope, fault: XServerFault, send: Send) -> None:
         """A request whose Host or Origin may not be served: the fault in the form of
         the binding its path names, the body unread."""
         path = scope["path"]
@@ -206,7 +244,7 @@ class XRuntimeApp:
         response.headers["Connection"] = "close"
         await _send(response, send)
 
-    async def _serve_page(self, page, scope, receive, send):
+    async def _serve_page(self, page: Page, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             caller = self._authenticated(scope)
             if not self._may_see(page, caller):
@@ -238,10 +276,10 @@ class XRuntimeApp:
             )
 
     @staticmethod
-    def _may_see(page, caller) -> bool:
+    def _may_see(page: Page, caller: Caller) -> bool:
         return caller.admin or not page.admin_only
 
-    def _admits(self, scope, page) -> bool:
+    def _admits(self, scope: Scope, page: Page) -> bool:
         """Whether the request's credentials still let it see ``page`` (quietly: a
         stream asks this at each event)."""
         try:  # (with accounts off: ANONYMOUS, who sees every page)
@@ -251,7 +289,7 @@ class XRuntimeApp:
         except NotAuthenticated:
             return False
 
-    def _caller(self, scope, binding, path):
+    def _caller(self, scope: Scope, binding: Binding, path: str) -> Caller:
         """Who calls (docs/protocol.md §10); missing or wrong credentials are refused with 401
         and a Basic challenge (clients that send credentials only when challenged, as
         suds does, then send them), before the body is read."""
@@ -264,7 +302,7 @@ class XRuntimeApp:
             return ANONYMOUS
         return self._authenticated(scope)
 
-    def _authenticated(self, scope):
+    def _authenticated(self, scope: Scope) -> Caller:
         """The caller its credentials name (ANONYMOUS with accounts off); Refused with
         401 and the challenge when they are missing or wrong."""
         settings = self.settings()
@@ -284,30 +322,34 @@ class XRuntimeApp:
                 AccessDeniedFault(str(exc), hint=CREDENTIALS_HINT),
                 status=401,
                 headers={"WWW-Authenticate": CHALLENGE},
-            )
+            ) from exc
 
-    def _route(self, path: str):
+    def _route(self, path: str) -> tuple[str, Binding | None]:
         for prefix, binding in self.bindings.items():
             if path == prefix or path.startswith(prefix + "/"):
                 return prefix, binding
         return "", None
 
-    async def _read_body(self, scope, receive) -> bytes:
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.settings().max_request_bytes
         length = _header(scope, b"content-length")
         if length is not None:
             try:
                 declared = int(length)
             except ValueError:
-                raise Refused(InvalidRequestFault(f"the Content-Length {length!r} is not a number"))
+                raise Refused(
+                    InvalidRequestFault(f"the Content-Length {length!r} is not a number")
+                ) from None
             if declared > limit:
                 raise Refused(
                     InvalidRequestFault(
-                        f"the request body has {declared} bytes, more than the {limit} this server accepts",
+                        f"the request body has {declared} bytes, "
+                        f"more than the {limit} this server accepts",
                         hint="Send a smaller request.",
                     )
                 )
-        chunks, size = [], 0
+        chunks: list[bytes] = []
+        size = 0
         while True:
             message = await receive()
             if message["type"] != "http.request":
@@ -328,10 +370,10 @@ class XRuntimeApp:
         return b"".join(chunks)
 
 
-def _adding_headers(send, headers: list):
+def _adding_headers(send: Send, headers: Headers) -> Send:
     """``send``, adding ``headers`` to the answer's start."""
 
-    async def sending(message):
+    async def sending(message: Message) -> None:
         if message["type"] == "http.response.start":
             message = {**message, "headers": [*message.get("headers", ()), *headers]}
         await send(message)
@@ -339,17 +381,17 @@ def _adding_headers(send, headers: list):
     return sending
 
 
-def _header(scope, name: bytes):
+def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
             return value.decode("latin-1")
     return None
 
 
-def _environ(scope, script_name: str, path_info: str, body: bytes) -> dict:
+def _environ(scope: Scope, script_name: str, path_info: str, body: bytes) -> dict[str, Any]:
     """The WSGI environ werkzeug's Request reads, for an ASGI request and its body."""
     server = scope.get("server") or ("127.0.0.1", 0)
-    environ = {
+    environ: dict[str, Any] = {
         "REQUEST_METHOD": scope["method"],
         "SCRIPT_NAME": script_name.encode("utf-8").decode("latin-1"),
         "PATH_INFO": path_info.encode("utf-8").decode("latin-1"),
@@ -377,7 +419,7 @@ def _environ(scope, script_name: str, path_info: str, body: bytes) -> dict:
     return environ
 
 
-async def _send(response: Response, send) -> None:
+async def _send(response: Response, send: Send) -> None:
     if not response.is_streamed:
         start, body = _messages(response)
         await send(start)
@@ -393,7 +435,8 @@ async def _send(response: Response, send) -> None:
             "headers": [h for h in headers if h[0].lower() != b"content-length"],
         }
     )
-    chunks = iter(response.response)
+    # a streamed answer of ours yields bytes (SoapBinding._streamed)
+    chunks = cast(Iterator[bytes], iter(response.response))
     while True:
         part = await blocking(_gather, chunks)
         if not part:
@@ -402,7 +445,7 @@ async def _send(response: Response, send) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-def _messages(response: Response):
+def _messages(response: Response) -> tuple[Message, Message]:
     """The ASGI messages of a Response, built once: watchers woken by one change are
     all sent the same Response."""
     messages = getattr(response, "_asgi_messages", None)
@@ -417,13 +460,15 @@ def _messages(response: Response):
             {"type": "http.response.start", "status": response.status_code, "headers": headers},
             {"type": "http.response.body", "body": body},
         )
-        response._asgi_messages = messages
+        # a cache of ours on werkzeug's Response, which declares no such attribute
+        response._asgi_messages = messages  # type: ignore[attr-defined]
     return messages
 
 
-def _gather(chunks) -> bytes:
+def _gather(chunks: Iterator[bytes]) -> bytes:
     """The next chunks of a streamed answer, up to STREAM_CHUNK bytes (b"" at the end)."""
-    parts, size = [], 0
+    parts: list[bytes] = []
+    size = 0
     for chunk in chunks:
         parts.append(chunk)
         size += len(chunk)

@@ -19,15 +19,23 @@ out of a node.  ``guarded_protocol`` is that protocol with the three bounds:
 Each refusal is logged at most once per period.
 """
 
+from __future__ import annotations
+
+import asyncio
 import logging
 import resource
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..support.logs import OncePerPeriod
 
+if TYPE_CHECKING:
+    from ..settings.config import Settings
+
 log = logging.getLogger("xruntime.http")
-_logs = {}
+_logs: dict[str, OncePerPeriod] = {}
 
 
 def _log(kind: str) -> OncePerPeriod:
@@ -57,7 +65,7 @@ def _file_room() -> int:
     return max(16, soft - 128) if soft != resource.RLIM_INFINITY else 1 << 30
 
 
-def guarded_protocol(settings):
+def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol bounded by ``settings()`` (read at each use, so
     that a reload applies to the next connection)."""
 
@@ -67,7 +75,7 @@ def guarded_protocol(settings):
     # (a dict keeps the order its keys came in): making room costs one look, not a
     # pass over every connection at each new one (10 000 held watches made that the
     # node's main cost while they connected).
-    awaiting = {}
+    awaiting: dict[GuardedProtocol, None] = {}
 
     class GuardedProtocol(HttpToolsProtocol):
         # In slots: four more names in uvicorn's instance dict (27 of its own) would
@@ -75,12 +83,13 @@ def guarded_protocol(settings):
         # make each connection's dict 1.3 kB larger (13 MB for 10 000 held watches).
         __slots__ = ("_awaiting_headers", "_header_bytes", "_header_timer", "_waiting_since")
 
-        def __init__(self, *args, **kwargs) -> None:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._awaiting_headers, self._header_bytes = False, 0
             self._header_timer, self._waiting_since = None, 0.0
 
-        def connection_made(self, transport):
+        # narrower than BaseProtocol's BaseTransport, as uvicorn's own (which ignores it too)
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             limit = min(settings().max_connections, room)
             super().connection_made(transport)
             if len(self.connections) > limit:
@@ -161,7 +170,7 @@ def guarded_protocol(settings):
                 self.transport.write(answer)
             self.transport.close()
 
-        def data_received(self, data):
+        def data_received(self, data: bytes) -> None:
             if self._awaiting_headers:
                 if self._header_timer is None:
                     self._start_header_timer()
@@ -172,11 +181,11 @@ def guarded_protocol(settings):
                     return
             super().data_received(data)
 
-        def send_400_response(self, msg):
+        def send_400_response(self, msg: str) -> None:
             if not self.transport.is_closing():  # not after a refusal of ours
                 super().send_400_response(msg)
 
-        def _too_large(self, limit):
+        def _too_large(self, limit: int) -> None:
             _log("header bytes").warning(
                 "closed a connection from %s: more than %d bytes of request line and headers "
                 "(max_header_bytes)",
@@ -213,7 +222,7 @@ def guarded_protocol(settings):
             if not self.transport.is_closing():
                 self._await_headers()
 
-        def connection_lost(self, exc):
+        def connection_lost(self, exc: Exception | None) -> None:
             self._end_waiting()
             self._cancel_header_timer()
             super().connection_lost(exc)
