@@ -87,7 +87,9 @@ def createDistanceMatrix(
 ) -> DistanceMatrixResponse | Joined:
     if min(request.parallelism or 1, len(request.startLocations)) > 1:
         return _in_parallel(request, job)
-    from . import compute  # NumPy is loaded only where jobs run
+    import numpy as np  # NumPy is loaded only where jobs run
+
+    from . import compute
 
     began = time.monotonic()
     job.report_progress(DistanceMatrixProgress(status="PREPROCESSING", calculationProgress=0))
@@ -119,9 +121,9 @@ def createDistanceMatrix(
             )
         except (MemoryError, FloatingPointError) as exc:
             raise _calculation_fault(n, m, exc) from exc
-        lowest = _fold(min, lowest, int(metres.min()))
-        highest = _fold(max, highest, int(metres.max()))
-        longest = _fold(max, longest, int(seconds.max()))
+        lowest = _fold(min, lowest, int(np.min(metres)))
+        highest = _fold(max, highest, int(np.max(metres)))
+        longest = _fold(max, longest, int(np.max(seconds)))
         rows.extend(
             DistanceMatrixRow(distances=d, travelTimes=t)
             for d, t in zip(metres.tolist(), seconds.tolist(), strict=True)

@@ -76,7 +76,7 @@ def travel_matrices(request: PlanToursRequest) -> tuple[NDArray[np.int64], NDArr
 def unplanned_penalty(distances: NDArray[np.int64]) -> int:
     """The prize of an order: larger than what inserting it into any tour can cost
     (at most twice the longest distance), so the search plans every order it can."""
-    return 10 * (2 * int(distances.max()) + 1)
+    return 10 * (2 * int(np.max(distances)) + 1)
 
 
 def problem_data(
