@@ -6,7 +6,6 @@ to a real ``python -m xruntime serve`` with real worker processes.
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -16,6 +15,7 @@ import time
 import tomllib
 
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.processes import descendants
 
@@ -237,14 +237,25 @@ class Server:
                 return job
         raise AssertionError(f"job {job_id} did not finish")
 
+    def scrape(self, **kwargs) -> dict:
+        """{(sample name, frozenset of labels): value} of one scrape of /metrics, read
+        with prometheus_client's parser (``kwargs`` go to ``requests.get``)."""
+        r = requests.get(f"{self.base}/metrics", timeout=10, **kwargs)
+        assert r.status_code == 200, r.text
+        assert r.headers["Content-Type"].startswith("text/plain; version=")
+        return {
+            (s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(r.text)
+            for s in family.samples
+        }
+
     def wait_held(self, count, timeout=60):
         """Until the node's /metrics says at least ``count`` watchJob calls are held (their
         requests read by an HTTP process), instead of a guess at how long that takes."""
         deadline = time.monotonic() + timeout
         while True:
-            text = self.session.get(f"{self.base}/metrics", timeout=10).text
-            found = re.search(r"^xruntime_held_watches(?:\{[^}]*\})? (\S+)$", text, re.M)
-            held = float(found.group(1)) if found else 0.0
+            samples = self.scrape(auth=self.session.auth)
+            held = samples.get(("xruntime_held_watches", frozenset()), 0)
             if held >= count:
                 return
             assert time.monotonic() < deadline, f"{held:.0f} of {count} watches held"

@@ -6,7 +6,6 @@ import time
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.clients import RemoteFault, make_client
 from tests.e2e.test_accounts import accounts_toml, creds
@@ -23,15 +22,8 @@ def node(tmp_path_factory):
 
 
 def scrape(srv, **kwargs):
-    """{(sample name, frozenset of labels): value} of one scrape."""
-    r = requests.get(f"{srv.base}/metrics", timeout=10, **kwargs)
-    assert r.status_code == 200, r.text
-    assert r.headers["Content-Type"].startswith("text/plain; version=")
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(r.text)
-        for s in family.samples
-    }
+    """{(sample name, frozenset of labels): value} of one scrape (``Server.scrape``)."""
+    return srv.scrape(**kwargs)
 
 
 def value(samples, name, **labels):
