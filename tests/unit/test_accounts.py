@@ -247,29 +247,35 @@ def test_owner_max_queued(any_store):
 @pytest.mark.skipif(not os.environ.get(PG_ENV), reason=f"{PG_ENV} is not set")
 def test_nodes_never_run_more_than_max_running_together():
     """Three nodes (each its own connections), two workers each, racing on PostgreSQL
-    over alice's jobs (max_running = 2): a job is held a moment, then finished."""
+    over alice's jobs (max_running = 2): a job is held until another one is (or for a
+    second), then finished; so two run together, and never three."""
     url = os.environ[PG_ENV]
     stores = [fresh_postgres_store(url), SqlJobStore(url), SqlJobStore(url)]
     limits = (("alice", None, 2),)
     try:
         queue(stores[0], "alice", 60)
-        held, most, errors = set(), [0], []
-        lock = threading.Lock()
+        held, most, errors, finished = set(), [0], [], [0]
+        together = threading.Condition()
+        deadline = time.monotonic() + 120
 
         def worker(store, name):
             try:
-                for _ in range(400):
+                while finished[0] < 60 and time.monotonic() < deadline:
                     rec = store.claim(name, now_ms(), LEASE_MS, None, limits)
                     if rec is None:
                         time.sleep(0.001)
                         continue
-                    with lock:  # held from after its claim to before its end
+                    with together:  # held from after its claim to before its end
                         held.add(rec.id)
                         most[0] = max(most[0], len(held))
-                    time.sleep(0.003)
-                    with lock:
+                        together.notify_all()
+                        together.wait_for(lambda: len(held) > 1, timeout=1.0)
+                    time.sleep(0.01)  # held on: a third claim the store let through shows
+                    with together:
                         held.discard(rec.id)
                     assert store.finish(rec.id, "SUCCEEDED", now_ms(), result="{}")
+                    with together:
+                        finished[0] += 1
             except Exception as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 

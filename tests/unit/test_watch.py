@@ -19,7 +19,8 @@ from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault, ProcessingFault
 from xruntime.protocol.types import WatchRequest
 from xruntime.protocol.watch import watch_periods
-from xruntime.store import now_ms
+from xruntime.store import StoreUnavailable, now_ms
+from xruntime.store.changes import MISSED
 
 from .helpers import (
     claim_exactly,
@@ -419,3 +420,68 @@ def test_a_change_before_the_period_is_over_wakes_no_watcher_until_then():
     answers, took = asyncio.run(main())
     assert all(snap.rec is stopping and changed for snap, changed in answers)
     assert 2.0 <= took < 10.0, "answered when the period was over"
+
+
+# --------------------------------------------------------------------------- a feed cut off
+
+
+def read_once(jobs, job_id):
+    """Wait until the held watches of the job have read it (and no read is under way)."""
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        watch = jobs.watches._jobs.get(job_id)
+        if watch is not None and watch.snapshot is not None and not watch._reading:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the held watches never read their job")
+
+
+def test_changes_missed_by_the_feed_are_read_again_at_once(jobs, simulate_op):
+    """A change made where this process's feed could not hear it (its connection to the
+    database was lost), then ``MISSED`` (the feed is back): the watch answers it now,
+    not at maximumPollingPeriod."""
+    job_id = put_in_state(jobs, simulate_op, "RUNNING")
+    watchers, answers = hold_watches(jobs, job_id, 2)
+    read_once(jobs, job_id)
+    assert jobs.store.finish(job_id, "SUCCEEDED", now_ms(), result=result_json(stored_response()))
+    time.sleep(0.3)  # (a told change would have been answered by now; this one is not)
+    assert answers == [], "an untold change woke a watch"
+    jobs.notifier.notify_local(MISSED)
+    told = time.monotonic()
+    for w in watchers:
+        w.join(2)
+    assert [job.status for job, _ in answers] == ["SUCCEEDED"] * 2
+    assert all(at - told < AT_ONCE for _, at in answers)
+
+
+def test_a_feed_cut_off_from_an_unreachable_store_answers_watches_with_the_outage(
+    jobs, simulate_op, monkeypatch
+):
+    """The feed's connection is lost because the database cannot be reached: every held
+    watch reads its job again, and answers the store's outage (TemporarilyUnavailable
+    in every binding) rather than hold its client until maximumPollingPeriod."""
+    job_id = put_in_state(jobs, simulate_op, "RUNNING")
+    outcomes = []
+
+    def watch():
+        try:
+            outcomes.append(jobs.watch(job_id, 5000, 50000))
+        except Exception as exc:
+            outcomes.append(exc)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    deadline = time.monotonic() + 2
+    while jobs.watches.waiting() < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    read_once(jobs, job_id)
+
+    def away(job_id):
+        raise StoreUnavailable("the job store cannot be reached")
+
+    monkeypatch.setattr(jobs.store, "peek", away)
+    jobs.notifier.notify_local(MISSED)
+    told = time.monotonic()
+    watcher.join(2)
+    assert time.monotonic() - told < AT_ONCE + 0.5
+    assert len(outcomes) == 1 and isinstance(outcomes[0], StoreUnavailable), outcomes

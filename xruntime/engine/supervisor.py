@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional, TypeVar
 
 from ..protocol.states import Status
 from ..store import JobRecord, Run, StoreUnavailable
+from ..store.changes import MISSED
 from .housekeeping import Housekeeping
 from .messages import StopReason
 from .outcomes import Outcomes
@@ -125,7 +126,13 @@ class Supervisor:
     def changed_elsewhere(self, job_id: str) -> None:
         """Another process (an HTTP process of this node, or another node) changed a
         job: if it runs here, or may have just been claimed here, and was stopped or
-        deleted, act on it now (a signal for a run about to start waits for it)."""
+        deleted, act on it now (a signal for a run about to start waits for it).
+        ``MISSED``: changes may have been lost; each job running here is checked."""
+        if job_id == MISSED:
+            for running in {slot.current for slot in self.slots}:
+                if running is not None:
+                    self.changed_elsewhere(running)
+            return
         if not any(slot.current == job_id or slot.claiming for slot in self.slots):
             return
         try:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 from ..protocol import states
+from ..store.changes import MISSED
 from ..support import metrics
 from ..support.blocking import blocking
 
@@ -327,11 +328,18 @@ class Watches:
     # ------------------------------------------------------------------ changes
 
     def _changed(self, job_id: str) -> None:
-        """From any thread: the job changed.  One hop to the loop per burst."""
-        if self._loop is None or job_id not in self._jobs:
+        """From any thread: the job changed (``MISSED``: any may have).  One hop to the
+        loop per burst."""
+        if job_id == MISSED:  # the feed was cut off: every watched job is read again
+            ids = list(self._jobs)
+        elif job_id in self._jobs:
+            ids = [job_id]
+        else:
             return  # nobody waits here; a watch that starts later reads it anyway
+        if self._loop is None or not ids:
+            return
         with self._lock:
-            self._pending.append(job_id)
+            self._pending.extend(ids)
             if self._scheduled:
                 return
             self._scheduled = True

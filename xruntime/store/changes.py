@@ -3,7 +3,8 @@
 Two feeds carry changes between processes and nodes: SQLite's, over Unix datagram
 sockets (``feed.SocketFeed``), and PostgreSQL's LISTEN/NOTIFY (``channel.PostgresChannel``);
 ``feed.open_feed`` picks the one for a database.  Both answer ``ChangeFeed`` and carry
-the same words: a job's id when it changed, ``QUEUE`` when work was queued.  They live
+the same words: a job's id when it changed, ``QUEUE`` when work was queued, and
+``MISSED`` when a feed lost its way to the others for a while.  They live
 here so that the feeds and their users (the notifier, the HTTP processes) share them
 without importing each other.
 """
@@ -12,6 +13,10 @@ from typing import Protocol
 
 #: The id published for "a job was queued".
 QUEUE = "*queue*"
+#: Handed to ``on_job`` when changes may have been missed (a feed's connection was lost,
+#: or came back after a loss): whoever watches jobs reads them again, and learns at
+#: once whether the store can be reached, rather than wait for a change never told.
+MISSED = "*missed*"
 
 
 class ChangeFeed(Protocol):

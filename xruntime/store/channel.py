@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import make_url
 
 from ..support.logs import OncePerPeriod
-from .changes import QUEUE
+from .changes import MISSED, QUEUE
 from .postgresql import postgresql_connect_args
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ class PostgresChannel:
         # (libpq's parameters, which psycopg.connect takes as keywords of any kind)
         self.connect_args: dict[str, Any] = postgresql_connect_args(make_url(url).query)
         self.origin = origin
+        #: How the listener shows in pg_stat_activity (PostgreSQL keeps 63 bytes of it).
+        self.listener_name = {"application_name": f"xruntime listen {origin}"[:63]}
         self.on_job = on_job  # called with a job id changed on another node
         self.on_queue = on_queue  # called when another node queued work
         self._send_lock = threading.Lock()
@@ -90,18 +92,30 @@ class PostgresChannel:
     # ------------------------------------------------------------------ listening
 
     def _listen(self):
+        """Listen, reconnecting after a loss.  Changes published while this listener
+        had no connection are never delivered: on the loss and again on coming back,
+        ``on_job(MISSED)`` has the watchers read their jobs again."""
         import psycopg
 
+        lost = False
         while not self._closed:
             try:
-                with psycopg.connect(self.uri, autocommit=True, **self.connect_args) as conn:
+                with psycopg.connect(
+                    self.uri, autocommit=True, **{**self.listener_name, **self.connect_args}
+                ) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    if lost:
+                        lost = False
+                        self.on_job(MISSED)
                     while not self._closed:
                         for message in conn.notifies(timeout=1.0):
                             self._received(message.payload)
             except Exception as exc:
                 if not self._closed:
                     log.warning("listening for other nodes' job changes failed (%s); retrying", exc)
+                    if not lost:
+                        lost = True
+                        self.on_job(MISSED)
                     time.sleep(1.0)
 
     def _received(self, payload: str):
