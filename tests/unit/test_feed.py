@@ -140,7 +140,7 @@ def test_malformed_datagrams_and_other_users_are_dropped_quietly(processes, capl
 
     a = processes("n/main/1")
     time.sleep(0.1)
-    with caplog.at_level("WARNING", logger="xruntime.feed"):
+    with caplog.at_level("WARNING", logger="xruntime.store.feed"):
         send_as(a.feed.address, b"\xff\xfe not utf-8")
         send_as(a.feed.address, b"n/x/9\njob\x00with a NUL")
         if os.getuid() == 0 and os.path.exists("/usr/bin/python3"):

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..engine.notifier import Notifier
     from .node_status import Snapshot
 
-log = logging.getLogger("xruntime.status")
+log = logging.getLogger(__name__)
 _trouble_log = OncePerPeriod(log, 60.0)
 
 #: s between two snapshots at the soonest, however many changes arrive.

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from werkzeug.wrappers import Request, Response
+from werkzeug.wrappers import Response
 
 from ..operations.failures import as_fault
 from ..protocol import codec
@@ -21,6 +21,7 @@ from ..protocol.faults import InvalidRequestFault, XServerFault
 from ..support import metrics
 from ..support.blocking import sized
 from . import parsing
+from .request import BodyRequest
 
 if TYPE_CHECKING:
     from ..operations.accounts import Caller
@@ -47,7 +48,7 @@ def fault_response(fault: XServerFault) -> Response:
     return response
 
 
-def read_json_body(request: Request, max_bytes: int, empty: dict | None = None) -> Any:
+def read_json_body(request: BodyRequest, max_bytes: int, empty: dict | None = None) -> Any:
     """The body parsed as JSON, refused before it is read when it is too large.
     An empty body stands for ``empty`` when given (the JSON binding: an empty request)."""
     length = request.content_length
@@ -157,7 +158,7 @@ class JsonBinding:
     def is_public(method: str, path: str, query: bytes) -> bool:
         return False  # every operation needs the caller's credentials
 
-    async def handle(self, request: Request, caller: "Caller") -> Response:
+    async def handle(self, request: BodyRequest, caller: "Caller") -> Response:
         parts = [p for p in request.path.split("/") if p]
         where = "/".join(parts) or "/"
         try:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from werkzeug.wrappers import Request, Response
+from werkzeug.wrappers import Response
 
 from ..author.service import FETCH
 from ..operations.failures import as_fault
@@ -30,6 +30,7 @@ from ..support.blocking import sized
 from ..support.logs import OncePerPeriod
 from . import parsing
 from .json_binding import JSON_TYPE, dumps, read_json_body
+from .request import BodyRequest
 
 if TYPE_CHECKING:
     from ..operations.accounts import Caller
@@ -53,7 +54,7 @@ _NO_WAIT = contextlib.nullcontext()
 #: How many requests of one batch run at once: a caller's batch weighs on the node
 #: like a few callers, not like one caller per item.
 BATCH_PARALLEL = 4
-batch_log = OncePerPeriod(logging.getLogger("xruntime.jsonrpc"), 10.0)
+batch_log = OncePerPeriod(logging.getLogger(__name__), 10.0)
 
 
 def error_code(fault: XServerFault) -> int:
@@ -89,7 +90,7 @@ class JsonRpcBinding:
     def is_public(method: str, path: str, query: bytes) -> bool:
         return False  # every method needs the caller's credentials
 
-    async def handle(self, request: Request, caller: "Caller") -> Response:
+    async def handle(self, request: BodyRequest, caller: "Caller") -> Response:
         service = request.path.strip("/")
         try:
             if not self.dispatcher.has_service(service):

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
 from lxml import etree
-from werkzeug.wrappers import Request, Response
+from werkzeug.wrappers import Response
 
 from ..operations.failures import as_fault
 from ..protocol import codec
@@ -31,6 +31,7 @@ from ..protocol.types import NAMESPACE as TYPES_NS
 from ..support import metrics
 from ..support.blocking import INLINE_BYTES
 from . import parsing, xml_codec
+from .request import BodyRequest
 from .wsdl import SCHEMA_FOLDER, build_all_wsdl, build_wsdl, polymorphic_types, schema_documents
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ class SoapBinding:
             or _asks_wsdl(parse_qs(query.decode("latin-1"), keep_blank_values=True))
         )
 
-    async def handle(self, request: Request, caller: "Caller") -> Response:
+    async def handle(self, request: BodyRequest, caller: "Caller") -> Response:
         name = request.path.strip("/")
         schema = _schema_name(name)
         if schema is not None and request.method == "GET":
@@ -205,7 +206,7 @@ class SoapBinding:
     def refusal(self, path: str, fault: XServerFault) -> Response:
         return self._fault(self.services.get(path.strip("/")), fault)
 
-    def _address(self, request: Request, name: str) -> str:
+    def _address(self, request: BodyRequest, name: str) -> str:
         """The address of the service ``name`` (of /services/ws itself for "") as the
         client reached it, or under the configured public URL."""
         public = self.settings().public_url
@@ -214,7 +215,7 @@ class SoapBinding:
     # ------------------------------------------------------------------ reading
 
     def _read(
-        self, request: Request, soap: SoapService
+        self, request: BodyRequest, soap: SoapService
     ) -> tuple["Operation", tuple[dict[str, Any], dict[str, str]]]:
         limit = self.settings().max_request_bytes
         if request.content_length is not None and request.content_length > limit:

@@ -32,7 +32,7 @@ from ..store import JobStore, now_ms
 if TYPE_CHECKING:
     from ..settings.config import Settings
 
-log = logging.getLogger("xruntime.cleaner")
+log = logging.getLogger(__name__)
 
 BATCH = 100
 PAUSE_S = 0.002

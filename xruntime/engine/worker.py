@@ -55,7 +55,7 @@ from .messages import (
     Transient,
 )
 
-log = logging.getLogger("xruntime.worker")
+log = logging.getLogger(__name__)
 
 PROGRESS_PERIOD = 0.2  # s between two progress messages of one job
 

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from ..settings.model import Settings
     from .watching import Watches
 
-log = logging.getLogger("xruntime.jobs")
+log = logging.getLogger(__name__)
 
 RACE_RETRIES = 10
 LIST_LIMIT, LIST_LIMIT_MAX = 100, 1000  # listJobs' page size: by default, at most

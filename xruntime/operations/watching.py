@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ..protocol.types import Job
     from ..store import JobRecord, JobStore
 
-log = logging.getLogger("xruntime.watching")
+log = logging.getLogger(__name__)
 
 #: A snapshot older than this (s) is read again before a watch answers it without a
 #: change (at maximumPollingPeriod), in case a change notification was lost.

@@ -48,7 +48,7 @@ from ..web.connection_guard import guarded_protocol
 if TYPE_CHECKING:
     from ..settings.config import Settings
 
-log = logging.getLogger("xruntime.http")
+log = logging.getLogger(__name__)
 
 #: s an idle keep-alive connection stays open (clients reuse it for their next poll).
 KEEP_ALIVE = 75

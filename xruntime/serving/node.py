@@ -38,7 +38,7 @@ from .reload import ConfigReloader
 if TYPE_CHECKING:
     from ..settings.config import Settings
 
-log = logging.getLogger("xruntime")
+log = logging.getLogger(__name__)
 
 #: s an HTTP process gets to answer its watches and finish its requests at shutdown.
 HTTP_STOP_TIMEOUT = 15.0

@@ -22,7 +22,7 @@ from ..settings import config
 if TYPE_CHECKING:
     from .node import Node
 
-log = logging.getLogger("xruntime.config")
+log = logging.getLogger(__name__)
 
 CHECK_PERIOD = 0.5
 

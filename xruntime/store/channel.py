@@ -24,7 +24,7 @@ from .postgresql import postgresql_connect_args
 if TYPE_CHECKING:
     import psycopg
 
-log = OncePerPeriod(logging.getLogger("xruntime.channel"), 5.0)  # an outage fails every try
+log = OncePerPeriod(logging.getLogger(__name__), 5.0)  # an outage fails every try
 
 CHANNEL = "xruntime_jobs"
 

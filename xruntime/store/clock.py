@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from ..support.logs import OncePerPeriod
 
-log = logging.getLogger("xruntime.store")
+log = logging.getLogger(__name__)
 _failure_log = OncePerPeriod(log, 60.0)
 
 #: How often the database's clock is read again.

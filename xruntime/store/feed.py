@@ -41,7 +41,7 @@ from .database import Database
 from .schema import feed_members
 from .sqlite import retry_while_busy
 
-log = logging.getLogger("xruntime.feed")
+log = logging.getLogger(__name__)
 _CREDENTIALS = struct.Struct("3i")  # SCM_CREDENTIALS: pid, uid, gid
 _ORIGIN_OR_ID = re.compile(r"[A-Za-z0-9_.:@/*\[\]-]{1,200}")
 _dropped_at = [0.0]  # when a dropped datagram was last logged

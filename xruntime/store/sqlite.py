@@ -24,7 +24,7 @@ from sqlalchemy import exc as sa_exc
 
 from .unavailable import StoreUnavailable
 
-log = logging.getLogger("xruntime.store")
+log = logging.getLogger(__name__)
 
 #: How long an SQLite write waits in all for this process's turn and the database's lock (s).
 BUSY_TIMEOUT_S = 10.0

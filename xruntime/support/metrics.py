@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..protocol.faults import XServerFault
 
-log = logging.getLogger("xruntime.metrics")
+log = logging.getLogger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 UNKNOWN_OPERATION = "(unknown)"

@@ -5,25 +5,26 @@ and JSON-RPC bindings, with the caller its credentials name (``accounts``), and 
 operator's pages (``Page``: the status page, the metrics) by their exact paths.  A
 body larger than ``[server] max_request_bytes`` is refused before it is read (by its
 Content-Length, or as soon as a chunked body passes the limit), with a fault in the
-form of the binding its path names.  The bindings keep werkzeug's Request and
-Response: each request is handed over as a werkzeug Request over the body read here,
-and a streamed Response (a large SOAP result) is produced in the pool for blocking
+form of the binding its path names.  The bindings see werkzeug's sans-io Request
+over the body read here (``bindings.request``) and answer werkzeug's Response; a
+streamed Response (a large SOAP result) is produced in the pool for blocking
 work, chunk by chunk.  Once a large request is answered, the memory its parse took
 is given back to the system (``bindings.parsing``).
 """
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
-from werkzeug.wrappers import Request, Response
+from werkzeug.datastructures import Headers as HeaderMap
+from werkzeug.wrappers import Response
 
 from ..bindings import parsing
 from ..bindings.json_binding import fault_response
+from ..bindings.request import BodyRequest
 from ..operations.accounts import ANONYMOUS, Caller, NotAuthenticated, authenticate
 from ..operations.failures import as_fault
 from ..protocol.faults import AccessDeniedFault, InvalidRequestFault, XServerFault
@@ -36,7 +37,7 @@ from .asgi_types import Headers, Message, Receive, Scope, Send
 if TYPE_CHECKING:
     from ..settings.config import Settings
 
-log = logging.getLogger("xruntime.http")
+log = logging.getLogger(__name__)
 #: Refused credentials: one line a second at most (a client retrying a wrong token
 #: in a loop must not fill the disk); never the credentials themselves.
 _refusal_log = OncePerPeriod(log, 1.0)
@@ -92,7 +93,7 @@ class Binding(Protocol):
 
     def is_public(self, method: str, path: str, query: bytes) -> bool: ...
 
-    async def handle(self, request: Request, caller: Caller) -> Response: ...
+    async def handle(self, request: BodyRequest, caller: Caller) -> Response: ...
 
 
 #: The methods a page answers (others: 405).
@@ -190,30 +191,10 @@ class XRuntimeApp:
                 )
             else:  # (no name keeps the request: a held watch holds none of it)
                 caller = self._caller(scope, binding, path[len(prefix) :])
-                # not put into its own environ (werkzeug's default): that circle would
-                # keep each request, its body and its environ until a garbage collection
-                response = await binding.handle(
-                    Request(
-                        _environ(
-                            scope,
-                            prefix,
-                            path[len(prefix) :],
-                            await self._read_body(scope, receive),
-                        ),
-                        populate_request=False,
-                    ),
-                    caller,
-                )
+                body = await self._read_body(scope, receive)
+                response = await binding.handle(_request(scope, prefix, body), caller)
         except Refused as refused:
-            response = (
-                binding.refusal(path[len(prefix) :], refused.fault)
-                if binding is not None
-                else fault_response(refused.fault)
-            )
-            if refused.status is not None:
-                response.status_code = refused.status
-            response.headers.update(refused.headers)
-            response.headers["Connection"] = "close"  # the body is not read
+            response = self._refusal(path, refused)
         except Exception as exc:  # a bug: logged, never shown
             response = fault_response(as_fault(exc, path))
         try:
@@ -235,14 +216,23 @@ class XRuntimeApp:
             (scope.get("client") or ("an unknown address",))[0],
             fault.faultstring,
         )
+        await _send(self._refusal(path, Refused(fault)), send)
+
+    def _refusal(self, path: str, refused: Refused) -> Response:
+        """The answer to a refused request: its fault in the form of the binding its
+        path names (JSON for a page or no binding), the connection closed after it,
+        since the body is left unread."""
         prefix, binding = self._route(path)
         response = (
-            binding.refusal(path[len(prefix) :], fault)
+            binding.refusal(path[len(prefix) :], refused.fault)
             if binding is not None
-            else fault_response(fault)
+            else fault_response(refused.fault)
         )
+        if refused.status is not None:
+            response.status_code = refused.status
+        response.headers.update(refused.headers)
         response.headers["Connection"] = "close"
-        await _send(response, send)
+        return response
 
     async def _serve_page(self, page: Page, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -255,11 +245,7 @@ class XRuntimeApp:
                     )
                 )
         except Refused as refused:
-            response = fault_response(refused.fault)
-            response.status_code = refused.status or response.status_code
-            response.headers.update(refused.headers)
-            response.headers["Connection"] = "close"  # the body (if any) is not read
-            await _send(response, send)
+            await _send(self._refusal(scope["path"], refused), send)
             return
         try:
             await page.serve(scope, receive, send, partial(self._admits, scope, page))
@@ -388,35 +374,30 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def _environ(scope: Scope, script_name: str, path_info: str, body: bytes) -> dict[str, Any]:
-    """The WSGI environ werkzeug's Request reads, for an ASGI request and its body."""
-    server = scope.get("server") or ("127.0.0.1", 0)
-    environ: dict[str, Any] = {
-        "REQUEST_METHOD": scope["method"],
-        "SCRIPT_NAME": script_name.encode("utf-8").decode("latin-1"),
-        "PATH_INFO": path_info.encode("utf-8").decode("latin-1"),
-        "QUERY_STRING": scope.get("query_string", b"").decode("latin-1"),
-        "SERVER_NAME": str(server[0]),
-        "SERVER_PORT": str(server[1]),
-        "SERVER_PROTOCOL": f"HTTP/{scope.get('http_version', '1.1')}",
-        "REMOTE_ADDR": (scope.get("client") or ("", 0))[0],
-        "wsgi.url_scheme": scope.get("scheme", "http"),
-        "wsgi.input": io.BytesIO(body),
-        "wsgi.errors": io.StringIO(),
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": True,
-        "wsgi.run_once": False,
-        "CONTENT_LENGTH": str(len(body)),
-    }
-    for key, value in scope["headers"]:
-        name = key.decode("latin-1").upper().replace("-", "_")
-        value = value.decode("latin-1")
-        if name == "CONTENT_TYPE":
-            environ["CONTENT_TYPE"] = value
-        elif name != "CONTENT_LENGTH":
-            name = "HTTP_" + name
-            environ[name] = f"{environ[name]},{value}" if name in environ else value
-    return environ
+def _request(scope: Scope, prefix: str, body: bytes) -> BodyRequest:
+    """The request a binding is handed: the scope as werkzeug's sans-io Request sees
+    it, its path below the binding's ``prefix``, over ``body`` (the length stated is
+    the body's)."""
+    headers = HeaderMap(
+        [
+            (key.decode("latin-1"), value.decode("latin-1"))
+            for key, value in scope["headers"]
+            if key != b"content-length"
+        ]
+    )
+    headers["Content-Length"] = str(len(body))
+    server = scope.get("server")
+    return BodyRequest(
+        method=scope["method"],
+        root_path=prefix,
+        path=scope["path"][len(prefix) :],
+        body=body,
+        headers=headers,
+        query_string=scope.get("query_string", b""),
+        scheme=scope.get("scheme", "http"),
+        server=(str(server[0]), server[1]) if server else None,
+        remote_addr=(scope.get("client") or (None,))[0],
+    )
 
 
 async def _send(response: Response, send: Send) -> None:

@@ -34,7 +34,7 @@ from ..support.logs import OncePerPeriod
 if TYPE_CHECKING:
     from ..settings.config import Settings
 
-log = logging.getLogger("xruntime.http")
+log = logging.getLogger(__name__)
 _logs: dict[str, OncePerPeriod] = {}
 
 
