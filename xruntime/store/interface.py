@@ -59,6 +59,10 @@ class JobStore(Protocol):
     def peek(self, job_id: str) -> JobRecord | None:
         """Like ``get``, without request, result and fault."""
 
+    def peek_many(self, job_ids: Iterable[str]) -> dict[str, JobRecord]:
+        """``peek`` of every id in one statement (watchJobs' first read of up to
+        ``[server] max_watched_ids`` jobs): id → record, for the jobs that exist."""
+
     def mark_fetched(self, job_id: str, now: int) -> None:
         """Stamp the first fetch (later fetches keep the first stamp)."""
 

@@ -112,6 +112,21 @@ class SqlJobStore(ChildJobs):
         need, without reading a large result."""
         return record_of(self._run("peek", False, job_id=job_id)[1])
 
+    def peek_many(self, job_ids: Iterable[str]) -> dict[str, JobRecord]:
+        """``peek`` of every id in one statement: id → record, for the jobs that exist.
+        (watchJobs reads up to 10 000 jobs so: one ``peek`` each took 1 000 round trips.
+        SQLite takes up to 32 766 parameters, PostgreSQL 65 535.)"""
+        job_ids = list(job_ids)
+        if not job_ids:
+            return {}
+        query = select(*LIGHT_COLUMNS).where(jobs.c.id.in_(job_ids))
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        return {
+            rec.id: rec
+            for rec in (record_of(dict(zip(LIGHT_NAMES, row, strict=True))) for row in rows)
+        }
+
     def mark_fetched(self, job_id: str, now: int) -> None:
         """Stamp the job's first fetch (later fetches keep the first stamp)."""
         self._run("mark_fetched", True, job_id=job_id, now=now)
