@@ -133,6 +133,9 @@ class BlockingJobs:
     def watch(self, *args, **kwargs):
         return self._await(self.manager.watch(*args, **kwargs))
 
+    def watch_jobs(self, *args, **kwargs):
+        return self._await(self.manager.watch_jobs(*args, **kwargs))
+
     def run(self, op, request):
         return self._await(self.manager.run(op, request))
 

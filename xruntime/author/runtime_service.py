@@ -1,4 +1,4 @@
-"""XRuntime: the job operations every client uses (docs/protocol.md §4, §11, §12)."""
+"""XRuntime: the job operations every client uses (docs/protocol.md §4, §11, §12, §14)."""
 
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,8 @@ from ..protocol.types import (
     ListJobsRequest,
     RuntimeInformation,
     RuntimeInformationRequest,
+    WatchedJobs,
+    WatchJobsRequest,
     WatchRequest,
 )
 from .service import Service
@@ -78,3 +80,10 @@ def getJobEvents(jobs: "JobManager", request: JobRequest, caller: "Caller") -> J
 )
 def listJobs(jobs: "JobManager", request: ListJobsRequest, caller: "Caller") -> JobList:
     return jobs.list_jobs(request, caller)
+
+
+@xruntime.call(request=WatchJobsRequest, response=WatchedJobs, faults=_REQUEST_FAULTS)
+async def watchJobs(jobs: "JobManager", request: WatchJobsRequest, caller: "Caller") -> WatchedJobs:
+    return await jobs.watch_jobs(
+        request.ids, request.progressUpdatePeriod, request.maximumPollingPeriod, caller=caller
+    )

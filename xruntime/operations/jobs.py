@@ -41,6 +41,7 @@ from ..protocol.types import (
     ListJobsRequest,
     RuntimeInformation,
     ServiceInformation,
+    WatchedJobs,
     XModel,
 )
 from ..protocol.watch import watch_periods
@@ -260,6 +261,43 @@ class JobManager:
         if snap.view is None:
             snap.view = self.job_view(snap.rec)
         return snap.view
+
+    async def watch_jobs(
+        self,
+        job_ids: list[str] | None,
+        progress_update_period: int | None = None,
+        maximum_polling_period: int | None = None,
+        caller: Caller = ANONYMOUS,
+    ) -> WatchedJobs:
+        """watchJobs (docs/protocol.md §14): watchJob's rules over many jobs, answering
+        the jobs that changed (``Watches.watch_many``), each as ``watch`` answers it.
+        A repeated id is watched and answered once; no ids, or more than ``[server]
+        max_watched_ids``, is ``InvalidValueFault { parameter: "ids" }``."""
+        assert self.watches is not None  # an HTTP process's manager holds its watches
+        update_ms, maximum_ms = watch_periods(progress_update_period, maximum_polling_period)
+        limit = self.settings().max_watched_ids
+        if not job_ids or len(job_ids) > limit:
+            raise InvalidValueFault(
+                f"ids must name 1 to {limit} jobs (the server's max_watched_ids); "
+                f"{len(job_ids or ())} were given",
+                parameter="ids",
+                value=str(len(job_ids or ())),
+                hint="Watch the jobs in several calls." if job_ids else "Give the ids to watch.",
+            )
+        distinct = list(dict.fromkeys(job_ids))
+        found, woken = await self.watches.watch_many(distinct, update_ms, maximum_ms, caller.sees)
+        now = now_ms()
+        answered = []
+        for job_id, snap in found:
+            if snap.rec is None:
+                answered.append(self.unknown_job(job_id))
+            elif not woken:
+                answered.append(self.job_view(snap.rec, now))
+            else:  # one Job per change, shared with every watch it wakes
+                if snap.view is None:
+                    snap.view = self.job_view(snap.rec, now)
+                answered.append(snap.view)
+        return WatchedJobs(jobs=answered)
 
     def stop(self, job_id: str, caller: Caller = ANONYMOUS) -> Job:
         for _ in range(RACE_RETRIES):

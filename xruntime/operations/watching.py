@@ -31,7 +31,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..protocol import states
@@ -91,6 +91,7 @@ class JobWatch:
         self._waiters: set[Answer] = set()  # waiting for a change
         self._quiet: dict[Answer, _QuietWait] = {}  # waiting for the end
         self._readers: set[asyncio.Future[Snapshot]] = set()  # waiting for a read
+        self._groups: set[_Group] = set()  # watchJobs calls that watch this job among others
         self._reading = False
         self._again = False
 
@@ -111,13 +112,19 @@ class JobWatch:
                 if not self._again:
                     break
         except Exception as exc:  # the database is away: every waiter answers a fault
-            waiters = self._waiters | self._readers | set(self._quiet)
-            self._waiters, self._readers, self._quiet = set(), set(), {}
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_exception(exc)
+            self.failed(exc)
         finally:
             self._reading = False
+
+    def failed(self, exc: BaseException) -> None:
+        """A read failed (the database is away): every waiter answers ``exc``."""
+        waiters = self._waiters | self._readers | set(self._quiet)
+        self._waiters, self._readers, self._quiet = set(), set(), {}
+        for fut in waiters:
+            if not fut.done():
+                fut.set_exception(exc)
+        for group in list(self._groups):
+            group.failed(exc)
 
     def _publish(self, snapshot: Snapshot) -> None:
         previous, self.snapshot = self.snapshot, snapshot
@@ -141,7 +148,9 @@ class JobWatch:
             for wait in self._quiet.values():
                 wait.changed()
         _resolve(waiters, value)
-        if len(waiters) >= BURST:
+        for group in self._groups:
+            group.changed(self, value)
+        if len(waiters) + len(self._groups) >= BURST:
             _pause_collection()  # (after: its end is queued behind their steps)
 
     async def quiet(self, than: Snapshot, earliest: float, latest: float) -> Snapshot | None:
@@ -180,6 +189,19 @@ class JobWatch:
             self._waiters.discard(fut)
         return found if found is not None and found is not than else None
 
+    def next_read(self) -> asyncio.Future[Snapshot]:
+        """The snapshot the read under way publishes (or its failure)."""
+        fut: asyncio.Future[Snapshot] = asyncio.get_running_loop().create_future()
+        self._readers.add(fut)
+        return fut
+
+    def stale(self, max_age: float) -> bool:
+        """No snapshot, or one older than ``max_age`` s (and not closing)."""
+        snap = self.snapshot
+        return snap is None or (
+            not self.watches.closed and time.monotonic() - snap.read_at > max_age
+        )
+
     async def current(self, max_age: float) -> Snapshot:
         """The last snapshot, read (again) when there is none or it is older than
         ``max_age`` s."""
@@ -212,6 +234,41 @@ class _QuietWait:
             self.timer = asyncio.get_running_loop().call_at(self.earliest, _expire, self.future)
 
 
+class _Group:
+    """One watchJobs call, among the members of each of its jobs' JobWatch: it notes
+    which of them changed and answers by watchJob's rules (docs/protocol.md §4) taken
+    over all of them: at once on a job's end; at ``earliest`` (loop time) when one
+    changed before it; at the first change after it; else at ``latest`` (None)."""
+
+    __slots__ = ("future", "earliest", "changed_jobs", "timer")
+
+    def __init__(self, earliest: float, latest: float) -> None:
+        loop = asyncio.get_running_loop()
+        self.future: Answer = loop.create_future()
+        self.earliest = earliest
+        self.changed_jobs: dict[JobWatch, None] = {}  # in the order they changed
+        self.timer = loop.call_at(latest, _expire, self.future)
+
+    def changed(self, job: JobWatch, value: Snapshot | None) -> None:
+        """``job`` published a change (``value``), or the process closes (None)."""
+        if value is None:
+            _expire(self.future)
+            return
+        self.changed_jobs[job] = None
+        if self.future.done():
+            return
+        loop = asyncio.get_running_loop()
+        if value.final or loop.time() >= self.earliest:
+            self.future.set_result(value)
+        elif len(self.changed_jobs) == 1:  # the first change: answered when the period ends
+            self.timer.cancel()
+            self.timer = loop.call_at(self.earliest, _settle, self.future, value)
+
+    def failed(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
 def _state(snapshot: Snapshot) -> tuple[str, str | None] | None:
     return (snapshot.rec.status, snapshot.rec.progress) if snapshot.rec is not None else None
 
@@ -223,8 +280,12 @@ def _resolve(futures: Iterable[asyncio.Future[_T]], value: _T) -> None:
 
 
 def _expire(fut: Answer) -> None:
+    _settle(fut, None)
+
+
+def _settle(fut: Answer, value: Snapshot | None) -> None:
     if not fut.done():
-        fut.set_result(None)
+        fut.set_result(value)
 
 
 _pauses = [0]
@@ -309,6 +370,59 @@ class Watches:
             finally:
                 self._leave(job)
 
+    async def watch_many(
+        self,
+        job_ids: Sequence[str],
+        update_ms: int,
+        maximum_ms: int,
+        sees: Callable[[str], bool] | None = None,
+    ) -> tuple[list[tuple[str, Snapshot]], bool]:
+        """watchJobs (docs/protocol.md §14): ``watch``'s rules over distinct ``job_ids``,
+        held as one coroutine and one member of each job's JobWatch.  Answers at once
+        the jobs that are terminal, unknown or not seen (``UNSEEN``); else the jobs that
+        changed, at the first change once ``update_ms`` has passed (changes seen earlier
+        the moment it is over, a job's end at once); else, after ``maximum_ms`` or when
+        closing, every job as it stands.  Answers ``([(id, snapshot)], woken)`` as
+        ``watch`` answers ``(snapshot, woken)``, in the order of ``job_ids``.  The jobs
+        without a fresh snapshot are read in one statement (``_read_many``), not one
+        ``peek`` each."""
+        with metrics.held_watches:  # once for the call, however many jobs it watches
+            loop = self._enter()
+            arrived = loop.time()
+            earliest, latest = arrived + update_ms / 1000, arrived + maximum_ms / 1000
+            jobs = [self._join(job_id) for job_id in job_ids]
+            group: _Group | None = None
+            try:
+                await self._current(jobs, STALE_AFTER)
+
+                def seen(job: JobWatch) -> tuple[str, Snapshot]:
+                    snap = job.snapshot
+                    assert snap is not None  # _current read it
+                    if snap.rec is not None and sees is not None and not sees(snap.rec.owner):
+                        return job.job_id, UNSEEN
+                    return job.job_id, snap
+
+                ended = [found for found in map(seen, jobs) if found[1].final]
+                if ended:
+                    return ended, True
+                if self.closed:
+                    return [seen(job) for job in jobs], False
+                group = _Group(earliest, latest)  # (no await since the read: no change missed)
+                for job in jobs:
+                    job._groups.add(group)
+                woken = await group.future  # a change's snapshot; None: its time is up
+                if woken is not None and group.changed_jobs:
+                    return [seen(job) for job in group.changed_jobs], True
+                await self._current(jobs, STALE_AFTER)  # every job as it stands
+                return [seen(job) for job in jobs], False
+            finally:
+                if group is not None:
+                    group.timer.cancel()
+                    for job in jobs:
+                        job._groups.discard(group)
+                for job in jobs:
+                    self._leave(job)
+
     async def until_final(self, job_id: str) -> Snapshot:
         """Wait until the job is finished, deleted or gone (the synchronous form)."""
         self._enter()
@@ -321,8 +435,39 @@ class Watches:
         finally:
             self._leave(job)
 
+    async def _current(self, jobs: list[JobWatch], max_age: float) -> None:
+        """Each of ``jobs`` with a snapshot at most ``max_age`` s old: those without one
+        and no read under way are read in one statement; the others' reads awaited."""
+        stale = [job for job in jobs if job.stale(max_age)]
+        if not stale:
+            return
+        under_way = [job.next_read() for job in stale if job._reading]
+        idle = [job for job in stale if not job._reading]
+        if idle:
+            await self._read_many(idle)
+        if under_way:
+            await asyncio.gather(*under_way)
+
+    async def _read_many(self, jobs: list[JobWatch]) -> None:
+        """Read ``jobs`` (none with a read under way) in one statement and publish each
+        snapshot; a change told meanwhile is read again, as ``JobWatch.changed`` does."""
+        for job in jobs:
+            job._reading, job._again = True, False
+        try:
+            found = await blocking(self.store.peek_many, [job.job_id for job in jobs])
+        except Exception as exc:
+            for job in jobs:
+                job._reading = False
+                job.failed(exc)
+            raise
+        for job in jobs:
+            job._reading = False
+            job._publish(Snapshot(found.get(job.job_id)))
+            if job._again:
+                job.changed()
+
     def waiting(self) -> int:
-        """How many watches are held (for tests and metrics)."""
+        """How many watches of a job are held (for tests): a watchJobs holds one per job."""
         return sum(job.members for job in list(self._jobs.values()))
 
     # ------------------------------------------------------------------ changes

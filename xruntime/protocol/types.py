@@ -173,6 +173,23 @@ class JobList(XModel):
     nextCursor = Unicode  # absent on the last page
 
 
+class WatchJobsRequest(XModel):
+    """watchJobs (docs/protocol.md §14): watchJob's periods over many ids.  ``ids`` is
+    not ``required``: SOAP cannot tell an empty list from none, so both are one
+    ``InvalidValueFault { parameter: "ids" }`` in every binding."""
+
+    ids = repeated(Unicode)
+    progressUpdatePeriod = Long
+    maximumPollingPeriod = Long
+
+
+class WatchedJobs(XModel):
+    """watchJobs' answer: the jobs that changed, each as watchJob answers it.  Not
+    PROTOCOL §14's ``JobList``: that name is listJobs' list of ``JobSummary`` here."""
+
+    jobs = repeated(Job)
+
+
 __all__ = [
     "NAMESPACE",
     "XModel",
@@ -199,6 +216,8 @@ __all__ = [
     "ListJobsRequest",
     "JobSummary",
     "JobList",
+    "WatchJobsRequest",
+    "WatchedJobs",
     "link_base",
 ]
 

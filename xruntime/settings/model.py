@@ -117,6 +117,7 @@ class Settings:
     max_connections: int = _SERVER["max_connections"]  # per HTTP process
     max_batch: int = _SERVER["max_batch"]  # JSON-RPC requests in one batch
     max_batch_answer_bytes: int = _SERVER["max_batch_answer_bytes"]  # one batch's answer
+    max_watched_ids: int = _SERVER["max_watched_ids"]  # ids of one watchJobs
     allowed_origins: tuple = _SERVER["allowed_origins"]  # other origins whose pages may call
     allowed_hosts: tuple = _SERVER["allowed_hosts"]  # host names served besides addresses
     node_name: str = _SERVER["node_name"]  # in the store; "": hostname:port

@@ -224,6 +224,15 @@ KEYS: tuple[Key, ...] = (
         "(`RejectedRequestFault`): fetch a large result on its own",
     ),
     Key(
+        "max_watched_ids",
+        integer(1, 10_000),
+        1000,
+        ("server",),
+        section="§14",
+        doc="job ids one `watchJobs` may watch; more are refused "
+        '(`InvalidValueFault { parameter: "ids" }`)',
+    ),
+    Key(
         "allowed_origins",
         ORIGINS,
         [],
