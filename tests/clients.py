@@ -140,7 +140,8 @@ class _WsdlClient:
         except self.Fault as fault:
             raise self.typed_fault(client, fault) from fault
         data = self.data(answer)
-        data.pop("$type", None)
+        if isinstance(data, dict):  # (an answer of one list field is that list: zeep)
+            data.pop("$type", None)
         return data
 
 

@@ -457,3 +457,50 @@ def test_a_token_over_plain_http_to_another_host_is_warned_about():
     ):
         assert plain_http_warning(url, "t") is None, url
     assert plain_http_warning("http://jobs.example.org", None) is None
+
+
+def watch_calls(server) -> dict:
+    """How many watchJob and watchJobs requests the node has answered, per operation."""
+    return {
+        operation: sum(
+            value
+            for (name, labels), value in server.scrape().items()
+            if name == "xruntime_requests_total" and dict(labels).get("operation") == operation
+        )
+        for operation in ("watchJob", "watchJobs")
+    }
+
+
+def test_watch_of_several_jobs_holds_one_watchjobs_and_prints_each_end(server):
+    done = start(server, durationMs=0)
+    failing = start(server, failAtStep=1)
+    slow = start(server, durationMs=3000, steps=3)  # (the command takes ~1 s to start)
+    before = watch_calls(server)
+    code, out, err = run(server, "watch", done, failing, slow, done)
+    after = watch_calls(server)
+    assert code == 1, "one of them FAILED"
+    lines = out.splitlines()
+    assert [line.split()[:2] for line in lines] == [
+        [done, "SUCCEEDED"],
+        [failing, "FAILED"],
+        [slow, "SUCCEEDED"],
+    ], "each job once, in the order given"
+    assert after["watchJob"] == before["watchJob"], "no watchJob per job"
+    assert after["watchJobs"] > before["watchJobs"]
+    assert "\x1b" not in err
+    assert any(
+        re.match(rf"{slow} RUNNING [12]/3 \(\d+\.\d s\)$", line) for line in err.splitlines()
+    ), err
+    assert err.splitlines()[-1].startswith(f"{slow} SUCCEEDED 3/3"), err
+
+
+def test_watch_of_several_jobs_on_a_terminal_draws_a_bar_each(server):
+    first, second = start(server, durationMs=800, steps=2), start(server, durationMs=0)
+    code, output = run_on_terminal(server, "watch", first, second)
+    assert code == 0, output
+    text = ESCAPE.sub("", output)
+    assert "━" in output
+    assert first in text and second in text, "each bar names its job"
+    assert re.search(rf"{first} SUCCEEDED \d+\.\d s", text) and re.search(
+        rf"{second} SUCCEEDED \d+\.\d s", text
+    )

@@ -42,6 +42,7 @@ STEPS = [
     "unknown",
     "invalid",
     "failing",
+    "watch-jobs",
     "xtour",
     "xdima",
     "simulate",

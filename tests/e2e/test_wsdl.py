@@ -90,6 +90,7 @@ def test_zeep_accepts_the_served_wsdl(server, service, query):
     if service == "XRuntime":
         assert operations == {
             "watchJob",
+            "watchJobs",
             "stopJob",
             "deleteJob",
             "getRuntimeInformation",

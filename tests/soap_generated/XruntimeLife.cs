@@ -160,6 +160,20 @@ public static class XruntimeLife {
             }
             runtime.deleteJob(Job(failing));
         });
+        Step("watch-jobs", () => {
+            string done = demo.startSimulate(Simulation(0, 1)).id;
+            Check(WaitDone(done).status == JobStatus.SUCCEEDED, "not SUCCEEDED");
+            string unknown = Guid.NewGuid().ToString();
+            var request = new WatchJobsRequest();
+            request.ids = new string[] { done, unknown };
+            request.maximumPollingPeriod = 2000; request.maximumPollingPeriodSpecified = true;
+            Job[] jobs = runtime.watchJobs(request);  // (wsdl.exe: a response of one list is that list)
+            Check(jobs.Length == 2, "jobs " + jobs.Length);
+            Check(jobs[0].id == done, "first " + jobs[0].id);
+            Check(jobs[0].status == JobStatus.SUCCEEDED, "status " + jobs[0].status);
+            Check(jobs[1].status == JobStatus.UNKNOWN, "status " + jobs[1].status);
+            runtime.deleteJob(Job(done));
+        });
         Step("xtour", () => {
             long[][] d = { new long[] {0, 1000, 1414, 1000}, new long[] {1000, 0, 1000, 1414},
                            new long[] {1414, 1000, 0, 1000}, new long[] {1000, 1414, 1000, 0} };

@@ -152,6 +152,21 @@ public class XruntimeLife {
             }
             runtime.deleteJob(job(failing));
         });
+        step("watch-jobs", () -> {
+            String done = demo.startSimulate(simulation(0, 1)).getId();
+            check(waitDone(done).getStatus() == JobStatus.SUCCEEDED, "not SUCCEEDED");
+            String unknown = java.util.UUID.randomUUID().toString();
+            WatchJobsRequest request = new WatchJobsRequest();
+            request.getIds().add(done);
+            request.getIds().add(unknown);
+            request.setMaximumPollingPeriod(2000L);
+            List<Job> jobs = runtime.watchJobs(request).getJobs();
+            check(jobs.size() == 2, "jobs " + jobs.size());
+            check(done.equals(jobs.get(0).getId()), "first " + jobs.get(0).getId());
+            check(jobs.get(0).getStatus() == JobStatus.SUCCEEDED, "status " + jobs.get(0).getStatus());
+            check(jobs.get(1).getStatus() == JobStatus.UNKNOWN, "status " + jobs.get(1).getStatus());
+            runtime.deleteJob(job(done));
+        });
         step("xtour", () -> {
             int[][] d = {{0, 1000, 1414, 1000}, {1000, 0, 1000, 1414}, {1414, 1000, 0, 1000}, {1000, 1414, 1000, 0}};
             PlanToursRequest request = new PlanToursRequest();

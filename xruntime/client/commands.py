@@ -1,4 +1,5 @@
 """The client commands of ``xruntime``: start, watch, fetch, stop, delete, jobs.
+(``watch`` of several jobs holds one watchJobs, not a watchJob per job.)
 
 They talk to any server over the JSON binding (``client.Client``). What a command
 makes goes to standard output (a job id, a result, a final status, a table); the live
@@ -86,8 +87,10 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("-o", "--output", metavar="FILE", help="with --wait: write the result to FILE")
     p.set_defaults(func=partial(run, cmd_start))
 
-    p = sub.add_parser("watch", parents=[common], help="a job's live progress, until it ends")
-    p.add_argument("id")
+    p = sub.add_parser(
+        "watch", parents=[common], help="jobs' live progress, until they end (one long poll)"
+    )
+    p.add_argument("ids", nargs="+", metavar="ID", help="a job id; several: watched together")
     p.set_defaults(func=partial(run, cmd_watch))
 
     p = sub.add_parser("fetch", parents=[common], help="a finished job's result (JSON)")
@@ -182,12 +185,18 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    """Each job to its end, then one line per job on stdout; OK when all SUCCEEDED."""
     client = _client(args)
-    job = watch(client, client.call("XRuntime", "watchJob", {"id": args.id, **NOW_PERIODS}))
+    ids = list(dict.fromkeys(args.ids))
+    if len(ids) == 1:
+        ended = [watch(client, client.call("XRuntime", "watchJob", {"id": ids[0], **NOW_PERIODS}))]
+    else:
+        ended = watch_many(client, ids)
     from .view import duration
 
-    print(f"{job['id']} {job['status']} {duration(job.get('elapsedTime', 0))}")
-    return OK if job["status"] == states.SUCCEEDED else FAULT
+    for job in ended:
+        print(f"{job['id']} {job['status']} {duration(job.get('elapsedTime', 0))}")
+    return OK if all(job["status"] == states.SUCCEEDED for job in ended) else FAULT
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
@@ -250,13 +259,48 @@ def watch(client: Client, job: dict[str, Any]) -> dict[str, Any]:
     return job
 
 
+def watch_many(client: Client, job_ids: list[str]) -> list[dict[str, Any]]:
+    """Follow several jobs to their final statuses with one watchJobs at a time (not a
+    watchJob each), drawing each on stderr; their last Jobs, in the order of
+    ``job_ids`` (at most the server's max_watched_ids)."""
+    from .view import BarView, LineView
+
+    live = sys.stderr.isatty()
+    view = BarView(several=True) if live else LineView(several=True)
+    periods = LIVE_PERIODS if live else PLAIN_PERIODS
+    last: dict[str, dict[str, Any]] = {}
+    pending, asked = job_ids, NOW_PERIODS  # the first answer: every job as it is now
+    try:
+        while pending:
+            for job in _patiently(partial(client.watch_jobs, pending, *_periods(asked))):
+                last[job["id"]] = job
+                view.show(job)
+            pending = [i for i in pending if last.get(i, {}).get("status") not in states.TERMINAL]
+            asked = periods
+    finally:
+        view.close()
+    return [last[i] for i in job_ids]
+
+
+def _periods(periods: dict[str, int]) -> tuple[int, int | None]:
+    return periods["progressUpdatePeriod"], periods.get("maximumPollingPeriod")
+
+
 def _watch_once(client: Client, job_id: str, periods: dict[str, int]) -> dict[str, Any]:
-    """One watchJob; a server that went away (a restart: jobs survive it) is tried
+    """One watchJob, ``_patiently``."""
+    answer: dict[str, Any] = _patiently(
+        partial(client.call, "XRuntime", "watchJob", {"id": job_id, **periods})
+    )
+    return answer
+
+
+def _patiently(call: Callable[[], Any]) -> Any:
+    """``call()``; a server that went away (a restart: jobs survive it) is tried
     again for up to RECONNECT_FOR seconds before the watch gives up."""
     give_up = time.monotonic() + RECONNECT_FOR
     while True:
         try:
-            return client.call("XRuntime", "watchJob", {"id": job_id, **periods})
+            return call()
         except Unreachable:
             if time.monotonic() > give_up:
                 raise

@@ -17,6 +17,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable
 from http.client import HTTPMessage
 from typing import IO, Any, NoReturn
 
@@ -115,6 +116,25 @@ class Client:
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
             raise Unreachable(f"cannot reach {self.url}: {reason}") from None
+
+    def watch_jobs(
+        self,
+        job_ids: Iterable[str],
+        progress_update_period: int | None = None,
+        maximum_polling_period: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """watchJobs (docs/protocol.md §14): one long poll over many jobs (at most the
+        server's ``max_watched_ids``, 1 000 by default).  Answers the jobs that changed,
+        each as watchJob answers it: at once those that ended (or are unknown), else at
+        the first change once ``progress_update_period`` ms have passed, else, after
+        ``maximum_polling_period`` ms, every job as it stands."""
+        request: dict[str, Any] = {"ids": list(job_ids)}
+        if progress_update_period is not None:
+            request["progressUpdatePeriod"] = progress_update_period
+        if maximum_polling_period is not None:
+            request["maximumPollingPeriod"] = maximum_polling_period
+        jobs: list[dict[str, Any]] = self.call("XRuntime", "watchJobs", request)["jobs"]
+        return jobs
 
     def operations(self) -> dict[str, list[str]]:
         """Each service's operations, as getRuntimeInformation lists them."""

@@ -18,17 +18,24 @@ from ..protocol.progress_view import view_of
 
 
 class LineView:
-    """One plain line on stderr per change of status or progress, for logs and pipes."""
+    """One plain line on stderr per change of status or progress, for logs and pipes;
+    watching ``several`` jobs, each line begins with its job's id."""
 
-    def __init__(self) -> None:
-        self.last: str | None = None
+    def __init__(self, several: bool = False) -> None:
+        self.several = several
+        self.last: dict[str, str] = {}  # job id → its last line
 
     def show(self, job: Mapping[str, Any]) -> None:
         view = view_of(job.get("progress"))
         line = " ".join(part for part in (job["status"], view.text if view else "") if part)
-        if line != self.last:
-            self.last = line
-            print(f"{line} ({duration(job.get('elapsedTime', 0))})", file=sys.stderr, flush=True)
+        if line != self.last.get(job["id"]):
+            self.last[job["id"]] = line
+            prefix = f"{job['id']} " if self.several else ""
+            print(
+                f"{prefix}{line} ({duration(job.get('elapsedTime', 0))})",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self) -> None:
         pass
@@ -36,10 +43,13 @@ class LineView:
 
 class BarView:
     """A progress bar on the terminal (stderr): status, bar, progress text, the job's
-    elapsed time. A progress without an end (XTour's) shows a pulsing bar."""
+    elapsed time. A progress without an end (XTour's) shows a pulsing bar.  Watching
+    ``several`` jobs, a bar each, led by the job's id."""
 
-    def __init__(self) -> None:
+    def __init__(self, several: bool = False) -> None:
+        ids = [TextColumn("{task.description}", markup=False)] if several else []
         self.progress = Progress(
+            *ids,
             TextColumn("{task.fields[status]:<9}", markup=False),
             JobBarColumn(),
             TextColumn("{task.fields[text]}", markup=False),
@@ -47,7 +57,7 @@ class BarView:
             console=Console(stderr=True),
             refresh_per_second=10,
         )
-        self.task: TaskID | None = None
+        self.tasks: dict[str, TaskID] = {}  # job id → its bar
 
     def show(self, job: Mapping[str, Any]) -> None:
         view = view_of(job.get("progress"))
@@ -61,14 +71,18 @@ class BarView:
         )
         total = None if fraction is None else 1000
         completed = 0 if fraction is None else round(fraction * 1000)
-        if self.task is None:
-            self.progress.start()
-            self.task = self.progress.add_task("", total=total, completed=completed, **fields)
+        task = self.tasks.get(job["id"])
+        if task is None:
+            if not self.tasks:
+                self.progress.start()
+            self.tasks[job["id"]] = self.progress.add_task(
+                job["id"], total=total, completed=completed, **fields
+            )
         else:
-            self.progress.update(self.task, total=total, completed=completed, **fields)
+            self.progress.update(task, total=total, completed=completed, **fields)
 
     def close(self) -> None:
-        if self.task is not None:
+        if self.tasks:
             self.progress.refresh()
             self.progress.stop()
 

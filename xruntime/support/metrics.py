@@ -140,7 +140,9 @@ def _make() -> dict:
             "xruntime_faults", "Faults answered, per binding and fault type.", ["binding", "fault"]
         ),
         "held": Gauge(
-            "xruntime_held_watches", "watchJob calls held open now.", multiprocess_mode="livesum"
+            "xruntime_held_watches",
+            "watchJob and watchJobs calls held open now (a watchJobs counts once).",
+            multiprocess_mode="livesum",
         ),
         "run": Histogram(
             "xruntime_job_run_seconds",
@@ -231,8 +233,8 @@ def fault_answered(fault: XServerFault) -> None:
 
 
 class HeldWatches:
-    """``with held_watches:`` around a watchJob while it is held.  The count is this
-    process's; the gauge gets it once per turn of the event loop (the watches woken by
+    """``with held_watches:`` around a watchJob (or a watchJobs) while it is held.  The
+    count is this process's; the gauge gets it once per turn of the event loop (the watches woken by
     one change end in one turn: one write for all of them)."""
 
     def __init__(self):
