@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from xruntime.operations import watching
 from xruntime.operations.accounts import Caller
 from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault
@@ -248,11 +249,12 @@ def test_an_unreachable_store_answers_its_outage(jobs, simulate_op, monkeypatch)
 
 
 def test_first_read_is_one_statement_and_watchers_of_a_job_share_its_reads(
-    jobs, simulate_op, store
+    jobs, simulate_op, store, monkeypatch
 ):
     """The jobs not yet watched are read with one ``peek_many``; a job that a watchJob
     holds already (a fresh snapshot) is not read again; one change of it is one read for
     the watchJob and the watchJobs, which answer the same Job."""
+    monkeypatch.setattr(watching, "STALE_AFTER", 60.0)  # (a loaded machine: no re-read)
     ids = running(jobs, simulate_op, 4)
     watched = []
     watcher = threading.Thread(target=lambda: watched.append(jobs.watch(ids[0], 250, 10000)))
