@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_any
 from multiprocessing.process import BaseProcess
 from types import FrameType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from ..engine.cleaner import RetentionCleaner
 from ..engine.notifier import Notifier
@@ -33,6 +33,7 @@ from ..engine.supervisor import Supervisor, default_node_name
 from ..store import open_store
 from ..store.feed import open_feed
 from ..support import metrics
+from . import http_entry
 from .reload import ConfigReloader
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ class HttpProcesses:
     def _start(self, index: int) -> None:
         receiver, sender = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(
-            target=_http_main,
+            target=http_entry.http_main,
             name=f"xruntime-http-{index}",
             args=(
                 self.sock,
@@ -161,14 +162,6 @@ class HttpProcesses:
                 proc.kill()
                 proc.join(2)
             conn.close()
-
-
-def _http_main(*args: Any) -> None:
-    """An HTTP process's entry; the main process never imports the HTTP side itself.
-    ``args`` are ``http_main``'s, as ``HttpProcesses._start`` gives them."""
-    from .http_process import http_main
-
-    http_main(*args)
 
 
 def listen(host: str, port: int) -> socket.socket:
