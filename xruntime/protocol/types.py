@@ -70,10 +70,19 @@ class Timeouts(XModel):
     computationTimeout = Long
 
 
+class Callback(XModel):
+    """Where the server POSTs the job when it ends (docs/protocol.md §14), and, with
+    ``progressPeriod`` (ms, at least 1000), its progress no more often than that."""
+
+    url = required(Unicode(max_len=2000))
+    progressPeriod = Long(ge=1000, le=7 * 86_400_000)
+
+
 class RequestBase(XModel):
     """Base of every long operation's request."""
 
     timeouts = Timeouts
+    callback = Callback
 
 
 class ResultLimitation(XModel):
@@ -200,6 +209,7 @@ __all__ = [
     "JobSummary",
     "JobList",
     "link_base",
+    "Callback",
 ]
 
 
