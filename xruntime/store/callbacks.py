@@ -116,7 +116,7 @@ def install_callback_triggers(conn: Connection, dialect: str) -> None:
     """Create the outbox's triggers where missing or different (as ``events.install_triggers``
     does for the history); run where the schema is made."""
     if dialect == "sqlite":
-        present = dict(
+        present: dict[str, str] = dict(
             conn.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")).all()
         )
         for name, create in _sqlite_triggers().items():

@@ -145,6 +145,7 @@ callback_outbox = Table(
     Column("node", String(200)),
     Index("ix_callback_outbox_due", "due_at"),
     Index("ix_callback_outbox_job", "job_seq"),
+    sqlite_autoincrement=True,  # an id is never used again: it names the event to receivers
 )
 
 
