@@ -63,12 +63,14 @@ class Target:
 @dataclass(frozen=True)
 class _Rules:
     """``[callbacks] allowed``, parsed: (scheme, host, port, path) prefixes, host names,
-    name suffixes (``.example.org``) and networks."""
+    name suffixes (``.example.org``), networks, and the addresses the prefixes name
+    (``http://127.0.0.1:8080/`` lists 127.0.0.1 for the URLs under it)."""
 
     prefixes: tuple[tuple[str, str, int, str], ...]
     hosts: frozenset[str]
     suffixes: tuple[str, ...]
     networks: tuple[Network, ...]
+    named: frozenset[Address]
 
     def matches(self, scheme: str, host: str, port: int, path: str) -> bool:
         if host in self.hosts or any(
@@ -88,18 +90,22 @@ class _Rules:
         return False
 
     def listed(self, address: Address) -> bool:
-        """Whether an address or network listed holds ``address``."""
-        return any(address in network for network in self.networks)
+        """Whether an address or network listed holds ``address`` (or a URL prefix names it)."""
+        return address in self.named or any(address in network for network in self.networks)
 
 
 @lru_cache(maxsize=8)
 def _rules(allowed: tuple[str, ...]) -> _Rules:
     """The rules of the (normalised) entries of ``[callbacks] allowed``."""
     prefixes, hosts, suffixes, networks = [], set(), [], []
+    named: set[Address] = set()
     for entry in allowed:
         if "://" in entry:
             scheme, host, port, path = _parts(entry)
             prefixes.append((scheme, host, port, path))
+            literal = _address(host)
+            if literal is not None:
+                named.add(literal)
         elif entry.startswith("."):
             suffixes.append(entry)
         else:
@@ -107,7 +113,9 @@ def _rules(allowed: tuple[str, ...]) -> _Rules:
                 networks.append(ipaddress.ip_network(entry, strict=False))
             except ValueError:
                 hosts.add(entry)
-    return _Rules(tuple(prefixes), frozenset(hosts), tuple(suffixes), tuple(networks))
+    return _Rules(
+        tuple(prefixes), frozenset(hosts), tuple(suffixes), tuple(networks), frozenset(named)
+    )
 
 
 def _address(host: str) -> Address | None:
@@ -135,7 +143,7 @@ def _parts(url: str) -> tuple[str, str, int, str]:
     if split.username is not None or split.password is not None:
         raise Refused("credentials in the URL are not sent; leave them out")
     path = (split.path or "/") + (f"?{split.query}" if split.query else "")
-    host = split.hostname.lower().rstrip(".")
+    host = split.hostname.lower().rstrip(".").strip("[]")
     return scheme, host, port or (443 if scheme == "https" else 80), path
 
 
