@@ -63,14 +63,12 @@ class Target:
 @dataclass(frozen=True)
 class _Rules:
     """``[callbacks] allowed``, parsed: (scheme, host, port, path) prefixes, host names,
-    name suffixes (``.example.org``), networks, and the addresses the prefixes name
-    (``http://127.0.0.1:8080/`` lists 127.0.0.1 for the URLs under it)."""
+    name suffixes (``.example.org``) and networks."""
 
     prefixes: tuple[tuple[str, str, int, str], ...]
     hosts: frozenset[str]
     suffixes: tuple[str, ...]
     networks: tuple[Network, ...]
-    named: frozenset[Address]
 
     def matches(self, scheme: str, host: str, port: int, path: str) -> bool:
         if host in self.hosts or any(
@@ -90,22 +88,18 @@ class _Rules:
         return False
 
     def listed(self, address: Address) -> bool:
-        """Whether an address or network listed holds ``address`` (or a URL prefix names it)."""
-        return address in self.named or any(address in network for network in self.networks)
+        """Whether an address or network listed holds ``address``."""
+        return any(address in network for network in self.networks)
 
 
 @lru_cache(maxsize=8)
 def _rules(allowed: tuple[str, ...]) -> _Rules:
     """The rules of the (normalised) entries of ``[callbacks] allowed``."""
     prefixes, hosts, suffixes, networks = [], set(), [], []
-    named: set[Address] = set()
     for entry in allowed:
         if "://" in entry:
             scheme, host, port, path = _parts(entry)
             prefixes.append((scheme, host, port, path))
-            literal = _address(host)
-            if literal is not None:
-                named.add(literal)
         elif entry.startswith("."):
             suffixes.append(entry)
         else:
@@ -113,9 +107,7 @@ def _rules(allowed: tuple[str, ...]) -> _Rules:
                 networks.append(ipaddress.ip_network(entry, strict=False))
             except ValueError:
                 hosts.add(entry)
-    return _Rules(
-        tuple(prefixes), frozenset(hosts), tuple(suffixes), tuple(networks), frozenset(named)
-    )
+    return _Rules(tuple(prefixes), frozenset(hosts), tuple(suffixes), tuple(networks))
 
 
 def _address(host: str) -> Address | None:
@@ -170,11 +162,14 @@ def target_of(url: str, allowed: tuple[str, ...], resolver: Resolver = resolve) 
         raise Refused(f"{host} does not resolve ({exc})") from None
     if not addresses:
         raise Refused(f"{host} does not resolve")
+    # an address written in the URL matched an address, a network or a URL prefix
+    # listed: that is the administrator's own word for it; a name never is
+    literal = _address(host)
     for text in addresses:
         address = _address(text.split("%")[0])
         if address is None:
             raise Refused(f"{host} resolves to {text}, which is no IP address")
-        if not address.is_global and not rules.listed(address):
+        if not address.is_global and address != literal and not rules.listed(address):
             raise Refused(
                 f"{host} resolves to {address}, a loopback, private or reserved address "
                 "that no address or network in [callbacks] allowed holds"
