@@ -24,8 +24,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.harness import Server, default_config  # noqa: E402
-from tests.harness import free_port  # noqa: E402
+from tests.harness import (  # noqa: E402
+    Server,
+    default_config,
+    free_port,  # noqa: E402
+)
 
 SECRET = "whsec_" + "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleQ=="
 
