@@ -88,6 +88,11 @@ jobs = Table(
     Column("waiting_for", Integer),
     Column("fail_fast", Integer, nullable=False, server_default="0"),
     Column("stored_bytes", BigInteger, Computed(STORED_BYTES, persisted=True)),
+    # its callback (docs/protocol.md §14): where the events go, the progress period (ms;
+    # NULL: only the end), and when the last progress event was written (``callbacks``)
+    Column("callback_url", String(2000)),
+    Column("callback_period", Integer),
+    Column("callback_progress_at", BigInteger),
     Index("ix_jobs_status_seq", "status", "seq"),
     Index("ix_jobs_status_lane_seq", "status", "lane", "seq"),
     Index("ix_jobs_node", "node"),
@@ -113,6 +118,35 @@ job_events = Table(
     Column("node", String(200)),
     Column("message", String(500), nullable=False),
     Index("ix_job_events_job", "job_seq", "seq"),
+)
+
+
+#: The callbacks still to deliver (docs/protocol.md §14): one row per event, written by the
+#: database in the statement that ends the job or stores its progress (``store.callbacks``),
+#: deleted when delivered or given up.  It holds what the body is made of (status, elapsed
+#: time, progress as stored), so a job erased meanwhile is still reported; no foreign key.
+#: ``lease_until``/``node``: a node delivering it now; ``due_at``: its next attempt (ms,
+#: the database's clock).
+callback_outbox = Table(
+    "callback_outbox",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(36), nullable=False),
+    Column("job_seq", Integer, nullable=False),
+    Column("owner", String(100), nullable=False),
+    Column("url", String(2000), nullable=False),
+    Column("type", String(20), nullable=False),
+    Column("status", String(10), nullable=False),
+    Column("elapsed", BigInteger, nullable=False),
+    Column("progress", LargeBinary),
+    Column("created_at", BigInteger, nullable=False),
+    Column("due_at", BigInteger, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("lease_until", BigInteger),
+    Column("node", String(200)),
+    Index("ix_callback_outbox_due", "due_at"),
+    Index("ix_callback_outbox_job", "job_seq"),
+    sqlite_autoincrement=True,  # an id is never used again: it names the event to receivers
 )
 
 
