@@ -1,4 +1,4 @@
-"""The ``xruntime`` command: serve, check-config, wsdl, token new; and the client
+"""The ``xruntime`` command: serve, check-config, wsdl, token new (and new-secret); and the client
 commands start, watch, fetch, stop, delete, jobs (``client_cli``)."""
 
 import argparse
@@ -95,6 +95,19 @@ def cmd_token_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_token_new_secret(args: argparse.Namespace) -> int:
+    """A fresh secret to sign callbacks with (docs/protocol.md §14), in the ``whsec_``
+    form that Standard Webhooks libraries take."""
+    import base64
+    import secrets
+
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+    where = f"[users.{args.name}]" if args.name else "[callbacks]"
+    print(f"# The secret callbacks are signed with: for the receiver's owner, and for {where}:")
+    print(f'{"callback_secret" if args.name else "secret"} = "{secret}"')
+    return 0
+
+
 def _service_names() -> list[str]:
     from .author.registry import discover
 
@@ -134,6 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("name", help="the user's name")
     p.set_defaults(func=cmd_token_new)
+    p = tokens.add_parser(
+        "new-secret", help="print a fresh secret to sign callbacks with ([callbacks] or a user's)"
+    )
+    p.add_argument("name", nargs="?", help="the user whose callbacks it signs (none: the node's)")
+    p.set_defaults(func=cmd_token_new_secret)
     client_cli.add_commands(sub)
     args = parser.parse_args(argv)
     return args.func(args)

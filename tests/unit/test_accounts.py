@@ -348,6 +348,8 @@ def test_a_flooded_lane_does_not_slow_a_claim(any_store):
                 computation_timeout=None,
                 owner="alice",
                 lane="XDemo/alice",
+                callback_url=None,
+                callback_period=None,
             )
         )
         for i in range(20_000)

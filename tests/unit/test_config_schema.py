@@ -13,6 +13,7 @@ from xruntime.settings import docs as config_docs
 from xruntime.settings import schema as config_schema
 from xruntime.settings.config import (
     AuthSettings,
+    CallbackSettings,
     ConfigError,
     JobSettings,
     Quota,
@@ -37,10 +38,11 @@ MODELS = {
     "services.NAME": ServiceSettings(),
     "auth": AuthSettings(),
     "users.NAME": User(name="u", token_sha256=TOKEN),
+    "callbacks": CallbackSettings(),
 }
 #: the fields of each model that no key fills (objects of their own, or derived)
 NOT_KEYS = {
-    Settings: {"jobs", "services", "auth", "users", "path"},
+    Settings: {"jobs", "services", "auth", "users", "callbacks", "path"},
     ServiceSettings: {"jobs", "overridden"},
     User: {"name", "quota", "services"},
 }
@@ -83,7 +85,7 @@ def test_every_table_and_key_is_declared_consistently():
 
 
 @pytest.mark.parametrize(
-    "model", [Settings, JobSettings, ServiceSettings, AuthSettings, Quota, User]
+    "model", [Settings, JobSettings, ServiceSettings, AuthSettings, Quota, User, CallbackSettings]
 )
 def test_each_model_field_is_a_key_and_each_key_a_model_field(model):
     homes = {
@@ -93,6 +95,7 @@ def test_each_model_field_is_a_key_and_each_key_a_model_field(model):
         AuthSettings: ("auth",),
         Quota: ("users.NAME",),
         User: ("users.NAME",),
+        CallbackSettings: ("callbacks",),
     }[model]
     own = {f.name for f in fields(model)} - NOT_KEYS.get(model, set())
     declared = {key.setting for key in KEYS if key.home in homes}

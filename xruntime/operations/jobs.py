@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..engine.child_jobs import stop_children
+from ..engine.webhooks import check_callback
 from ..protocol import codec, states
 from ..protocol.faults import (
     AccessDeniedFault,
@@ -141,6 +142,9 @@ class JobManager:
         queueing, computation = asked_timeouts(
             request, settings.jobs_for(op.service).max_request_timeout_ms
         )
+        callback = getattr(request, "callback", None)
+        if callback is not None:  # refused before anything is stored (docs/protocol.md §14)
+            check_callback(callback.url, callback.progressPeriod, settings, caller.name)
         rec = JobRecord(
             id=str(uuid.uuid4()),
             service=op.service,
@@ -152,6 +156,8 @@ class JobManager:
             queued_at=now_ms(),
             queueing_timeout=queueing,
             computation_timeout=computation,
+            callback_url=callback.url if callback is not None else None,
+            callback_period=callback.progressPeriod if callback is not None else None,
         )
         max_queued, scope = settings.queue_limit(op.service)
         own_max = settings.quota_of(caller.name, op.service).max_queued

@@ -70,10 +70,21 @@ class Timeouts(XModel):
     computationTimeout = Long
 
 
+class Callback(XModel):
+    """Where the server POSTs the job when it ends (docs/protocol.md §14), and, with
+    ``progressPeriod`` (ms, at least 1000), its progress no more often than that.  (Their
+    bounds are checked at the start, ``engine.webhooks.check_callback``: a restricted
+    type here would be an anonymous one spyne cannot write in the protocol's schema.)"""
+
+    url = required(Unicode)
+    progressPeriod = Long
+
+
 class RequestBase(XModel):
     """Base of every long operation's request."""
 
     timeouts = Timeouts
+    callback = Callback
 
 
 class ResultLimitation(XModel):
@@ -219,6 +230,7 @@ __all__ = [
     "WatchJobsRequest",
     "WatchedJobs",
     "link_base",
+    "Callback",
 ]
 
 

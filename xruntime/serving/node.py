@@ -25,14 +25,16 @@ from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_any
 from multiprocessing.process import BaseProcess
 from types import FrameType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
+from ..engine.callbacks import CallbackDelivery
 from ..engine.cleaner import RetentionCleaner
 from ..engine.notifier import Notifier
 from ..engine.supervisor import Supervisor, default_node_name
 from ..store import open_store
 from ..store.feed import open_feed
 from ..support import metrics
+from . import http_entry
 from .reload import ConfigReloader
 
 if TYPE_CHECKING:
@@ -47,7 +49,8 @@ BACKLOG = 4096
 
 
 class Node:
-    """The main process's parts: store, notifier and change feed, supervisor, cleaner."""
+    """The main process's parts: store, notifier and change feed, supervisor, cleaner,
+    and the delivery of callbacks."""
 
     def __init__(
         self, settings: Settings, services: Sequence[str], node_name: str | None = None
@@ -61,14 +64,23 @@ class Node:
         self.supervisor = Supervisor(
             self.store, self.notifier, self.settings, self.name, self.cleaner, services
         )
+        # callbacks are delivered here, never by an HTTP or a worker process
+        self.callbacks = CallbackDelivery(self.store, self.settings, self.name)
+        self.notifier.listen(self.callbacks.changed)
         self.feed = open_feed(
             self.store,
             f"{self.name}/main/{os.getpid()}",
-            on_job=self.supervisor.changed_elsewhere,
+            on_job=self._changed_elsewhere,
             on_queue=self.supervisor.work.set,
         )
         self.feed.forget(f"{self.name}/")  # what a killed previous run of this node left
         self.notifier.bridge = self.feed
+
+    def _changed_elsewhere(self, job_id: str) -> None:
+        """A change made by another process (of this node or another): the supervisor
+        acts on stops and deletes, the callbacks look for a new event."""
+        self.supervisor.changed_elsewhere(job_id)
+        self.callbacks.changed(job_id)
 
     def settings(self) -> Settings:
         """The settings in force (a reload swaps them as a whole)."""
@@ -80,9 +92,11 @@ class Node:
     def start(self) -> None:
         self.feed.start()
         self.supervisor.start()
+        self.callbacks.start()
 
     def close(self) -> None:
         self.notifier.close()
+        self.callbacks.close()
         self.supervisor.shutdown()
         self.feed.close()
         self.store.close()
@@ -108,7 +122,7 @@ class HttpProcesses:
     def _start(self, index: int) -> None:
         receiver, sender = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(
-            target=_http_main,
+            target=http_entry.http_main,
             name=f"xruntime-http-{index}",
             args=(
                 self.sock,
@@ -161,14 +175,6 @@ class HttpProcesses:
                 proc.kill()
                 proc.join(2)
             conn.close()
-
-
-def _http_main(*args: Any) -> None:
-    """An HTTP process's entry; the main process never imports the HTTP side itself.
-    ``args`` are ``http_main``'s, as ``HttpProcesses._start`` gives them."""
-    from .http_process import http_main
-
-    http_main(*args)
 
 
 def listen(host: str, port: int) -> socket.socket:

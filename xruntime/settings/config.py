@@ -20,7 +20,16 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from .lines import KeyLines, toml_error
-from .model import AuthSettings, JobSettings, Limits, Quota, ServiceSettings, Settings, User
+from .model import (
+    AuthSettings,
+    CallbackSettings,
+    JobSettings,
+    Limits,
+    Quota,
+    ServiceSettings,
+    Settings,
+    User,
+)
 from .schema import RESTART_FIELDS, Key, Table, children_of, keys_of, refusals_of
 from .values import ANY_USER, USER_NAME, parse_duration
 
@@ -31,6 +40,7 @@ __all__ = [
     "RESTART_KEYS",
     "USER_NAME",
     "AuthSettings",
+    "CallbackSettings",
     "ConfigError",
     "JobSettings",
     "Limits",
@@ -240,6 +250,7 @@ def _settings(checked: dict, path: str) -> Settings:
         services=services,
         auth=AuthSettings(**checked.get("auth", {})),
         users=users,
+        callbacks=CallbackSettings(**checked.get("callbacks", {})),
         path=path,
         **flat,
     )

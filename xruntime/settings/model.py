@@ -18,6 +18,7 @@ _JOBS = defaults("jobs")
 _SERVICE = defaults("services.NAME")
 _AUTH = defaults("auth")
 _USER = defaults("users.NAME")
+_CALLBACKS = defaults("callbacks")
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class User:
     quota: Quota = Quota()
     services: dict = field(default_factory=dict)  # service → Quota of [users.NAME.services.X]
     max_stored_bytes: int | None = _USER["max_stored_bytes"]  # None: [jobs] max_stored_bytes
+    callback_secret: str = _USER["callback_secret"]  # signs the user's callbacks; "": none
 
     def quota_for(self, service: str) -> Quota:
         """The user's quota for ``service``: their own for it, else their general one."""
@@ -99,6 +101,24 @@ class AuthSettings:
 
     required: bool = _AUTH["required"]  # off: every caller is the anonymous user
     public_wsdl: bool = _AUTH["public_wsdl"]  # ?wsdl answers without credentials
+
+
+@dataclass(frozen=True)
+class CallbackSettings:
+    """The [callbacks] table (docs/protocol.md §14)."""
+
+    allowed: tuple = _CALLBACKS["allowed"]  # targets (normalised): URL prefixes, hosts, networks
+    secret: str = _CALLBACKS["secret"]  # with accounts off: signs every callback; "": none
+    max_attempts: int = _CALLBACKS["max_attempts"]
+    retry_delay_ms: int = _CALLBACKS["retry_delay_ms"]  # before the first retry; doubled next
+    retry_max_delay_ms: int = _CALLBACKS["retry_max_delay_ms"]
+    timeout_ms: int = _CALLBACKS["timeout_ms"]  # connect, and each read of the answer
+    concurrency: int = _CALLBACKS["concurrency"]  # deliveries of one node at once
+
+    def retry_after_ms(self, attempts: int) -> int:
+        """The delay after the ``attempts``-th failed attempt:
+        ``min(retry_delay × 2^(attempts-1), retry_max_delay)``."""
+        return min(self.retry_delay_ms * 2 ** min(attempts - 1, 40), self.retry_max_delay_ms)
 
 
 @dataclass(frozen=True)
@@ -127,6 +147,7 @@ class Settings:
     services: dict = field(default_factory=dict)  # name → ServiceSettings
     auth: AuthSettings = AuthSettings()
     users: dict = field(default_factory=dict)  # name → User
+    callbacks: CallbackSettings = CallbackSettings()
     path: str | None = None  # the file read, absolute; None: no file
 
     def http_processes(self) -> int:
@@ -192,6 +213,14 @@ class Settings:
                 if user.quota.max_running:
                     limits.append((user.name, None, user.quota.max_running))
         return tuple(limits)
+
+    def callback_secret(self, user: str) -> tuple[str, str]:
+        """(the secret ``user``'s callbacks are signed with or "", the key that holds
+        it): with accounts on the user's own, with accounts off the node's."""
+        if not self.auth.required:
+            return self.callbacks.secret, "[callbacks] secret"
+        found = self.users.get(user)
+        return (found.callback_secret if found else ""), f"[users.{user}] callback_secret"
 
     def limits_for(
         self, service: str, queueing_ms: int | None = None, computation_ms: int | None = None

@@ -19,12 +19,14 @@ from typing import Any
 
 from .values import (
     BOOLEAN,
+    CALLBACK_TARGETS,
     HOSTS,
     NODE_NAME,
     ORIGINS,
     PUBLIC_URL,
     STRING,
     TOKEN_SHA256,
+    WEBHOOK_SECRET,
     Kind,
     NameRule,
     TomlValue,
@@ -113,6 +115,7 @@ TABLES: tuple[Table, ...] = (
         override_default="the user's",
         override_doc="the user's value for one service",
     ),
+    Table("callbacks", "where completion callbacks may go, how they are signed and retried"),
 )
 
 _JOBS = ("jobs", _SERVICE)
@@ -458,6 +461,81 @@ KEYS: tuple[Key, ...] = (
         refused={_USER_SERVICE: NOT_PER_SERVICE},
         section="§15",
         doc="the user's own bound on stored bytes, all services together; `0`: no limit",
+    ),
+    Key(
+        "callback_secret",
+        WEBHOOK_SECRET,
+        "",
+        ("users.NAME",),
+        section="§14",
+        doc="the secret the user's callbacks are signed with (`whsec_…`; `xruntime token "
+        "new-secret` prints one); empty: a start with a callback answers `InvalidValueFault`",
+    ),
+    # [callbacks]
+    Key(
+        "allowed",
+        CALLBACK_TARGETS,
+        [],
+        ("callbacks",),
+        section="§14",
+        doc='where callbacks may go: URL prefixes (`"https://hooks.example.org/xr/"`), host '
+        'names (`".example.org"`: every name under it), IP addresses or networks; loopback, '
+        "private and link-local addresses only when an address or network listed holds them. "
+        "`[]`: callbacks are refused",
+    ),
+    Key(
+        "secret",
+        WEBHOOK_SECRET,
+        "",
+        ("callbacks",),
+        section="§14",
+        doc="with accounts off, the secret callbacks are signed with (`whsec_…`); empty: a "
+        "start with a callback answers `InvalidValueFault`",
+    ),
+    Key(
+        "max_attempts",
+        integer(1, 1000),
+        12,
+        ("callbacks",),
+        section="§14",
+        doc="attempts to deliver one callback (the first and its retries); then it is given up "
+        "and the job's events say so",
+    ),
+    Key(
+        "retry_delay",
+        duration(positive=True),
+        "5s",
+        ("callbacks",),
+        attr="retry_delay_ms",
+        section="§14",
+        doc="delay before a callback's first retry, doubled for each next one",
+    ),
+    Key(
+        "retry_max_delay",
+        duration(positive=True),
+        "1h",
+        ("callbacks",),
+        attr="retry_max_delay_ms",
+        section="§14",
+        doc="the longest delay between two attempts of a callback",
+    ),
+    Key(
+        "timeout",
+        duration(positive=True),
+        "10s",
+        ("callbacks",),
+        attr="timeout_ms",
+        section="§14",
+        doc="connecting to a receiver, and waiting for each part of its answer; past it the "
+        "attempt failed",
+    ),
+    Key(
+        "concurrency",
+        integer(1, 1000),
+        16,
+        ("callbacks",),
+        section="§14",
+        doc="callbacks one node delivers at once (a slow receiver holds one of them)",
     ),
 )
 

@@ -8,6 +8,9 @@ apart from the declarations so that a new key is one line there, and a new kind 
 is written once here.
 """
 
+import base64
+import binascii
+import ipaddress
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -136,7 +139,25 @@ def _token_sha256(value: TomlValue) -> str:
     return text
 
 
+def _webhook_secret(value: TomlValue) -> str:
+    """A Standard Webhooks secret: ``whsec_`` and the base64 of 24 to 64 random bytes."""
+    text = _string(value).strip()
+    if not text:
+        return text
+    try:
+        raw = base64.b64decode(text.removeprefix("whsec_"), validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if not text.startswith("whsec_") or not 24 <= len(raw) <= 64:
+        raise ValueError(
+            'expected "whsec_" and the base64 of 24 to 64 random bytes '
+            "(`xruntime token new-secret` prints one)"
+        )
+    return text
+
+
 PUBLIC_URL = Kind('http(s) URL or ""', _public_url)
+WEBHOOK_SECRET = Kind('"whsec_<base64>" or ""', _webhook_secret)
 NODE_NAME = Kind("name", _node_name)
 TOKEN_SHA256 = Kind("64 hex digits", _token_sha256)
 
@@ -186,6 +207,50 @@ HOSTS = Kind(
         '"xr.example.org", ".example.org" or "*"',
     ),
 )
+
+
+_TARGET_HOST = re.compile(
+    r"\.?[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?)*"
+)
+_TARGET_URL = re.compile(r"(https?)://(\[[0-9a-f:.]+\]|[a-z0-9_.\-]+)(:[0-9]{1,5})?(/[^\s?#]*)?")
+
+
+def callback_target(item: str) -> str:
+    """One entry of ``[callbacks] allowed``, normalised (lower-case host, no trailing
+    dot): a URL prefix (``https://hooks.example.org/xr/``), a host name
+    (``hooks.example.org``; ``.example.org``: every name under it), an IP address or a
+    network (``10.1.2.0/24``).  Raises ValueError saying what is accepted."""
+    text = item.strip()
+    url = _TARGET_URL.fullmatch(text.lower() if "://" not in text else _lower_origin(text))
+    if url is not None:
+        return url.group(0)
+    lowered = text.lower().rstrip(".")
+    try:
+        return str(ipaddress.ip_network(lowered.strip("[]"), strict=False))
+    except ValueError:
+        pass
+    if "://" not in lowered and "/" not in lowered and _TARGET_HOST.fullmatch(lowered):
+        return lowered
+    raise ValueError(
+        f"{item!r} is no callback target; write an http(s) URL prefix "
+        '("https://hooks.example.org/xr/"), a host name ("hooks.example.org", '
+        '".example.org" for every name under it), an IP address or a network ("10.0.0.0/8")'
+    )
+
+
+def _lower_origin(url: str) -> str:
+    """``url`` with its scheme and host in lower case (a path keeps its case)."""
+    scheme, _, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme.lower()}://{host.lower()}{slash}{path}"
+
+
+def _callback_targets(value: TomlValue) -> tuple:
+    return tuple(callback_target(item) for item in _strings(value))
+
+
+#: Where callbacks may go (``[callbacks] allowed``).
+CALLBACK_TARGETS = Kind("list of URL prefixes, host names or networks", _callback_targets)
 
 
 # ------------------------------------------------------------------------ table names

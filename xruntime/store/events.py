@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 NOTE_CHARS = 500
 
 #: Time in ms since the epoch, by the database's clock.
-_NOW_MS = {
+NOW_MS = {
     "sqlite": "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
     "postgresql": "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
 }
@@ -50,7 +50,7 @@ def _event_inserts(now: str) -> tuple[str, str, str, str]:
 
 def _sqlite_triggers() -> dict[str, str]:
     """name → the CREATE TRIGGER statement."""
-    queued, changed, waiting, fetched = _event_inserts(_NOW_MS["sqlite"])
+    queued, changed, waiting, fetched = _event_inserts(NOW_MS["sqlite"])
     return {
         "job_queued": f"""CREATE TRIGGER job_queued AFTER INSERT ON jobs BEGIN
             {queued}
@@ -72,7 +72,7 @@ def _sqlite_triggers() -> dict[str, str]:
 
 def _postgresql_triggers() -> list[str]:
     """The function behind PostgreSQL's trigger (CREATE OR REPLACE)."""
-    queued, changed, waiting, fetched = _event_inserts(_NOW_MS["postgresql"])
+    queued, changed, waiting, fetched = _event_inserts(NOW_MS["postgresql"])
     return [
         f"""CREATE OR REPLACE FUNCTION xruntime_job_event() RETURNS trigger AS $$
         BEGIN

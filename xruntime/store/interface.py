@@ -17,6 +17,7 @@ from typing import Protocol
 
 from .records import (
     ACTIVE_RUNNING,
+    CallbackEvent,
     FinishedChild,
     JobRecord,
     QueueFull,
@@ -201,6 +202,30 @@ class JobStore(Protocol):
         exclude: Iterable[str] | None = None,
     ) -> int:
         """Erase up to ``limit`` finished jobs past their retention; how many."""
+
+    # ----------------------------------------------------------------- callbacks
+
+    def next_callback_due(self) -> int | None:
+        """When the next callback may be attempted (ms; a leased one when its lease
+        ends), or None when there is none."""
+
+    def claim_callbacks(
+        self, node: str, now: int, lease_ms: int, limit: int
+    ) -> list[tuple[CallbackEvent, int]]:
+        """Take up to ``limit`` due callbacks to deliver from ``node`` until ``now +
+        lease_ms``, oldest first: [(the event, the lease, which fences its outcome)]."""
+
+    def callback_attempted(
+        self, event: CallbackEvent, lease: int, node: str, message: str, due_at: int | None
+    ) -> bool:
+        """End an attempt: delete the event (``due_at`` None) or make it due again, and
+        add ``message`` to its job's history; False when it was no longer this attempt's."""
+
+    def release_callbacks(self, node: str, now: int) -> int:
+        """Make the callbacks ``node`` had taken due now; how many."""
+
+    def pending_callbacks(self, job_id: str | None = None) -> int:
+        """How many callbacks wait to be delivered (of ``job_id``, when given)."""
 
     # ----------------------------------------------------------------- views
 

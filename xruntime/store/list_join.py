@@ -10,16 +10,20 @@ child's list holds its every array.  The result reads back exactly as the text o
 producing the whole list would have stored.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import re
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Iterable, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from . import payload
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor, Future
 
 # A JSON string (a member's key when a colon follows), or a bracket or brace.
 _TOKEN = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")(\s*:\s*)?|[\[\]{}]')
@@ -71,7 +75,7 @@ class _Items:
         self.text, self.index, self.binary, self.numbers = text, index, binary, numbers
         self.deflating: list[Future[payload.Deflated] | _Copied] | None = None
 
-    def as_text(self) -> "_Items":
+    def as_text(self) -> _Items:
         """The items of a packed array as their text, to join with other items."""
         if self.numbers is None:
             return self
@@ -176,6 +180,10 @@ def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes:
     span = _member_span(outer, field)
     if span is None or outer[span[0] : span[1]] != "[]":
         raise ValueError(f"outer has no top-level member {field!r} that is []")
+    # imported here: a worker process imports this module to join its children's
+    # lists, which most never do (concurrent.futures: 0.5 MB of each worker process)
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         reading = [pool.submit(_list_items, blob, field) for blob in parts]
         items = []

@@ -3,7 +3,9 @@
 ``metadata.create_all`` makes missing tables only; columns and indexes added since
 (accounts: ``owner``, ``lane``; retries: ``not_before``, ``retries``; the history:
 ``event_note`` and its triggers; child jobs: ``parent_id``, ``child_stage``,
-``child_index``, ``waiting_for``, ``fail_fast``; stored bytes: ``stored_bytes``) are
+``child_index``, ``waiting_for``, ``fail_fast``; stored bytes: ``stored_bytes``;
+callbacks: ``callback_url``, ``callback_period``, ``callback_progress_at`` and the
+triggers that fill ``callback_outbox``, a table ``create_all`` makes) are
 added here, once, in the transaction that creates the schema (on PostgreSQL under its
 advisory lock, so nodes starting together upgrade it once).  Jobs stored before
 accounts belong to the anonymous user.
@@ -12,6 +14,7 @@ accounts belong to the anonymous user.
 from sqlalchemy import inspect, text, update
 from sqlalchemy.engine import Connection
 
+from .callbacks import install_callback_triggers
 from .events import install_triggers
 from .schema import STORED_BYTES, jobs
 
@@ -28,6 +31,9 @@ ADDED_COLUMNS = {
     "waiting_for": "INTEGER",
     "fail_fast": "INTEGER NOT NULL DEFAULT 0",
     "stored_bytes": None,  # generated: by dialect, below
+    "callback_url": "VARCHAR(2000)",
+    "callback_period": "INTEGER",
+    "callback_progress_at": "BIGINT",
 }
 
 #: SQLite adds a generated column only as VIRTUAL (computed when read, stored in the
@@ -51,4 +57,5 @@ def upgrade(conn: Connection) -> list[str]:
     for index in jobs.indexes:
         index.create(conn, checkfirst=True)
     install_triggers(conn, conn.dialect.name)
+    install_callback_triggers(conn, conn.dialect.name)
     return added

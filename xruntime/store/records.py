@@ -48,6 +48,8 @@ class JobRecord:
     child_index: int | None = None  # a child: its place in that run_children
     waiting_for: int | None = None  # a parent waiting for the children of this stage
     fail_fast: int = 0  # a waiting parent: one child failing ends the wait
+    callback_url: str | None = None  # where its events are POSTed (docs/protocol.md §14)
+    callback_period: int | None = None  # ms between progress events; None: only the end
 
     def elapsed_ms(self, now: int) -> int:
         """How long the job has existed (until it finished, if it has), in ms."""
@@ -102,6 +104,24 @@ class Run:
 
     node: str
     attempt: int
+
+
+@dataclass(frozen=True)
+class CallbackEvent:
+    """One callback to deliver (docs/protocol.md §14), taken from the outbox by a node
+    until ``lease_until``: what the job was when the event was written."""
+
+    seq: int
+    job_id: str
+    job_seq: int
+    owner: str
+    url: str
+    type: str  # "job.finished" or "job.progress"
+    status: str
+    elapsed: int  # ms
+    progress: str | None  # JSON text of the JobProgress
+    created_at: int
+    attempts: int  # the attempts made before this one
 
 
 @dataclass

@@ -21,10 +21,28 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    event,
     text,
 )
+from sqlalchemy.engine import Connection
 
 metadata = MetaData()
+
+#: The partial indexes of ``jobs``, by name: the rows they hold.
+PARTIAL = {
+    "ix_jobs_not_before": "not_before IS NOT NULL",
+    "ix_jobs_parent": "parent_id IS NOT NULL",
+    "ix_jobs_waiting": "waiting_for IS NOT NULL",
+}
+
+
+def _partial(name: str, *columns: str) -> Index:
+    """A partial index, as SQLite makes it.  Its PostgreSQL condition is added when the
+    schema is made on PostgreSQL (``_partial_on_postgresql``): ``postgresql_where`` here
+    would make SQLAlchemy import its PostgreSQL dialect in every process that imports
+    this module, on SQLite too (2.4 MB in each of a node's main and HTTP processes)."""
+    return Index(name, *columns, sqlite_where=text(PARTIAL[name]))
+
 
 #: The bytes a row's payloads take as stored (``length`` of a BLOB/bytea is its size in
 #: both dialects); BIGINT, as four payloads together may pass 2**31.
@@ -70,6 +88,11 @@ jobs = Table(
     Column("waiting_for", Integer),
     Column("fail_fast", Integer, nullable=False, server_default="0"),
     Column("stored_bytes", BigInteger, Computed(STORED_BYTES, persisted=True)),
+    # its callback (docs/protocol.md §14): where the events go, the progress period (ms;
+    # NULL: only the end), and when the last progress event was written (``callbacks``)
+    Column("callback_url", String(2000)),
+    Column("callback_period", Integer),
+    Column("callback_progress_at", BigInteger),
     Index("ix_jobs_status_seq", "status", "seq"),
     Index("ix_jobs_status_lane_seq", "status", "lane", "seq"),
     Index("ix_jobs_node", "node"),
@@ -77,26 +100,9 @@ jobs = Table(
     Index("ix_jobs_owner_seq", "owner", "seq"),
     Index("ix_jobs_owner_bytes", "owner", "stored_bytes"),
     Index("ix_jobs_service_seq", "service", "seq"),
-    Index(
-        "ix_jobs_not_before",
-        "not_before",
-        sqlite_where=text("not_before IS NOT NULL"),
-        postgresql_where=text("not_before IS NOT NULL"),
-    ),
-    Index(
-        "ix_jobs_parent",
-        "parent_id",
-        "child_stage",
-        "child_index",
-        sqlite_where=text("parent_id IS NOT NULL"),
-        postgresql_where=text("parent_id IS NOT NULL"),
-    ),
-    Index(
-        "ix_jobs_waiting",
-        "seq",
-        sqlite_where=text("waiting_for IS NOT NULL"),
-        postgresql_where=text("waiting_for IS NOT NULL"),
-    ),
+    _partial("ix_jobs_not_before", "not_before"),
+    _partial("ix_jobs_parent", "parent_id", "child_stage", "child_index"),
+    _partial("ix_jobs_waiting", "seq"),
 )
 
 #: Each job's history (docs/protocol.md §11): one row per change, written by the database
@@ -115,6 +121,35 @@ job_events = Table(
 )
 
 
+#: The callbacks still to deliver (docs/protocol.md §14): one row per event, written by the
+#: database in the statement that ends the job or stores its progress (``store.callbacks``),
+#: deleted when delivered or given up.  It holds what the body is made of (status, elapsed
+#: time, progress as stored), so a job erased meanwhile is still reported; no foreign key.
+#: ``lease_until``/``node``: a node delivering it now; ``due_at``: its next attempt (ms,
+#: the database's clock).
+callback_outbox = Table(
+    "callback_outbox",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(36), nullable=False),
+    Column("job_seq", Integer, nullable=False),
+    Column("owner", String(100), nullable=False),
+    Column("url", String(2000), nullable=False),
+    Column("type", String(20), nullable=False),
+    Column("status", String(10), nullable=False),
+    Column("elapsed", BigInteger, nullable=False),
+    Column("progress", LargeBinary),
+    Column("created_at", BigInteger, nullable=False),
+    Column("due_at", BigInteger, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("lease_until", BigInteger),
+    Column("node", String(200)),
+    Index("ix_callback_outbox_due", "due_at"),
+    Index("ix_callback_outbox_job", "job_seq"),
+    sqlite_autoincrement=True,  # an id is never used again: it names the event to receivers
+)
+
+
 #: The members of an SQLite database's change feed (``store.feed``): the address of
 #: each process that uses the file, so that each can send the others the ids of the
 #: jobs it changed.  PostgreSQL uses LISTEN/NOTIFY instead (``store.channel``).
@@ -127,6 +162,17 @@ feed_members = Table(
     Column("origin", String(200), nullable=False),
     Column("since", BigInteger, nullable=False),
 )
+
+
+@event.listens_for(metadata, "before_create")
+def _partial_on_postgresql(target: MetaData, connection: Connection, **kw: object) -> None:
+    """Give the partial indexes their PostgreSQL condition before ``create_all`` makes
+    the schema on PostgreSQL (a database that exists is upgraded after it,
+    ``migrate.upgrade``, which makes its missing indexes with the same condition)."""
+    if connection.dialect.name == "postgresql":
+        for index in jobs.indexes:
+            if index.name in PARTIAL:
+                index.dialect_kwargs["postgresql_where"] = text(PARTIAL[index.name])
 
 
 def lane_of(service: str, owner: str) -> str:

@@ -17,6 +17,7 @@ from .children import ChildJobs
 from .claims import claim_statement
 from .database import QUEUE_LOCK_KEY
 from .events import fault_type, note_of
+from .outbox import CallbackOutbox
 from .payload import pack
 from .records import JobRecord, Recovered, Run
 from .schema import job_events, jobs, lane_of
@@ -34,7 +35,7 @@ from .statements import (
 )
 
 
-class SqlJobStore(ChildJobs):
+class SqlJobStore(ChildJobs, CallbackOutbox):
     """The JobStore on a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://…``)."""
 
     # ----------------------------------------------------------------- a job's start

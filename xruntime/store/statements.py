@@ -45,7 +45,7 @@ UNFINISHED = (Status.QUEUING,) + HOLDING_WORKER
 
 _PAYLOADS = ("request", "result", "fault", "progress")
 #: Columns the store keeps for itself: never part of a JobRecord.
-_INTERNAL = ("seq", "lane", "event_note", "stored_bytes")
+_INTERNAL = ("seq", "lane", "event_note", "stored_bytes", "callback_progress_at")
 #: Every column of a JobRecord.
 ALL_NAMES = [c.name for c in jobs.c if c.name not in _INTERNAL]
 #: A JobRecord without its request, result and fault (``peek``, listings).
@@ -65,6 +65,8 @@ INSERT_KEYS = [
     "request",
     "owner",
     "lane",
+    "callback_url",
+    "callback_period",
 ]
 
 _ID: BindParameter[str] = bindparam("job_id")

@@ -35,7 +35,6 @@ import shutil
 import tempfile
 import threading
 import time
-from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -161,38 +160,38 @@ def _make() -> dict:
 
 class RequestRecord:
     """What one HTTP request did, filled in by the shared points every binding passes
-    (the dispatcher, the fault renderers) and recorded when it is answered."""
+    (the dispatcher, the fault renderers) and recorded when it is answered.
 
-    __slots__ = ("binding", "operations", "faults")
+    Kept small: a held watchJob keeps its record for as long as it is held (10 000 held,
+    benchmarks/longpoll.py).  Tuples, empty until a name is added (the empty tuple is
+    shared), and no context token: each request runs in its own task, so its own
+    context, and the record it set goes with the task (200 bytes a request less than
+    two lists, a token and a tuple)."""
+
+    __slots__ = ("binding", "started", "operations", "faults")
 
     def __init__(self, binding: str):
         self.binding = binding
-        self.operations: list[str] = []
-        self.faults: list[str] = []
+        self.started = time.perf_counter()
+        self.operations: tuple[str, ...] = ()
+        self.faults: tuple[str, ...] = ()
 
 
 _current: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
     "xruntime_request", default=None
 )
 
-#: What ``request_began`` answers: the context's token and the start (``perf_counter``).
-Began = tuple[Token[RequestRecord | None], float]
+
+def request_began(binding: str) -> RequestRecord:
+    """A request for ``binding`` (``json``, ``soap``, ``jsonrpc``) arrived, in its own task
+    (each request's context is its own): answers the record ``request_answered`` takes."""
+    record = RequestRecord(binding)
+    _current.set(record)
+    return record
 
 
-def request_began(binding: str) -> Began:
-    """A request for ``binding`` (``json``, ``soap``, ``jsonrpc``) arrived; answers the
-    token ``request_answered`` takes (each request runs in its own task, so its own
-    context)."""
-    return _current.set(RequestRecord(binding)), time.perf_counter()
-
-
-def request_answered(began: Began) -> None:
-    token, started = began
-    record = _current.get()
-    _current.reset(token)
-    if record is None:
-        return
-    seconds = time.perf_counter() - started
+def request_answered(record: RequestRecord) -> None:
+    seconds = time.perf_counter() - record.started
     for operation in record.operations or (UNKNOWN_OPERATION,):
         requests, latency = _labelled("requests", "latency", record.binding, operation)
         requests.inc()
@@ -222,14 +221,14 @@ def operation_named(name: str) -> None:
     """The request names this operation of ours (counted once per request)."""
     record = _current.get()
     if record is not None and name not in record.operations:
-        record.operations.append(name)
+        record.operations += (name,)
 
 
 def fault_answered(fault: XServerFault) -> None:
     """A fault is being sent to the client of the current request."""
     record = _current.get()
     if record is not None:
-        record.faults.append(type(fault).__name__)
+        record.faults += (type(fault).__name__,)
 
 
 class HeldWatches:

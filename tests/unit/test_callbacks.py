@@ -1,0 +1,234 @@
+"""Callbacks without a node (docs/protocol.md §14): which targets may be called, the
+signature as a Standard Webhooks receiver checks it, and the outbox as the store keeps
+it on SQLite and PostgreSQL (written with the change, taken by one node at a time)."""
+
+import json
+import os
+import threading
+import time
+import uuid
+
+import pytest
+import standardwebhooks
+
+from xruntime.engine import webhooks
+from xruntime.engine.callbacks import body_of, message_id
+from xruntime.protocol.faults import InvalidValueFault
+from xruntime.settings.config import CallbackSettings, Settings
+from xruntime.settings.values import callback_target
+from xruntime.store import JobRecord, Run, now_ms, open_store
+
+SECRET = "whsec_" + "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleQ=="  # 32 bytes
+PG_URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
+
+
+def allowed(*entries):
+    return tuple(callback_target(entry) for entry in entries)
+
+
+def resolving(table):
+    """A resolver answering ``table[host]`` (a list of addresses)."""
+    return lambda host, port: table.get(host, [host])
+
+
+# --------------------------------------------------------------------------- targets
+
+
+@pytest.mark.parametrize(
+    "url, rules",
+    [
+        ("https://hooks.example.org/xr/done", ("https://hooks.example.org/xr/",)),
+        ("https://hooks.example.org/xr", ("https://hooks.example.org/xr",)),
+        ("https://hooks.example.org/xr?job=1", ("https://hooks.example.org/xr",)),
+        ("http://hooks.example.org:8080/any", ("hooks.example.org",)),
+        ("https://a.b.example.org/", (".example.org",)),
+        ("http://10.1.2.3/hook", ("10.1.2.0/24",)),
+        ("http://127.0.0.1:9/hook", ("http://127.0.0.1:9/",)),
+        ("http://[::1]:9/hook", ("::1",)),
+    ],
+)
+def test_a_listed_target_is_called_at_the_addresses_checked(url, rules):
+    table = {"hooks.example.org": ["93.184.216.34"], "a.b.example.org": ["93.184.216.35"]}
+    target = webhooks.target_of(url, allowed(*rules), resolving(table))
+    assert target.addresses and target.host in url
+
+
+@pytest.mark.parametrize(
+    "url, rules, why",
+    [
+        ("https://hooks.example.org/x", (), "lists no target"),
+        ("ftp://hooks.example.org/x", ("hooks.example.org",), "only http and https"),
+        ("https://evil.org/x", ("hooks.example.org",), "not among the targets"),
+        ("https://hooks.example.org.evil.org/", ("https://hooks.example.org/",), "not among"),
+        ("https://hooks.example.org/xr-evil", ("https://hooks.example.org/xr",), "not among"),
+        ("https://hooks.example.org:444/xr/", ("https://hooks.example.org/xr/",), "not among"),
+        ("https://u:p@hooks.example.org/", ("hooks.example.org",), "credentials"),
+        # a listed name that resolves to a private, loopback or link-local address
+        ("http://inside.example.org/", ("inside.example.org",), "10.0.0.5"),
+        ("http://localhost:9/", ("localhost",), "127.0.0.1"),
+        ("http://metadata.example.org/", (".example.org",), "169.254.169.254"),
+        ("http://mixed.example.org/", ("mixed.example.org",), "192.168.1.1"),
+    ],
+)
+def test_a_target_not_listed_or_resolving_inside_is_refused(url, rules, why):
+    table = {
+        "hooks.example.org": ["93.184.216.34"],
+        "inside.example.org": ["10.0.0.5"],
+        "localhost": ["127.0.0.1"],
+        "metadata.example.org": ["169.254.169.254"],
+        "mixed.example.org": ["93.184.216.34", "192.168.1.1"],
+    }
+    with pytest.raises(webhooks.Refused, match=why):
+        webhooks.target_of(url, allowed(*rules), resolving(table))
+
+
+def test_a_private_address_is_called_when_a_network_listed_holds_it():
+    rules = allowed("inside.example.org", "10.0.0.0/8")
+    target = webhooks.target_of(
+        "http://inside.example.org/", rules, resolving({"inside.example.org": ["10.0.0.5"]})
+    )
+    assert target.addresses == ("10.0.0.5",)
+
+
+def test_the_start_names_the_parameter_and_the_key_to_set():
+    off = Settings()
+    with pytest.raises(InvalidValueFault) as caught:
+        webhooks.check_callback("http://127.0.0.1:9/", None, off, "")
+    assert caught.value.parameter == "callback.url"
+    assert "[callbacks] allowed" in caught.value.hint
+    no_secret = Settings(callbacks=CallbackSettings(allowed=allowed("127.0.0.1")))
+    with pytest.raises(InvalidValueFault) as caught:
+        webhooks.check_callback("http://127.0.0.1:9/", None, no_secret, "")
+    assert caught.value.parameter == "callback" and "[callbacks] secret" in caught.value.message
+    with pytest.raises(InvalidValueFault) as caught:
+        webhooks.check_callback("http://127.0.0.1:9/", 999, no_secret, "")
+    assert caught.value.parameter == "callback.progressPeriod"
+
+
+# --------------------------------------------------------------------------- signing
+
+
+def test_the_signature_is_what_a_standard_webhooks_receiver_verifies():
+    body = b'{"type":"job.finished","id":"x","status":"SUCCEEDED","elapsedTime":5}'
+    timestamp = int(time.time())
+    headers = {
+        "webhook-id": "x-1",
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": webhooks.signature(SECRET, "x-1", timestamp, body),
+    }
+    assert standardwebhooks.Webhook(SECRET).verify(body, headers)["id"] == "x"
+    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(SECRET).verify(body.replace(b"5", b"6"), headers)
+
+
+# --------------------------------------------------------------------------- the outbox
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/store.db"
+    else:
+        if not PG_URL:
+            pytest.skip("XRUNTIME_TEST_DATABASE_URL is not set")
+        from sqlalchemy import create_engine
+
+        from xruntime.store.schema import metadata
+
+        engine = create_engine(PG_URL)
+        metadata.drop_all(engine)
+        engine.dispose()
+        url = PG_URL
+    opened = open_store(url)
+    yield opened
+    opened.close()
+
+
+def running_job(store, callback_url="http://127.0.0.1:9/h", period=None):
+    job_id = str(uuid.uuid4())
+    record = JobRecord(
+        id=job_id,
+        service="XDemo",
+        operation="simulate",
+        fetch_type="SimulateResponse",
+        status="QUEUING",
+        request="{}",
+        queued_at=now_ms(),
+        callback_url=callback_url,
+        callback_period=period,
+    )
+    assert store.create(record, 0)
+    claimed = store.claim("n1", now_ms(), 30_000)
+    return job_id, Run("n1", claimed.attempts)
+
+
+def progress(n):
+    return json.dumps({"$type": "BulkProgress", "remaining": n, "successful": 0, "failed": 0})
+
+
+def test_a_job_s_end_writes_its_event_with_it_and_drops_progress_not_taken(store):
+    job_id, run = running_job(store, period=1000)
+    assert store.set_progress(job_id, progress(3), run)
+    assert store.set_progress(job_id, progress(2), run)  # within the period: no event
+    assert store.pending_callbacks(job_id) == 1
+    assert store.finish(job_id, "SUCCEEDED", now_ms(), result="{}", progress=progress(0), run=run)
+    ((event, _lease),) = store.claim_callbacks("n1", now_ms(), 20_000, 10)
+    assert (event.type, event.status, event.job_id) == ("job.finished", "SUCCEEDED", job_id)
+    assert json.loads(body_of(event))["progress"]["remaining"] == 0
+    silent, _ = running_job(store, callback_url=None)
+    assert store.finish(silent, "FAILED", now_ms(), fault='{"faultInfo": {}}', run=run)
+    assert store.pending_callbacks(silent) == 0
+
+
+def test_a_failed_recovery_writes_the_event_too(store):
+    job_id, _ = running_job(store)
+    store.recover("n1", now_ms(), 1, lambda lost: '{"faultInfo": {"$type": "InternalErrorFault"}}')
+    ((event, _),) = store.claim_callbacks("n2", now_ms(), 20_000, 10)
+    assert (event.job_id, event.status) == (job_id, "FAILED")
+
+
+def test_an_event_is_taken_by_one_node_and_its_attempts_are_in_the_history(store):
+    job_id, run = running_job(store)
+    store.finish(job_id, "SUCCEEDED", now_ms(), result="{}", run=run)
+    taken = []
+
+    def take(node):
+        taken.extend(store.claim_callbacks(node, now_ms(), 20_000, 10))
+
+    threads = [threading.Thread(target=take, args=(f"n{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ((event, lease),) = taken  # four nodes at once: one took it
+    assert not store.callback_attempted(event, lease, "elsewhere", "not mine", None)
+    holder = _holder(store, event.seq)
+    assert store.callback_attempted(event, lease, holder, "callback: HTTP 500", now_ms() + 50)
+    assert store.claim_callbacks("n9", now_ms(), 20_000, 10) == []  # not due yet
+    time.sleep(0.06)
+    ((again, lease),) = store.claim_callbacks("n9", now_ms(), 20_000, 10)
+    assert again.attempts == 1 and message_id(again) == message_id(event)
+    assert store.callback_attempted(again, lease, "n9", "callback: HTTP 204", None)
+    assert store.pending_callbacks() == 0
+    messages = [e["message"] for e in store.events(job_id)[1]]
+    assert messages[-2:] == ["callback: HTTP 500", "callback: HTTP 204"]
+
+
+def _holder(store, seq):
+    from sqlalchemy import select
+
+    from xruntime.store.schema import callback_outbox
+
+    with store._read() as conn:
+        return conn.execute(
+            select(callback_outbox.c.node).where(callback_outbox.c.seq == seq)
+        ).scalar()
+
+
+def test_a_restarted_node_takes_back_what_it_was_delivering(store):
+    job_id, run = running_job(store)
+    store.finish(job_id, "SUCCEEDED", now_ms(), result="{}", run=run)
+    assert len(store.claim_callbacks("n1", now_ms(), 600_000, 10)) == 1
+    assert store.claim_callbacks("n2", now_ms(), 20_000, 10) == []
+    assert store.release_callbacks("n1", now_ms()) == 1
+    assert len(store.claim_callbacks("n2", now_ms(), 20_000, 10)) == 1

@@ -1,0 +1,289 @@
+"""One callback as it leaves the server (docs/protocol.md §14): where it may go, how it is
+signed, and how it is sent.
+
+A callback is a request the server makes on a caller's behalf, to a URL the caller
+chose: without bounds it would let any caller reach what the server can reach (its own
+loopback, the cloud's metadata address, the office network).  So a URL must match
+``[callbacks] allowed`` (a URL prefix, a host name, an address or network listed), and
+every address its host resolves to must be public, or inside an address or network the
+administrator listed: a name never unlocks a loopback, private or link-local address,
+however it is listed.  The check runs at the start (``check_callback``) and again at each
+attempt, on the addresses resolved for that attempt, and the connection goes to the very
+address checked (a name that resolves elsewhere a moment later changes nothing).
+Redirects are not followed, each step has a timeout, and at most ``ANSWER_BYTES`` of an
+answer are read.
+
+Signing is Standard Webhooks': ``webhook-signature: v1,<base64 of HMAC-SHA256 over
+"id.timestamp.body">`` with the secret's bytes (``whsec_<base64>``).
+"""
+
+import base64
+import hashlib
+import hmac
+import http.client
+import ipaddress
+import socket
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from urllib.parse import urlsplit
+
+from .. import __version__
+from ..protocol.faults import InvalidValueFault
+from ..settings.model import Settings
+
+#: Bytes of a receiver's answer read at most (its status is what counts).
+ANSWER_BYTES = 4096
+#: The longest callback URL (characters), and the bounds of ``progressPeriod`` (ms).
+MAX_URL_CHARS = 2000
+PROGRESS_PERIOD_MS = (1000, 7 * 86_400_000)
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+#: host, port → the addresses it resolves to (``socket.getaddrinfo`` by default).
+Resolver = Callable[[str, int], list[str]]
+
+
+class Refused(Exception):
+    """The URL may not be called; the message says why."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A URL checked against the rules, with the addresses its host resolved to."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str  # with its query
+    addresses: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """``[callbacks] allowed``, parsed: (scheme, host, port, path) prefixes, host names,
+    name suffixes (``.example.org``) and networks."""
+
+    prefixes: tuple[tuple[str, str, int, str], ...]
+    hosts: frozenset[str]
+    suffixes: tuple[str, ...]
+    networks: tuple[Network, ...]
+
+    def matches(self, scheme: str, host: str, port: int, path: str) -> bool:
+        if host in self.hosts or any(
+            host == suffix[1:] or host.endswith(suffix) for suffix in self.suffixes
+        ):
+            return True
+        literal = _address(host)
+        if literal is not None and any(literal in network for network in self.networks):
+            return True
+        for p_scheme, p_host, p_port, p_path in self.prefixes:
+            if (p_scheme, p_host, p_port) != (scheme, host, port):
+                continue
+            if not p_path or p_path.endswith("/") and path.startswith(p_path):
+                return True
+            if path == p_path or path.startswith(p_path + "/") or path.startswith(p_path + "?"):
+                return True
+        return False
+
+    def listed(self, address: Address) -> bool:
+        """Whether an address or network listed holds ``address``."""
+        return any(address in network for network in self.networks)
+
+
+@lru_cache(maxsize=8)
+def _rules(allowed: tuple[str, ...]) -> _Rules:
+    """The rules of the (normalised) entries of ``[callbacks] allowed``."""
+    prefixes, hosts, suffixes, networks = [], set(), [], []
+    for entry in allowed:
+        if "://" in entry:
+            scheme, host, port, path = _parts(entry)
+            prefixes.append((scheme, host, port, path))
+        elif entry.startswith("."):
+            suffixes.append(entry)
+        else:
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                hosts.add(entry)
+    return _Rules(tuple(prefixes), frozenset(hosts), tuple(suffixes), tuple(networks))
+
+
+def _address(host: str) -> Address | None:
+    try:
+        found = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    mapped = getattr(found, "ipv4_mapped", None)
+    return mapped if mapped is not None else found
+
+
+def _parts(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host in lower case, port, path with query) of an http(s) URL; Refused
+    for anything else."""
+    try:
+        split = urlsplit(url.strip())
+        port = split.port
+    except ValueError as exc:
+        raise Refused(f"it is no URL ({exc})") from None
+    scheme = split.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise Refused("only http and https URLs may be called")
+    if not split.hostname:
+        raise Refused("it names no host")
+    if split.username is not None or split.password is not None:
+        raise Refused("credentials in the URL are not sent; leave them out")
+    path = (split.path or "/") + (f"?{split.query}" if split.query else "")
+    host = split.hostname.lower().rstrip(".").strip("[]")
+    return scheme, host, port or (443 if scheme == "https" else 80), path
+
+
+def resolve(host: str, port: int) -> list[str]:
+    """The addresses ``host`` resolves to (an address resolves to itself)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def target_of(url: str, allowed: tuple[str, ...], resolver: Resolver = resolve) -> Target:
+    """The target of ``url`` if the rules let it be called, its host resolved now;
+    Refused (with the reason) otherwise."""
+    if not allowed:
+        raise Refused("[callbacks] allowed lists no target: callbacks are off")
+    scheme, host, port, path = _parts(url)
+    rules = _rules(tuple(allowed))
+    if not rules.matches(scheme, host, port, path):
+        raise Refused(
+            f"{scheme}://{host}:{port} is not among the targets [callbacks] allowed lists"
+        )
+    try:
+        addresses = resolver(host, port)
+    except OSError as exc:
+        raise Refused(f"{host} does not resolve ({exc})") from None
+    if not addresses:
+        raise Refused(f"{host} does not resolve")
+    # an address written in the URL matched an address, a network or a URL prefix
+    # listed: that is the administrator's own word for it; a name never is
+    literal = _address(host)
+    for text in addresses:
+        address = _address(text.split("%")[0])
+        if address is None:
+            raise Refused(f"{host} resolves to {text}, which is no IP address")
+        if not address.is_global and address != literal and not rules.listed(address):
+            raise Refused(
+                f"{host} resolves to {address}, a loopback, private or reserved address "
+                "that no address or network in [callbacks] allowed holds"
+            )
+    return Target(scheme, host, port, path, tuple(addresses))
+
+
+def check_callback(
+    url: str,
+    progress_period: int | None,
+    settings: Settings,
+    owner: str,
+    resolver: Resolver = resolve,
+) -> None:
+    """At a start: InvalidValueFault unless a callback to ``url`` (with progress every
+    ``progress_period`` ms) may be sent and signed for ``owner`` (docs/protocol.md §14)."""
+    low, high = PROGRESS_PERIOD_MS
+    if progress_period is not None and not low <= progress_period <= high:
+        raise InvalidValueFault(
+            f"invalid value for callback.progressPeriod: it must be between {low} and {high} ms",
+            parameter="callback.progressPeriod",
+            value=str(progress_period),
+        )
+    if len(url) > MAX_URL_CHARS:
+        raise InvalidValueFault(
+            f"invalid value for callback.url: at most {MAX_URL_CHARS} characters are allowed",
+            parameter="callback.url",
+            value=url[:200],
+        )
+    secret, key = settings.callback_secret(owner)
+    try:
+        target_of(url, settings.callbacks.allowed, resolver)
+    except Refused as exc:
+        raise InvalidValueFault(
+            f"invalid value for callback.url: {exc}",
+            parameter="callback.url",
+            value=url[:200],
+            hint=(
+                "The server's administrator lists the targets callbacks may go to in "
+                "[callbacks] allowed."
+                if not settings.callbacks.allowed
+                else "Use a URL that [callbacks] allowed lists, or ask the administrator to "
+                "list yours."
+            ),
+        ) from None
+    if not secret:
+        raise InvalidValueFault(
+            f"callbacks cannot be signed: {key} is not set",
+            parameter="callback",
+            hint=f"The server's administrator sets {key} (`xruntime token new-secret` prints one).",
+        )
+
+
+def secret_bytes(secret: str) -> bytes:
+    """The key of a ``whsec_<base64>`` secret."""
+    return base64.b64decode(secret.removeprefix("whsec_"))
+
+
+def signature(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` header of ``body``: ``v1,<base64 HMAC-SHA256>``."""
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    digest = hmac.new(secret_bytes(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode("ascii")
+
+
+class _Pinned(http.client.HTTPConnection):
+    """An HTTP connection to one checked address, named by its host in ``Host``."""
+
+    def __init__(self, host: str, port: int, address: str, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.address = address
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self.address, self.port), self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _PinnedTls(_Pinned):
+    """HTTPS to one checked address; the certificate must name the URL's host."""
+
+    context = ssl.create_default_context()
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock = self.context.wrap_socket(self.sock, server_hostname=self.host)
+
+
+def post(target: Target, headers: dict[str, str], body: bytes, timeout_s: float) -> int:
+    """POST ``body`` to ``target`` (its first address that connects) and answer the
+    HTTP status; OSError or ``http.client.HTTPException`` when no answer came."""
+    kind = _PinnedTls if target.scheme == "https" else _Pinned
+    error: Exception = OSError("no address")
+    for address in target.addresses:
+        conn = kind(target.host, target.port, address.split("%")[0], timeout_s)
+        try:
+            try:
+                conn.connect()
+            except OSError as exc:  # the next address, if any
+                error = exc
+                continue
+            conn.request(
+                "POST",
+                target.path,
+                body,
+                {
+                    "Content-Type": "application/json",
+                    "User-Agent": f"xruntime/{__version__}",
+                    "Connection": "close",
+                    **headers,
+                },
+            )
+            answer = conn.getresponse()
+            answer.read(ANSWER_BYTES)  # never more: its status is the answer
+            return answer.status
+        finally:
+            conn.close()
+    raise error
