@@ -35,7 +35,6 @@ from xruntime.operations.accounts import token_sha256
 
 CHALLENGE = 'Basic realm="xruntime"'
 IN_FORCE = 2.0  # s: a live edit of the file is in force this soon (§5, §10)
-AT_ONCE = 0.5  # s: "at once" for an answer that must not wait for any period
 
 #: Every user's token, fresh for each run; the file holds only their sha256.
 TOKENS = {
@@ -357,7 +356,9 @@ def test_another_users_job_is_an_id_never_used(srv, binding):
             t0 = time.monotonic()
             seen = watch(bob, id_, progressUpdatePeriod=5000, maximumPollingPeriod=10000)
             took = time.monotonic() - t0
-            assert took < AT_ONCE, f"bob's watch of {id_} took {took:.2f} s"
+            # held, it would answer 5 s at the earliest: half of that tells "at once" on
+            # any machine (0.52 s was seen on one 4× slower than this one)
+            assert took < 2.5, f"bob's watch of {id_} took {took:.2f} s"
             assert seen == {"id": id_, "status": "UNKNOWN", "elapsedTime": 0}
         assert bob.call("XRuntime", "deleteJob", {"id": job}) == swapped(
             bob.call("XRuntime", "deleteJob", {"id": never}), never, job
