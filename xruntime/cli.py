@@ -11,6 +11,8 @@ from .client import commands as client_cli
 from .settings import config
 from .support.logs import setup_logging
 
+log = logging.getLogger(__name__)
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
     setup_logging()
@@ -18,8 +20,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = config.load(args.config, known_services=_service_names())
     except config.ConfigError as exc:
         for line in exc.errors:
-            logging.error("%s: %s", exc.path, line)
-        logging.error("the server does not start on an invalid configuration")
+            log.error("%s: %s", exc.path, line)
+        log.error("the server does not start on an invalid configuration")
         return 2
     settings = config.with_overrides(settings, host=args.host, port=args.port)
     from .serving.node import serve
@@ -27,9 +29,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         serve(settings, _service_names(), reload_path=settings.path)
     except OSError as exc:
-        logging.error(
-            "cannot serve on %s:%s: %s", settings.host, settings.port, exc.strerror or exc
-        )
+        log.error("cannot serve on %s:%s: %s", settings.host, settings.port, exc.strerror or exc)
         return 1
     return 0
 
