@@ -11,10 +11,11 @@ of the node's HTTP processes and of other nodes), reads when the next event is d
 allowed`` empty (callbacks off) it does not look at each change, only every
 ``IDLE_S``.
 
-Each attempt ends in the store (``callback_attempted``): delivered (a 2xx), or due
-again after ``retry_delay`` doubled per attempt, or given up after ``max_attempts`` or
-when its target is refused; the job's history records every attempt.  Worker processes
-and HTTP processes never deliver.
+Each attempt ends delivered (a 2xx), or due again after ``retry_delay`` doubled per
+attempt, or given up after ``max_attempts`` or when its target is refused; the loop
+writes the attempts that ended since its last look in one transaction
+(``callbacks_attempted``), with the job's history of each, before it takes more.
+Worker processes and HTTP processes never deliver.
 """
 
 import http.client
@@ -26,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..protocol.states import SHOWS_PROGRESS, Status
 from ..settings.model import Settings
-from ..store import CallbackEvent, JobStore, StoreUnavailable, now_ms
+from ..store import CallbackAttempt, CallbackEvent, JobStore, StoreUnavailable, now_ms
 from . import webhooks
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ class CallbackDelivery:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._in_flight = 0
+        self._ended: list[CallbackAttempt] = []  # attempts not written yet
+        self._connections = webhooks.Connections()
         self._pool = ThreadPoolExecutor(MAX_THREADS, thread_name_prefix="callback")
         self._thread = threading.Thread(target=self._loop, name="callbacks", daemon=True)
 
@@ -102,6 +105,11 @@ class CallbackDelivery:
         self.wake.set()
         self._thread.join(5)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            self._write_ended()
+        except StoreUnavailable as exc:  # their leases run out: they are attempted again
+            log.warning("callbacks: attempts that ended not written: %s", exc)
+        self._connections.close()
 
     # ------------------------------------------------------------------ the loop
 
@@ -121,6 +129,7 @@ class CallbackDelivery:
     def _dispatch(self) -> float:
         """Hand every due event to a sending thread, as many as are free; answers how
         long to sleep unless woken."""
+        self._write_ended()
         settings = self.settings().callbacks
         with self._lock:
             free = min(settings.concurrency, MAX_THREADS) - self._in_flight
@@ -142,19 +151,39 @@ class CallbackDelivery:
         # none taken: another node holds them in its transaction; look again shortly
         return 0.0 if taken else 0.05
 
+    def _write_ended(self) -> None:
+        """Write the attempts that ended since the last look, in one transaction; kept
+        for the next look when the store cannot be reached."""
+        with self._lock:
+            ended, self._ended = self._ended, []
+        if not ended:
+            return
+        try:
+            self.store.callbacks_attempted(self.node, ended)
+        except StoreUnavailable:
+            with self._lock:
+                self._ended[:0] = ended
+            raise
+
     # ------------------------------------------------------------------ one attempt
 
     def _deliver(self, event: CallbackEvent, lease: int) -> None:
+        ended = None
         try:
-            self._attempt(event, lease)
-        except Exception:
+            message, due = self._attempt(event)
+            ended = CallbackAttempt(event, lease, message, due)
+        except Exception:  # its lease runs out: it is attempted again
             log.exception("callbacks: the attempt of %s failed unexpectedly", message_id(event))
         finally:
             with self._lock:
                 self._in_flight -= 1
+                if ended is not None:
+                    self._ended.append(ended)
             self.wake.set()
 
-    def _attempt(self, event: CallbackEvent, lease: int) -> None:
+    def _attempt(self, event: CallbackEvent) -> tuple[str, int | None]:
+        """One attempt of ``event``: (its message for the history and the log, when it
+        is due again or None when it is done: delivered or given up)."""
         settings = self.settings()
         rules = settings.callbacks
         attempt = event.attempts + 1
@@ -172,7 +201,7 @@ class CallbackDelivery:
                 "webhook-timestamp": str(timestamp),
                 "webhook-signature": webhooks.signature(secret, message_id(event), timestamp, body),
             }
-            status = webhooks.post(target, headers, body, rules.timeout_ms / 1000)
+            status = self._connections.post(target, headers, body, rules.timeout_ms / 1000)
             outcome = f"HTTP {status}" + (
                 " (redirects are not followed)" if 300 <= status < 400 else ""
             )
@@ -194,10 +223,7 @@ class CallbackDelivery:
             )
             due = now_ms() + delay
             log.warning("job %s: %s", event.job_id, message)
-        try:
-            self.store.callback_attempted(event, lease, self.node, message, due)
-        except StoreUnavailable as exc:  # the lease runs out: it is attempted again
-            log.warning("job %s: %s; not recorded (%s)", event.job_id, message, exc)
+        return message, due
 
 
 def _error_text(exc: BaseException) -> str:
