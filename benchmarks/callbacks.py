@@ -113,9 +113,9 @@ def ended_at(port, ids):
 
 
 class Cpu:
-    """CPU seconds (user + system, from /proc) of the node's main process, of its other
-    processes (HTTP, workers), of the receiver and of this process (the clients), since
-    the last ``lap()``."""
+    """CPU seconds (user + system, from /proc) of the node's main process, of its
+    callbacks process, of its other processes (HTTP, workers), of the receiver and of
+    this process (the clients), since the last ``lap()``."""
 
     TICK = os.sysconf("SC_CLK_TCK")
 
@@ -126,7 +126,7 @@ class Cpu:
     def now(self):
         """{pid: (kind, CPU s)} of the processes alive now."""
         kinds = [(self.main_pid, "main"), (self.receiver_pid, "receiver"), (os.getpid(), "clients")]
-        kinds += [(pid, "others") for pid in descendants(self.main_pid)]
+        kinds += [(pid, self.kind_of(pid)) for pid in descendants(self.main_pid)]
         found = {}
         for pid, kind in kinds:
             try:
@@ -137,10 +137,19 @@ class Cpu:
             found[pid] = kind, (int(fields[11]) + int(fields[12])) / self.TICK
         return found
 
+    @staticmethod
+    def kind_of(pid):
+        """ "callbacks" (the node's callbacks process names itself) or "others"."""
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                return "callbacks" if f.read().strip() == "xr-callbacks" else "others"
+        except OSError:
+            return "others"
+
     def lap(self):
         """{kind: CPU s} since the last lap (of the processes alive at both)."""
         now = self.now()
-        spent = dict.fromkeys(["main", "others", "receiver", "clients"], 0.0)
+        spent = dict.fromkeys(["main", "callbacks", "others", "receiver", "clients"], 0.0)
         for pid, (kind, seconds) in now.items():
             if pid in self.last:
                 spent[kind] += seconds - self.last[pid][1]

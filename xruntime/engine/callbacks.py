@@ -1,15 +1,14 @@
 """Delivering callbacks from the store's outbox (docs/protocol.md §14), in each node's
-main process.
+callbacks process (``serving.delivery``).
 
 ``CallbackDelivery`` is a thread that takes due events from the outbox (a lease: nodes
 sharing the store take different ones) and hands each to a bounded pool of sending
 threads, ``[callbacks] concurrency`` at once: a receiver that answers in 10 s holds one
-of them, never the job nor the other deliveries.  It is woken the moment a change is
-reported (the notifier of the node's main process, and the change feed for the changes
-of the node's HTTP processes and of other nodes), reads when the next event is due
-(one indexed read), and otherwise sleeps until the next retry is due; with ``[callbacks]
-allowed`` empty (callbacks off) it does not look at each change, only every
-``IDLE_S``.
+of them, never the job nor the other deliveries.  It is woken the moment the change
+feed reports a change (of any of the node's processes, or of another node), reads when
+the next event is due (one indexed read), and otherwise sleeps until the next retry is
+due; with ``[callbacks] allowed`` empty (callbacks off) it does not look at each
+change, only every ``IDLE_S``.
 
 Each attempt ends delivered (a 2xx), or due again after ``retry_delay`` doubled per
 attempt, or given up after ``max_attempts`` or when its target is refused; the loop
@@ -95,7 +94,7 @@ class CallbackDelivery:
         self._thread.start()
 
     def changed(self, _job_id: str) -> None:
-        """A job changed (the notifier, the change feed): an event may be in the outbox."""
+        """A job changed (the change feed): an event may be in the outbox."""
         if self.settings().callbacks.allowed:
             self.wake.set()
 
