@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 #: s between two looks at the outbox when nothing wakes the delivery (a change told
 #: nowhere, another node's lease running out).
 IDLE_S = 2.0
+#: s the attempts under way get to end when the node stops.
+CLOSE_WAIT_S = 5.0
 #: Sending threads at most, whatever ``[callbacks] concurrency`` says.
 MAX_THREADS = 1000
 
@@ -75,6 +77,7 @@ class CallbackDelivery:
         self.wake = threading.Event()
         self._closed = threading.Event()
         self._lock = threading.Lock()
+        self._attempt_ended = threading.Condition(self._lock)
         self._in_flight = 0
         self._ended: list[CallbackAttempt] = []  # attempts not written yet
         self._connections = webhooks.Connections()
@@ -99,10 +102,14 @@ class CallbackDelivery:
             self.wake.set()
 
     def close(self) -> None:
-        """Stop taking events; the attempts under way end (each within its timeout)."""
+        """Stop taking events; the attempts under way get ``CLOSE_WAIT_S`` to end, and
+        those that ended are written (the others are attempted again when their lease
+        runs out)."""
         self._closed.set()
         self.wake.set()
-        self._thread.join(5)
+        self._thread.join(CLOSE_WAIT_S)
+        with self._lock:
+            self._attempt_ended.wait_for(lambda: self._in_flight == 0, CLOSE_WAIT_S)
         self._pool.shutdown(wait=False, cancel_futures=True)
         try:
             self._write_ended()
@@ -178,6 +185,7 @@ class CallbackDelivery:
                 self._in_flight -= 1
                 if ended is not None:
                     self._ended.append(ended)
+                self._attempt_ended.notify_all()
             self.wake.set()
 
     def _attempt(self, event: CallbackEvent) -> tuple[str, int | None]:
