@@ -24,11 +24,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.harness import (  # noqa: E402
-    Server,
-    default_config,
-    free_port,  # noqa: E402
-)
+from tests.harness import Server, default_config, free_port  # noqa: E402
+from tests.processes import descendants  # noqa: E402
 
 SECRET = "whsec_" + "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleQ=="
 
@@ -115,6 +112,51 @@ def ended_at(port, ids):
     return found
 
 
+class Cpu:
+    """CPU seconds (user + system, from /proc) of the node's main process, of its
+    callbacks process, of its other processes (HTTP, workers), of the receiver and of
+    this process (the clients), since the last ``lap()``."""
+
+    TICK = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, main_pid, receiver_pid):
+        self.main_pid, self.receiver_pid = main_pid, receiver_pid
+        self.last = self.now()
+
+    def now(self):
+        """{pid: (kind, CPU s)} of the processes alive now."""
+        kinds = [(self.main_pid, "main"), (self.receiver_pid, "receiver"), (os.getpid(), "clients")]
+        kinds += [(pid, self.kind_of(pid)) for pid in descendants(self.main_pid)]
+        found = {}
+        for pid, kind in kinds:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:  # it ended meanwhile
+                continue
+            found[pid] = kind, (int(fields[11]) + int(fields[12])) / self.TICK
+        return found
+
+    @staticmethod
+    def kind_of(pid):
+        """ "callbacks" (the node's callbacks process names itself) or "others"."""
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                return "callbacks" if f.read().strip() == "xr-callbacks" else "others"
+        except OSError:
+            return "others"
+
+    def lap(self):
+        """{kind: CPU s} since the last lap (of the processes alive at both)."""
+        now = self.now()
+        spent = dict.fromkeys(["main", "callbacks", "others", "receiver", "clients"], 0.0)
+        for pid, (kind, seconds) in now.items():
+            if pid in self.last:
+                spent[kind] += seconds - self.last[pid][1]
+        self.last = now
+        return spent
+
+
 def percentile(values, p):
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
@@ -144,6 +186,7 @@ def main():
         srv = Server(folder, config=path).start()
         try:
             url = f"http://127.0.0.1:{receiver_port}/hook"
+            cpu = Cpu(srv.proc.pid, receiver.pid)
             began = time.time()
             ids = start_all(port, args.jobs, args.clients, url)
             wait_finished(port, args.jobs)
@@ -152,10 +195,13 @@ def main():
             received = results.get(timeout=600) if pending else []
             last = max(at for _, _, at in received) if received else time.time()
             with_rate = args.jobs / (last - began)
+            with_cpu = cpu.lap()
             ends = ended_at(port, ids)
+            cpu.lap()
             began = time.time()
             start_all(port, args.jobs, args.clients, None)
             without_rate = args.jobs / (wait_finished(port, 2 * args.jobs) - began)
+            without_cpu = cpu.lap()
         finally:
             srv.stop()
     receiver.join(10)
@@ -175,6 +221,12 @@ def main():
         f"jobs/s: {with_rate:.0f} with callbacks, {without_rate:.0f} without "
         f"({with_rate / without_rate:.0%})"
     )
+    for kind in with_cpu:
+        print(
+            f"CPU ms per job, {kind}: {with_cpu[kind] / args.jobs * 1000:.2f} with callbacks, "
+            f"{without_cpu[kind] / args.jobs * 1000:.2f} without"
+        )
+    print(f"load average: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

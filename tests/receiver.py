@@ -2,11 +2,12 @@
 
 It listens on 127.0.0.1 in a thread of the test's process, records every request it
 gets (its headers, body and the time it arrived) and answers what the test set:
-a status, after a delay.  ``stop()`` closes it (a receiver that is down); a new
-``Receiver(port=...)`` comes back on the same port.
+a status, after a delay.  ``stop()`` closes it and the connections it keeps alive (a
+receiver that is down); a new ``Receiver(port=...)`` comes back on the same port.
 """
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ class Receiver:
         self.status, self.delay, self.extra_headers = status, delay, headers or {}
         self.received: list[Received] = []
         self.changed = threading.Condition()
+        self.connections: set[socket.socket] = set()  # open now (kept alive between POSTs)
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -49,6 +51,16 @@ class Receiver:
                 with receiver.changed:
                     receiver.received.append(got)
                     receiver.changed.notify_all()
+
+            def setup(self):
+                super().setup()
+                with receiver.changed:
+                    receiver.connections.add(self.connection)
+
+            def finish(self):
+                with receiver.changed:
+                    receiver.connections.discard(self.connection)
+                super().finish()
 
             def log_message(self, *args):
                 pass
@@ -82,5 +94,12 @@ class Receiver:
             return [r for r in self.received if r.data.get("id") == job_id]
 
     def stop(self) -> None:
+        """Down: no more connections, and those kept alive are closed."""
         self.server.shutdown()
         self.server.server_close()
+        with self.changed:
+            for conn in self.connections:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # closed already

@@ -16,7 +16,7 @@ from xruntime.engine.callbacks import body_of, message_id
 from xruntime.protocol.faults import InvalidValueFault
 from xruntime.settings.config import CallbackSettings, Settings
 from xruntime.settings.values import callback_target
-from xruntime.store import JobRecord, Run, now_ms, open_store
+from xruntime.store import CallbackAttempt, JobRecord, Run, now_ms, open_store
 
 SECRET = "whsec_" + "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleQ=="  # 32 bytes
 PG_URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
@@ -121,6 +121,31 @@ def test_the_signature_is_what_a_standard_webhooks_receiver_verifies():
         standardwebhooks.Webhook(SECRET).verify(body.replace(b"5", b"6"), headers)
 
 
+# --------------------------------------------------------------------------- sending
+
+
+def test_callbacks_to_one_address_share_a_connection_and_outlive_its_close():
+    from tests.processes import tcp_sockets
+    from tests.receiver import Receiver
+
+    receiver = Receiver()
+    connections = webhooks.Connections()
+    target = webhooks.target_of(receiver.url, allowed("127.0.0.1"))
+    try:
+        for n in range(5):
+            assert connections.post(target, {"webhook-id": f"x-{n}"}, b"{}", 5) == 204
+        established = [s for s in tcp_sockets(receiver.port) if s[1] == "01"]
+        assert len(established) == 1  # the receiver accepted one connection for the five
+        receiver.stop()  # closes the kept connection: the next attempt opens another
+        receiver = Receiver(port=receiver.port)
+        assert connections.post(target, {"webhook-id": "x-5"}, b"{}", 5) == 204
+        (got,) = receiver.wait_for(lambda received: received)  # (it records after answering)
+        assert got.headers["webhook-id"] == "x-5"
+    finally:
+        connections.close()
+        receiver.stop()
+
+
 # --------------------------------------------------------------------------- the outbox
 
 
@@ -201,14 +226,19 @@ def test_an_event_is_taken_by_one_node_and_its_attempts_are_in_the_history(store
     for thread in threads:
         thread.join()
     ((event, lease),) = taken  # four nodes at once: one took it
-    assert not store.callback_attempted(event, lease, "elsewhere", "not mine", None)
+    assert store.callbacks_attempted(
+        "elsewhere", [CallbackAttempt(event, lease, "not mine", None)]
+    ) == [False]
     holder = _holder(store, event.seq)
-    assert store.callback_attempted(event, lease, holder, "callback: HTTP 500", now_ms() + 50)
+    failed = CallbackAttempt(event, lease, "callback: HTTP 500", now_ms() + 50)
+    assert store.callbacks_attempted(holder, [failed]) == [True]
     assert store.claim_callbacks("n9", now_ms(), 20_000, 10) == []  # not due yet
     time.sleep(0.06)
     ((again, lease),) = store.claim_callbacks("n9", now_ms(), 20_000, 10)
     assert again.attempts == 1 and message_id(again) == message_id(event)
-    assert store.callback_attempted(again, lease, "n9", "callback: HTTP 204", None)
+    assert store.callbacks_attempted(
+        "n9", [CallbackAttempt(again, lease, "callback: HTTP 204", None)]
+    )
     assert store.pending_callbacks() == 0
     messages = [e["message"] for e in store.events(job_id)[1]]
     assert messages[-2:] == ["callback: HTTP 500", "callback: HTTP 204"]
@@ -232,3 +262,21 @@ def test_a_restarted_node_takes_back_what_it_was_delivering(store):
     assert store.claim_callbacks("n2", now_ms(), 20_000, 10) == []
     assert store.release_callbacks("n1", now_ms()) == 1
     assert len(store.claim_callbacks("n2", now_ms(), 20_000, 10)) == 1
+
+
+def test_many_attempts_end_in_one_write(store):
+    ended = []
+    for _ in range(3):
+        job_id, run = running_job(store)
+        store.finish(job_id, "SUCCEEDED", now_ms(), result="{}", run=run)
+    taken = store.claim_callbacks("n1", now_ms(), 20_000, 10)
+    assert len(taken) == 3
+    ended = [
+        CallbackAttempt(taken[0][0], taken[0][1], "callback: HTTP 204", None),
+        CallbackAttempt(taken[1][0], taken[1][1], "callback: HTTP 500", now_ms() + 60_000),
+        CallbackAttempt(taken[2][0], taken[2][1] + 1, "callback: a lease not its", None),
+    ]
+    assert store.callbacks_attempted("n1", ended) == [True, True, False]
+    assert store.pending_callbacks() == 2  # the one retried later, the one not ended
+    for attempt in ended:
+        assert store.events(attempt.event.job_id)[1][-1]["message"] == attempt.message

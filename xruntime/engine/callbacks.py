@@ -1,20 +1,20 @@
 """Delivering callbacks from the store's outbox (docs/protocol.md §14), in each node's
-main process.
+callbacks process (``serving.delivery``).
 
 ``CallbackDelivery`` is a thread that takes due events from the outbox (a lease: nodes
 sharing the store take different ones) and hands each to a bounded pool of sending
 threads, ``[callbacks] concurrency`` at once: a receiver that answers in 10 s holds one
-of them, never the job nor the other deliveries.  It is woken the moment a change is
-reported (the notifier of the node's main process, and the change feed for the changes
-of the node's HTTP processes and of other nodes), reads when the next event is due
-(one indexed read), and otherwise sleeps until the next retry is due; with ``[callbacks]
-allowed`` empty (callbacks off) it does not look at each change, only every
-``IDLE_S``.
+of them, never the job nor the other deliveries.  It is woken the moment the change
+feed reports a change (of any of the node's processes, or of another node), reads when
+the next event is due (one indexed read), and otherwise sleeps until the next retry is
+due; with ``[callbacks] allowed`` empty (callbacks off) it does not look at each
+change, only every ``IDLE_S``.
 
-Each attempt ends in the store (``callback_attempted``): delivered (a 2xx), or due
-again after ``retry_delay`` doubled per attempt, or given up after ``max_attempts`` or
-when its target is refused; the job's history records every attempt.  Worker processes
-and HTTP processes never deliver.
+Each attempt ends delivered (a 2xx), or due again after ``retry_delay`` doubled per
+attempt, or given up after ``max_attempts`` or when its target is refused; the loop
+writes the attempts that ended since its last look in one transaction
+(``callbacks_attempted``), with the job's history of each, before it takes more.
+Worker processes and HTTP processes never deliver.
 """
 
 import http.client
@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..protocol.states import SHOWS_PROGRESS, Status
 from ..settings.model import Settings
-from ..store import CallbackEvent, JobStore, StoreUnavailable, now_ms
+from ..store import CallbackAttempt, CallbackEvent, JobStore, StoreUnavailable, now_ms
 from . import webhooks
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 #: s between two looks at the outbox when nothing wakes the delivery (a change told
 #: nowhere, another node's lease running out).
 IDLE_S = 2.0
+#: s the attempts under way get to end when the node stops.
+CLOSE_WAIT_S = 5.0
 #: Sending threads at most, whatever ``[callbacks] concurrency`` says.
 MAX_THREADS = 1000
 
@@ -75,7 +77,10 @@ class CallbackDelivery:
         self.wake = threading.Event()
         self._closed = threading.Event()
         self._lock = threading.Lock()
+        self._attempt_ended = threading.Condition(self._lock)
         self._in_flight = 0
+        self._ended: list[CallbackAttempt] = []  # attempts not written yet
+        self._connections = webhooks.Connections()
         self._pool = ThreadPoolExecutor(MAX_THREADS, thread_name_prefix="callback")
         self._thread = threading.Thread(target=self._loop, name="callbacks", daemon=True)
 
@@ -92,16 +97,25 @@ class CallbackDelivery:
         self._thread.start()
 
     def changed(self, _job_id: str) -> None:
-        """A job changed (the notifier, the change feed): an event may be in the outbox."""
+        """A job changed (the change feed): an event may be in the outbox."""
         if self.settings().callbacks.allowed:
             self.wake.set()
 
     def close(self) -> None:
-        """Stop taking events; the attempts under way end (each within its timeout)."""
+        """Stop taking events; the attempts under way get ``CLOSE_WAIT_S`` to end, and
+        those that ended are written (the others are attempted again when their lease
+        runs out)."""
         self._closed.set()
         self.wake.set()
-        self._thread.join(5)
+        self._thread.join(CLOSE_WAIT_S)
+        with self._lock:
+            self._attempt_ended.wait_for(lambda: self._in_flight == 0, CLOSE_WAIT_S)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            self._write_ended()
+        except StoreUnavailable as exc:  # their leases run out: they are attempted again
+            log.warning("callbacks: attempts that ended not written: %s", exc)
+        self._connections.close()
 
     # ------------------------------------------------------------------ the loop
 
@@ -121,6 +135,7 @@ class CallbackDelivery:
     def _dispatch(self) -> float:
         """Hand every due event to a sending thread, as many as are free; answers how
         long to sleep unless woken."""
+        self._write_ended()
         settings = self.settings().callbacks
         with self._lock:
             free = min(settings.concurrency, MAX_THREADS) - self._in_flight
@@ -142,19 +157,40 @@ class CallbackDelivery:
         # none taken: another node holds them in its transaction; look again shortly
         return 0.0 if taken else 0.05
 
+    def _write_ended(self) -> None:
+        """Write the attempts that ended since the last look, in one transaction; kept
+        for the next look when the store cannot be reached."""
+        with self._lock:
+            ended, self._ended = self._ended, []
+        if not ended:
+            return
+        try:
+            self.store.callbacks_attempted(self.node, ended)
+        except StoreUnavailable:
+            with self._lock:
+                self._ended[:0] = ended
+            raise
+
     # ------------------------------------------------------------------ one attempt
 
     def _deliver(self, event: CallbackEvent, lease: int) -> None:
+        ended = None
         try:
-            self._attempt(event, lease)
-        except Exception:
+            message, due = self._attempt(event)
+            ended = CallbackAttempt(event, lease, message, due)
+        except Exception:  # its lease runs out: it is attempted again
             log.exception("callbacks: the attempt of %s failed unexpectedly", message_id(event))
         finally:
             with self._lock:
                 self._in_flight -= 1
+                if ended is not None:
+                    self._ended.append(ended)
+                self._attempt_ended.notify_all()
             self.wake.set()
 
-    def _attempt(self, event: CallbackEvent, lease: int) -> None:
+    def _attempt(self, event: CallbackEvent) -> tuple[str, int | None]:
+        """One attempt of ``event``: (its message for the history and the log, when it
+        is due again or None when it is done: delivered or given up)."""
         settings = self.settings()
         rules = settings.callbacks
         attempt = event.attempts + 1
@@ -172,7 +208,7 @@ class CallbackDelivery:
                 "webhook-timestamp": str(timestamp),
                 "webhook-signature": webhooks.signature(secret, message_id(event), timestamp, body),
             }
-            status = webhooks.post(target, headers, body, rules.timeout_ms / 1000)
+            status = self._connections.post(target, headers, body, rules.timeout_ms / 1000)
             outcome = f"HTTP {status}" + (
                 " (redirects are not followed)" if 300 <= status < 400 else ""
             )
@@ -194,10 +230,7 @@ class CallbackDelivery:
             )
             due = now_ms() + delay
             log.warning("job %s: %s", event.job_id, message)
-        try:
-            self.store.callback_attempted(event, lease, self.node, message, due)
-        except StoreUnavailable as exc:  # the lease runs out: it is attempted again
-            log.warning("job %s: %s; not recorded (%s)", event.job_id, message, exc)
+        return message, due
 
 
 def _error_text(exc: BaseException) -> str:

@@ -11,7 +11,8 @@ however it is listed.  The check runs at the start (``check_callback``) and agai
 attempt, on the addresses resolved for that attempt, and the connection goes to the very
 address checked (a name that resolves elsewhere a moment later changes nothing).
 Redirects are not followed, each step has a timeout, and at most ``ANSWER_BYTES`` of an
-answer are read.
+answer are read.  A connection is kept open for the next attempts to the same address
+(``Connections``), never for another address, even of the same host.
 
 Signing is Standard Webhooks': ``webhook-signature: v1,<base64 of HMAC-SHA256 over
 "id.timestamp.body">`` with the secret's bytes (``whsec_<base64>``).
@@ -24,6 +25,8 @@ import http.client
 import ipaddress
 import socket
 import ssl
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -257,19 +260,58 @@ class _PinnedTls(_Pinned):
         self.sock = self.context.wrap_socket(self.sock, server_hostname=self.host)
 
 
-def post(target: Target, headers: dict[str, str], body: bytes, timeout_s: float) -> int:
-    """POST ``body`` to ``target`` (its first address that connects) and answer the
-    HTTP status; OSError or ``http.client.HTTPException`` when no answer came."""
-    kind = _PinnedTls if target.scheme == "https" else _Pinned
-    error: Exception = OSError("no address")
-    for address in target.addresses:
-        conn = kind(target.host, target.port, address.split("%")[0], timeout_s)
-        try:
+class Connections:
+    """Keep-alive connections, each to one address checked at an attempt, kept idle for
+    the next attempts that resolve to the same address (a new TCP connection per
+    attempt cost the node and the receiver each more than the rest of the POST).  An
+    attempt takes a connection only to an address its own check answered; one kept
+    longer than ``IDLE_S``, or past ``MAX_IDLE`` kept in all, is closed."""
+
+    #: s a connection is kept idle (below the 5 s of common servers' keep-alive).
+    IDLE_S = 4.0
+    #: Idle connections kept at most, to every target together.
+    MAX_IDLE = 64
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, str, int, str], list[tuple[float, _Pinned]]] = {}
+        self._count = 0
+
+    def post(self, target: Target, headers: dict[str, str], body: bytes, timeout_s: float) -> int:
+        """POST ``body`` to ``target`` (its first address that connects) and answer the
+        HTTP status; OSError or ``http.client.HTTPException`` when no answer came."""
+        kind = _PinnedTls if target.scheme == "https" else _Pinned
+        error: Exception = OSError("no address")
+        for address in target.addresses:
+            key = (target.scheme, target.host, target.port, address.split("%")[0])
+            kept = self._take(key)
+            if kept is not None:
+                try:
+                    return self._send(key, kept, target, headers, body, timeout_s)
+                except ConnectionError:  # the receiver closed it while it was idle
+                    pass
+            conn = kind(target.host, target.port, key[3], timeout_s)
             try:
                 conn.connect()
             except OSError as exc:  # the next address, if any
+                conn.close()
                 error = exc
                 continue
+            return self._send(key, conn, target, headers, body, timeout_s)
+        raise error
+
+    def _send(
+        self,
+        key: tuple[str, str, int, str],
+        conn: "_Pinned",
+        target: Target,
+        headers: dict[str, str],
+        body: bytes,
+        timeout_s: float,
+    ) -> int:
+        try:
+            assert conn.sock is not None  # (connected)
+            conn.sock.settimeout(timeout_s)
             conn.request(
                 "POST",
                 target.path,
@@ -277,13 +319,50 @@ def post(target: Target, headers: dict[str, str], body: bytes, timeout_s: float)
                 {
                     "Content-Type": "application/json",
                     "User-Agent": f"xruntime/{__version__}",
-                    "Connection": "close",
                     **headers,
                 },
             )
             answer = conn.getresponse()
             answer.read(ANSWER_BYTES)  # never more: its status is the answer
-            return answer.status
-        finally:
+        except BaseException:
             conn.close()
-    raise error
+            raise
+        if answer.isclosed() and conn.sock is not None:  # read to its end, not closing
+            self._keep(key, conn)
+        else:
+            conn.close()
+        return answer.status
+
+    def _take(self, key: tuple[str, str, int, str]) -> "_Pinned | None":
+        with self._lock:
+            kept = self._idle.get(key)
+            while kept:
+                since, conn = kept.pop()
+                self._count -= 1
+                if time.monotonic() - since < self.IDLE_S:
+                    return conn
+                conn.close()
+        return None
+
+    def _keep(self, key: tuple[str, str, int, str], conn: "_Pinned") -> None:
+        now = time.monotonic()
+        with self._lock:
+            for other, kept in list(self._idle.items()):  # close what idled too long
+                while kept and now - kept[0][0] >= self.IDLE_S:
+                    kept.pop(0)[1].close()
+                    self._count -= 1
+                if not kept:
+                    del self._idle[other]
+            if self._count >= self.MAX_IDLE:
+                conn.close()
+                return
+            self._idle.setdefault(key, []).append((now, conn))
+            self._count += 1
+
+    def close(self) -> None:
+        with self._lock:
+            for kept in self._idle.values():
+                for _, conn in kept:
+                    conn.close()
+            self._idle.clear()
+            self._count = 0

@@ -12,7 +12,7 @@ from typing import Any
 
 
 def http_main(*args: Any) -> None:
-    """``args`` are ``http_process.http_main``'s, as ``HttpProcesses._start`` gives them."""
+    """``args`` are ``http_process.http_main``'s, as ``NodeProcesses._start`` gives them."""
     from .http_process import http_main as run
 
     run(*args)

@@ -183,7 +183,7 @@ def http_main(
     control: Connection,
     node_started_at: float,
 ) -> None:
-    """Entry point of an HTTP process (started by ``node.HttpProcesses``)."""
+    """Entry point of an HTTP process (started by ``node.NodeProcesses``)."""
     setup_logging()
     import uvloop
 

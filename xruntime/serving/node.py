@@ -1,14 +1,15 @@
-"""One node: its main process and its HTTP processes.
+"""One node: its main process, its HTTP processes and its callbacks process.
 
 The main process opens the listening socket, runs the supervisor (with its worker
 processes), the retention cleaner and the live reload of the administrator's file,
 and starts ``[server] processes`` HTTP processes (``http_process``) that accept on
-its socket.  Every process learns of the others' job changes through the change feed
-(``store.feed``: SQLite's table, PostgreSQL's LISTEN/NOTIFY).
+its socket, and the callbacks process (``delivery``).  Every process learns of the
+others' job changes through the change feed (``store.feed``: SQLite's table,
+PostgreSQL's LISTEN/NOTIFY).
 
 ``serve(settings)`` runs a node until SIGTERM or SIGINT, then shuts down cleanly: the
-HTTP processes answer every held watch and finish their requests, the running jobs go
-back to the queue, the workers end.
+HTTP processes answer every held watch and finish their requests, the callbacks process
+ends the attempts under way, the running jobs go back to the queue, the workers end.
 """
 
 from __future__ import annotations
@@ -27,14 +28,13 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import TYPE_CHECKING, cast
 
-from ..engine.callbacks import CallbackDelivery
 from ..engine.cleaner import RetentionCleaner
 from ..engine.notifier import Notifier
 from ..engine.supervisor import Supervisor, default_node_name
 from ..store import open_store
 from ..store.feed import open_feed
 from ..support import metrics
-from . import http_entry
+from . import delivery, http_entry
 from .reload import ConfigReloader
 
 if TYPE_CHECKING:
@@ -49,8 +49,7 @@ BACKLOG = 4096
 
 
 class Node:
-    """The main process's parts: store, notifier and change feed, supervisor, cleaner,
-    and the delivery of callbacks."""
+    """The main process's parts: store, notifier and change feed, supervisor, cleaner."""
 
     def __init__(
         self, settings: Settings, services: Sequence[str], node_name: str | None = None
@@ -64,23 +63,14 @@ class Node:
         self.supervisor = Supervisor(
             self.store, self.notifier, self.settings, self.name, self.cleaner, services
         )
-        # callbacks are delivered here, never by an HTTP or a worker process
-        self.callbacks = CallbackDelivery(self.store, self.settings, self.name)
-        self.notifier.listen(self.callbacks.changed)
         self.feed = open_feed(
             self.store,
             f"{self.name}/main/{os.getpid()}",
-            on_job=self._changed_elsewhere,
+            on_job=self.supervisor.changed_elsewhere,  # it acts on stops and deletes
             on_queue=self.supervisor.work.set,
         )
         self.feed.forget(f"{self.name}/")  # what a killed previous run of this node left
         self.notifier.bridge = self.feed
-
-    def _changed_elsewhere(self, job_id: str) -> None:
-        """A change made by another process (of this node or another): the supervisor
-        acts on stops and deletes, the callbacks look for a new event."""
-        self.supervisor.changed_elsewhere(job_id)
-        self.callbacks.changed(job_id)
 
     def settings(self) -> Settings:
         """The settings in force (a reload swaps them as a whole)."""
@@ -92,53 +82,58 @@ class Node:
     def start(self) -> None:
         self.feed.start()
         self.supervisor.start()
-        self.callbacks.start()
 
     def close(self) -> None:
         self.notifier.close()
-        self.callbacks.close()
         self.supervisor.shutdown()
         self.feed.close()
         self.store.close()
 
 
-class HttpProcesses:
-    """The node's HTTP processes: started with ``spawn`` (the main process has threads),
-    each passed the listening socket; restarted when one dies.  (A fork server would let
-    them share the imported code, but itself costs a process that holds all of it;
-    spawned, the node's processes take less memory in all.)"""
+#: The key of the callbacks process among the node's processes (the HTTP ones are 0, 1…).
+CALLBACKS = -1
+
+
+class NodeProcesses:
+    """The node's HTTP processes, each passed the listening socket, and its callbacks
+    process: started with ``spawn`` (the main process has threads); restarted when one
+    dies.  (A fork server would let them share the imported code, but itself costs a
+    process that holds all of it; spawned, the node's processes take less memory in
+    all.)"""
 
     def __init__(self, sock: socket.socket, node: Node) -> None:
         self.sock = sock
         self.node = node
         self.ctx = multiprocessing.get_context("spawn")
-        self.procs: dict[int, tuple[BaseProcess, Connection]] = {}  # index → its control end
+        self.procs: dict[int, tuple[BaseProcess, Connection]] = {}  # key → its control end
         self.stopping = False
 
-    def start(self, count: int) -> None:
-        for index in range(count):
+    def start(self, http_count: int) -> None:
+        for index in range(http_count):
             self._start(index)
+        self._start(CALLBACKS)
 
     def _start(self, index: int) -> None:
         receiver, sender = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(
-            target=http_entry.http_main,
-            name=f"xruntime-http-{index}",
-            args=(
-                self.sock,
-                self.node.settings(),
-                self.node.name,
-                index,
-                receiver,
-                self.node.started_at,
-            ),
-        )
+        node = self.node
+        if index == CALLBACKS:
+            proc = self.ctx.Process(
+                target=delivery.delivery_main,
+                name="xruntime-callbacks",
+                args=(node.settings(), node.name, receiver),
+            )
+        else:
+            proc = self.ctx.Process(
+                target=http_entry.http_main,
+                name=f"xruntime-http-{index}",
+                args=(self.sock, node.settings(), node.name, index, receiver, node.started_at),
+            )
         proc.start()
         receiver.close()
         self.procs[index] = (proc, sender)
 
     def send(self, message: tuple[object, ...]) -> None:
-        """Send every HTTP process ``message``: ``("settings", new)`` or ``("stop",)``."""
+        """Send every process ``message``: ``("settings", new)`` or ``("stop",)``."""
         for _proc, conn in self.procs.values():
             try:
                 conn.send(message)
@@ -157,8 +152,8 @@ class HttpProcesses:
             metrics.process_died(proc.pid)
             if not self.stopping:
                 log.error(
-                    "HTTP process %d (pid %s) exited with %s; starting another",
-                    index,
+                    "%s (pid %s) exited with %s; starting another",
+                    _name(index),
                     proc.pid,
                     proc.exitcode,
                 )
@@ -171,10 +166,14 @@ class HttpProcesses:
         for proc, conn in self.procs.values():
             proc.join(max(0.1, deadline - time.monotonic()))
             if proc.is_alive():
-                log.warning("HTTP process %s did not stop in time; killed", proc.pid)
+                log.warning("process %s did not stop in time; killed", proc.pid)
                 proc.kill()
                 proc.join(2)
             conn.close()
+
+
+def _name(index: int) -> str:
+    return "the callbacks process" if index == CALLBACKS else f"HTTP process {index}"
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -206,14 +205,14 @@ def serve(settings: Settings, services: Sequence[str], reload_path: str | None =
 
     resource_tracker.ensure_running()
     node = Node(settings, services)
-    http = HttpProcesses(sock, node)
-    http.start(settings.http_processes())
+    children = NodeProcesses(sock, node)
+    children.start(settings.http_processes())
     node.start()
     stop = threading.Event()
     reloader = None
     if reload_path:
         reloader = ConfigReloader(
-            node, reload_path, services, [lambda new: http.send(("settings", new))]
+            node, reload_path, services, [lambda new: children.send(("settings", new))]
         )
         reloader.start()
         signal.signal(signal.SIGHUP, lambda *_: reloader.wake.set())
@@ -221,7 +220,7 @@ def serve(settings: Settings, services: Sequence[str], reload_path: str | None =
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %s: shutting down", signal.Signals(signum).name)
         node.supervisor.closing = True
-        http.stopping = True  # HTTP processes that exit now are not replaced
+        children.stopping = True  # processes that exit now are not replaced
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -239,11 +238,11 @@ def serve(settings: Settings, services: Sequence[str], reload_path: str | None =
     )
     try:
         while not stop.is_set():
-            http.watch(0.5)
+            children.watch(0.5)
     finally:
         if reloader is not None:
             reloader.stopped = True
-        stopping = threading.Thread(target=http.stop, name="http-stop")
+        stopping = threading.Thread(target=children.stop, name="children-stop")
         stopping.start()  # watches answer while the jobs are handed back
         node.close()
         stopping.join()

@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING
 
 from .clock import now_ms
 from .interface import JobStore
-from .records import CallbackEvent, FinishedChild, JobRecord, QueueFull, QueueLimit, Recovered, Run
+from .records import (
+    CallbackAttempt,
+    CallbackEvent,
+    FinishedChild,
+    JobRecord,
+    QueueFull,
+    QueueLimit,
+    Recovered,
+    Run,
+)
 from .unavailable import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -37,6 +46,7 @@ def __getattr__(name: str) -> type:
 
 
 __all__ = [
+    "CallbackAttempt",
     "CallbackEvent",
     "FinishedChild",
     "JobRecord",

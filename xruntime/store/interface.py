@@ -12,11 +12,12 @@ Time stamps are milliseconds on the database's clock (``clock.now_ms``).
 with these parameters.
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from .records import (
     ACTIVE_RUNNING,
+    CallbackAttempt,
     CallbackEvent,
     FinishedChild,
     JobRecord,
@@ -215,11 +216,10 @@ class JobStore(Protocol):
         """Take up to ``limit`` due callbacks to deliver from ``node`` until ``now +
         lease_ms``, oldest first: [(the event, the lease, which fences its outcome)]."""
 
-    def callback_attempted(
-        self, event: CallbackEvent, lease: int, node: str, message: str, due_at: int | None
-    ) -> bool:
-        """End an attempt: delete the event (``due_at`` None) or make it due again, and
-        add ``message`` to its job's history; False when it was no longer this attempt's."""
+    def callbacks_attempted(self, node: str, attempts: Sequence[CallbackAttempt]) -> list[bool]:
+        """End ``node``'s ``attempts``, in one transaction: delete each event (``due_at``
+        None) or make it due again, and add its message to its job's history; for each,
+        False when it was no longer this attempt's."""
 
     def release_callbacks(self, node: str, now: int) -> int:
         """Make the callbacks ``node`` had taken due now; how many."""

@@ -6,6 +6,7 @@ cursor, as the job's own hot path is (``statements``): through SQLAlchemy's exec
 they cost a node with callbacks half its jobs per second on SQLite.
 """
 
+from collections.abc import Sequence
 from typing import cast
 
 from sqlalchemy import (
@@ -25,7 +26,7 @@ from . import sqlite
 from .database import Database
 from .events import NOW_MS, note_of
 from .payload import unpack
-from .records import CallbackEvent
+from .records import CallbackAttempt, CallbackEvent
 from .schema import callback_outbox, job_events, jobs
 from .statements import Prepared, Statement
 
@@ -136,29 +137,29 @@ class CallbackOutbox(Database):
             events.append((CallbackEvent(**values), lease))
         return events
 
-    def callback_attempted(
-        self, event: CallbackEvent, lease: int, node: str, message: str, due_at: int | None
-    ) -> bool:
-        """End an attempt of ``event`` taken with ``lease``: delete it (``due_at`` None:
-        delivered, or given up) or make it due at ``due_at`` with one more attempt
-        counted; and add ``message`` to its job's history (if the job is still stored).
-        False when the row was no longer this attempt's (its lease had run out and
-        another node took it, or it was dropped meanwhile)."""
-        mine = {"seq": event.seq, "holder": node, "lease": lease}
-        end = self._outbox("delivered") if due_at is None else self._outbox("again")
+    def callbacks_attempted(self, node: str, attempts: Sequence[CallbackAttempt]) -> list[bool]:
+        """End ``node``'s ``attempts`` in one transaction: each event is deleted
+        (``due_at`` None: delivered, or given up) or due at ``due_at`` with one more
+        attempt counted, and its message goes to its job's history (if the job is still
+        stored).  For each, False when the row was no longer this attempt's (its lease
+        had run out and another node took it, or it was dropped meanwhile).  One
+        transaction for all: on SQLite each write takes the one write lock the job's
+        own writes wait for (docs/architecture.md, "Callbacks under load")."""
         history = self._outbox("history")
+        mine = []
         with self._cursor(True) as cur:
-            if self.dialect == "sqlite":  # the two statements together
+            if self.dialect == "sqlite":  # the statements together
                 sqlite.begin_immediate(cur.execute, cur.deadline)
-            cur.execute(end.sql, end.args(dict(mine, due_at=due_at)))
-            done = cur.rowcount
-            cur.execute(
-                history.sql,
-                history.args(
-                    {"holder": node, "message": note_of(message), "job_seq": event.job_seq}
-                ),
-            )
-        return done == 1
+            for attempt in attempts:
+                event = attempt.event
+                end = self._outbox("delivered" if attempt.due_at is None else "again")
+                values = {"seq": event.seq, "holder": node, "lease": attempt.lease}
+                cur.execute(end.sql, end.args(dict(values, due_at=attempt.due_at)))
+                mine.append(cur.rowcount == 1)
+                message = note_of(attempt.message)
+                values = {"holder": node, "message": message, "job_seq": event.job_seq}
+                cur.execute(history.sql, history.args(values))
+        return mine
 
     def release_callbacks(self, node: str, now: int) -> int:
         """Make the callbacks ``node`` had taken due now (its previous run was killed

@@ -124,6 +124,16 @@ class CallbackEvent:
     attempts: int  # the attempts made before this one
 
 
+@dataclass(frozen=True)
+class CallbackAttempt:
+    """How one attempt of a taken event ended, to be written to the store."""
+
+    event: CallbackEvent
+    lease: int  # the lease it was taken with: fences the outcome
+    message: str  # for the job's history
+    due_at: int | None  # due again then; None: delivered or given up (the row goes)
+
+
 @dataclass
 class Recovered:
     """A job found running on a dead node: re-queued, or failed past max_attempts."""
