@@ -192,6 +192,32 @@ def test_refused_targets_never_get_a_request(fresh_server):
         redirecting.stop()
 
 
+def test_callbacks_allowed_by_a_reload_are_delivered_by_a_process_started_then(fresh_server):
+    """A node whose file allows no target runs no callbacks process and refuses a
+    callback; the administrator lists the receiver, the edit is read, and the node
+    starts its callbacks process and delivers."""
+    receiver = Receiver()
+    srv = fresh_server().start()
+    try:
+        r = srv.session.post(
+            srv.url("XDemo", "startSimulate"), json={"callback": {"url": receiver.url}}
+        )
+        assert r.status_code == 400 and r.json()["faultInfo"]["parameter"] == "callback.url"
+        assert "callbacks process is up" not in srv.log()
+        with open(srv.config, "a") as f:
+            f.write(callbacks_table())
+        deadline = time.monotonic() + 30
+        while "callbacks process is up" not in srv.log():
+            assert time.monotonic() < deadline, srv.log()[-3000:]
+            time.sleep(0.05)
+        job_id = start(srv, receiver.url)
+        got = receiver.wait_for(lambda rs: len(finished(rs)) == 1)
+        assert finished(got)[0].data["id"] == job_id
+    finally:
+        srv.stop()
+        receiver.stop()
+
+
 def test_a_node_killed_before_delivering_delivers_after_its_restart(fresh_server):
     """The job has ended and its event is being sent (the receiver holds the request)
     when the node is killed: the restarted node sends it again, with the same id."""

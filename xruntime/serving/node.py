@@ -111,7 +111,18 @@ class NodeProcesses:
     def start(self, http_count: int) -> None:
         for index in range(http_count):
             self._start(index)
-        self._start(CALLBACKS)
+        self._start_callbacks_when_wanted()
+
+    def _start_callbacks_when_wanted(self) -> None:
+        """The callbacks process runs once ``[callbacks] allowed`` lists a target (at the
+        start or after a reload): a node without callbacks spares its memory (~50 MB).
+        Events a node could not send while nothing is allowed wait in the outbox."""
+        if (
+            CALLBACKS not in self.procs
+            and not self.stopping
+            and self.node.settings().callbacks.allowed
+        ):
+            self._start(CALLBACKS)
 
     def _start(self, index: int) -> None:
         receiver, sender = self.ctx.Pipe(duplex=False)
@@ -134,14 +145,16 @@ class NodeProcesses:
 
     def send(self, message: tuple[object, ...]) -> None:
         """Send every process ``message``: ``("settings", new)`` or ``("stop",)``."""
-        for _proc, conn in self.procs.values():
+        for _proc, conn in list(self.procs.values()):  # (from the reloader's thread)
             try:
                 conn.send(message)
             except OSError:
                 pass  # it died; ``watch`` restarts it
 
     def watch(self, timeout: float) -> None:
-        """Wait up to ``timeout`` s; restart an HTTP process that died meanwhile."""
+        """Wait up to ``timeout`` s; restart a process that died meanwhile, and start
+        the callbacks process once a reload allows a target."""
+        self._start_callbacks_when_wanted()
         sentinels = {proc.sentinel: index for index, (proc, _) in self.procs.items()}
         for sentinel in wait_for_any(list(sentinels), timeout):
             index = sentinels[cast(int, sentinel)]  # (one of the descriptors it was given)
