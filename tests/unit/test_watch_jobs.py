@@ -43,11 +43,17 @@ def running(jobs, simulate_op, count):
 
 
 def wait_held(jobs, memberships):
-    """Until the watches hold ``memberships`` job memberships (a watchJobs: one per job)."""
+    """Until the watches hold ``memberships`` job memberships (a watchJobs: one per job)
+    and have read their jobs (a watch counts once joined, before its first read)."""
     deadline = time.monotonic() + 5
-    while jobs.watches.waiting() < memberships and time.monotonic() < deadline:
+
+    def read() -> bool:
+        watches = list(jobs.watches._jobs.values())
+        return all(w.snapshot is not None and not w._reading for w in watches)
+
+    while not (jobs.watches.waiting() >= memberships and read()) and time.monotonic() < deadline:
         time.sleep(0.005)
-    assert jobs.watches.waiting() == memberships
+    assert jobs.watches.waiting() == memberships and read()
 
 
 # --------------------------------------------------------------------------- the request
