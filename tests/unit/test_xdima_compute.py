@@ -8,11 +8,13 @@ import random
 import numpy as np
 import pytest
 
+from xruntime.author.tables import Table, stored_table, table
 from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault, RequestStoppedFault
 from xruntime.services import xdima
 from xruntime.services.xdima import compute
 from xruntime.services.xdima.types import CreateDistanceMatrixRequest
+from xruntime.store.list_join import join_lists
 from xruntime.store.payload import MAGIC, pack, unpack
 
 QUARTER = 10_007_543  # a quarter of a great circle of R = 6 371 km, in metres
@@ -42,7 +44,7 @@ def test_hand_computed_great_circles():
 def test_block_applies_detour_speed_and_rounding():
     lon, lat = compute.to_radians([(0, 0), (1, 0)])
     metres, seconds = compute.block((lon, lat), (lon, lat), 1.5, 36.0)
-    assert metres.dtype == np.int64
+    assert metres.dtype == np.int32 and seconds.dtype == np.int32
     assert metres[0, 1] == round(ONE_DEGREE * 1.5 - 0.07)  # 111194.93 × 1.5 = 166792.4
     assert seconds[0, 1] == round(111194.93 * 1.5 / 10)  # 36 km/h = 10 m/s
     assert metres[0, 0] == 0 and seconds[1, 1] == 0
@@ -56,6 +58,17 @@ def test_random_points_match_the_textbook_formula():
     for i in range(40):
         for j in range(40):
             assert d[i, j] == pytest.approx(haversine(*pts[i], *pts[j]), abs=1e-3)
+
+
+def test_int32_holds_every_distance_and_the_travel_times_above_a_third_of_a_km_h():
+    antipodes = compute.to_radians([(0, 0), (180, 0)])
+    metres, seconds = compute.block(antipodes, antipodes, 10.0, 0.34)  # the longest, slowest
+    assert metres.dtype == np.int32 and metres[0, 1] == 200_150_868  # 10 π R < 2³¹ − 1
+    assert seconds.dtype == np.int32 and seconds[0, 1] == 2_119_244_484
+    metres, seconds = compute.block(antipodes, antipodes, 10.0, 0.33)
+    assert seconds.dtype == np.int64 and seconds[0, 1] == round(200_150_867.96 / (0.33 / 3.6))
+    with pytest.raises(FloatingPointError):
+        compute.matrix_dtype(10.0, 1e-12)
 
 
 def test_block_rows_stay_within_bounds():
@@ -82,6 +95,15 @@ class FakeJob:
     def stop_fault(self):
         return RequestStoppedFault("stopped")
 
+    table = staticmethod(table)
+
+
+def answered(returned: Table) -> xdima.DistanceMatrixResponse:
+    """The response a client reads: the stored form of what the function returned,
+    decoded (the worker stores a ``Table`` with ``stored_table``)."""
+    stored = stored_table(returned, xdima.DistanceMatrixResponse)
+    return codec.decode(json.loads(unpack(stored)), xdima.DistanceMatrixResponse)
+
 
 def request(starts, destinations=None, **more):
     data = {"startLocations": [{"longitude": x, "latitude": y} for x, y in starts]}
@@ -98,7 +120,7 @@ def test_function_answers_rows_summary_and_progress():
         [(0, 0), (0, 1), (90, 0)],
         profile={"averageSpeedKmh": 36.0, "detourFactor": 1.0},
     )
-    result = xdima.createDistanceMatrix(req, job)
+    result = answered(xdima.createDistanceMatrix(req, job))
     assert [r.distances for r in result.rows] == [
         [0, ONE_DEGREE, QUARTER],
         [ONE_DEGREE, 157_249, 9_896_348],
@@ -117,7 +139,7 @@ def test_function_answers_rows_summary_and_progress():
 
 
 def test_defaults_destinations_and_profile():
-    result = xdima.createDistanceMatrix(request([(0, 0), (1, 0)]), FakeJob())
+    result = answered(xdima.createDistanceMatrix(request([(0, 0), (1, 0)]), FakeJob()))
     assert result.rows[0].distances == [0, round(111194.93 * 1.3)]
     assert (result.summary.averageSpeedKmh, result.summary.detourFactor) == (50.0, 1.3)
 
@@ -125,7 +147,7 @@ def test_defaults_destinations_and_profile():
 def test_stop_between_blocks_answers_the_rows_so_far():
     starts = [(i / 100, 0) for i in range(600)]  # 3 blocks of 250 rows... (600 → 250, 250, 100)
     job = FakeJob(stop_after_reports=2)  # PREPROCESSING + first block
-    result = xdima.createDistanceMatrix(request(starts, [(0, 0)] * 2), job)
+    result = answered(xdima.createDistanceMatrix(request(starts, [(0, 0)] * 2), job))
     assert len(result.rows) == 250 and result.summary.numberOfRowsComputed == 250
     assert [p["status"] for p in job.progress] == ["PREPROCESSING", "CALCULATING_MATRIX"]
     assert job.progress[-1]["calculationProgress"] == 41
@@ -161,7 +183,7 @@ def test_a_matrix_result_is_stored_compactly_and_round_trips_exactly():
     job = FakeJob()
     rng = random.Random(1)
     pts = [(rng.uniform(5, 15), rng.uniform(45, 55)) for _ in range(300)]
-    result = xdima.createDistanceMatrix(request(pts), job)
+    result = answered(xdima.createDistanceMatrix(request(pts), job))
     text = json.dumps(
         codec.encode(result, xdima.DistanceMatrixResponse),
         separators=(",", ":"),
@@ -200,3 +222,96 @@ def test_small_and_plain_payloads_keep_their_old_forms():
     big = json.dumps({"payload": "x" * 100_000})
     assert pack(big)[:1] == b"x" and unpack(pack(big)) == big
     assert pack(None) is None and unpack(None) is None
+
+
+# ------------------------------------------------- a result stored from its arrays (Table)
+
+
+def encoded_text(response):
+    return codec.dumps(codec.encode(response, xdima.DistanceMatrixResponse))
+
+
+def as_objects(metres, seconds, summary):
+    return xdima.DistanceMatrixResponse(
+        rows=[
+            xdima.DistanceMatrixRow(distances=d, travelTimes=t)
+            for d, t in zip(metres.tolist(), seconds.tolist(), strict=True)
+        ],
+        summary=summary,
+    )
+
+
+def random_matrix(rows, columns, seed, high=20_000_000, dtype=np.int32):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, high, (rows, columns)).astype(dtype), rng.integers(
+        0, high, (rows, columns)
+    ).astype(dtype)
+
+
+SUMMARY = {"numberOfStartLocations": 9, "averageSpeedKmh": 50.0, "minimumDistance": 0}
+
+
+@pytest.mark.parametrize(
+    "rows, columns", [(1, 1), (3, 31), (3, 32), (4, 33), (40, 300), (300, 300), (7, 3000)]
+)
+def test_a_table_is_stored_byte_for_byte_as_its_spyne_objects_would_be(rows, columns):
+    metres, seconds = random_matrix(rows, columns, rows * columns)
+    summary = codec.decode(SUMMARY, xdima.DistanceMatrixSummary)
+    expected = pack(encoded_text(as_objects(metres, seconds, summary)))
+    returned = table(
+        xdima.DistanceMatrixResponse(summary=summary), "rows", distances=metres, travelTimes=seconds
+    )
+    assert stored_table(returned, xdima.DistanceMatrixResponse) == expected
+
+
+def test_rows_beyond_int32_are_stored_as_int64_as_the_text_form_packs_them():
+    metres, seconds = random_matrix(6, 50, 3, dtype=np.int64)
+    seconds[2, 7] = 2**31  # this row's travel times need int64, the others' do not
+    metres[4] += 2**40
+    summary = codec.decode(SUMMARY, xdima.DistanceMatrixSummary)
+    expected = pack(encoded_text(as_objects(metres, seconds, summary)))
+    returned = table(
+        xdima.DistanceMatrixResponse(summary=summary), "rows", distances=metres, travelTimes=seconds
+    )
+    assert stored_table(returned, xdima.DistanceMatrixResponse) == expected
+
+
+@pytest.mark.parametrize("parts", [1, 2, 5])
+def test_children_tables_joined_read_back_as_the_whole_matrix(parts):
+    """``parallelism`` N: each child stores its rows as a table, the parent joins them
+    (list_join), and the client reads what one job computing every row would answer."""
+    metres, seconds = random_matrix(250, 400, parts)
+    summary = codec.decode(SUMMARY, xdima.DistanceMatrixSummary)
+    size = -(-250 // parts)
+    children = [
+        stored_table(
+            table(
+                xdima.DistanceMatrixResponse(summary=summary),
+                "rows",
+                distances=metres[low : low + size],
+                travelTimes=seconds[low : low + size],
+            ),
+            xdima.DistanceMatrixResponse,
+        )
+        for low in range(0, 250, size)
+    ]
+    outer = encoded_text(xdima.DistanceMatrixResponse(rows=[], summary=summary))
+    joined = join_lists(outer, "rows", children)
+    assert unpack(joined) == encoded_text(as_objects(metres, seconds, summary))
+
+
+def test_a_table_refuses_what_is_not_rows_of_integers():
+    response = xdima.DistanceMatrixResponse()
+    with pytest.raises(TypeError):
+        table(response, "rows", distances=np.zeros((2, 40)))
+    with pytest.raises(ValueError):
+        table(
+            response,
+            "rows",
+            distances=np.zeros((2, 40), np.int32),
+            travelTimes=np.zeros((3, 40), np.int32),
+        )
+    with pytest.raises(ValueError):
+        table(response, "rows", speeds=np.zeros((2, 40), np.int32))
+    with pytest.raises(ValueError):
+        table(response, "summary", distances=np.zeros((2, 40), np.int32))

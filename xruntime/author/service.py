@@ -27,6 +27,7 @@ from ..protocol.faults import XServerFault
 from ..protocol.typeinfo import is_protocol_type
 from ..protocol.types import Job, JobProgress, JobRequest, XModel, link_base
 from .children import Child, ChildOutcome, Joined
+from .tables import Table
 
 __all__ = [
     "Service",
@@ -91,6 +92,11 @@ class JobContext(Protocol):
         """Return this instead of ``response``: its list ``field`` made of the
         successful children's own ``field`` lists, joined without decoding them."""
 
+    def table(self, response: XModel, field: str, **columns: Any) -> Table:
+        """Return this instead of ``response``: its list ``field`` made of the rows of
+        ``columns`` (2-D integer NumPy arrays, one per list member of the item type),
+        stored from the arrays' bytes, never as Python objects (xruntime.author.tables)."""
+
 
 def _cap(name: str) -> str:
     return name[:1].upper() + name[1:]
@@ -104,7 +110,7 @@ class LongOperation:
     name: str
     request: type[XModel]
     response: type[XModel]
-    function: Callable[..., XModel | Joined]  # (request, job) -> response
+    function: Callable[..., XModel | Joined | Table]  # (request, job) -> response
     faults: tuple[type[XServerFault], ...] = ()
     validate: Callable[..., object] | None = None  # (request) -> anything; raises to refuse
 

@@ -22,11 +22,12 @@ import time
 from collections.abc import Iterable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
-from typing import cast
+from typing import Any, cast
 
 from ..author.children import Child, ChildOutcome, Joined, Stages, WaitForChildren
 from ..author.registry import discover, find_long_operation, long_operation
 from ..author.service import LongOperation, RetryLater
+from ..author.tables import Table, stored_table, table
 from ..protocol import codec
 from ..protocol.faults import (
     InternalErrorFault,
@@ -181,6 +182,13 @@ class WorkerJobContext:
         store's form without decoding them (a large result assembled at no cost)."""
         return Joined(response, field, [o for o in outcomes if o.succeeded])
 
+    @staticmethod
+    def table(response: XModel, field: str, **columns: Any) -> Table:
+        """Return this from the function: ``response`` with its list ``field`` made of
+        the rows of ``columns`` (2-D integer NumPy arrays), stored from the arrays'
+        bytes (xruntime.author.tables)."""
+        return table(response, field, **columns)
+
     def intermediate_limitation(self) -> IntermediateResponseLimitation:
         if self.timed_out:
             return IntermediateResponseLimitation(
@@ -202,9 +210,11 @@ def mark_intermediate(response: XModel, job: WorkerJobContext) -> XModel:
     return response
 
 
-def stored_result(response: XModel | Joined, op: LongOperation) -> bytes:
+def stored_result(response: XModel | Joined | Table, op: LongOperation) -> bytes:
     """The response in the store's form, made here, in the worker (a ``Joined`` one
-    from its parts, which are never decoded)."""
+    from its parts, which are never decoded; a ``Table`` from its arrays)."""
+    if isinstance(response, Table):
+        return stored_table(response, op.response)
     if isinstance(response, Joined):
         outer = response.response
         setattr(outer, response.field, [])
@@ -228,7 +238,7 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
         op = long_operation(service, operation)
         request = codec.decode(json.loads(run.request), op.request)
         response = op.function(request, job)
-        given = response.response if isinstance(response, Joined) else response
+        given = response.response if isinstance(response, (Joined, Table)) else response
         if not isinstance(given, op.response):
             raise TypeError(
                 f"{service}.{operation} returned {type(given).__name__}, not {op.response.__name__}"

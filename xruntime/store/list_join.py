@@ -200,6 +200,21 @@ def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes:
         return _joined(outer, span[0], items, pool)
 
 
+def fill_list(outer: str, field: str, text: str, index: Sequence[list], binary: bytes) -> bytes:
+    """The stored form of ``outer`` (as for ``join_lists``) with its list ``field`` holding
+    items given in the store's form: their skeleton ``text`` (items joined by commas,
+    without the brackets), the ``index`` of their packed arrays (positions in ``text``)
+    and those arrays' little-endian bytes, in order.  For a result made of numeric arrays
+    (``xruntime.author.tables``): no array is formatted as text, scanned or parsed."""
+    span = _member_span(outer, field)
+    if span is None or outer[span[0] : span[1]] != "[]":
+        raise ValueError(f"outer has no top-level member {field!r} that is []")
+    from concurrent.futures import ThreadPoolExecutor  # as in join_lists
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        return _joined(outer, span[0], [_Items(text, index, binary)], pool)
+
+
 def _joined(outer: str, start: int, items: list[_Items], pool: Executor) -> bytes:
     """``outer`` with the items at ``start`` (its ``[]``), their packed arrays kept."""
     numbers = _joined_numbers(items)

@@ -10,10 +10,11 @@ accepted is ``max_cells()`` cells: ``DEFAULT_MAX_CELLS`` unless the environment 
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from xruntime.author import Child, JobContext, Service
 from xruntime.author.children import Joined
+from xruntime.author.tables import Table
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
 
 from .types import (
@@ -84,7 +85,7 @@ def check(request: CreateDistanceMatrixRequest) -> None:
 )
 def createDistanceMatrix(
     request: CreateDistanceMatrixRequest, job: JobContext
-) -> DistanceMatrixResponse | Joined:
+) -> DistanceMatrixResponse | Joined | Table:
     if min(request.parallelism or 1, len(request.startLocations)) > 1:
         return _in_parallel(request, job)
     import numpy as np  # NumPy is loaded only where jobs run
@@ -104,11 +105,12 @@ def createDistanceMatrix(
     try:
         starts = compute.to_radians(_points(request.startLocations))
         destinations = compute.to_radians(_points(destinations_given))
-    except MemoryError as exc:
-        raise _calculation_fault(n, m) from exc
-    rows: list[DistanceMatrixRow] = []
+        kinds = compute.matrix_dtype(detour, speed)
+        metres: np.ndarray = np.empty((n, m), kinds[0])
+        seconds: np.ndarray = np.empty((n, m), kinds[1])
+    except (MemoryError, FloatingPointError) as exc:
+        raise _calculation_fault(n, m, exc) from exc
     done = 0
-    lowest, highest, longest = None, None, None
     step = compute.block_rows(m)
     pause = (request.blockPauseMs or 0) / 1000
     for low in range(0, n, step):
@@ -116,18 +118,16 @@ def createDistanceMatrix(
             break
         high = min(low + step, n)
         try:
-            metres, seconds = compute.block(
-                (starts[0][low:high], starts[1][low:high]), destinations, detour, speed
+            compute.block_into(
+                (starts[0][low:high], starts[1][low:high]),
+                destinations,
+                detour,
+                speed,
+                metres[low:high],
+                seconds[low:high],
             )
         except (MemoryError, FloatingPointError) as exc:
             raise _calculation_fault(n, m, exc) from exc
-        lowest = _fold(min, lowest, int(np.min(metres)))
-        highest = _fold(max, highest, int(np.max(metres)))
-        longest = _fold(max, longest, int(np.max(seconds)))
-        rows.extend(
-            DistanceMatrixRow(distances=d, travelTimes=t)
-            for d, t in zip(metres.tolist(), seconds.tolist(), strict=True)
-        )
         done = high
         job.report_progress(
             DistanceMatrixProgress(status="CALCULATING_MATRIX", calculationProgress=done * 100 // n)
@@ -138,18 +138,22 @@ def createDistanceMatrix(
         raise job.stop_fault()
     if done == n:
         job.report_progress(DistanceMatrixProgress(status="DONE", calculationProgress=100))
+    metres, seconds = metres[:done], seconds[:done]
     summary = DistanceMatrixSummary(
         numberOfStartLocations=n,
         numberOfDestinationLocations=m,
         numberOfRowsComputed=done,
         averageSpeedKmh=speed,
         detourFactor=detour,
-        minimumDistance=lowest,
-        maximumDistance=highest,
-        maximumTravelTime=longest,
+        minimumDistance=int(metres.min()),
+        maximumDistance=int(metres.max()),
+        maximumTravelTime=int(seconds.max()),
         computationTimeMs=int((time.monotonic() - began) * 1000),
     )
-    return DistanceMatrixResponse(rows=rows, summary=summary)
+    # the rows are stored from the arrays, never as one spyne object per row
+    return job.table(
+        DistanceMatrixResponse(summary=summary), "rows", distances=metres, travelTimes=seconds
+    )
 
 
 def _in_parallel(request: CreateDistanceMatrixRequest, job: JobContext) -> Joined:
@@ -200,10 +204,6 @@ def _in_parallel(request: CreateDistanceMatrixRequest, job: JobContext) -> Joine
         computationTimeMs=sum(s.computationTimeMs for s in summaries),
     )
     return job.join(DistanceMatrixResponse(summary=summary), "rows", parts)
-
-
-def _fold(pick: Callable[[int, int], int], current: int | None, value: int) -> int:
-    return value if current is None else pick(current, value)
 
 
 def _calculation_fault(

@@ -1,8 +1,15 @@
-"""The distance matrix arithmetic, vectorised with NumPy, one block of rows at a time.
+"""The distance matrix arithmetic, vectorised with NumPy, one block of rows at a time,
+written straight into the matrix's final integer arrays.
 
 Distances are great-circle distances (``services.geo``: haversine, on a sphere)
 times the profile's detour factor; travel times are those distances at the profile's
-average speed.  Both are rounded to whole metres and seconds (half away from zero).
+average speed.  Both are rounded to whole metres and seconds (half away from zero: no
+value is negative).
+
+int32 holds every distance: at most half the Earth's circumference (π R = 20 015 087 m)
+times the largest detour factor (10), 200 150 868 m, under 2³¹ − 1 = 2 147 483 647.  It
+holds the travel times when the speed is at least 0.34 km/h (200 150 868 m at 0.0932 m/s
+is 2³¹ − 1 s); slower profiles get int64 (``matrix_dtype``).
 """
 
 from collections.abc import Sequence
@@ -10,13 +17,14 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from ..geo import great_circle
+from ..geo import EARTH_RADIUS, great_circle
 
 #: Longitudes and latitudes (radians), one array each.
 Points = tuple[NDArray[np.float64], NDArray[np.float64]]
 
 BLOCK_CELLS = 250_000  # cells per block: about 2 MB per float64 temporary
 MIN_BLOCK_ROWS, MAX_BLOCK_ROWS = 1, 250
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 
 
 def block_rows(destinations: int) -> int:
@@ -30,17 +38,53 @@ def to_radians(points: Sequence[tuple[float, float]]) -> Points:
     return a[:, 0].copy(), a[:, 1].copy()
 
 
+def matrix_dtype(detour_factor: float, speed_kmh: float) -> tuple[type, type]:
+    """The integer types of the distances and of the travel times: int32 when the
+    largest possible value fits, else int64; FloatingPointError when not even int64
+    holds the travel times (a speed of a few nanometres an hour)."""
+    longest = np.pi * EARTH_RADIUS * detour_factor + 1
+    slowest = longest / (speed_kmh / 3.6) + 1
+    if slowest > INT64_MAX:
+        raise FloatingPointError("a travel time would exceed 2⁶³ − 1 seconds")
+    return (
+        np.int32 if longest <= INT32_MAX else np.int64,
+        np.int32 if slowest <= INT32_MAX else np.int64,
+    )
+
+
+def block_into(
+    starts: Points,
+    destinations: Points,
+    detour_factor: float,
+    speed_kmh: float,
+    metres: NDArray[np.integer],
+    seconds: NDArray[np.integer],
+) -> None:
+    """Compute a block (rows: ``starts``) into ``metres`` and ``seconds``, slices of the
+    final arrays of shape (len(starts), len(destinations))."""
+    d = great_circle(starts[0], starts[1], destinations[0], destinations[1])
+    d *= detour_factor
+    if not np.isfinite(d).all():
+        raise FloatingPointError("a distance is not finite")
+    t = d / (speed_kmh / 3.6)
+    _round_into(d, metres)
+    _round_into(t, seconds)
+
+
 def block(
     starts: Points, destinations: Points, detour_factor: float, speed_kmh: float
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """(distances, travel times) of a block as int64 arrays (rows: starts)."""
-    metres = great_circle(starts[0], starts[1], destinations[0], destinations[1])
-    metres *= detour_factor
-    seconds = metres / (speed_kmh / 3.6)
-    return _round(metres), _round(seconds)
+) -> tuple[NDArray[np.integer], NDArray[np.integer]]:
+    """(distances, travel times) of a block as new arrays of ``matrix_dtype``."""
+    shape = (len(starts[0]), len(destinations[0]))
+    kinds = matrix_dtype(detour_factor, speed_kmh)
+    metres: NDArray[np.integer] = np.empty(shape, kinds[0])
+    seconds: NDArray[np.integer] = np.empty(shape, kinds[1])
+    block_into(starts, destinations, detour_factor, speed_kmh, metres, seconds)
+    return metres, seconds
 
 
-def _round(values: NDArray[np.float64]) -> NDArray[np.int64]:
-    if not np.all(np.isfinite(values)):
-        raise FloatingPointError("a distance or travel time is not finite")
-    return np.floor(values + 0.5).astype(np.int64)
+def _round_into(values: NDArray[np.float64], out: NDArray[np.integer]) -> None:
+    """``values`` (not negative, overwritten) rounded half up into ``out``."""
+    values += 0.5
+    np.floor(values, out=values)
+    out[...] = values

@@ -1,0 +1,123 @@
+"""A result whose list holds rows of integer arrays, stored straight from NumPy arrays.
+
+A long operation that computes a large table of integers (XDima's distance matrix) may
+return ``job.table(response, "rows", distances=metres, travelTimes=seconds)`` instead of
+``response`` with one spyne object per row: item ``i`` of the list ``rows`` is an item
+of that list's declared type whose member ``distances`` is row ``i`` of ``metres``, and
+so on (2-D integer arrays, one row per item).  The framework writes the store's form of
+that result from the arrays' bytes: no Python int per cell, no spyne object per row, no
+JSON text of the numbers.  What is stored is exactly what encoding the equivalent
+response would store (``payload.unpack`` gives the same text, byte for byte), so every
+binding answers the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import codec
+from ..protocol.typeinfo import OBJ, fields, original
+from ..protocol.types import XModel
+from ..store import payload
+from ..store.list_join import _member_span, fill_list
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+@dataclass
+class Table:
+    """A response whose list ``field`` is made of ``columns``' rows: returned by
+    ``job.table``, stored from the arrays (``stored_table``)."""
+
+    response: XModel
+    field: str
+    columns: dict[str, NDArray[np.integer]]
+
+
+def table(response: XModel, field: str, **columns: Any) -> Table:
+    """Check the columns (2-D integer arrays with as many rows each) and answer the
+    ``Table`` to return; TypeError or ValueError otherwise (the author's mistake)."""
+    import numpy as np  # loaded only where jobs run
+
+    item_type = original(_item_type(type(response), field))
+    declared = {f.name: f for f in fields(item_type)}
+    arrays = {}
+    for name, column in columns.items():
+        f = declared.get(name)
+        if f is None or not f.many:
+            raise ValueError(f"{item_type.__name__} has no list member {name!r}")
+        array = np.asarray(column)
+        if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
+            raise TypeError(f"column {name!r} is not a 2-D array of integers")
+        arrays[name] = array
+    if not arrays or len({a.shape[0] for a in arrays.values()}) != 1:
+        raise ValueError("a table needs columns with the same number of rows")
+    return Table(response, field, arrays)
+
+
+def _item_type(response_type: type[XModel], field: str) -> type[XModel]:
+    """The list's declared item type (a customised spyne class: ``original`` of it is
+    the one to instantiate)."""
+    for f in fields(response_type):
+        if f.name == field and f.many and f.kind == OBJ:
+            return f.type
+    raise ValueError(f"{response_type.__name__} has no list {field!r} of objects")
+
+
+def stored_table(given: Table, declared: type[XModel]) -> bytes:
+    """The store's form of the table's response, as ``pack`` of its encoded text would
+    be: every array packed as the compact form packs it (int32 when its values fit,
+    else int64).  Arrays short enough that the compact form could keep them as text
+    (under 33 items) take the ordinary path, through spyne objects: it is cheap there."""
+    import numpy as np
+
+    response, field, columns = given.response, given.field, given.columns
+    declared_item = _item_type(type(response), field)
+    item_type = original(declared_item)
+    names = [f.name for f in fields(item_type) if f.name in columns]  # the encoded order
+    rows = next(iter(columns.values())).shape[0]
+    setattr(response, field, [])
+    outer = codec.dumps(codec.encode(response, declared))
+    if rows == 0 or min(columns[name].shape[1] for name in names) <= payload.MIN_PACKED_ITEMS:
+        setattr(
+            response,
+            field,
+            [item_type(**{name: columns[name][i].tolist() for name in names}) for i in range(rows)],
+        )
+        return payload.pack(codec.dumps(codec.encode(response, declared)))
+    # one item's text with empty lists, then without them: the holes where arrays go
+    template = codec.dumps(codec.encode(item_type(**{name: [] for name in names}), declared_item))
+    holes: list[int] = []
+    skeleton: list[str] = []
+    last = 0
+    for name in names:
+        start, end = _member_span(template, name) or (0, 0)
+        skeleton.append(template[last:start])
+        holes.append(start - 2 * len(holes))
+        last = end
+    skeleton.append(template[last:])
+    item = "".join(skeleton)
+    fits = [
+        (columns[name].min(axis=1) >= INT32_MIN) & (columns[name].max(axis=1) <= INT32_MAX)
+        for name in names
+    ]
+    codes = [np.where(f, "i", "q") for f in fits]
+    index = [
+        [i * (len(item) + 1) + hole, str(code[i]), columns[name].shape[1]]
+        for i in range(rows)
+        for hole, name, code in zip(holes, names, codes, strict=True)
+    ]
+    if all(f.all() for f in fits):  # one buffer, row by row, as the index lists them
+        binary = np.concatenate([columns[name].astype("<i4") for name in names], axis=1).tobytes()
+    else:
+        binary = b"".join(
+            columns[name][i].astype("<i4" if fit[i] else "<i8").tobytes()
+            for i in range(rows)
+            for name, fit in zip(names, fits, strict=True)
+        )
+    return fill_list(outer, field, ",".join([item] * rows), index, binary)
