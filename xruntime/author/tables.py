@@ -113,7 +113,9 @@ def stored_table(given: Table, declared: type[XModel]) -> bytes:
         for hole, name, code in zip(holes, names, codes, strict=True)
     ]
     if all(f.all() for f in fits):  # one buffer, row by row, as the index lists them
-        binary = np.concatenate([columns[name].astype("<i4") for name in names], axis=1).tobytes()
+        binary: bytes | memoryview = np.concatenate(
+            [columns[name] for name in names], axis=1, dtype="<i4"
+        ).data.cast("B")
     else:
         binary = b"".join(
             columns[name][i].astype("<i4" if fit[i] else "<i8").tobytes()

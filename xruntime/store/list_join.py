@@ -200,7 +200,9 @@ def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes:
         return _joined(outer, span[0], items, pool)
 
 
-def fill_list(outer: str, field: str, text: str, index: Sequence[list], binary: bytes) -> bytes:
+def fill_list(
+    outer: str, field: str, text: str, index: Sequence[list], binary: bytes | memoryview
+) -> bytes:
     """The stored form of ``outer`` (as for ``join_lists``) with its list ``field`` holding
     items given in the store's form: their skeleton ``text`` (items joined by commas,
     without the brackets), the ``index`` of their packed arrays (positions in ``text``)
