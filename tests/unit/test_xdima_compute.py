@@ -304,6 +304,8 @@ def test_a_table_refuses_what_is_not_rows_of_integers():
     response = xdima.DistanceMatrixResponse()
     with pytest.raises(TypeError):
         table(response, "rows", distances=np.zeros((2, 40)))
+    with pytest.raises(TypeError):
+        table(response, "rows", distances=np.zeros((2, 40), np.uint64))
     with pytest.raises(ValueError):
         table(
             response,

@@ -54,6 +54,8 @@ def table(response: XModel, field: str, **columns: Any) -> Table:
         array = np.asarray(column)
         if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
             raise TypeError(f"column {name!r} is not a 2-D array of integers")
+        if array.dtype == np.uint64:  # its values need not fit the int64 the store packs
+            raise TypeError(f"column {name!r} is uint64: give int64")
         arrays[name] = array
     if not arrays or len({a.shape[0] for a in arrays.values()}) != 1:
         raise ValueError("a table needs columns with the same number of rows")
