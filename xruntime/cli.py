@@ -17,7 +17,9 @@ log = logging.getLogger(__name__)
 def cmd_serve(args: argparse.Namespace) -> int:
     setup_logging()
     try:
-        settings = config.load(args.config, known_services=_service_names())
+        settings = config.load(
+            args.config, known_services=_service_names(), service_keys=_service_keys()
+        )
     except config.ConfigError as exc:
         for line in exc.errors:
             log.error("%s: %s", exc.path, line)
@@ -35,15 +37,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    """Check the file; when valid, show the settings the services declare, as in force."""
+    from .author.registry import discover
+
     try:
-        config.load(args.path, known_services=_service_names())
+        settings = config.load(
+            args.path, known_services=_service_names(), service_keys=_service_keys()
+        )
     except config.ConfigError as exc:
         for line in exc.errors:
             print(f"{exc.path}: {line}")
         print(f"{len(exc.errors)} error(s)")
         return 1
     print(f"{args.path}: OK")
+    for name, service in discover().items():
+        written = settings.service(name).declared
+        for key, value in service.settings_in_force(settings).items():
+            origin = "" if key in written else "  (default)"
+            print(f"[services.{name}] {key} = {_toml_value(value)}{origin}")
     return 0
+
+
+def _toml_value(value: object) -> str:
+    """A setting's value as the file would write it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else str(value)
 
 
 def cmd_wsdl(args: argparse.Namespace) -> int:
@@ -112,6 +131,12 @@ def _service_names() -> list[str]:
     from .author.registry import discover
 
     return list(discover())
+
+
+def _service_keys() -> dict:
+    from .author.registry import setting_keys
+
+    return setting_keys()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

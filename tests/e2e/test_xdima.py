@@ -8,13 +8,14 @@ import pytest
 from tests.clients import BINDINGS, RemoteFault, make_client
 from tests.harness import Server
 
-MAX_CELLS = 250_000  # lowered for this node through XDIMA_MAX_CELLS
+MAX_CELLS = 250_000  # lowered for this node: [services.XDima] max_cells
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     srv = Server(
-        str(tmp_path_factory.mktemp("xdima")), env={"XDIMA_MAX_CELLS": str(MAX_CELLS)}
+        str(tmp_path_factory.mktemp("xdima")),
+        extra=f"\n[services.XDima]\nmax_cells = {MAX_CELLS}\n",
     ).start()
     yield srv
     srv.stop()

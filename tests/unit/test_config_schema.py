@@ -8,6 +8,7 @@ from dataclasses import fields
 
 import pytest
 
+from xruntime.author.registry import setting_keys
 from xruntime.settings import config
 from xruntime.settings import docs as config_docs
 from xruntime.settings import schema as config_schema
@@ -43,7 +44,7 @@ MODELS = {
 #: the fields of each model that no key fills (objects of their own, or derived)
 NOT_KEYS = {
     Settings: {"jobs", "services", "auth", "users", "callbacks", "path"},
-    ServiceSettings: {"jobs", "overridden"},
+    ServiceSettings: {"jobs", "overridden", "declared"},
     User: {"name", "quota", "services"},
 }
 
@@ -210,16 +211,17 @@ def test_the_documents_key_tables_are_generated_from_the_schema(document, cite):
         text = f.read()
     found = config_docs.current_block(text)
     assert found is not None, f"{document} has no <!-- config-table:begin --> … end markers"
-    assert found == config_docs.block(cite), (
+    assert found == config_docs.block(cite, setting_keys()), (
         f"{document}'s table of configuration keys differs from {config_schema.__name__}; "
         f"run `{config_docs.command()}` in the repository's root"
     )
 
 
 def test_the_generated_table_has_a_row_for_every_key():
-    table = config_docs.markdown_table()
+    table = config_docs.markdown_table(service_keys=setting_keys())
     for key in KEYS:
         assert f"| `[{key.home}] {key.name}` |" in table
+    assert "| `[services.XDima] max_cells` | integer ≥ 1 | `4000000` | live |" in table
     assert "| `[services.NAME] <any [jobs] key>` |" in table
     assert "(not `max_stored_bytes`)" in table
 

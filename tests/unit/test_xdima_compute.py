@@ -8,12 +8,14 @@ import random
 import numpy as np
 import pytest
 
+from xruntime.author.registry import setting_keys
 from xruntime.author.tables import Table, stored_table, table
 from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault, RequestStoppedFault
 from xruntime.services import xdima
 from xruntime.services.xdima import compute
 from xruntime.services.xdima.types import CreateDistanceMatrixRequest
+from xruntime.settings import config
 from xruntime.store.list_join import join_lists
 from xruntime.store.payload import MAGIC, pack, unpack
 
@@ -158,16 +160,19 @@ def test_stop_before_the_first_block_raises_the_stop_fault():
         xdima.createDistanceMatrix(request([(0, 0)]), FakeJob(stop_after_reports=1))
 
 
-def test_check_refuses_empty_and_too_large(monkeypatch):
+def test_check_refuses_empty_and_too_large():
     with pytest.raises(MissingParameterFault):
-        xdima.check(request([]))
-    monkeypatch.setenv("XDIMA_MAX_CELLS", "6")
-    xdima.check(request([(0, 0), (1, 1)], [(0, 0)] * 3))
+        xdima.check(request([]), {"max_cells": 6})
+    xdima.check(request([(0, 0), (1, 1)], [(0, 0)] * 3), {"max_cells": 6})
     with pytest.raises(InvalidValueFault) as fault:
-        xdima.check(request([(0, 0), (1, 1)], [(0, 0)] * 4))
+        xdima.check(request([(0, 0), (1, 1)], [(0, 0)] * 4), {"max_cells": 6})
     assert fault.value.parameter == "destinationLocations" and fault.value.value == "8"
-    monkeypatch.delenv("XDIMA_MAX_CELLS")
-    assert xdima.max_cells() == 4_000_000
+
+
+def test_max_cells_is_a_setting_of_xdima_with_its_default_and_the_files_value():
+    assert xdima.service.settings_in_force(config.Settings()) == {"max_cells": 4_000_000}
+    written = config.parse("[services.XDima]\nmax_cells = 6\n", service_keys=setting_keys())
+    assert xdima.service.settings_in_force(written) == {"max_cells": 6}
 
 
 def test_out_of_range_coordinates_are_refused_with_their_path():

@@ -8,6 +8,7 @@ import os
 import pkgutil
 from functools import cache
 
+from ..settings.schema import Key
 from .runtime_service import xruntime
 from .service import LongOperation, Service
 
@@ -32,6 +33,12 @@ def discover() -> dict[str, Service]:
         service = importlib.import_module(name).service
         found[service.name] = service
     return found
+
+
+def setting_keys() -> dict[str, tuple[Key, ...]]:
+    """service name → the keys it declares for its [services.NAME] table, as the
+    settings' parser takes them (``config.load(..., service_keys=...)``)."""
+    return {name: service.setting_keys() for name, service in discover().items()}
 
 
 def long_operation(service: str, name: str) -> LongOperation:

@@ -12,6 +12,14 @@
         outcomes = job.run_children([Child("XDemo", "simulate", ...), ...])   # child jobs
         return SimulateResponse(...)
 
+A service may declare settings of its own, which the administrator writes in its
+``[services.NAME]`` table (checked when the file is read, applied live)::
+
+    max_items = xdemo.setting("max_items", int, 1000, "items one request may hold", minimum=1)
+
+    def check(request, settings):          # validate=check: the values in force
+        if len(request.items) > settings["max_items"]: raise InvalidValueFault(...)
+
 From that one declaration the framework derives ``startSimulate``,
 ``fetchSimulateResponse`` (named after the response type) and the synchronous
 ``simulate``, in every binding and in the WSDL.  The function runs in a worker process
@@ -19,15 +27,21 @@ and knows nothing of HTTP, SQL or processes; ``job`` is a ``JobContext``.
 """
 
 import inspect
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from ..protocol.faults import XServerFault
 from ..protocol.typeinfo import is_protocol_type
 from ..protocol.types import Job, JobProgress, JobRequest, XModel, link_base
+from ..settings.schema import Key, keys_of
+from ..settings.values import BOOLEAN, STRING, Kind, integer
 from .children import Child, ChildOutcome, Joined
 from .tables import Table
+
+if TYPE_CHECKING:
+    from ..settings.model import Settings
 
 __all__ = [
     "Service",
@@ -37,6 +51,7 @@ __all__ = [
     "ChildOutcome",
     "LongOperation",
     "Operation",
+    "Setting",
 ]
 
 
@@ -98,6 +113,59 @@ class JobContext(Protocol):
         stored from the arrays' bytes, never as Python objects (xruntime.author.tables)."""
 
 
+#: The table a service's own settings are written in.
+SERVICE_TABLE = "services.NAME"
+_SETTING_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting a service declares for its ``[services.NAME]`` table: an ``int``
+    (with optional bounds), a ``bool`` or a ``str``, its default and one line of doc."""
+
+    name: str
+    type: type
+    default: int | bool | str
+    doc: str
+    minimum: int | None = None
+    maximum: int | None = None
+
+    def __post_init__(self) -> None:
+        if not _SETTING_NAME.match(self.name):
+            raise ValueError(f"setting {self.name!r}: lower-case letters, digits and _ only")
+        if self.name in keys_of(SERVICE_TABLE):
+            raise ValueError(f"setting {self.name!r}: already a key of every [services.NAME]")
+        self.kind().check(self.default)  # a default out of its own bounds is the author's bug
+
+    def kind(self) -> Kind:
+        """What the file may write for it."""
+        if self.type is bool:
+            return BOOLEAN
+        if self.type is str:
+            return STRING
+        if self.type is int:
+            if self.maximum is not None and self.minimum is None:
+                raise ValueError(f"setting {self.name!r}: a maximum needs a minimum")
+            return integer(self.minimum if self.minimum is not None else -(2**63), self.maximum)
+        raise ValueError(f"setting {self.name!r}: the type must be int, bool or str")
+
+    def key(self) -> Key:
+        """Its declaration as the settings' parser reads it."""
+        return Key(self.name, self.kind(), self.default, (SERVICE_TABLE,), doc=self.doc)
+
+
+def _takes_settings(validate: Callable[..., object] | None) -> bool:
+    """Whether ``validate`` is ``(request, settings)`` rather than ``(request)``."""
+    if validate is None:
+        return False
+    positional = [
+        p
+        for p in inspect.signature(validate).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)
+
+
 def _cap(name: str) -> str:
     return name[:1].upper() + name[1:]
 
@@ -112,7 +180,19 @@ class LongOperation:
     response: type[XModel]
     function: Callable[..., XModel | Joined | Table]  # (request, job) -> response
     faults: tuple[type[XServerFault], ...] = ()
-    validate: Callable[..., object] | None = None  # (request) -> anything; raises to refuse
+    validate: Callable[..., object] | None = None  # (request[, settings]); raises to refuse
+    #: the service's settings in force under the node's settings (``Service.settings_in_force``)
+    settings: "Callable[[Settings], Mapping[str, object]] | None" = None
+
+    def check(self, request: XModel, settings: "Settings") -> None:
+        """Run ``validate`` on a request about to be started, with the service's own
+        settings in force when it takes them."""
+        if self.validate is None:
+            return
+        if _takes_settings(self.validate) and self.settings is not None:
+            self.validate(request, self.settings(settings))
+        else:
+            self.validate(request)
 
     @property
     def start_name(self) -> str:
@@ -203,6 +283,8 @@ class Service:
     #: True for a service whose answers carry any service's job progress (XRuntime):
     #: its WSDL declares every service's progress types.
     shows_all_progress: bool = False
+    #: The settings it declares for its [services.NAME] table, by name (``setting``).
+    settings: dict[str, Setting] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.namespace = self.namespace or SERVICE_NAMESPACE.format(name=self.name.lower())
@@ -223,6 +305,36 @@ class Service:
             self.extra_types.append(t)
         return types[0] if len(types) == 1 else types
 
+    def setting(
+        self,
+        name: str,
+        type: type,
+        default: int | bool | str,
+        doc: str,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> Setting:
+        """Declare a setting of this service: the administrator may write ``name =
+        value`` in ``[services.<service>]``; the file is refused (naming its line) when
+        the value is not of ``type`` or out of its bounds, and an edit applies live.
+        A ``validate(request, settings)`` reads the value in force as
+        ``settings[name]``."""
+        declared = Setting(name, type, default, doc, minimum, maximum)
+        if name in self.settings:
+            raise ValueError(f"{self.name}: setting {name!r} declared twice")
+        self.settings[name] = declared
+        return declared
+
+    def settings_in_force(self, settings: "Settings") -> dict[str, object]:
+        """name → value of this service's settings under the node's ``settings``: the
+        file's value, else the declared default."""
+        written = settings.service(self.name).declared
+        return {name: written.get(name, s.default) for name, s in self.settings.items()}
+
+    def setting_keys(self) -> tuple[Key, ...]:
+        """Its settings as the settings' parser reads them."""
+        return tuple(s.key() for s in self.settings.values())
+
     def long_operation(
         self,
         request: type[XModel],
@@ -234,14 +346,22 @@ class Service:
 
         ``validate(request)``, if given, runs when the job is started and may raise
         ``InvalidValueFault`` so that a bad request is refused at once, not as a
-        FAILED job.
+        FAILED job; ``validate(request, settings)`` gets the service's own settings
+        in force (name → value) besides.
         """
 
         def register(function: Function) -> Function:
             for t in (request, response) + tuple(faults):
                 pin_namespace(t, self.namespace)
             op = LongOperation(
-                self.name, function.__name__, request, response, function, tuple(faults), validate
+                self.name,
+                function.__name__,
+                request,
+                response,
+                function,
+                tuple(faults),
+                validate,
+                self.settings_in_force,
             )
             self.long_operations[op.name] = op
             return function

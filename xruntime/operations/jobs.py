@@ -135,9 +135,8 @@ class JobManager:
         """Queue a job of ``caller`` for ``op`` (a LongOperation) and answer QUEUING at
         once; refused past the queue's limit, the caller's own (docs/protocol.md §10), or
         what the caller may keep stored (§15)."""
-        if op.validate is not None:
-            op.validate(request)
         settings = self.settings()
+        op.check(request, settings)
         self.stored_quota.check(caller.name, settings.stored_bytes_limit(caller.name))
         queueing, computation = asked_timeouts(
             request, settings.jobs_for(op.service).max_request_timeout_ms

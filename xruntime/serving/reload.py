@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..author.registry import setting_keys
 from ..settings import config
 
 if TYPE_CHECKING:
@@ -83,7 +84,9 @@ class ConfigReloader(threading.Thread):
             log.warning("%s: the file is empty; the settings in force stay", self.path)
             return False
         try:
-            new = config.load(self.path, known_services=self.known_services)
+            new = config.load(
+                self.path, known_services=self.known_services, service_keys=setting_keys()
+            )
         except config.ConfigError as exc:
             for line in exc.errors:
                 log.error("%s: %s", self.path, line)

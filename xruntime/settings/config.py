@@ -13,7 +13,7 @@ the database lands in ``data/`` either way).
 
 import os
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
 from typing import Any
 
@@ -45,6 +45,7 @@ __all__ = [
     "JobSettings",
     "Limits",
     "Quota",
+    "ServiceKeys",
     "ServiceSettings",
     "Settings",
     "User",
@@ -73,7 +74,16 @@ class ConfigError(Exception):
         super().__init__(f"{path}: " + "; ".join(errors))
 
 
-def load(path: str | None = None, known_services: Sequence[str] | None = None) -> Settings:
+#: service name → the keys it declares for its own ``[services.NAME]`` table (the registry
+#: hands them over: this layer knows no service)
+ServiceKeys = Mapping[str, Sequence[Key]]
+
+
+def load(
+    path: str | None = None,
+    known_services: Sequence[str] | None = None,
+    service_keys: ServiceKeys | None = None,
+) -> Settings:
     """The settings of ``path`` (or of ``config/xserver.toml`` when present, else the
     defaults).  Raises ConfigError listing every problem with its line."""
     if path is None and os.path.exists(DEFAULT_PATH):
@@ -85,19 +95,23 @@ def load(path: str | None = None, known_services: Sequence[str] | None = None) -
             raw = f.read()
     except OSError as exc:
         raise ConfigError(path, [f"cannot read the file: {exc.strerror}"]) from exc
-    return parse(raw.decode("utf-8", errors="replace"), path, known_services)
+    return parse(raw.decode("utf-8", errors="replace"), path, known_services, service_keys)
 
 
 def parse(
-    text: str, path: str = "<config>", known_services: Sequence[str] | None = None
+    text: str,
+    path: str = "<config>",
+    known_services: Sequence[str] | None = None,
+    service_keys: ServiceKeys | None = None,
 ) -> Settings:
     """The settings written in ``text``; ``known_services`` (None: any) are the names a
-    ``[services.NAME]`` table may have.  Raises ConfigError listing every problem."""
+    ``[services.NAME]`` table may have, ``service_keys`` the keys each of them declares
+    besides the file's own.  Raises ConfigError listing every problem."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, [toml_error(exc)]) from exc
-    reader = _Reader(KeyLines(text), known_services)
+    reader = _Reader(KeyLines(text), known_services, service_keys or {})
     checked = reader.table("", "", data)
     if reader.errors:
         raise ConfigError(path, reader.errors)
@@ -120,9 +134,12 @@ class _Reader:
     """One walk over the file's tables, checking each against its declaration and
     collecting every error with its line."""
 
-    def __init__(self, lines: KeyLines, known_services: Sequence[str] | None) -> None:
+    def __init__(
+        self, lines: KeyLines, known_services: Sequence[str] | None, service_keys: ServiceKeys
+    ) -> None:
         self.lines = lines
         self.known_services = known_services
+        self.service_keys = service_keys
         self.errors: list[str] = []
         self.owners: dict[tuple[str, object], str] = {}  # (key, value) → table, for unique keys
 
@@ -135,14 +152,18 @@ class _Reader:
         """``line N: message`` about ``name`` written at the file's top, outside any table."""
         self.errors.append(f"line {self.lines.of(name)}: {message}")
 
-    def table(self, pattern: str, where: str, content: dict) -> dict:
+    def table(self, pattern: str, where: str, content: dict, declared: Sequence[Key] = ()) -> dict:
         """The checked values of one table: setting → value, and for each nested table
-        its name → its own checked values (a family's: member name → values)."""
+        its name → its own checked values (a family's: member name → values); the keys
+        a service ``declared`` for its table go, checked, under ``declared``."""
         keys, refused, children = keys_of(pattern), refusals_of(pattern), children_of(pattern)
+        own = {key.name: key for key in declared if key.name not in keys}
         checked: dict = {}
         for name, value in content.items():
             if name in keys:
                 self.key(keys[name], where, value, checked)
+            elif name in own:
+                self.key(own[name], where, value, checked.setdefault("declared", {}))
             elif name in refused:
                 self.error(where, name, refused[name])
             elif name in children:
@@ -154,7 +175,11 @@ class _Reader:
                     name, f"unknown table or key {name!r} (known: {', '.join(children)})"
                 )
             else:
-                known = list(keys) + [f"and [{child.path}] tables" for child in children.values()]
+                known = (
+                    list(keys)
+                    + list(own)
+                    + [f"and [{child.path}] tables" for child in children.values()]
+                )
                 self.error(where, name, f"unknown key (known: {', '.join(known)})")
         for key in keys.values():
             if key.missing and key.name not in content:
@@ -199,7 +224,8 @@ class _Reader:
             if not isinstance(content, dict):
                 self.error(member_where, None, "must be a table")
                 continue
-            members[member] = self.table(declared.path, member_where, content)
+            own = self.service_keys.get(member, ()) if declared.path == "services.NAME" else ()
+            members[member] = self.table(declared.path, member_where, content, own)
         return members
 
 

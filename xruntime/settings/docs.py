@@ -7,15 +7,20 @@ regenerates it and fails when the document differs, and
 
     python -m xruntime.settings.docs --write      # in the repository's root
 
-rewrites them.  ``--markdown`` prints the README's table.
+rewrites them.  ``--markdown`` prints the README's table.  The settings a service declares
+for its own ``[services.NAME]`` table (``Service.setting``) are rows of the same table; this
+layer knows no service, so the callers hand them over (``service_keys``, the registry's
+``setting_keys()``), and the command finds the registry by name, as the registry finds
+the services.
 """
 
 import argparse
+import importlib
 import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from . import schema as config_schema
 from .schema import TABLES, Key, Table, keys_of, refusals_of
@@ -23,6 +28,12 @@ from .schema import TABLES, Key, Table, keys_of, refusals_of
 #: document (relative to the repository's root) → whether its table cites the sections
 #: of docs/protocol.md
 DOCUMENTS = {"README.md": False, os.path.join("docs", "protocol.md"): True}
+
+#: service name → the keys it declares for its [services.NAME] table
+ServiceKeys = Mapping[str, Sequence[Key]]
+#: where the command finds the services' keys (``setting_keys()``): a layer above this
+#: one, so found by name when the command runs, never imported by this module
+REGISTRY = "xruntime.author.registry"
 
 #: this module's importable name, also when run with ``python -m`` (as ``__main__``)
 _MODULE = __spec__.name if __spec__ is not None else __name__
@@ -102,15 +113,29 @@ def _override_row(declared: Table, home: str, keys: list[Key], cite: bool) -> st
     )
 
 
-def markdown_table(cite_sections: bool = False) -> str:
+def _service_row(service: str, key: Key) -> str:
+    return (
+        f"| `[services.{service}] {key.name}` | {key.kind.name} | {_default(key)} "
+        f"| {_applied([key])} | {key.doc} |"
+    )
+
+
+def markdown_table(cite_sections: bool = False, service_keys: ServiceKeys | None = None) -> str:
     """Every table and key: name, kind of value, default, whether a live reload applies
-    it, and its meaning (with docs/protocol.md's section when ``cite_sections``)."""
+    it, and its meaning (with docs/protocol.md's section when ``cite_sections``); after
+    ``[services.NAME]``'s own, the keys each service declares (``service_keys``)."""
     rows = ["| key | value | default | applied | meaning |", "|---|---|---|---|---|"]
     for declared in TABLES:
         held = keys_of(declared.path).values()
         rows += [
             _own_row(declared, key, cite_sections) for key in held if key.home == declared.path
         ]
+        if declared.path == "services.NAME":
+            rows += [
+                _service_row(service, key)
+                for service, keys in sorted((service_keys or {}).items())
+                for key in keys
+            ]
         homes = dict.fromkeys(key.home for key in held if key.home != declared.path)
         rows += [
             _override_row(declared, home, [key for key in held if key.home == home], cite_sections)
@@ -119,14 +144,14 @@ def markdown_table(cite_sections: bool = False) -> str:
     return "\n".join(rows)
 
 
-def block(cite_sections: bool = False) -> str:
+def block(cite_sections: bool = False, service_keys: ServiceKeys | None = None) -> str:
     """The table with its marker comments, as a document holds it."""
     schema = config_schema.__name__.replace(".", "/") + ".py"
     begin = (
         f"<!-- config-table:begin: generated from the schema by `{command()}`; "
         f"edit {schema}, not this table -->"
     )
-    return f"{begin}\n{markdown_table(cite_sections)}\n{_END}"
+    return f"{begin}\n{markdown_table(cite_sections, service_keys)}\n{_END}"
 
 
 def current_block(text: str) -> str | None:
@@ -136,22 +161,22 @@ def current_block(text: str) -> str | None:
     return text[begin.start() : end + len(_END)] if begin and end >= 0 else None
 
 
-def rewrite(text: str, cite_sections: bool) -> str:
+def rewrite(text: str, cite_sections: bool, service_keys: ServiceKeys | None = None) -> str:
     """``text`` with its marked table replaced by the generated one."""
     old = current_block(text)
     if old is None:
         raise ValueError("no <!-- config-table:begin --> … <!-- config-table:end --> markers")
-    return text.replace(old, block(cite_sections), 1)
+    return text.replace(old, block(cite_sections, service_keys), 1)
 
 
-def write(root: str) -> list[str]:
+def write(root: str, service_keys: ServiceKeys | None = None) -> list[str]:
     """Rewrite the tables of DOCUMENTS under ``root``; the documents that changed."""
     changed = []
     for name, cite in DOCUMENTS.items():
         path = os.path.join(root, name)
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        new = rewrite(text, cite)
+        new = rewrite(text, cite, service_keys)
         if new != text:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(new)
@@ -171,13 +196,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--root", default=".", help="the repository's root (default: here)")
     args = parser.parse_args(argv)
+    service_keys = importlib.import_module(REGISTRY).setting_keys()
     if args.write:
-        for name in write(args.root):
+        for name in write(args.root, service_keys):
             print(f"rewrote {name}")
     elif args.protocol:
-        print(markdown_table(cite_sections=True))
+        print(markdown_table(True, service_keys))
     else:
-        print(markdown_table())
+        print(markdown_table(False, service_keys))
     return 0
 
 

@@ -68,6 +68,9 @@ class ServiceSettings:
     enabled: bool = _SERVICE["enabled"]
     jobs: JobSettings | None = None  # None: the [jobs] table
     overridden: frozenset = frozenset()  # the JobSettings fields this service sets for itself
+    #: the settings the service declares for itself (``Service.setting``) as the file writes
+    #: them: name → value; one not written is absent (the author's API adds its default)
+    declared: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,12 @@
 time (s) from every start location to every destination; it reports a
 ``DistanceMatrixProgress`` after each block and, when stopped, answers the rows done so
 far (the framework adds the IntermediateResponseLimitation).  The largest matrix
-accepted is ``max_cells()`` cells: ``DEFAULT_MAX_CELLS`` unless the environment variable
-``XDIMA_MAX_CELLS`` says otherwise (read when a request is checked, in the server).
+accepted is the ``max_cells`` setting's cells (``[services.XDima] max_cells``, 4 000 000
+by default; the value in force when a request is checked, so an edit applies live).
 """
 
-import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from xruntime.author import Child, JobContext, Service
 from xruntime.author.children import Joined
@@ -30,8 +29,6 @@ from .types import (
     Location,
 )
 
-DEFAULT_MAX_CELLS = 4_000_000  # a 2 000 × 2 000 matrix
-MAX_CELLS_VARIABLE = "XDIMA_MAX_CELLS"
 DEFAULT_SPEED_KMH = 50.0
 DEFAULT_DETOUR_FACTOR = 1.3
 
@@ -39,34 +36,31 @@ service = Service(
     "XDima", "Distance matrices: great-circle distances and travel times.", namespace=NAMESPACE
 )
 service.declare(DistanceMatrixProgress)
-
-
-def max_cells() -> int:
-    """The largest number of cells (starts × destinations) a request may ask for."""
-    raw = os.environ.get(MAX_CELLS_VARIABLE, "").strip()
-    if raw:
-        try:
-            value = int(raw)
-        except ValueError:
-            value = 0
-        if value > 0:
-            return value
-    return DEFAULT_MAX_CELLS
+MAX_CELLS = service.setting(
+    "max_cells",
+    int,
+    4_000_000,  # a 2 000 × 2 000 matrix
+    "the largest matrix accepted, in cells (starts × destinations); a larger one is refused "
+    "(`InvalidValueFault`)",
+    minimum=1,
+)
 
 
 def _points(locations: Iterable[Location]) -> list[tuple[float, float]]:
     return [(loc.longitude, loc.latitude) for loc in locations]
 
 
-def check(request: CreateDistanceMatrixRequest) -> None:
-    """Refuse at once: no start location, or a matrix larger than ``max_cells()``."""
+def check(request: CreateDistanceMatrixRequest, settings: Mapping[str, object]) -> None:
+    """Refuse at once: no start location, or a matrix larger than ``max_cells`` (its
+    value in force, in ``settings``)."""
     if not request.startLocations:
         raise MissingParameterFault(
             "at least one start location is needed", parameter="startLocations"
         )
     rows = len(request.startLocations)
     columns = len(request.destinationLocations or request.startLocations)
-    limit = max_cells()
+    limit = settings[MAX_CELLS.name]
+    assert isinstance(limit, int)  # declared an int, checked when the file was read
     if rows * columns > limit:
         raise InvalidValueFault(
             f"the matrix would have {rows} × {columns} = {rows * columns} cells, more than the "
