@@ -6,6 +6,7 @@ import pytest
 
 from xruntime.author import Service
 from xruntime.author.registry import setting_keys
+from xruntime.cli import main
 from xruntime.protocol.faults import InvalidValueFault
 from xruntime.settings import config
 from xruntime.settings.config import ConfigError
@@ -109,3 +110,13 @@ def test_xdima_declares_max_cells_and_the_registry_hands_it_over():
             ConfigError, config.parse, "[services.XDima]\nmax_cells = 0\n", "f", None, keys
         ).value
     )
+
+
+def test_check_config_shows_each_services_settings_in_force(tmp_path, capsys):
+    path = tmp_path / "x.toml"
+    path.write_text("[services.XDima]\nmax_cells = 100\n")
+    assert main(["check-config", str(path)]) == 0
+    assert "[services.XDima] max_cells = 100\n" in capsys.readouterr().out
+    path.write_text("[services.XDima]\nmax_cells = -1\n")
+    assert main(["check-config", str(path)]) == 1
+    assert "line 2: [services.XDima] max_cells: must be at least 1" in capsys.readouterr().out
