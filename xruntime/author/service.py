@@ -81,6 +81,11 @@ class JobContext(Protocol):
     def retries(self) -> int:
         """How many times the job was retried before this run (TransientFault, RetryLater)."""
 
+    @property
+    def settings(self) -> Mapping[str, object]:
+        """The service's own settings (``Service.setting``) in force when this run
+        started: name → value (the file's, else the declared default)."""
+
     def report_progress(self, progress: JobProgress) -> None:
         """Publish progress; watchers are woken by it."""
 

@@ -15,7 +15,7 @@ is a shared event plus a shared integer, the ``StopReason``, which the slot sets
 the function's ``job`` reads.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -46,6 +46,8 @@ class RunJob:
     attempt: int = 1  # this run's number (1: the first)
     retries: int = 0  # retries before this run
     children: Sequence[FinishedChild] = ()
+    #: the service's own settings (``Service.setting``) in force when the run starts
+    settings: Mapping[str, object] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from typing import Any, cast
@@ -73,8 +73,10 @@ class WorkerJobContext:
         attempt: int = 1,
         retries: int = 0,
         children: Sequence[FinishedChild] = (),
+        settings: Mapping[str, object] | None = None,
     ) -> None:
         self._conn = conn
+        self._settings = dict(settings or {})
         self._job_id = job_id
         self._stages = Stages(
             children, find_long_operation
@@ -92,6 +94,11 @@ class WorkerJobContext:
     @property
     def id(self) -> str:
         return self._job_id
+
+    @property
+    def settings(self) -> Mapping[str, object]:
+        """The service's own settings in force when this run started."""
+        return self._settings
 
     def report_progress(self, progress: JobProgress) -> None:
         """Send the progress now if the last message is ``PROGRESS_PERIOD`` old (on the
@@ -231,7 +238,7 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
     """Run one job and send its outcome (``Done``)."""
     job_id, service, operation = run.job_id, run.service, run.operation
     job = WorkerJobContext(
-        conn, job_id, stop_event, stop_reason, run.attempt, run.retries, run.children
+        conn, job_id, stop_event, stop_reason, run.attempt, run.retries, run.children, run.settings
     )
     outcome: Outcome
     try:
