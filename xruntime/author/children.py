@@ -31,6 +31,7 @@ from ..protocol import codec
 from ..protocol.faults import XServerFault
 from ..protocol.states import Status
 from ..protocol.types import XModel
+from ..settings.model import Settings
 from ..store.list_join import without_list
 from ..store.payload import unpack
 
@@ -124,17 +125,17 @@ def _operation(find: FindOperation, service: str, name: str) -> LongOperation:
     return op
 
 
-def describe(child: Child, find: FindOperation) -> dict[str, Any]:
+def describe(child: Child, find: FindOperation, settings: Settings) -> dict[str, Any]:
     """A child as the framework stores it; refuses an unknown operation, a request of
-    the wrong type or one its operation's ``validate`` refuses (the parent fails)."""
+    the wrong type or one its operation's ``validate`` refuses under ``settings`` (the
+    node's in force when the parent's run started): the parent fails."""
     op = _operation(find, child.service, child.operation)
     if not isinstance(child.request, op.request):
         raise TypeError(
             f"run_children: {child.service}.{child.operation} takes a {op.request.__name__}, "
             f"not a {type(child.request).__name__}"
         )
-    if op.validate is not None:
-        op.validate(child.request)
+    op.check(child.request, settings)
     timeouts = getattr(child.request, "timeouts", None)
     return {
         "service": op.service,
@@ -150,8 +151,14 @@ class Stages:
     """The children a job's earlier runs started, stage by stage (one stage per
     ``run_children`` call), replayed to the calls of this run."""
 
-    def __init__(self, finished: Iterable[FinishedChild], find: FindOperation) -> None:
+    def __init__(
+        self,
+        finished: Iterable[FinishedChild],
+        find: FindOperation,
+        settings: Settings | None = None,
+    ) -> None:
         self._find = find
+        self._settings = settings or Settings()  # the node's, for the children's validate
         self._by_stage: dict[int, list[FinishedChild]] = {}
         for child in finished:
             self._by_stage.setdefault(child.stage, []).append(child)
@@ -177,7 +184,9 @@ class Stages:
             if not children:
                 return []
             raise WaitForChildren(
-                stage, [describe(c, self._find) for c in children], failures == RAISE
+                stage,
+                [describe(c, self._find, self._settings) for c in children],
+                failures == RAISE,
             )
         if [(c.service, c.operation) for c in done] != [(c.service, c.operation) for c in children]:
             raise RuntimeError(

@@ -15,10 +15,11 @@ is a shared event plus a shared integer, the ``StopReason``, which the slot sets
 the function's ``job`` reads.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
+from ..settings.model import Settings
 from ..store import FinishedChild
 
 
@@ -46,8 +47,9 @@ class RunJob:
     attempt: int = 1  # this run's number (1: the first)
     retries: int = 0  # retries before this run
     children: Sequence[FinishedChild] = ()
-    #: the service's own settings (``Service.setting``) in force when the run starts
-    settings: Mapping[str, object] | None = None
+    #: the node's settings in force when the run starts (``job.settings``, and the
+    #: ``validate`` of the children it starts, read them); None: the defaults
+    settings: Settings | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,6 @@ import time
 from multiprocessing.connection import wait as wait_for_ready
 from typing import TYPE_CHECKING
 
-from ..author.registry import discover
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
 from ..protocol.states import Status
 from ..store import JobRecord, StoreUnavailable, now_ms
@@ -37,7 +36,7 @@ from .process import WorkerProcess
 from .supervisor_log import log, outage_log
 
 if TYPE_CHECKING:
-    from ..settings.config import Limits, Settings
+    from ..settings.config import Limits
     from .supervisor import Supervisor
 
 DELETE_GRACE = 3.0  # s a deleted job's function gets before its process is killed
@@ -224,7 +223,7 @@ class WorkerSlot(threading.Thread):
                     job.attempts,
                     job.retries,
                     children,
-                    _service_settings(job.service, sup.settings()),
+                    sup.settings(),
                 )
             )
             ending = self._drive(job, limits)
@@ -328,9 +327,3 @@ class WorkerSlot(threading.Thread):
             self.kill_reason,
         )
         return Killed(self.kill_grace)
-
-
-def _service_settings(service: str, settings: "Settings") -> dict[str, object]:
-    """The settings ``service`` declares, as in force now (a job's ``job.settings``)."""
-    found = discover().get(service)
-    return found.settings_in_force(settings) if found is not None else {}

@@ -37,6 +37,7 @@ from ..protocol.faults import (
     XServerFault,
 )
 from ..protocol.types import IntermediateResponseLimitation, JobProgress, XModel
+from ..settings.model import Settings
 from ..store import FinishedChild
 from ..store.list_join import join_lists
 from ..store.payload import pack
@@ -73,13 +74,15 @@ class WorkerJobContext:
         attempt: int = 1,
         retries: int = 0,
         children: Sequence[FinishedChild] = (),
-        settings: Mapping[str, object] | None = None,
+        settings: Settings | None = None,
+        service: str = "",
     ) -> None:
         self._conn = conn
-        self._settings = dict(settings or {})
+        self._node_settings = settings or Settings()  # in force when the run started
+        self._service = service
         self._job_id = job_id
         self._stages = Stages(
-            children, find_long_operation
+            children, find_long_operation, self._node_settings
         )  # the children earlier runs started (docs/protocol.md §13)
         self.attempt = attempt  # this run's number (1: the first)
         self.retries = retries  # retries before this run
@@ -98,7 +101,8 @@ class WorkerJobContext:
     @property
     def settings(self) -> Mapping[str, object]:
         """The service's own settings in force when this run started."""
-        return self._settings
+        found = discover().get(self._service)
+        return found.settings_in_force(self._node_settings) if found is not None else {}
 
     def report_progress(self, progress: JobProgress) -> None:
         """Send the progress now if the last message is ``PROGRESS_PERIOD`` old (on the
@@ -238,7 +242,15 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
     """Run one job and send its outcome (``Done``)."""
     job_id, service, operation = run.job_id, run.service, run.operation
     job = WorkerJobContext(
-        conn, job_id, stop_event, stop_reason, run.attempt, run.retries, run.children, run.settings
+        conn,
+        job_id,
+        stop_event,
+        stop_reason,
+        run.attempt,
+        run.retries,
+        run.children,
+        run.settings,
+        service,
     )
     outcome: Outcome
     try:
