@@ -30,6 +30,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from ..protocol.faults import XServerFault
@@ -159,10 +160,10 @@ class Setting:
         return Key(self.name, self.kind(), self.default, (SERVICE_TABLE,), doc=self.doc)
 
 
-def _takes_settings(validate: Callable[..., object] | None) -> bool:
-    """Whether ``validate`` is ``(request, settings)`` rather than ``(request)``."""
-    if validate is None:
-        return False
+@cache
+def _takes_settings(validate: Callable[..., object]) -> bool:
+    """Whether ``validate`` is ``(request, settings)`` rather than ``(request)`` (asked
+    once per function: every start asks)."""
     positional = [
         p
         for p in inspect.signature(validate).parameters.values()
