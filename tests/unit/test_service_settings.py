@@ -120,3 +120,15 @@ def test_check_config_shows_each_services_settings_in_force(tmp_path, capsys):
     path.write_text("[services.XDima]\nmax_cells = -1\n")
     assert main(["check-config", str(path)]) == 1
     assert "line 2: [services.XDima] max_cells: must be at least 1" in capsys.readouterr().out
+
+
+def test_a_worker_gets_the_services_own_settings_alone():
+    """What each run carries to its worker process: small whatever the file holds."""
+    settings = read(
+        '[services.XShop]\nmax_items = 42\nmax_queued = 5\n\n[users.ann]\ntoken_sha256 = "'
+        + "a" * 64
+        + '"\n'
+    )
+    sent = settings.services_own()
+    assert shop.settings_in_force(sent) == {"max_items": 42, "greeting": "hello"}
+    assert sent.users == {} and sent.jobs_for("XShop") == config.JobSettings()

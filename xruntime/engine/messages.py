@@ -47,8 +47,9 @@ class RunJob:
     attempt: int = 1  # this run's number (1: the first)
     retries: int = 0  # retries before this run
     children: Sequence[FinishedChild] = ()
-    #: the node's settings in force when the run starts (``job.settings``, and the
-    #: ``validate`` of the children it starts, read them); None: the defaults
+    #: the services' own settings in force when the run starts (``Settings.services_own``:
+    #: ``job.settings`` and the ``validate`` of the children it starts read them); None:
+    #: the defaults
     settings: Settings | None = None
 
 

@@ -223,7 +223,7 @@ class WorkerSlot(threading.Thread):
                     job.attempts,
                     job.retries,
                     children,
-                    sup.settings(),
+                    sup.settings().services_own(),
                 )
             )
             ending = self._drive(job, limits)

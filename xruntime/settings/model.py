@@ -161,6 +161,18 @@ class Settings:
         """The [services.NAME] table of ``name`` (the defaults when it has none)."""
         return self.services.get(name) or ServiceSettings()
 
+    def services_own(self) -> "Settings":
+        """Settings holding the services' own declared settings alone, the rest default:
+        what a worker process needs of them, sent with each run (the whole, with a
+        thousand users, is 128 kB to pickle: 3 ms a run)."""
+        return Settings(
+            services={
+                name: ServiceSettings(declared=own.declared)
+                for name, own in self.services.items()
+                if own.declared
+            }
+        )
+
     def jobs_for(self, service: str) -> JobSettings:
         """The job settings of ``service``: its own, else the [jobs] table."""
         return self.service(service).jobs or self.jobs
