@@ -214,7 +214,7 @@ def _calculation_fault(
 
 __all__ = [
     "service",
-    "max_cells",
+    "MAX_CELLS",
     "check",
     "createDistanceMatrix",
     "Location",
