@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from .events import NOW_MS
+from .triggers import install_sqlite_triggers
 
 FINISHED_EVENT = "job.finished"
 PROGRESS_EVENT = "job.progress"
@@ -116,13 +117,7 @@ def install_callback_triggers(conn: Connection, dialect: str) -> None:
     """Create the outbox's triggers where missing or different (as ``events.install_triggers``
     does for the history); run where the schema is made."""
     if dialect == "sqlite":
-        present: dict[str, str] = dict(
-            conn.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")).all()
-        )
-        for name, create in _sqlite_triggers().items():
-            if present.get(name) != create:
-                conn.execute(text(f"DROP TRIGGER IF EXISTS {name}"))
-                conn.execute(text(create))
+        install_sqlite_triggers(conn, _sqlite_triggers())
         return
     for statement in _postgresql_statements():
         conn.execute(text(statement))

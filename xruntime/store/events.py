@@ -14,6 +14,8 @@ import json
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from .triggers import install_sqlite_triggers
+
 #: The longest event message stored (characters).
 NOTE_CHARS = 500
 
@@ -103,13 +105,7 @@ def install_triggers(conn: Connection, dialect: str) -> None:
     no lock on the table, and its trigger made where missing); run where the schema is
     made."""
     if dialect == "sqlite":
-        present: dict[str, str] = dict(
-            conn.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")).all()
-        )
-        for name, create in _sqlite_triggers().items():
-            if present.get(name) != create:
-                conn.execute(text(f"DROP TRIGGER IF EXISTS {name}"))
-                conn.execute(text(create))
+        install_sqlite_triggers(conn, _sqlite_triggers())
         return
     for statement in _postgresql_triggers():
         conn.execute(text(statement))
