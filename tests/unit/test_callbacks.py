@@ -17,6 +17,7 @@ from xruntime.protocol.faults import InvalidValueFault
 from xruntime.settings.config import CallbackSettings, Settings
 from xruntime.settings.values import callback_target
 from xruntime.store import CallbackAttempt, JobRecord, Run, now_ms, open_store
+from xruntime.store.clock import MAX_ROUND_TRIP_S
 
 SECRET = "whsec_" + "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleQ=="  # 32 bytes
 PG_URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
@@ -206,10 +207,11 @@ def test_a_job_s_end_writes_its_event_with_it_and_drops_progress_not_taken(store
 
 
 def due_now(store):
-    """The time the delivery loop claims at (``engine.callbacks``): on PostgreSQL this
-    process's estimate of the database's clock may trail the trigger's own reading of it
-    by a few ms, and the loop waits until the first event is due by the estimate."""
-    return max(now_ms(), store.next_callback_due() or 0)
+    """A time every event written before now is due by: on PostgreSQL ``now_ms()`` is this
+    process's estimate of the database's clock, which may trail the trigger's own reading
+    of it by up to half a round trip (the delivery loop waits until an event is due by
+    the estimate: only a claim at once, as here, may find it not due)."""
+    return now_ms() + int(MAX_ROUND_TRIP_S * 1000)
 
 
 def test_a_failed_recovery_writes_the_event_too(store):
