@@ -1,10 +1,11 @@
 """What one client can take of a node's HTTP processes (docs/protocol.md §15;
 benchmarks/abuse.py, item 3), through raw sockets against a real node: header bytes
-(431), the time to send the headers (408, or closed), and the connections of a process
+(431), the time to send the headers and the body (408, or closed), and the connections of
+a process
 (slow senders make room for a new caller). None of it needs a login.
 
 The module's node has one HTTP process with small limits: 8 kB of headers, 1 s to send
-them, 32 connections."""
+them, 1 s to send a body, 32 connections."""
 
 import socket
 import time
@@ -26,6 +27,7 @@ def node(tmp_path_factory):
             "processes": 1,
             "max_header_bytes": MAX_HEADER_BYTES,
             "header_timeout": "1s",
+            "body_timeout": "1s",
             "max_connections": MAX_CONNECTIONS,
         },
     ).start()
@@ -95,6 +97,56 @@ def test_a_slow_sender_is_answered_408_and_closed(node):
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
     assert 0.8 < waited < 5, waited
     assert "its headers took longer than 1000 ms" in node.log()
+
+
+def test_a_slow_body_is_answered_408_and_closed(node):
+    """A body sent a byte at a time held its connection until max_request_bytes came:
+    past body_timeout from the end of the headers it is answered 408 and closed, and the
+    request never reaches its operation."""
+    jobs_before = requests.post(node.url("XRuntime", "listJobs"), json={}, timeout=10).json()
+    sock = connect(node)
+    try:
+        sock.sendall(
+            b"POST /services/rs/XDemo/startSimulate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        began = time.monotonic()
+        answer = b""
+        sock.settimeout(0.3)
+        while not answer:  # a byte every 0.3 s: the body never ends within 1 s
+            try:
+                answer = sock.recv(65536)
+            except TimeoutError:
+                sock.sendall(b" ")
+                assert time.monotonic() - began < 10, "the slow body was never refused"
+        sock.settimeout(10)
+        answer += answer_of(sock)
+        waited = time.monotonic() - began
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert b"body came too slowly" in answer
+    assert 0.8 < waited < 5, waited
+    assert "its request's body took longer than 1000 ms" in node.log()
+    jobs_after = requests.post(node.url("XRuntime", "listJobs"), json={}, timeout=10).json()
+    assert jobs_after == jobs_before
+
+
+def test_a_body_sent_in_pieces_within_the_timeout_is_served(node):
+    sock = connect(node)
+    try:
+        body = b"{}"
+        sock.sendall(
+            b"POST /services/rs/XRuntime/getRuntimeInformation HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)
+        )
+        time.sleep(0.2)  # the body comes in a later read than the headers
+        sock.sendall(body)
+        answer = answer_of(sock)
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
 
 
 def test_a_connection_that_sends_nothing_is_closed(node):

@@ -199,6 +199,16 @@ KEYS: tuple[Key, ...] = (
         "to its first request); past it HTTP 408 and closed",
     ),
     Key(
+        "body_timeout",
+        duration(positive=True),
+        "60s",
+        ("server",),
+        attr="body_timeout_ms",
+        section="§15",
+        doc="from the end of a request's headers to the end of its body; past it HTTP 408 "
+        "and closed",
+    ),
+    Key(
         "max_connections",
         integer(16, 10_000_000),
         10_000,

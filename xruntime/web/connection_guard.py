@@ -1,6 +1,6 @@
 """What one connection may take of an HTTP process, before any binding sees a request
-(docs/protocol.md §15): header bytes, the time to send the headers, and a place among the
-process's connections.
+(docs/protocol.md §15): header bytes, the time to send the headers and the body, and a
+place among the process's connections.
 
 uvicorn's httptools protocol, as shipped, bounds none of them: a 100 MB header line
 cost ~12 s of CPU (the URL and headers are grown by concatenation), a connection that
@@ -11,6 +11,9 @@ out of a node.  ``guarded_protocol`` is that protocol with the three bounds:
 - no complete headers within ``[server] header_timeout`` of the connection's start (or
   of its previous answer): HTTP 408 when some were sent, else closed quietly (the
   keep-alive timeout's job, for a connection that never sent anything);
+- a body not complete within ``[server] body_timeout`` of the end of its headers: HTTP
+  408, closed (a body sent a byte a second held its connection and its buffer until
+  ``max_request_bytes`` came, days later);
 - at ``[server] max_connections`` connections, a new one makes room by closing the
   one that has waited longest for its headers (a slow or silent sender); when every
   connection is serving a request (held watches included), the new one is answered
@@ -81,12 +84,20 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
         # In slots: four more names in uvicorn's instance dict (27 of its own) would
         # take it past the 30 a dict can share with its class's other instances, and
         # make each connection's dict 1.3 kB larger (13 MB for 10 000 held watches).
-        __slots__ = ("_awaiting_headers", "_header_bytes", "_header_timer", "_waiting_since")
+        __slots__ = (
+            "_awaiting_headers",
+            "_body_timer",
+            "_in_body",
+            "_header_bytes",
+            "_header_timer",
+            "_waiting_since",
+        )
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._awaiting_headers, self._header_bytes = False, 0
             self._header_timer, self._waiting_since = None, 0.0
+            self._in_body, self._body_timer = False, None
 
         # narrower than BaseProtocol's BaseTransport, as uvicorn's own (which ignores it too)
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -163,9 +174,33 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
             else:
                 self._close(b"")
 
+        def _cancel_body_timer(self):
+            self._in_body = False
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _body_too_slow(self):
+            self._body_timer = None
+            if not self._in_body or self.transport.is_closing():
+                return
+            _log("slow body").warning(
+                "closed a connection from %s: its request's body took longer than %d ms",
+                (self.client or ("?",))[0],
+                settings().body_timeout_ms,
+            )
+            cycle = self.cycle
+            started = cycle is not None and cycle.response_started
+            self._close(
+                b""  # an answer begun cannot be replaced; closing tells the client
+                if started
+                else _answer("408 Request Timeout", "the request's body came too slowly\n")
+            )
+
         def _close(self, answer: bytes):
             self._end_waiting()
             self._cancel_header_timer()
+            self._cancel_body_timer()
             if answer:
                 self.transport.write(answer)
             self.transport.close()
@@ -180,6 +215,12 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
                     self._too_large(limit)  # not parsed at all
                     return
             super().data_received(data)
+            if self._in_body and self._body_timer is None and not self.transport.is_closing():
+                # the headers came in this read and the body is not all here: it is timed
+                # (a request without a body, or with all of it in this read, never is)
+                self._body_timer = self.loop.call_later(
+                    settings().body_timeout_ms / 1000, self._body_too_slow
+                )
 
         def send_400_response(self, msg: str) -> None:
             if not self.transport.is_closing():  # not after a refusal of ours
@@ -216,6 +257,11 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
                 self._too_large(limit)
                 raise _Refused  # the parser stops here: the request never starts
             super().on_headers_complete()
+            self._in_body = True
+
+        def on_message_complete(self):
+            self._cancel_body_timer()
+            super().on_message_complete()
 
         def on_response_complete(self):
             super().on_response_complete()
@@ -225,6 +271,7 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
         def connection_lost(self, exc: Exception | None) -> None:
             self._end_waiting()
             self._cancel_header_timer()
+            self._cancel_body_timer()
             super().connection_lost(exc)
 
     return GuardedProtocol
