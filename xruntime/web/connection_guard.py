@@ -97,7 +97,8 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
             super().__init__(*args, **kwargs)
             self._awaiting_headers, self._header_bytes = False, 0
             self._header_timer, self._waiting_since = None, 0.0
-            self._in_body, self._body_timer = False, None
+            self._in_body = False
+            self._body_timer: asyncio.TimerHandle | None = None
 
         # narrower than BaseProtocol's BaseTransport, as uvicorn's own (which ignores it too)
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
