@@ -5,8 +5,9 @@ a process
 (slow senders make room for a new caller). None of it needs a login.
 
 The module's node has one HTTP process with small limits: 8 kB of headers, 1 s to send
-them, 1 s to send a body, 32 connections."""
+them, 1 s to send a body, 2 s for an idle keep-alive connection, 32 connections."""
 
+import http.client
 import socket
 import time
 
@@ -28,6 +29,7 @@ def node(tmp_path_factory):
             "max_header_bytes": MAX_HEADER_BYTES,
             "header_timeout": "1s",
             "body_timeout": "1s",
+            "keep_alive_timeout": "2s",
             "max_connections": MAX_CONNECTIONS,
         },
     ).start()
@@ -147,6 +149,25 @@ def test_a_body_sent_in_pieces_within_the_timeout_is_served(node):
     finally:
         sock.close()
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_keep_alive_timeout(node):
+    conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=10)
+    try:
+        conn.request(
+            "POST",
+            "/services/rs/XRuntime/getRuntimeInformation",
+            body=b"{}",
+            headers={"Content-Type": "application/json"},
+        )
+        answer = conn.getresponse()
+        assert answer.status == 200 and answer.read()
+        began = time.monotonic()
+        assert conn.sock.recv(1) == b""  # kept open while idle, then closed
+        idle = time.monotonic() - began
+    finally:
+        conn.close()
+    assert 1.8 < idle < 6, idle
 
 
 def test_a_connection_that_sends_nothing_is_closed(node):

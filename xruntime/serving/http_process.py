@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: s an idle keep-alive connection stays open (clients reuse it for their next poll).
-KEEP_ALIVE = 75
 #: s the in-flight requests get at shutdown (held watches answer at once).
 GRACEFUL = 10
 
@@ -135,7 +133,7 @@ class HttpProcess:
             lifespan="off",
             log_config=None,
             access_log=False,
-            timeout_keep_alive=KEEP_ALIVE,
+            # (timeout_keep_alive: [server] keep_alive_timeout, in guarded_protocol)
             timeout_graceful_shutdown=GRACEFUL,
             server_header=False,
             proxy_headers=False,

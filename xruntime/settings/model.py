@@ -137,6 +137,7 @@ class Settings:
     max_request_bytes: int = _SERVER["max_request_bytes"]
     max_header_bytes: int = _SERVER["max_header_bytes"]  # request line and headers of one request
     header_timeout_ms: int = _SERVER["header_timeout_ms"]  # first byte to the headers' end
+    keep_alive_timeout_ms: int = _SERVER["keep_alive_timeout_ms"]  # idle connection kept
     body_timeout_ms: int = _SERVER["body_timeout_ms"]  # headers' end to the body's end
     max_connections: int = _SERVER["max_connections"]  # per HTTP process
     max_batch: int = _SERVER["max_batch"]  # JSON-RPC requests in one batch

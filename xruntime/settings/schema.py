@@ -199,6 +199,17 @@ KEYS: tuple[Key, ...] = (
         "to its first request); past it HTTP 408 and closed",
     ),
     Key(
+        "keep_alive_timeout",
+        duration(positive=True),
+        "75s",
+        ("server",),
+        attr="keep_alive_timeout_ms",
+        section="§15",
+        doc="an idle keep-alive connection is closed after this long (for connections opened "
+        "after an edit); keep it above a proxy's idle timeout in front, so that the proxy "
+        "never reuses a connection the node is closing",
+    ),
+    Key(
         "body_timeout",
         duration(positive=True),
         "60s",

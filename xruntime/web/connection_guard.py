@@ -14,6 +14,8 @@ out of a node.  ``guarded_protocol`` is that protocol with the three bounds:
 - a body not complete within ``[server] body_timeout`` of the end of its headers: HTTP
   408, closed (a body sent a byte a second held its connection and its buffer until
   ``max_request_bytes`` came, days later);
+- an idle keep-alive connection is closed after ``[server] keep_alive_timeout`` (read
+  at each new connection, where uvicorn takes one figure at start);
 - at ``[server] max_connections`` connections, a new one makes room by closing the
   one that has waited longest for its headers (a slow or silent sender); when every
   connection is serving a request (held watches included), the new one is answered
@@ -95,6 +97,7 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            self.timeout_keep_alive = settings().keep_alive_timeout_ms / 1000  # type: ignore[assignment]  # call_later takes a float
             self._awaiting_headers, self._header_bytes = False, 0
             self._header_timer, self._waiting_since = None, 0.0
             self._in_body = False
