@@ -192,8 +192,9 @@ def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes:
             if part.text or part.index:
                 if part.numbers is None and part.index and part.deflating is None:
                     # its bytes go out as they are
+                    level = payload.deflate_level(part.binary)
                     part.deflating = [
-                        pool.submit(payload.deflate_piece, piece)
+                        pool.submit(payload.deflate_piece, piece, level)
                         for piece in payload.pieces_of(part.binary)
                     ]
                 items.append(part)
@@ -272,8 +273,9 @@ def _joined(outer: str, start: int, items: list[_Items], pool: Executor) -> byte
         if isinstance(binary, _Items) and binary.deflating is not None:
             deflating += binary.deflating
         else:
+            level = payload.deflate_level(_bytes_of(binary))
             deflating += [
-                pool.submit(payload.deflate_piece, piece)
+                pool.submit(payload.deflate_piece, piece, level)
                 for piece in payload.pieces_of(_bytes_of(binary))
             ]
     return payload.write_pieces([future.result() for future in deflating])
