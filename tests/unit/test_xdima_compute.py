@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from xruntime.author.registry import setting_keys
-from xruntime.author.tables import Table, stored_table, table
+from xruntime.author.tables import Table, encoded, stored_table, table
 from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault, RequestStoppedFault
 from xruntime.services import xdima
 from xruntime.services.xdima import compute
 from xruntime.services.xdima.types import CreateDistanceMatrixRequest
 from xruntime.settings import config
-from xruntime.store.list_join import join_lists
+from xruntime.store.list_join import encoded_members, join_lists, without_list
 from xruntime.store.payload import MAGIC, pack, unpack
 
 QUARTER = 10_007_543  # a quarter of a great circle of R = 6 371 km, in metres
@@ -98,6 +98,7 @@ class FakeJob:
         return RequestStoppedFault("stopped")
 
     table = staticmethod(table)
+    encoded = staticmethod(encoded)
 
 
 def answered(returned: Table) -> xdima.DistanceMatrixResponse:
@@ -322,3 +323,58 @@ def test_a_table_refuses_what_is_not_rows_of_integers():
         table(response, "rows", speeds=np.zeros((2, 40), np.int32))
     with pytest.raises(ValueError):
         table(response, "summary", distances=np.zeros((2, 40), np.int32))
+
+
+def test_the_encoded_form_stores_int32_bytes_and_reads_back_as_base64_of_the_rows():
+    """What a client reads of an encoded matrix: each string the base64 of the plain
+    form's rows as little-endian int32; stored as those bytes (no base64, no decimal
+    text), which a parent reads back by member (encoded_members), and a summary read
+    without them (without_list)."""
+    import base64
+
+    rng = random.Random(4)
+    pts = [(rng.uniform(5, 15), rng.uniform(45, 55)) for _ in range(120)]
+    dests = pts[:77]
+    plain = answered(xdima.createDistanceMatrix(request(pts, dests), FakeJob()))
+    returned = xdima.createDistanceMatrix(
+        request(pts, dests, contentsFormat="ENCODED_ARRAYS"), FakeJob()
+    )
+    stored = stored_table(returned, xdima.DistanceMatrixResponse)
+    assert stored.startswith(MAGIC) and b"encodedContents" not in stored[:8]
+    assert len(stored) < 120 * 77 * 4 * 2 * 1.05  # the int32 bytes, not base64 (4/3 of them)
+    result = codec.decode(json.loads(unpack(stored)), xdima.DistanceMatrixResponse)
+    assert not result.rows
+    for name in ("distances", "travelTimes"):
+        raw = base64.b64decode(getattr(result.encodedContents, name))
+        values = np.frombuffer(raw, "<i4").reshape(120, 77)
+        assert values.tolist() == [getattr(r, name) for r in plain.rows]
+        assert encoded_members(stored, "encodedContents")[name] == raw
+    summary = json.loads(without_list(stored, "encodedContents"))
+    assert summary["encodedContents"] == {}
+    assert summary["summary"]["numberOfRowsComputed"] == 120
+
+
+@pytest.mark.parametrize(
+    "columns, error",
+    [
+        ({"distances": np.array([[2**31]])}, ValueError),  # beyond int32
+        ({"distances": np.array([[1.5]])}, TypeError),
+        ({"summary": np.array([[1]])}, ValueError),  # no string member of that name
+        ({}, ValueError),
+    ],
+)
+def test_encoded_refuses_what_the_form_cannot_hold(columns, error):
+    with pytest.raises(error):
+        encoded(xdima.DistanceMatrixResponse(), "encodedContents", **columns)
+
+
+def test_the_encoded_form_is_refused_at_the_start_when_travel_times_could_pass_int32():
+    slow = request([(0, 0)], contentsFormat="ENCODED_ARRAYS", profile={"averageSpeedKmh": 0.04})
+    with pytest.raises(InvalidValueFault) as refused:
+        xdima.check(slow, {"max_cells": 10})
+    assert refused.value.parameter == "profile.averageSpeedKmh"
+    xdima.check(request([(0, 0)], profile={"averageSpeedKmh": 0.04}), {"max_cells": 10})
+    xdima.check(
+        request([(0, 0)], contentsFormat="ENCODED_ARRAYS", profile={"averageSpeedKmh": 0.05}),
+        {"max_cells": 10},
+    )

@@ -32,7 +32,7 @@ from ..protocol.faults import XServerFault
 from ..protocol.states import Status
 from ..protocol.types import XModel
 from ..settings.model import Settings
-from ..store.list_join import without_list
+from ..store.list_join import encoded_members, without_list
 from ..store.payload import unpack
 
 if TYPE_CHECKING:
@@ -97,6 +97,13 @@ class ChildOutcome:
         if self._result is None and self.stored is not None:
             self._result = codec.decode(json.loads(unpack(self.stored)), self._response_type)
         return self._result
+
+    def encoded(self, field: str) -> dict[str, bytes]:
+        """The arrays of the child's encoded object ``field`` (``job.encoded``) as their
+        little-endian int32 bytes, by member name; {} when the child failed."""
+        if self.stored is None:
+            return {}
+        return encoded_members(self.stored, field)
 
     def result_without(self, field: str) -> Any:
         """The child's response with its list ``field`` left empty, read without that

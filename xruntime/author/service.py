@@ -118,6 +118,11 @@ class JobContext(Protocol):
         ``columns`` (2-D integer NumPy arrays, one per list member of the item type),
         stored from the arrays' bytes, never as Python objects (xruntime.author.tables)."""
 
+    def encoded(self, response: XModel, field: str, **columns: Any) -> Table:
+        """Return this instead of ``response``: the string members of its object
+        ``field`` named by ``columns`` (integer NumPy arrays within int32) hold them as
+        base64 of little-endian int32, row-major; stored as the int32 bytes."""
+
 
 #: The table a service's own settings are written in.
 SERVICE_TABLE = "services.NAME"

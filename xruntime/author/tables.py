@@ -1,4 +1,5 @@
-"""A result whose list holds rows of integer arrays, stored straight from NumPy arrays.
+"""A result whose list holds rows of integer arrays, stored straight from NumPy arrays;
+or whose strings hold integer arrays encoded (base64 of little-endian int32).
 
 A long operation that computes a large table of integers (XDima's distance matrix) may
 return ``job.table(response, "rows", distances=metres, travelTimes=seconds)`` instead of
@@ -9,15 +10,23 @@ that result from the arrays' bytes: no Python int per cell, no spyne object per 
 JSON text of the numbers.  What is stored is exactly what encoding the equivalent
 response would store (``payload.unpack`` gives the same text, byte for byte), so every
 binding answers the same.
+
+``job.encoded(response, field, distances=metres, travelTimes=seconds)`` is the encoded
+form of the same arrays: ``field`` is an object member whose string members
+``distances``, ... are each the base64 of an array's items as little-endian int32, in
+row-major order (docs/xdima-encoded.md gives the layout and decoders).  The store keeps
+the int32 bytes themselves (payload item code ``B``); the base64 is written only when
+an answer is.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import codec
-from ..protocol.typeinfo import OBJ, fields, original
+from ..protocol.typeinfo import OBJ, STR, fields, original
 from ..protocol.types import XModel
 from ..store import payload
 from ..store.list_join import _member_span, fill_list
@@ -37,6 +46,7 @@ class Table:
     response: XModel
     field: str
     columns: dict[str, NDArray[np.integer]]
+    encoded: bool = False  # ``job.encoded``: the columns go into strings of ``field``
 
 
 def table(response: XModel, field: str, **columns: Any) -> Table:
@@ -62,6 +72,37 @@ def table(response: XModel, field: str, **columns: Any) -> Table:
     return Table(response, field, arrays)
 
 
+def encoded(response: XModel, field: str, **columns: Any) -> Table:
+    """Check the columns (integer arrays whose values fit int32, any shape: written in
+    row-major order) against ``field``'s string members, and answer the ``Table`` to
+    return; TypeError or ValueError otherwise (the author's mistake)."""
+    import numpy as np
+
+    object_type = original(_object_type(type(response), field))
+    declared = {f.name: f for f in fields(object_type)}
+    arrays = {}
+    for name, column in columns.items():
+        f = declared.get(name)
+        if f is None or f.many or f.kind != STR:
+            raise ValueError(f"{object_type.__name__} has no string member {name!r}")
+        array = np.asarray(column)
+        if not np.issubdtype(array.dtype, np.integer):
+            raise TypeError(f"column {name!r} is not an array of integers")
+        if array.size and (array.min() < INT32_MIN or array.max() > INT32_MAX):
+            raise ValueError(f"column {name!r} holds values beyond int32")
+        arrays[name] = array
+    if not arrays:
+        raise ValueError("an encoded table needs at least one column")
+    return Table(response, field, arrays, encoded=True)
+
+
+def _object_type(response_type: type[XModel], field: str) -> type[XModel]:
+    for f in fields(response_type):
+        if f.name == field and not f.many and f.kind == OBJ:
+            return f.type
+    raise ValueError(f"{response_type.__name__} has no object member {field!r}")
+
+
 def _item_type(response_type: type[XModel], field: str) -> type[XModel]:
     """The list's declared item type (a customised spyne class: ``original`` of it is
     the one to instantiate)."""
@@ -78,6 +119,8 @@ def stored_table(given: Table, declared: type[XModel]) -> bytes:
     (under 33 items) take the ordinary path, through spyne objects: it is cheap there."""
     import numpy as np
 
+    if given.encoded:
+        return _stored_encoded(given, declared)
     response, field, columns = given.response, given.field, given.columns
     declared_item = _item_type(type(response), field)
     item_type = original(declared_item)
@@ -125,3 +168,28 @@ def stored_table(given: Table, declared: type[XModel]) -> bytes:
             for name, fit in zip(names, fits, strict=True)
         )
     return fill_list(outer, field, ",".join([item] * rows), index, binary)
+
+
+def _stored_encoded(given: Table, declared: type[XModel]) -> bytes:
+    """The store's form of an encoded table's response: its text with each column's
+    string cut out (found by a random mark put in its place), and the column's int32
+    bytes kept as an item of code ``B`` there, which reads back as that string."""
+    object_type = original(_object_type(type(given.response), given.field))
+    marks = {name: f"\x01{secrets.token_hex(16)}" for name in given.columns}
+    setattr(given.response, given.field, object_type(**marks))
+    text = codec.dumps(codec.encode(given.response, declared))
+    holes = sorted((text.index(codec.dumps(mark)), name) for name, mark in marks.items())
+    skeleton: list[str] = []
+    index: list[list] = []
+    binaries: list[bytes] = []
+    last = removed = 0
+    for start, name in holes:
+        end = start + len(codec.dumps(marks[name]))
+        skeleton.append(text[last:start])
+        binary = given.columns[name].astype("<i4", order="C").tobytes()
+        index.append([start - removed, "B", len(binary)])
+        binaries.append(binary)
+        removed += end - start
+        last = end
+    skeleton.append(text[last:])
+    return payload.compose("".join(skeleton), index, binaries)

@@ -27,7 +27,7 @@ from typing import Any, cast
 from ..author.children import Child, ChildOutcome, Joined, Stages, WaitForChildren
 from ..author.registry import discover, find_long_operation, long_operation
 from ..author.service import LongOperation, RetryLater
-from ..author.tables import Table, stored_table, table
+from ..author.tables import Table, encoded, stored_table, table
 from ..protocol import codec
 from ..protocol.faults import (
     InternalErrorFault,
@@ -199,6 +199,13 @@ class WorkerJobContext:
         the rows of ``columns`` (2-D integer NumPy arrays), stored from the arrays'
         bytes (xruntime.author.tables)."""
         return table(response, field, **columns)
+
+    @staticmethod
+    def encoded(response: XModel, field: str, **columns: Any) -> Table:
+        """Return this from the function: ``response`` with the string members of its
+        object ``field`` holding ``columns`` (integer arrays within int32) as base64 of
+        little-endian int32, stored as the int32 bytes (xruntime.author.tables)."""
+        return encoded(response, field, **columns)
 
     def intermediate_limitation(self) -> IntermediateResponseLimitation:
         if self.timed_out:

@@ -5,6 +5,7 @@ NumPy is imported only when distances are computed (in worker processes), not in
 every process of a node.
 """
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -12,6 +13,13 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 EARTH_RADIUS = 6_371_000.0  # metres
+
+
+def largest_values(detour_factor: float, speed_kmh: float) -> tuple[float, float]:
+    """Bounds of the largest distance (m) and travel time (s) a profile can give, before
+    rounding: half the Earth's circumference times the detour factor, at the speed."""
+    longest = math.pi * EARTH_RADIUS * detour_factor + 1
+    return longest, longest / (speed_kmh / 3.6) + 1
 
 
 def great_circle(

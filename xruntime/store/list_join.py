@@ -29,10 +29,13 @@ if TYPE_CHECKING:
 _TOKEN = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")(\s*:\s*)?|[\[\]{}]')
 
 
-def _member_span(text: str, field: str, holes: Collection[int] = ()) -> tuple[int, int] | None:
+def _member_span(
+    text: str, field: str, holes: Collection[int] = (), opening: str = "["
+) -> tuple[int, int] | None:
     """Where the top-level member ``field`` of an object's text (or skeleton, whose
     array ``holes`` are positions) has its list: ``(start, end)`` of ``[...]``, or
-    ``(p, p)`` when the list is the packed array at ``p``.  None when absent."""
+    ``(p, p)`` when the list is the packed array at ``p``.  None when absent.  With
+    ``opening`` ``{``: where it has its object; ``[{``: its list or object."""
     if not text.lstrip().startswith("{"):
         raise ValueError("not a JSON object")
     depth, tokens = 0, _TOKEN.finditer(text)
@@ -42,10 +45,11 @@ def _member_span(text: str, field: str, holes: Collection[int] = ()) -> tuple[in
             return None
         if depth == 1 and m.group(2) and json.loads(m.group(1)) == field:
             start = m.end()
-            if start in holes and text[start : start + 1] != "[":
+            opens = start < len(text) and text[start] in opening
+            if start in holes and not opens:
                 return start, start
-            if text[start : start + 1] != "[":
-                raise ValueError(f"member {field!r} is not a list")
+            if not opens:
+                raise ValueError(f"member {field!r} is not {_WHAT[opening]}")
             depth = 0
             for m in tokens:
                 depth += _NESTING.get(text[m.start()], 0)
@@ -56,6 +60,7 @@ def _member_span(text: str, field: str, holes: Collection[int] = ()) -> tuple[in
 
 
 _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
+_WHAT = {"[": "a list", "{": "an object", "[{": "a list or an object"}
 
 
 class _Items:
@@ -286,17 +291,18 @@ def _bytes_of(binary: array | _Items) -> bytes | memoryview | array:
 
 
 def without_list(blob: bytes, field: str) -> str:
-    """The JSON text of a stored payload with its top-level list ``field`` emptied: a
-    child's summary, read without formatting its large list."""
+    """The JSON text of a stored payload with its top-level list (or object) ``field``
+    emptied: a child's summary, read without formatting its large list (or encoded
+    arrays)."""
     blob = bytes(blob)
     if not payload.is_compact(blob):
         text = payload.unpack(blob)
-        span = _member_span(text, field)
+        span = _member_span(text, field, opening="[{")
         return text if span is None else text[: span[0] + 1] + text[span[1] - 1 :]
     if blob[: len(payload.MAGIC)] == payload.MAGIC:  # every array in the list: one piece read
         skeleton, index, _ = payload.read_head_piece(blob)
         positions = [position for position, _, _ in index]
-        span = _member_span(skeleton, field, set(positions))
+        span = _member_span(skeleton, field, set(positions), "[{")
         if (
             span is not None
             and span[0] != span[1]
@@ -306,7 +312,7 @@ def without_list(blob: bytes, field: str) -> str:
         ):
             return skeleton[: span[0] + 1] + skeleton[span[1] - 1 :]
     skeleton, index, body, offsets = payload.read_compact(blob)
-    span = _member_span(skeleton, field, {position for position, _, _ in index})
+    span = _member_span(skeleton, field, {position for position, _, _ in index}, "[{")
     arrays = [
         (position, offset, code, count)
         for (position, code, count), offset in zip(index, offsets, strict=True)
@@ -337,3 +343,29 @@ def without_list(blob: bytes, field: str) -> str:
             if position not in dropped
         ],
     )
+
+
+_KEY_BEFORE = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*$')
+
+
+def encoded_members(blob: bytes, field: str) -> dict[str, bytes]:
+    """The bytes of the encoded arrays (item code ``B``) in the top-level object
+    ``field`` of a stored payload, by member name: a parent joins its children's
+    encoded arrays from these, never decoding base64 (xruntime.author.tables)."""
+    blob = bytes(blob)
+    if not payload.is_compact(blob):  # (written as text: decoded)
+        import base64
+
+        members = json.loads(payload.unpack(blob)).get(field) or {}
+        return {k: base64.b64decode(v) for k, v in members.items() if isinstance(v, str)}
+    skeleton, index, body, offsets = payload.read_compact(blob)
+    span = _member_span(skeleton, field, opening="{")
+    found: dict[str, bytes] = {}
+    if span is None:
+        return found
+    for (position, code, count), offset in zip(index, offsets, strict=True):
+        if code == "B" and span[0] < position < span[1]:
+            key = _KEY_BEFORE.search(skeleton, span[0], position)
+            if key is not None:
+                found[json.loads(f'"{key.group(1)}"')] = bytes(body[offset : offset + count])
+    return found

@@ -9,8 +9,9 @@ Three stored forms, told apart by their first byte:
   ``u32 index length | index (JSON) | skeleton (UTF-8) | packed arrays``.  The skeleton
   is the JSON text with every such array cut out; the index lists, for each array, the
   character position in the skeleton where it belongs, its item code (``i`` int32,
-  ``q`` int64, ``d`` float64, little-endian) and its length.  A number then takes 4 or
-  8 bytes before compression instead of its decimal text.
+  ``q`` int64, ``d`` float64, little-endian; ``B``: bytes written as a JSON string of
+  their base64, an encoded array of ``xruntime.author.tables``) and its length.  A
+  number then takes 4 or 8 bytes before compression instead of its decimal text.
 
 The round trip is exact: ``unpack(pack(text)) == text``.  An array is packed only if
 its text is what ``unpack`` writes back (integers in canonical form, floats as Python's
@@ -25,6 +26,7 @@ the parts of the form it works with (``cut_arrays``, ``read_table``, ``read_comp
 ``fill``…) are public for that.
 """
 
+import base64
 import json
 import re
 import struct
@@ -84,7 +86,10 @@ def flip_byte_order(packed: array) -> array:
 
 
 def format_array(packed: array) -> str:
-    """An array's JSON text, as ``json.dumps`` writes it."""
+    """An array's JSON text, as ``json.dumps`` writes it (bytes: their base64 as a
+    JSON string)."""
+    if packed.typecode == "B":
+        return f'"{base64.b64encode(packed).decode("ascii")}"'
     return _ENCODER.encode(packed.tolist())
 
 
@@ -109,7 +114,7 @@ def pack(text: str | None) -> bytes | None:
 
 def _pack_compact(text: str) -> bytes | None:
     skeleton, index, arrays = cut_arrays(text)
-    return _compose(skeleton, index, arrays) if index else None
+    return compose(skeleton, index, arrays) if index else None
 
 
 def cut_arrays(text: str) -> tuple[str, list, list[array]]:
@@ -131,7 +136,7 @@ def cut_arrays(text: str) -> tuple[str, list, list[array]]:
     return "".join(skeleton), index, arrays
 
 
-def _compose(skeleton: str, index: list, binaries: Iterable[bytes | array]) -> bytes:
+def compose(skeleton: str, index: list, binaries: Iterable[bytes | array]) -> bytes:
     """The compact form of a skeleton, its index and its arrays' little-endian bytes:
     the index and skeleton one piece, the arrays' bytes pieces of PIECE_BYTES."""
     pieces = [deflate_piece(index_head(index) + skeleton.encode("utf-8"))]
@@ -232,12 +237,12 @@ def _inflate(blob: bytes, max_bytes: int | None) -> bytes:
     return out + inflater.flush()
 
 
-ITEM_BYTES = {code: array(code).itemsize for code in ("i", "q", "d")}
+ITEM_BYTES = {code: array(code).itemsize for code in ("i", "q", "d", "B")}
 
 
 def _unpack_compact(blob: bytes, max_bytes: int | None = None) -> str:
     skeleton, index, body, offsets = read_compact(blob)
-    # each number writes one character at least, and a comma between two
+    # each number writes one character at least, and a comma between two (base64 more)
     if max_bytes is not None and len(skeleton) + sum(2 * n - 1 for _, _, n in index) > max_bytes:
         raise TooLarge()
     return fill(

@@ -6,6 +6,10 @@ time (s) from every start location to every destination; it reports a
 far (the framework adds the IntermediateResponseLimitation).  The largest matrix
 accepted is the ``max_cells`` setting's cells (``[services.XDima] max_cells``, 4 000 000
 by default; the value in force when a request is checked, so an edit applies live).
+
+``contentsFormat`` ``ENCODED_ARRAYS`` answers the matrix in ``encodedContents``: each of
+distances and travel times as the base64 of its little-endian int32 values, row-major
+(docs/xdima-encoded.md), instead of one ``rows`` item per start location.
 """
 
 import time
@@ -16,10 +20,13 @@ from xruntime.author.children import Joined
 from xruntime.author.tables import Table
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
 
+from ..geo import largest_values
 from .types import (
     NAMESPACE,
     CreateDistanceMatrixRequest,
     DistanceMatrixCalculationFault,
+    DistanceMatrixContentsFormat,
+    DistanceMatrixEncodedContents,
     DistanceMatrixProfile,
     DistanceMatrixProgress,
     DistanceMatrixResponse,
@@ -31,6 +38,8 @@ from .types import (
 
 DEFAULT_SPEED_KMH = 50.0
 DEFAULT_DETOUR_FACTOR = 1.3
+ENCODED = "ENCODED_ARRAYS"
+INT32_MAX = 2**31 - 1
 
 service = Service(
     "XDima", "Distance matrices: great-circle distances and travel times.", namespace=NAMESPACE
@@ -51,8 +60,9 @@ def _points(locations: Iterable[Location]) -> list[tuple[float, float]]:
 
 
 def check(request: CreateDistanceMatrixRequest, settings: Mapping[str, object]) -> None:
-    """Refuse at once: no start location, or a matrix larger than ``max_cells`` (its
-    value in force, in ``settings``)."""
+    """Refuse at once: no start location, a matrix larger than ``max_cells`` (its
+    value in force, in ``settings``), or the encoded form (int32) for a profile so slow
+    that a travel time could pass 2³¹ − 1 s."""
     if not request.startLocations:
         raise MissingParameterFault(
             "at least one start location is needed", parameter="startLocations"
@@ -69,6 +79,19 @@ def check(request: CreateDistanceMatrixRequest, settings: Mapping[str, object]) 
             value=str(rows * columns),
             hint="Split the locations into several smaller matrices.",
         )
+    if request.contentsFormat == ENCODED:
+        profile = request.profile or DistanceMatrixProfile()  # type: ignore[truthy-function]
+        speed = profile.averageSpeedKmh or DEFAULT_SPEED_KMH
+        longest, slowest = largest_values(profile.detourFactor or DEFAULT_DETOUR_FACTOR, speed)
+        if slowest > INT32_MAX:
+            raise InvalidValueFault(
+                f"at {speed} km/h a travel time could exceed 2³¹ − 1 s, which the encoded "
+                "form (int32) cannot hold",
+                parameter="profile.averageSpeedKmh",
+                value=str(speed),
+                hint="Use contentsFormat ARRAYS, or a speed of at least "
+                f"{longest / (INT32_MAX - 1) * 3.6:.4f} km/h with this detour factor.",
+            )
 
 
 @service.long_operation(
@@ -145,12 +168,19 @@ def createDistanceMatrix(
         computationTimeMs=int((time.monotonic() - began) * 1000),
     )
     # the rows are stored from the arrays, never as one spyne object per row
+    if request.contentsFormat == ENCODED:
+        return job.encoded(
+            DistanceMatrixResponse(summary=summary),
+            "encodedContents",
+            distances=metres,
+            travelTimes=seconds,
+        )
     return job.table(
         DistanceMatrixResponse(summary=summary), "rows", distances=metres, travelTimes=seconds
     )
 
 
-def _in_parallel(request: CreateDistanceMatrixRequest, job: JobContext) -> Joined:
+def _in_parallel(request: CreateDistanceMatrixRequest, job: JobContext) -> Joined | Table:
     """``parallelism`` > 1: the start locations in as many contiguous row blocks, each
     computed by a child job (on any worker of any node, docs/protocol.md §13); the children's
     rows are joined in the store's form, never decoded, so the result is the one
@@ -169,6 +199,7 @@ def _in_parallel(request: CreateDistanceMatrixRequest, job: JobContext) -> Joine
                     destinationLocations=destinations,
                     profile=request.profile,
                     blockPauseMs=request.blockPauseMs,
+                    contentsFormat=request.contentsFormat,
                 ),
             )
             for low in range(0, n, size)
@@ -197,6 +228,18 @@ def _in_parallel(request: CreateDistanceMatrixRequest, job: JobContext) -> Joine
         maximumTravelTime=max(s.maximumTravelTime for s in summaries),
         computationTimeMs=sum(s.computationTimeMs for s in summaries),
     )
+    if request.contentsFormat == ENCODED:  # the children's int32 bytes, end to end
+        import numpy as np
+
+        encoded = [part.encoded("encodedContents") for part in parts]
+        return job.encoded(
+            DistanceMatrixResponse(summary=summary),
+            "encodedContents",
+            **{
+                name: np.frombuffer(b"".join(e[name] for e in encoded), "<i4")
+                for name in ("distances", "travelTimes")
+            },
+        )
     return job.join(DistanceMatrixResponse(summary=summary), "rows", parts)
 
 
@@ -223,6 +266,8 @@ __all__ = [
     "DistanceMatrixProgress",
     "DistanceMatrixResponse",
     "DistanceMatrixRow",
+    "DistanceMatrixEncodedContents",
+    "DistanceMatrixContentsFormat",
     "DistanceMatrixStatus",
     "DistanceMatrixSummary",
     "DistanceMatrixCalculationFault",

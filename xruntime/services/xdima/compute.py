@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from ..geo import EARTH_RADIUS, great_circle
+from ..geo import great_circle, largest_values
 
 #: Longitudes and latitudes (radians), one array each.
 Points = tuple[NDArray[np.float64], NDArray[np.float64]]
@@ -42,8 +42,7 @@ def matrix_dtype(detour_factor: float, speed_kmh: float) -> tuple[type, type]:
     """The integer types of the distances and of the travel times: int32 when the
     largest possible value fits, else int64; FloatingPointError when not even int64
     holds the travel times (a speed of a few nanometres an hour)."""
-    longest = np.pi * EARTH_RADIUS * detour_factor + 1
-    slowest = longest / (speed_kmh / 3.6) + 1
+    longest, slowest = largest_values(detour_factor, speed_kmh)
     if slowest > INT64_MAX:
         raise FloatingPointError("a travel time would exceed 2⁶³ − 1 seconds")
     return (

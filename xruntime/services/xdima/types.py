@@ -1,6 +1,6 @@
 """XDima's request, response, progress and fault types."""
 
-from spyne import Double, Enum, Long
+from spyne import Double, Enum, Long, Unicode
 
 from xruntime.protocol.faults import ProcessingFault
 from xruntime.protocol.types import (
@@ -31,6 +31,12 @@ class DistanceMatrixProfile(XModel):
     detourFactor = Double(ge=1, le=10)  # default 1.3: road distance / great circle
 
 
+DistanceMatrixContentsFormat = Enum(
+    "ARRAYS", "ENCODED_ARRAYS", type_name="DistanceMatrixContentsFormat"
+)
+DistanceMatrixContentsFormat.__namespace__ = NAMESPACE
+
+
 class CreateDistanceMatrixRequest(RequestBase):
     __namespace__ = NAMESPACE
     startLocations = repeated(Location)  # required, at least one
@@ -38,6 +44,8 @@ class CreateDistanceMatrixRequest(RequestBase):
     profile = DistanceMatrixProfile
     blockPauseMs = Double(ge=0, le=60_000)  # testing aid: sleep after each row block
     parallelism = Long(ge=1, le=64)  # row blocks computed as child jobs (default 1)
+    # ARRAYS (default): the matrix in ``rows``; ENCODED_ARRAYS: in ``encodedContents``
+    contentsFormat = DistanceMatrixContentsFormat
 
 
 class DistanceMatrixRow(XModel):
@@ -46,6 +54,15 @@ class DistanceMatrixRow(XModel):
     __namespace__ = NAMESPACE
     distances = repeated(Long)  # metres
     travelTimes = repeated(Long)  # seconds
+
+
+class DistanceMatrixEncodedContents(XModel):
+    """The matrix as base64 of little-endian int32, row-major: ``numberOfRowsComputed``
+    rows of ``numberOfDestinationLocations`` values each (docs/xdima-encoded.md)."""
+
+    __namespace__ = NAMESPACE
+    distances = Unicode  # metres
+    travelTimes = Unicode  # seconds
 
 
 class DistanceMatrixSummary(XModel):
@@ -65,6 +82,7 @@ class DistanceMatrixResponse(ResponseBase):
     __namespace__ = NAMESPACE
     rows = repeated(DistanceMatrixRow)  # one per start location computed, in order
     summary = DistanceMatrixSummary
+    encodedContents = DistanceMatrixEncodedContents  # with contentsFormat ENCODED_ARRAYS
 
 
 DistanceMatrixStatus = Enum(
