@@ -11,13 +11,14 @@ import json
 import math
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from werkzeug.wrappers import Response
 
 from ..operations.failures import as_fault
 from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, XServerFault
+from ..store import payload_stream
 from ..support import metrics
 from ..support.blocking import sized
 from . import parsing
@@ -178,6 +179,10 @@ class JsonBinding:
             )
             del request  # a held watch keeps nothing of the request
             answer = await self.dispatcher.call(op, data, caller)
+            if answer.large():  # a large result: written as it is read from its stored form
+                return Response(
+                    payload_stream.json_chunks(cast(bytes, answer.stored)), content_type=JSON_TYPE
+                )
             # one Response for all the watchers sharing the answer
             return await sized(
                 len(answer.text),

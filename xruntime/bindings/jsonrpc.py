@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from werkzeug.wrappers import Response
 
@@ -25,6 +25,7 @@ from ..protocol.faults import (
     RejectedRequestFault,
     XServerFault,
 )
+from ..store import payload_stream
 from ..support import metrics
 from ..support.blocking import sized
 from ..support.logs import OncePerPeriod
@@ -77,6 +78,21 @@ def error(request_id: object, code: int, fault: XServerFault) -> dict[str, Any]:
     }
 
 
+class _Streamed:
+    """A single request's answer around a large fetched result, written as the result
+    is read from its stored form (``store.payload_stream``)."""
+
+    __slots__ = ("request_id", "stored")
+
+    def __init__(self, request_id: str, stored: bytes) -> None:
+        self.request_id, self.stored = request_id, stored
+
+    def chunks(self) -> Iterator[bytes]:
+        yield f'{{"jsonrpc":"2.0","id":{self.request_id},"result":'.encode()
+        yield from payload_stream.json_chunks(self.stored)
+        yield b"}"
+
+
 class JsonRpcBinding:
     """The JSON-RPC 2.0 binding at ``/services/rpc``: ``handle(request)`` answers a Response."""
 
@@ -115,6 +131,8 @@ class JsonRpcBinding:
         if answer is None:
             return Response(status=204)
         assert answer is not _OVER_BUDGET  # (given no budget, no answer is over it)
+        if isinstance(answer, _Streamed):
+            return Response(answer.chunks(), content_type=JSON_TYPE)
         return await sized(len(answer), self._text, answer)
 
     async def _batch(self, service: str, items: list[Any], caller: "Caller") -> Response:
@@ -171,6 +189,7 @@ class JsonRpcBinding:
             # fetches one at a time: each may read a large result before it is weighed
             async with fetching if self._fetches(service, item) else _NO_WAIT, running:
                 answer = await self._one(service, item, caller, lambda: budget)
+            assert not isinstance(answer, _Streamed)  # (a budget keeps a result whole)
             if answer is _OVER_BUDGET or (answer is not None and len(answer) > budget):
                 answer = over_budget(item)
             if answer is not None:
@@ -199,12 +218,13 @@ class JsonRpcBinding:
         item: Any,
         caller: "Caller",
         budget: Callable[[], int] | None = None,
-    ) -> str | Literal[_OverBudget.MARK] | None:
+    ) -> str | _Streamed | Literal[_OverBudget.MARK] | None:
         """One request object → its answer as JSON text, or None for a notification
         (``_OVER_BUDGET`` when its result alone is larger than ``budget()``: it is not
         copied into an answer that would be dropped).  A result is spliced in as the
         text the dispatcher answers (for a fetch, the stored text; for watchers woken by
-        one change, one text), not parsed and encoded again."""
+        one change, one text), not parsed and encoded again; outside a batch, a large
+        fetched result is written around as it is read (``_Streamed``)."""
         if (
             not isinstance(item, dict)
             or item.get("jsonrpc") != "2.0"
@@ -241,11 +261,12 @@ class JsonRpcBinding:
                     "params must be the request object (by name)",
                     hint='Send "params": {...} with the request\'s fields.',
                 )
-            result = (
-                await self.dispatcher.call(
-                    op, params, caller, max_answer_bytes=None if budget is None else budget()
-                )
-            ).text
+            called = await self.dispatcher.call(
+                op, params, caller, max_answer_bytes=None if budget is None else budget()
+            )
+            if called.large() and not notification:
+                return _Streamed(codec.dumps(request_id), cast(bytes, called.stored))
+            result = called.text
         except Exception as exc:
             fault = as_fault(exc, f"JSON-RPC {service}.{item['method']}")
             return (

@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Callable, Container, Iterable, Iterator
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
@@ -28,6 +28,7 @@ from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, XServerFault
 from ..protocol.typeinfo import complex_types
 from ..protocol.types import NAMESPACE as TYPES_NS
+from ..store import payload_stream
 from ..support import metrics
 from ..support.blocking import INLINE_BYTES
 from . import parsing, xml_codec
@@ -37,7 +38,7 @@ from .wsdl import SCHEMA_FOLDER, build_all_wsdl, build_wsdl, polymorphic_types, 
 if TYPE_CHECKING:
     from ..author.service import Operation, Service
     from ..operations.accounts import Caller
-    from ..operations.dispatch import Dispatcher
+    from ..operations.dispatch import Answer, Dispatcher
     from ..settings.model import Settings
 
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
@@ -181,25 +182,27 @@ class SoapBinding:
             answer = await self.dispatcher.call(op, data, caller, sent)
         except Exception as exc:
             return self._fault(soap, as_fault(exc, f"SOAP {name}"))
-        if len(answer.text) > INLINE_BYTES:  # a large result: streamed from the pool
-            return Response(self._streamed(soap, op, answer.text), content_type=XML_TYPE)
+        if answer.large() or len(answer.text) > INLINE_BYTES:  # streamed from the pool
+            return Response(self._streamed(soap, op, answer), content_type=XML_TYPE)
         # one Response for all the watchers sharing the answer
         return answer.rendered(
             f"soap:{name}:{op.name}",
-            lambda: Response(
-                b"".join(self._streamed(soap, op, answer.text)), content_type=XML_TYPE
-            ),
+            lambda: Response(b"".join(self._streamed(soap, op, answer)), content_type=XML_TYPE),
         )
 
-    def _streamed(self, soap: SoapService, op: "Operation", text: str) -> Iterator[bytes]:
-        """The answer's envelope as text, in chunks: a large result is never a tree.
-        (The ASGI application runs a large one's chunks in the pool.)"""
-        answer = json.loads(text)
+    def _streamed(self, soap: SoapService, op: "Operation", answer: "Answer") -> Iterator[bytes]:
+        """The answer's envelope as text, in chunks: a large result is never a tree, and
+        a large stored one never whole (its arrays are read as they are written,
+        ``store.payload_stream``).  (The ASGI application runs a large one's chunks in
+        the pool.)"""
+        data = (
+            payload_stream.lazy_value(cast(bytes, answer.stored))
+            if answer.large()
+            else json.loads(answer.text)
+        )
         head, tail = _envelope_ends(soap.declarations)
         yield head.encode("utf-8")
-        for chunk in xml_codec.iter_text(
-            f"s:{op.name}Response", answer, op.response, soap.prefixes
-        ):
+        for chunk in xml_codec.iter_text(f"s:{op.name}Response", data, op.response, soap.prefixes):
             yield chunk.encode("utf-8")
         yield tail.encode("utf-8")
 

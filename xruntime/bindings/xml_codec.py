@@ -23,6 +23,7 @@ from lxml import etree
 from ..protocol.codec import TYPE_KEY, field_path, shown
 from ..protocol.faults import InvalidValueFault
 from ..protocol.typeinfo import BOOL, FLOAT, INT, OBJ, Field, lineage, original, subtypes
+from ..store.payload_stream import Packed
 
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
 XSI_TYPE = f"{{{XSI}}}type"
@@ -155,6 +156,9 @@ def _pieces(
         value = data.get(name)
         if value is None:
             continue
+        if isinstance(value, Packed):  # a stored array, read slice by slice
+            yield from _packed(name, value)
+            continue
         items = value if f.many else (value,)
         if f.kind == OBJ:
             for item in items:
@@ -162,6 +166,19 @@ def _pieces(
         else:
             yield "".join(f"<{name}>{escaped(item)}</{name}>" for item in items)
     yield f"</{tag}>"
+
+
+def _packed(name: str, value: Packed) -> Iterator[str]:
+    """The elements of a packed array of numbers (one per item), or the one element of
+    an encoded array's base64 (which needs no escaping)."""
+    if value.code == "B":
+        yield f"<{name}>"
+        yield from value.slices()
+        yield f"</{name}>"
+        return
+    between = f"</{name}><{name}>"
+    for piece in value.slices():
+        yield f"<{name}>{between.join(map(str, piece.tolist()))}</{name}>"
 
 
 def escaped(value: object) -> str:

@@ -15,6 +15,7 @@ from ..author.service import CALL, FETCH, RUN, START, LongOperation, Operation, 
 from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
 from ..protocol.types import XModel
+from ..store.payload import unpack
 from ..support import metrics
 from ..support.blocking import blocking
 
@@ -26,18 +27,34 @@ Rendered = TypeVar("Rendered")
 
 #: How many shared answers are remembered (one per job changed at about one time).
 SHARED_ANSWERS = 256
+#: A stored result past this many bytes is written in pieces (``Answer.large``).
+STREAM_ABOVE = 256 * 1024
 
 
 class Answer:
-    """An operation's response as JSON text (the codec's form).  Watchers woken by one
-    change share one Answer, and each binding renders it once (``rendered``)."""
+    """An operation's response as JSON text (the codec's form), or, for a fetch, in the
+    store's form (``stored``: a binding writes a large one in pieces, see
+    ``store.payload_stream``; ``text`` reads it whole).  Watchers woken by one change
+    share one Answer, and each binding renders it once (``rendered``)."""
 
-    __slots__ = ("text", "_rendered")
+    __slots__ = ("_text", "stored", "_rendered")
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    def __init__(self, text: str | None = None, stored: bytes | None = None) -> None:
+        assert (text is None) != (stored is None)
+        self._text, self.stored = text, stored
         # binding → what its render() gave (each binding renders its own kind of answer)
         self._rendered: dict[str, Any] | None = None
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = unpack(cast(bytes, self.stored))
+        return self._text
+
+    def large(self) -> bool:
+        """Whether the answer is a stored result large enough to be written in pieces
+        (its stored form alone is past what is rendered inline)."""
+        return self.stored is not None and len(self.stored) > STREAM_ABOVE
 
     def rendered(self, binding: str, render: Callable[[], Rendered]) -> Rendered:
         """``render()`` once per binding; later calls answer the same bytes."""
@@ -105,6 +122,8 @@ class Dispatcher:
         the same way (``sent``: see ``codec.decode``; ``max_answer_bytes``: see
         ``call_json``)."""
         metrics.operation_named(op.name)
+        if op.kind == FETCH and max_answer_bytes is None:
+            return Answer(stored=await blocking(self.fetch_stored, op, data, caller, sent))
         if not op.waits:
             return Answer(await blocking(self.call_json, op, data, caller, sent, max_answer_bytes))
         self.check_enabled(op.service)
@@ -126,6 +145,14 @@ class Dispatcher:
         if len(self._shared) > SHARED_ANSWERS:
             self._shared.popitem(last=False)
         return answer
+
+    def fetch_stored(
+        self, op: Operation, data: Any, caller: "Caller", sent: dict[str, str] | None
+    ) -> bytes:
+        """The blocking part of a fetch: request data → the result in the store's form."""
+        self.check_enabled(op.service)
+        request = codec.decode(data, op.request, sent=sent)
+        return self.jobs.fetch_stored(_long_operation(op), request.id, caller)
 
     def call_json(
         self,

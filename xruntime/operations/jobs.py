@@ -197,9 +197,33 @@ class JobManager:
         JSON bindings write it as it is, so a large result is never built as spyne
         objects nor parsed and encoded again on the server's threads.  A result longer
         than ``max_bytes`` is RejectedRequestFault, and the job is not marked fetched."""
+        result = self._fetched(op, job_id, caller, max_bytes, stored=False).result
+        assert result is not None  # a SUCCEEDED job is stored with its result
+        return result
+
+    def fetch_stored(self, op: "LongOperation", job_id: str, caller: Caller = ANONYMOUS) -> bytes:
+        """Like ``fetch_json``, but the result in the store's form, for an answer written
+        as it is read (``store.payload_stream``): never the whole text at once."""
+        stored = self._fetched(op, job_id, caller, None, stored=True).stored_result
+        assert stored is not None  # a SUCCEEDED job is stored with its result
+        return stored
+
+    def _fetched(
+        self,
+        op: "LongOperation",
+        job_id: str,
+        caller: Caller,
+        max_bytes: int | None,
+        stored: bool,
+    ) -> JobRecord:
+        """The fetch rules: the record of a SUCCEEDED job, marked fetched; the fault of
+        a FAILED one raised; every other case its fault."""
         try:
             rec = self.store.get(
-                job_id, None if caller.admin else caller.name, max_result_bytes=max_bytes
+                job_id,
+                None if caller.admin else caller.name,
+                max_result_bytes=max_bytes,
+                stored_result=stored,
             )
         except TooLarge as exc:
             raise RejectedRequestFault(
@@ -227,8 +251,7 @@ class JobManager:
         if decision == states.RAISE_STORED_FAULT:
             assert rec.fault is not None  # a FAILED job is stored with its fault
             raise codec.decode_fault(json.loads(rec.fault))
-        assert rec.result is not None  # a SUCCEEDED job is stored with its result
-        return rec.result
+        return rec
 
     async def run(self, op: "LongOperation", request: XModel, caller: Caller = ANONYMOUS) -> str:
         """The synchronous form: the same job, waited for (holding no thread), fetched

@@ -53,10 +53,15 @@ class JobStore(Protocol):
     # ----------------------------------------------------------------- reading a job
 
     def get(
-        self, job_id: str, owner: str | None = None, max_result_bytes: int | None = None
+        self,
+        job_id: str,
+        owner: str | None = None,
+        max_result_bytes: int | None = None,
+        stored_result: bool = False,
     ) -> JobRecord | None:
         """The whole job (only if it belongs to ``owner``, when given); with
-        ``max_result_bytes``, ``payload.TooLarge`` when its result's text is longer."""
+        ``max_result_bytes``, ``payload.TooLarge`` when its result's text is longer;
+        with ``stored_result``, its result in the store's form (``stored_result``)."""
 
     def peek(self, job_id: str) -> JobRecord | None:
         """Like ``get``, without request, result and fault."""

@@ -143,9 +143,9 @@ def json_chunks(blob: bytes, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
         gathered.append(skeleton[last:position])
         size += position - last
         last = position
-        for text in packed.text_slices() if packed is not None else ():
-            gathered.append(text)
-            size += len(text)
+        for piece in packed.text_slices() if packed is not None else ():
+            gathered.append(piece)
+            size += len(piece)
             if size >= chunk_bytes:
                 yield "".join(gathered).encode("utf-8")
                 gathered, size = [], 0

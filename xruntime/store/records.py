@@ -29,6 +29,7 @@ class JobRecord:
     status: str
     request: str = ""  # JSON text (codec form)
     result: str | None = None  # JSON text of the response
+    stored_result: bytes | None = None  # the response in the store's form (when asked for)
     fault: str | None = None  # JSON text of the fault
     progress: str | None = None  # JSON text of the JobProgress
     queued_at: int = 0

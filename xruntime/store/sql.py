@@ -97,16 +97,21 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
     # ----------------------------------------------------------------- reading a job
 
     def get(
-        self, job_id: str, owner: str | None = None, max_result_bytes: int | None = None
+        self,
+        job_id: str,
+        owner: str | None = None,
+        max_result_bytes: int | None = None,
+        stored_result: bool = False,
     ) -> JobRecord | None:
         """The whole job; with ``owner``, only if it is theirs (another's job is not
         even read, so answering "no such job" takes the time it takes for an unknown id).
-        With ``max_result_bytes``, ``payload.TooLarge`` for a longer result."""
+        With ``max_result_bytes``, ``payload.TooLarge`` for a longer result; with
+        ``stored_result``, its result in the store's form (to be written in pieces)."""
         if owner is None:
-            return record_of(self._run("get", False, job_id=job_id)[1], max_result_bytes)
-        return record_of(
-            self._run("get_owned", False, job_id=job_id, owner=owner)[1], max_result_bytes
-        )
+            row = self._run("get", False, job_id=job_id)[1]
+        else:
+            row = self._run("get_owned", False, job_id=job_id, owner=owner)[1]
+        return record_of(row, max_result_bytes, stored_result)
 
     def peek(self, job_id: str) -> JobRecord | None:
         """The job without its request, result and fault: what watch, stop and delete

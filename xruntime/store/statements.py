@@ -223,16 +223,25 @@ def timeout_of(own: ColumnElement, default_timeout_ms: int) -> ColumnElement:
 
 
 @overload
-def record_of(row: dict, max_result_bytes: int | None = None) -> JobRecord: ...
+def record_of(
+    row: dict, max_result_bytes: int | None = None, stored_result: bool = False
+) -> JobRecord: ...
 @overload
-def record_of(row: dict | None, max_result_bytes: int | None = None) -> JobRecord | None: ...
-def record_of(row: dict | None, max_result_bytes: int | None = None) -> JobRecord | None:
+def record_of(
+    row: dict | None, max_result_bytes: int | None = None, stored_result: bool = False
+) -> JobRecord | None: ...
+def record_of(
+    row: dict | None, max_result_bytes: int | None = None, stored_result: bool = False
+) -> JobRecord | None:
     """The JobRecord of a row of ``jobs`` (as a dict), its payloads read back to JSON
-    text; with ``max_result_bytes``, ``payload.TooLarge`` for a longer result."""
+    text; with ``max_result_bytes``, ``payload.TooLarge`` for a longer result; with
+    ``stored_result``, the result left in the store's form (``stored_result``)."""
     if row is None:
         return None
     for name in _INTERNAL:
         row.pop(name, None)
+    if stored_result and row.get("result") is not None:
+        row["stored_result"] = bytes(row.pop("result"))
     for name in _PAYLOADS:
         if name in row:
             row[name] = unpack(row[name], max_result_bytes if name == "result" else None)

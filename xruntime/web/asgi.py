@@ -14,6 +14,7 @@ is given back to the system (``bindings.parsing``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -198,7 +199,7 @@ class XRuntimeApp:
         except Exception as exc:  # a bug: logged, never shown
             response = fault_response(as_fault(exc, path))
         try:
-            await _send(response, send)
+            await _send(response, send, receive)
         finally:
             metrics.request_answered(began)
         del response
@@ -400,7 +401,10 @@ def _request(scope: Scope, prefix: str, body: bytes) -> BodyRequest:
     )
 
 
-async def _send(response: Response, send: Send) -> None:
+async def _send(response: Response, send: Send, receive: Receive | None = None) -> None:
+    """Send a Response; a streamed one chunk by chunk, each made in the pool, until it
+    ends or its client goes away (``receive`` tells: a large result's client that
+    disconnects midway frees the process at once, not after the whole was written)."""
     if not response.is_streamed:
         start, body = _messages(response)
         await send(start)
@@ -416,14 +420,31 @@ async def _send(response: Response, send: Send) -> None:
             "headers": [h for h in headers if h[0].lower() != b"content-length"],
         }
     )
-    # a streamed answer of ours yields bytes (SoapBinding._streamed)
+    # a streamed answer of ours yields bytes (the bindings' large answers)
     chunks = cast(Iterator[bytes], iter(response.response))
-    while True:
-        part = await blocking(_gather, chunks)
-        if not part:
-            break
-        await send({"type": "http.response.body", "body": part, "more_body": True})
-    await send({"type": "http.response.body", "body": b""})
+    gone = asyncio.ensure_future(_disconnect(receive)) if receive is not None else None
+    try:
+        while True:
+            part = await blocking(_gather, chunks)
+            if gone is not None and gone.done():
+                log.info("a client went away during a streamed answer; it was not finished")
+                return
+            if not part:
+                break
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    finally:
+        if gone is not None:
+            gone.cancel()
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()  # its generator's reader is let go now
+
+
+async def _disconnect(receive: Receive) -> None:
+    """Returns when the client has gone away (the request's body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _messages(response: Response) -> tuple[Message, Message]:
