@@ -19,6 +19,7 @@ from ..operations.failures import as_fault
 from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, XServerFault
 from ..store import payload_stream
+from ..store.result_reader import ResultReader
 from ..support import metrics
 from ..support.blocking import sized
 from . import parsing
@@ -181,7 +182,8 @@ class JsonBinding:
             answer = await self.dispatcher.call(op, data, caller)
             if answer.large():  # a large result: written as it is read from its stored form
                 return Response(
-                    payload_stream.json_chunks(cast(bytes, answer.stored)), content_type=JSON_TYPE
+                    payload_stream.json_chunks(cast(ResultReader, answer.stored)),
+                    content_type=JSON_TYPE,
                 )
             # one Response for all the watchers sharing the answer
             return await sized(

@@ -26,6 +26,7 @@ from ..protocol.faults import (
     XServerFault,
 )
 from ..store import payload_stream
+from ..store.result_reader import ResultReader
 from ..support import metrics
 from ..support.blocking import sized
 from ..support.logs import OncePerPeriod
@@ -84,7 +85,7 @@ class _Streamed:
 
     __slots__ = ("request_id", "stored")
 
-    def __init__(self, request_id: str, stored: bytes) -> None:
+    def __init__(self, request_id: str, stored: ResultReader) -> None:
         self.request_id, self.stored = request_id, stored
 
     def chunks(self) -> Iterator[bytes]:
@@ -265,7 +266,7 @@ class JsonRpcBinding:
                 op, params, caller, max_answer_bytes=None if budget is None else budget()
             )
             if called.large() and not notification:
-                return _Streamed(codec.dumps(request_id), cast(bytes, called.stored))
+                return _Streamed(codec.dumps(request_id), cast(ResultReader, called.stored))
             result = called.text
         except Exception as exc:
             fault = as_fault(exc, f"JSON-RPC {service}.{item['method']}")

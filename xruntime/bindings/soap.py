@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Callable, Container, Iterable, Iterator
 from functools import cache
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
@@ -195,16 +195,21 @@ class SoapBinding:
         a large stored one never whole (its arrays are read as they are written,
         ``store.payload_stream``).  (The ASGI application runs a large one's chunks in
         the pool.)"""
-        data = (
-            payload_stream.lazy_value(cast(bytes, answer.stored))
-            if answer.large()
-            else json.loads(answer.text)
-        )
-        head, tail = _envelope_ends(soap.declarations)
-        yield head.encode("utf-8")
-        for chunk in xml_codec.iter_text(f"s:{op.name}Response", data, op.response, soap.prefixes):
-            yield chunk.encode("utf-8")
-        yield tail.encode("utf-8")
+        stored = answer.stored
+        try:
+            data = (
+                payload_stream.lazy_value(stored) if stored is not None else json.loads(answer.text)
+            )
+            head, tail = _envelope_ends(soap.declarations)
+            yield head.encode("utf-8")
+            for chunk in xml_codec.iter_text(
+                f"s:{op.name}Response", data, op.response, soap.prefixes
+            ):
+                yield chunk.encode("utf-8")
+            yield tail.encode("utf-8")
+        finally:
+            if stored is not None:
+                stored.close()
 
     def refusal(self, path: str, fault: XServerFault) -> Response:
         return self._fault(self.services.get(path.strip("/")), fault)

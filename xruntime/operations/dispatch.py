@@ -16,6 +16,7 @@ from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
 from ..protocol.types import XModel
 from ..store.payload import unpack
+from ..store.result_reader import ResultReader
 from ..support import metrics
 from ..support.blocking import blocking
 
@@ -32,14 +33,14 @@ STREAM_ABOVE = 256 * 1024
 
 
 class Answer:
-    """An operation's response as JSON text (the codec's form), or, for a fetch, in the
-    store's form (``stored``: a binding writes a large one in pieces, see
-    ``store.payload_stream``; ``text`` reads it whole).  Watchers woken by one change
-    share one Answer, and each binding renders it once (``rendered``)."""
+    """An operation's response as JSON text (the codec's form), or a large fetched
+    result in the store's form (``stored``: read by ranges as a binding writes it, see
+    ``store.payload_stream``).  Watchers woken by one change share one Answer, and each
+    binding renders it once (``rendered``)."""
 
     __slots__ = ("_text", "stored", "_rendered")
 
-    def __init__(self, text: str | None = None, stored: bytes | None = None) -> None:
+    def __init__(self, text: str | None = None, stored: ResultReader | None = None) -> None:
         assert (text is None) != (stored is None)
         self._text, self.stored = text, stored
         # binding → what its render() gave (each binding renders its own kind of answer)
@@ -47,14 +48,15 @@ class Answer:
 
     @property
     def text(self) -> str:
+        """The JSON text (of a stored result: read whole, blocking; bindings write a
+        large one in pieces instead)."""
         if self._text is None:
-            self._text = unpack(cast(bytes, self.stored))
+            self._text = unpack(cast(ResultReader, self.stored).read_all())
         return self._text
 
     def large(self) -> bool:
-        """Whether the answer is a stored result large enough to be written in pieces
-        (its stored form alone is past what is rendered inline)."""
-        return self.stored is not None and len(self.stored) > STREAM_ABOVE
+        """Whether the answer is a stored result to be written in pieces."""
+        return self.stored is not None
 
     def rendered(self, binding: str, render: Callable[[], Rendered]) -> Rendered:
         """``render()`` once per binding; later calls answer the same bytes."""
@@ -123,7 +125,7 @@ class Dispatcher:
         ``call_json``)."""
         metrics.operation_named(op.name)
         if op.kind == FETCH and max_answer_bytes is None:
-            return Answer(stored=await blocking(self.fetch_stored, op, data, caller, sent))
+            return await blocking(self._fetched, op, data, caller, sent)
         if not op.waits:
             return Answer(await blocking(self.call_json, op, data, caller, sent, max_answer_bytes))
         self.check_enabled(op.service)
@@ -146,13 +148,17 @@ class Dispatcher:
             self._shared.popitem(last=False)
         return answer
 
-    def fetch_stored(
+    def _fetched(
         self, op: Operation, data: Any, caller: "Caller", sent: dict[str, str] | None
-    ) -> bytes:
-        """The blocking part of a fetch: request data → the result in the store's form."""
+    ) -> Answer:
+        """The blocking part of a fetch: request data → the result's text, or, past
+        STREAM_ABOVE stored bytes, its reader (written in pieces, never read whole)."""
         self.check_enabled(op.service)
         request = codec.decode(data, op.request, sent=sent)
-        return self.jobs.fetch_stored(_long_operation(op), request.id, caller)
+        reader = self.jobs.fetch_stored(_long_operation(op), request.id, caller)
+        if reader.length > STREAM_ABOVE:
+            return Answer(stored=reader)
+        return Answer(unpack(reader.read_all()))
 
     def call_json(
         self,

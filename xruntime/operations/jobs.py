@@ -48,6 +48,7 @@ from ..protocol.types import (
 from ..protocol.watch import watch_periods
 from ..store import JobRecord, JobStore, now_ms
 from ..store.payload import TooLarge
+from ..store.result_reader import ResultReader
 from ..support.blocking import blocking
 from .accounts import ANONYMOUS, Caller
 from .storage_quota import StoredBytesQuota
@@ -201,9 +202,11 @@ class JobManager:
         assert result is not None  # a SUCCEEDED job is stored with its result
         return result
 
-    def fetch_stored(self, op: "LongOperation", job_id: str, caller: Caller = ANONYMOUS) -> bytes:
-        """Like ``fetch_json``, but the result in the store's form, for an answer written
-        as it is read (``store.payload_stream``): never the whole text at once."""
+    def fetch_stored(
+        self, op: "LongOperation", job_id: str, caller: Caller = ANONYMOUS
+    ) -> ResultReader:
+        """Like ``fetch_json``, but the result in the store's form, read by ranges, for
+        an answer written as it is read (``store.payload_stream``): never whole."""
         stored = self._fetched(op, job_id, caller, None, stored=True).stored_result
         assert stored is not None  # a SUCCEEDED job is stored with its result
         return stored

@@ -12,8 +12,11 @@ from the table), and its packed arrays are formatted a slice at a time:
   placeholders, which a writer (``bindings.xml_codec``) reads slice by slice, in any
   order.
 
-Payloads in the other forms (small ones, zlib text, the first compact form) are read
-whole, as ``unpack`` does: they are never large by themselves.
+Both take the stored bytes, or a ``Source`` that reads them by ranges
+(``store.result_reader``, so that an HTTP process never holds a large result whole),
+and close the source once read.  Payloads in the other forms (small ones, zlib text,
+the first compact form) are read whole, as ``unpack`` does: they are never large by
+themselves.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import struct
 import zlib
 from array import array
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from . import payload
 
@@ -38,22 +41,60 @@ SLICE_BYTES = 3 << 18
 CHUNK_BYTES = 1 << 20
 
 
-class PieceReader:
-    """The raw bytes of a compact payload's zlib stream (``payload.MAGIC``), read by
-    offset: the piece holding an offset is inflated alone, and the last one kept."""
+class Source(Protocol):
+    """A stored payload's bytes, read by ranges."""
+
+    length: int
+
+    def read(self, offset: int, size: int) -> bytes: ...
+
+
+class BytesSource:
+    """A stored payload held in memory, as a ``Source``."""
 
     def __init__(self, blob: bytes) -> None:
-        pieces, _ = payload.read_table(blob)
-        self._pieces = [deflated for deflated, _, _ in pieces]
+        self.blob, self.length = blob, len(blob)
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self.blob[offset : offset + size]
+
+
+def _closed(source: Source) -> None:
+    close = getattr(source, "close", None)
+    if close is not None:
+        close()
+
+
+_TABLE_HEAD = struct.Struct("<I")
+_PIECE = struct.Struct("<III")  # (as payload._PIECE) deflated length, raw length, Adler-32
+
+
+class PieceReader:
+    """The raw bytes of a compact payload's zlib stream (``payload.MAGIC``), read by
+    offset: the piece holding an offset is read from the source and inflated alone,
+    and the last one kept."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        at = len(payload.MAGIC)
+        (count,) = _TABLE_HEAD.unpack(source.read(at, _TABLE_HEAD.size))
+        table = source.read(at + _TABLE_HEAD.size, count * _PIECE.size)
+        offset = at + _TABLE_HEAD.size + count * _PIECE.size + 2  # after zlib's header
+        self._deflated: list[tuple[int, int]] = []  # (offset in the source, length)
         self._starts = [0]
-        for _, length, _ in pieces:
+        for i in range(count):
+            deflated_length, length, _ = _PIECE.unpack_from(table, i * _PIECE.size)
+            self._deflated.append((offset, deflated_length))
+            offset += deflated_length
             self._starts.append(self._starts[-1] + length)
         self.length = self._starts[-1]
         self._cached: tuple[int, bytes] = (-1, b"")
 
     def _piece(self, i: int) -> bytes:
         if self._cached[0] != i:
-            self._cached = (i, zlib.decompressobj(-15).decompress(self._pieces[i]))
+            self._cached = (-1, b"")  # (let go before the next is read)
+            deflated = self.source.read(*self._deflated[i])
+            self._cached = (i, zlib.decompressobj(-15).decompress(deflated))
         return self._cached[1]
 
     def read(self, offset: int, size: int) -> bytes:
@@ -108,12 +149,12 @@ class Packed:
         yield "]"
 
 
-def _opened(blob: bytes) -> tuple[str, list[tuple[int, Packed]]] | None:
+def _opened(source: Source) -> tuple[str, list[tuple[int, Packed]]] | None:
     """The skeleton of a compact payload (as written now) and its arrays as
     ``(position, Packed)``; None for the other forms."""
-    if blob[: len(payload.MAGIC)] != payload.MAGIC:
+    if source.read(0, len(payload.MAGIC)) != payload.MAGIC:
         return None
-    reader = PieceReader(blob)
+    reader = PieceReader(source)
     head = reader.read(0, 4)
     (head_len,) = struct.unpack("<I", head)
     index = json.loads(reader.read(4, head_len))
@@ -127,12 +168,25 @@ def _opened(blob: bytes) -> tuple[str, list[tuple[int, Packed]]] | None:
     return skeleton, arrays
 
 
-def json_chunks(blob: bytes, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+def _source(stored: bytes | Source) -> Source:
+    return (
+        BytesSource(bytes(stored)) if isinstance(stored, (bytes, bytearray, memoryview)) else stored
+    )
+
+
+def json_chunks(stored: bytes | Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
     """The payload's JSON text as UTF-8, in chunks of about ``chunk_bytes``."""
-    blob = bytes(blob)
-    opened = _opened(blob)
+    source = _source(stored)
+    try:
+        yield from _json_chunks(source, chunk_bytes)
+    finally:
+        _closed(source)
+
+
+def _json_chunks(source: Source, chunk_bytes: int) -> Iterator[bytes]:
+    opened = _opened(source)
     if opened is None:
-        text = payload.unpack(blob).encode("utf-8")
+        text = payload.unpack(source.read(0, source.length)).encode("utf-8")
         for at in range(0, len(text), chunk_bytes):
             yield text[at : at + chunk_bytes]
         return
@@ -158,12 +212,16 @@ def json_chunks(blob: bytes, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
 _MARK = "\x00packed"
 
 
-def lazy_value(blob: bytes) -> Any:
-    """The payload as JSON data, each packed array a ``Packed`` (read when written)."""
-    blob = bytes(blob)
-    opened = _opened(blob)
+def lazy_value(stored: bytes | Source) -> Any:
+    """The payload as JSON data, each packed array a ``Packed`` (read when written;
+    ``close`` the source after, when it holds anything)."""
+    source = _source(stored)
+    opened = _opened(source)
     if opened is None:
-        return json.loads(payload.unpack(blob))
+        try:
+            return json.loads(payload.unpack(source.read(0, source.length)))
+        finally:
+            _closed(source)
     skeleton, arrays = opened
     marked, last = [], 0
     for i, (position, _) in enumerate(arrays):

@@ -9,8 +9,12 @@ since the epoch, on the database's clock (``clock.now_ms``); statuses are
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..protocol.states import Status
+
+if TYPE_CHECKING:
+    from .result_reader import ResultReader
 
 #: States in which a job has been taken by a node and not finished (here, not in
 #: ``statements``: the interface's defaults need it, and a worker process that imports
@@ -29,7 +33,8 @@ class JobRecord:
     status: str
     request: str = ""  # JSON text (codec form)
     result: str | None = None  # JSON text of the response
-    stored_result: bytes | None = None  # the response in the store's form (when asked for)
+    # the response in the store's form, read by ranges (``store.get(stored_result=True)``)
+    stored_result: "ResultReader | None" = None
     fault: str | None = None  # JSON text of the fault
     progress: str | None = None  # JSON text of the JobProgress
     queued_at: int = 0

@@ -20,6 +20,7 @@ from .events import fault_type, note_of
 from .outbox import CallbackOutbox
 from .payload import pack
 from .records import JobRecord, Recovered, Run
+from .result_reader import ResultReader
 from .schema import job_events, jobs, lane_of
 from .statements import (
     ACTIVE_RUNNING,
@@ -106,12 +107,18 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
         """The whole job; with ``owner``, only if it is theirs (another's job is not
         even read, so answering "no such job" takes the time it takes for an unknown id).
         With ``max_result_bytes``, ``payload.TooLarge`` for a longer result; with
-        ``stored_result``, its result in the store's form (to be written in pieces)."""
-        if owner is None:
-            row = self._run("get", False, job_id=job_id)[1]
-        else:
-            row = self._run("get_owned", False, job_id=job_id, owner=owner)[1]
-        return record_of(row, max_result_bytes, stored_result)
+        ``stored_result``, not its result but a ``ResultReader`` of it (to be written as
+        it is read, never whole)."""
+        key = ("get" if owner is None else "get_owned") + ("_sized" if stored_result else "")
+        params = {"job_id": job_id} if owner is None else {"job_id": job_id, "owner": owner}
+        row = self._run(key, False, **params)[1]
+        if row is None or not stored_result:
+            return record_of(row, max_result_bytes)
+        length = row.pop("result_length")
+        rec = record_of(row)
+        if length is not None:
+            rec.stored_result = ResultReader(self, job_id, int(length))
+        return rec
 
     def peek(self, job_id: str) -> JobRecord | None:
         """The job without its request, result and fault: what watch, stop and delete

@@ -121,6 +121,36 @@ def prepared_statements() -> dict[str, tuple[Callable[[], Statement], list | Non
             ALL_NAMES,
             None,
         ),
+        # a fetch's record with its result's length, not its result (read in pieces:
+        # store/result_reader.py)
+        "get_sized": (
+            lambda: select(
+                *[jobs.c[n] for n in ALL_NAMES if n != "result"],
+                func.length(jobs.c.result).label("result_length"),
+            ).where(jobs.c.id == _ID),
+            [n for n in ALL_NAMES if n != "result"] + ["result_length"],
+            None,
+        ),
+        "get_owned_sized": (
+            lambda: select(
+                *[jobs.c[n] for n in ALL_NAMES if n != "result"],
+                func.length(jobs.c.result).label("result_length"),
+            ).where(jobs.c.id == _ID, jobs.c.owner == bindparam("owner")),
+            [n for n in ALL_NAMES if n != "result"] + ["result_length"],
+            None,
+        ),
+        "result_piece": (
+            lambda: select(func.substr(jobs.c.result, bindparam("start"), bindparam("size"))).where(
+                jobs.c.id == _ID
+            ),
+            ["piece"],
+            None,
+        ),
+        "result_rowid": (
+            lambda: select(literal_column("rowid")).where(jobs.c.id == _ID),
+            ["rowid"],
+            None,
+        ),
         "get_owned": (
             lambda: select(*[jobs.c[n] for n in ALL_NAMES]).where(
                 jobs.c.id == _ID, jobs.c.owner == bindparam("owner")
@@ -223,25 +253,16 @@ def timeout_of(own: ColumnElement, default_timeout_ms: int) -> ColumnElement:
 
 
 @overload
-def record_of(
-    row: dict, max_result_bytes: int | None = None, stored_result: bool = False
-) -> JobRecord: ...
+def record_of(row: dict, max_result_bytes: int | None = None) -> JobRecord: ...
 @overload
-def record_of(
-    row: dict | None, max_result_bytes: int | None = None, stored_result: bool = False
-) -> JobRecord | None: ...
-def record_of(
-    row: dict | None, max_result_bytes: int | None = None, stored_result: bool = False
-) -> JobRecord | None:
+def record_of(row: dict | None, max_result_bytes: int | None = None) -> JobRecord | None: ...
+def record_of(row: dict | None, max_result_bytes: int | None = None) -> JobRecord | None:
     """The JobRecord of a row of ``jobs`` (as a dict), its payloads read back to JSON
-    text; with ``max_result_bytes``, ``payload.TooLarge`` for a longer result; with
-    ``stored_result``, the result left in the store's form (``stored_result``)."""
+    text; with ``max_result_bytes``, ``payload.TooLarge`` for a longer result."""
     if row is None:
         return None
     for name in _INTERNAL:
         row.pop(name, None)
-    if stored_result and row.get("result") is not None:
-        row["stored_result"] = bytes(row.pop("result"))
     for name in _PAYLOADS:
         if name in row:
             row[name] = unpack(row[name], max_result_bytes if name == "result" else None)

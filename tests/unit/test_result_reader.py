@@ -1,0 +1,71 @@
+"""A stored result read by ranges (store/result_reader.py), on SQLite and PostgreSQL:
+every range reads what the stored form holds, the streamed JSON text is ``unpack``'s,
+and a job erased meanwhile never makes a read answer other bytes."""
+
+import json
+import random
+
+import pytest
+
+from tests.unit.helpers import new_record
+from xruntime.protocol.states import Status
+from xruntime.store import now_ms, payload_stream
+from xruntime.store.payload import pack, unpack
+
+NODE, LEASE_MS = "node-a:1", 30_000
+
+
+def finished(store, result: bytes):
+    rec = new_record()
+    assert store.create(rec, 0)
+    claimed = store.claim(NODE, now_ms(), LEASE_MS)
+    assert claimed is not None and claimed.id == rec.id
+    assert store.finish(rec.id, Status.SUCCEEDED, now_ms(), result=result)
+    return rec.id
+
+
+def large_result() -> bytes:
+    rng = random.Random(3)
+    rows = [{"d": [rng.randrange(2**31) for _ in range(1000)]} for _ in range(800)]
+    return pack(json.dumps({"rows": rows, "n": 800}, separators=(",", ":")))
+
+
+def test_ranges_of_a_stored_result_and_its_streamed_text(any_store):
+    blob = large_result()
+    assert len(blob) > 3_000_000  # pieces of 2 MiB: more than one
+    job_id = finished(any_store, blob)
+    reader = any_store.get(job_id, stored_result=True).stored_result
+    assert reader.length == len(blob)
+    rng = random.Random(4)
+    for offset, size in [(0, 9), (len(blob) - 5, 100), (1_000_003, 65_536)] + [
+        (rng.randrange(len(blob)), rng.randrange(1, 300_000)) for _ in range(20)
+    ]:
+        assert reader.read(offset, size) == blob[offset : offset + size]
+    reader.close()
+    text = b"".join(payload_stream.json_chunks(reader)).decode()
+    assert text == unpack(blob)
+
+
+def test_a_record_read_with_its_reader_has_no_result_text(any_store):
+    job_id = finished(any_store, pack('{"small":1}'))
+    rec = any_store.get(job_id, stored_result=True)
+    assert rec.result is None and rec.status == "SUCCEEDED"
+    assert unpack(rec.stored_result.read_all()) == '{"small":1}'
+    assert any_store.get(job_id, owner="someone else", stored_result=True) is None
+
+
+def test_a_result_erased_while_it_is_read_is_read_whole_or_not_at_all(any_store):
+    """SQLite: the blob handle reads the snapshot it was opened on, so the answer is
+    finished as it began; PostgreSQL: the next range finds no row, and the answer is
+    cut short (its client sees an incomplete answer, never other bytes)."""
+    blob = large_result()
+    job_id = finished(any_store, blob)
+    reader = any_store.get(job_id, stored_result=True).stored_result
+    assert reader.read(0, 1000) == blob[:1000]
+    assert any_store.erase(job_id, ("SUCCEEDED",))
+    if any_store.dialect == "sqlite":
+        assert reader.read(2_000_000, 1000) == blob[2_000_000:2_001_000]
+    else:
+        with pytest.raises(LookupError):
+            reader.read(2_000_000, 1000)
+    reader.close()
