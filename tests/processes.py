@@ -52,3 +52,43 @@ def tcp_sockets(port):
                 )
             )
     return found
+
+
+def http_pids(port, node_pid):
+    """A node's HTTP processes: those of its processes holding its listening socket."""
+    listening = next(inode for _, state, _, inode in tcp_sockets(port) if state == "0A")
+    found = []
+    for pid in descendants(node_pid):
+        try:
+            fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        except OSError:
+            continue
+        if f"socket:[{listening}]" in fds:
+            found.append(pid)
+    assert found
+    return found
+
+
+def kb(pid, key):
+    """A line of /proc/PID/status in kB (VmRSS, VmHWM...)."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
+
+
+class Memory:
+    """Processes' RSS before, their peak since (VmHWM, reset at the start), and what
+    they keep."""
+
+    def __init__(self, pids):
+        self.pids = pids
+        for pid in self.pids:
+            with open(f"/proc/{pid}/clear_refs", "w") as f:
+                f.write("5")  # VmHWM := VmRSS
+        self.before = {pid: kb(pid, "VmRSS") / 1024 for pid in self.pids}
+
+    def peak_growth(self):
+        """MB: the largest growth of one process's peak over its RSS before."""
+        return max(kb(pid, "VmHWM") / 1024 - self.before[pid] for pid in self.pids)
+
+    def kept(self):
+        return max(kb(pid, "VmRSS") / 1024 - self.before[pid] for pid in self.pids)

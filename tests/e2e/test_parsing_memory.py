@@ -10,7 +10,6 @@ processes' peak stays within ``PEAK_MB`` of their size before (the body's copies
 way in take ~50 MB), and their RSS comes back to within ``KEPT_MB``."""
 
 import json
-import os
 import random
 import threading
 import time
@@ -19,8 +18,8 @@ import pytest
 import requests
 from lxml import etree
 
+from tests import processes
 from tests.harness import Server, default_config, free_port
-from tests.processes import descendants, tcp_sockets
 
 MB = 1024 * 1024
 PEAK_MB = 150  # one abusive request: the old code took +348
@@ -49,40 +48,14 @@ def node(tmp_path_factory):
 
 def http_pids(node):
     """The node's HTTP processes: those holding its listening socket."""
-    listening = next(inode for _, state, _, inode in tcp_sockets(node.port) if state == "0A")
-    found = []
-    for pid in descendants(node.proc.pid):
-        try:
-            fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
-        except OSError:
-            continue
-        if f"socket:[{listening}]" in fds:
-            found.append(pid)
-    assert found
-    return found
+    return processes.http_pids(node.port, node.proc.pid)
 
 
-def kb(pid, key):
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
-
-
-class Memory:
-    """The HTTP processes' RSS before, their peak since (VmHWM, reset at the start), and
-    whether it came back."""
+class Memory(processes.Memory):
+    """The HTTP processes' RSS before, their peak since, and whether it came back."""
 
     def __init__(self, node):
-        self.pids = http_pids(node)
-        for pid in self.pids:
-            with open(f"/proc/{pid}/clear_refs", "w") as f:
-                f.write("5")  # VmHWM := VmRSS
-        self.before = {pid: kb(pid, "VmRSS") / 1024 for pid in self.pids}
-
-    def peak_growth(self):
-        return max(kb(pid, "VmHWM") / 1024 - self.before[pid] for pid in self.pids)
-
-    def kept(self):
-        return max(kb(pid, "VmRSS") / 1024 - self.before[pid] for pid in self.pids)
+        super().__init__(http_pids(node))
 
     def comes_back(self, bound=KEPT_MB, within=15.0):
         """Waits until every HTTP process's RSS is within ``bound`` MB of before."""
