@@ -27,6 +27,8 @@ from .statements import (
     ACTIVE_RUNNING,
     INSERT_KEYS,
     QUEUED,
+    RESULT,
+    WITH_RESULTS,
     fence,
     of_services,
     record_of,
@@ -141,10 +143,11 @@ class ChildJobs(Database):
                 jobs.c.service,
                 jobs.c.operation,
                 jobs.c.status,
-                jobs.c.result,
+                RESULT,
                 jobs.c.fault,
                 jobs.c.finished_at,
             )
+            .select_from(WITH_RESULTS)
             .where(jobs.c.parent_id == parent_id, jobs.c.status.in_(sorted(FINISHED)))
             .order_by(jobs.c.child_stage, jobs.c.child_index)
         )

@@ -53,9 +53,14 @@ class ResultReader:
             _, row = self._database._run("result_rowid", False, job_id=self._job_id)
             if row is None:
                 raise LookupError(f"job {self._job_id} was erased before its result was read")
+            table, rowid = (
+                ("job_results", row["result_seq"])
+                if row["result_seq"] is not None
+                else ("jobs", row["job_seq"])
+            )
             self._connection = self._database.engine.raw_connection()
             driver = self._connection.driver_connection
-            self._blob = driver.blobopen("jobs", "result", row["rowid"], readonly=True)
+            self._blob = driver.blobopen(table, "result", rowid, readonly=True)
         self._blob.seek(offset)
         return self._blob.read(size)
 

@@ -10,7 +10,17 @@ lock (``sqlite``) and what "unavailable" means (``unavailable``).
 
 from collections.abc import Callable, Iterable
 
-from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import (
+    BigInteger,
+    LargeBinary,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 
 from ..protocol.states import FINISHED, Status
 from .children import ChildJobs
@@ -21,7 +31,7 @@ from .outbox import CallbackOutbox
 from .payload import pack
 from .records import JobRecord, Recovered, Run
 from .result_reader import ResultReader
-from .schema import job_events, jobs, lane_of
+from .schema import RESULT_ROW_ABOVE, job_events, job_results, jobs, lane_of
 from .statements import (
     ACTIVE_RUNNING,
     HOLDING_WORKER,
@@ -29,6 +39,7 @@ from .statements import (
     LIGHT_COLUMNS,
     LIGHT_NAMES,
     fence,
+    guarded_statements,
     insert_below,
     of_services,
     record_of,
@@ -208,20 +219,39 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
     ) -> bool:
         """An active job → SUCCEEDED (with result: JSON text, or bytes already in the
         stored form) or FAILED (with fault); the event says "succeeded", or "failed:
-        <fault type>" and ``note``."""
+        <fault type>" and ``note``.  A large result goes into a row of its own
+        (``schema.job_results``), in the same transaction."""
         message = "succeeded" if status == Status.SUCCEEDED else f"failed: {fault_type(fault)}"
-        return self._guarded(
-            "finish",
-            job_id,
-            from_states,
-            run,
+        blob = result if isinstance(result, bytes) else pack(result)
+        values = dict(
             new_status=status,
             now=now,
-            result_blob=result if isinstance(result, bytes) else pack(result),
+            result_blob=blob,
             fault_blob=pack(fault),
             progress_blob=pack(progress),
             note=note_of(f"{message} ({note})" if note else message),
         )
+        if blob is None or len(blob) <= RESULT_ROW_ABOVE:
+            return self._guarded("finish", job_id, from_states, run, **values)
+        values.update(result_blob=None, job_id=job_id)
+        if run is not None:
+            values.update(run_node=run.node, run_attempt=run.attempt)
+        statement = guarded_statements(tuple(from_states), run is not None)["finish"]
+        with self._write() as conn:
+            if conn.execute(statement, values).rowcount != 1:
+                return False  # (not this run's any more, or no longer active)
+            conn.execute(
+                insert(job_results).from_select(
+                    ["job_seq", "owner", "bytes", "result"],
+                    select(
+                        jobs.c.seq,
+                        jobs.c.owner,
+                        literal(len(blob), BigInteger),
+                        literal(blob, LargeBinary),
+                    ).where(jobs.c.id == job_id),
+                )
+            )
+            return True
 
     def retry(self, job_id: str, not_before: int, note: str, run: Run | None = None) -> bool:
         """A running job back to QUEUING until ``not_before`` (ms), its retry counted."""

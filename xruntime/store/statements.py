@@ -32,7 +32,7 @@ from sqlalchemy.sql.dml import UpdateBase
 from ..protocol.states import Status
 from .payload import unpack
 from .records import ACTIVE_RUNNING, JobRecord, Run
-from .schema import jobs
+from .schema import job_results, jobs
 
 #: A statement the store compiles once (``Prepared``): a SELECT, or an INSERT, UPDATE
 #: or DELETE.
@@ -70,6 +70,22 @@ INSERT_KEYS = [
 ]
 
 _ID: BindParameter[str] = bindparam("job_id")
+#: The jobs with their large results' rows (``job_results``), and a job's result from
+#: either place (a small one, or one stored before that table, is in ``jobs.result``).
+WITH_RESULTS = jobs.outerjoin(job_results, job_results.c.job_seq == jobs.c.seq)
+RESULT = func.coalesce(job_results.c.result, jobs.c.result)
+#: Its length and a range of it, each taken on the column itself: a function of
+#: ``RESULT`` would read the whole value first (SQLite's ``length`` of a column reads
+#: none of it, PostgreSQL's ``substr`` of one only the slices asked for).
+RESULT_LENGTH = func.coalesce(job_results.c.bytes, func.length(jobs.c.result))
+
+
+def result_range(start: BindParameter, size: BindParameter) -> ColumnElement:
+    return func.coalesce(
+        func.substr(job_results.c.result, start, size), func.substr(jobs.c.result, start, size)
+    )
+
+
 #: The job is still the run's (``Run``): its node, and the attempt that took it.
 _RUN_FENCE = (jobs.c.node == bindparam("run_node"), jobs.c.attempts == bindparam("run_attempt"))
 #: How many jobs are queued; narrowed to a service or a lane by the max_queued checks.
@@ -112,48 +128,70 @@ class Prepared:
         return [values[n] for n in self.names] if self.names is not None else values
 
 
+def _all_columns() -> list:
+    """Every column of a job, its result from either place."""
+    return [RESULT.label("result") if n == "result" else jobs.c[n] for n in ALL_NAMES]
+
+
 def prepared_statements() -> dict[str, tuple[Callable[[], Statement], list | None, list | None]]:
     """The fixed statements of the hot path: key → (statement builder, result columns,
     insert column keys)."""
     return {
         "get": (
-            lambda: select(*[jobs.c[n] for n in ALL_NAMES]).where(jobs.c.id == _ID),
+            lambda: select(*_all_columns()).select_from(WITH_RESULTS).where(jobs.c.id == _ID),
             ALL_NAMES,
             None,
         ),
         # a fetch's record with its result's length, not its result (read in pieces:
         # store/result_reader.py)
         "get_sized": (
-            lambda: select(
-                *[jobs.c[n] for n in ALL_NAMES if n != "result"],
-                func.length(jobs.c.result).label("result_length"),
-            ).where(jobs.c.id == _ID),
+            lambda: (
+                select(
+                    *[jobs.c[n] for n in ALL_NAMES if n != "result"],
+                    RESULT_LENGTH.label("result_length"),
+                )
+                .select_from(WITH_RESULTS)
+                .where(jobs.c.id == _ID)
+            ),
             [n for n in ALL_NAMES if n != "result"] + ["result_length"],
             None,
         ),
         "get_owned_sized": (
-            lambda: select(
-                *[jobs.c[n] for n in ALL_NAMES if n != "result"],
-                func.length(jobs.c.result).label("result_length"),
-            ).where(jobs.c.id == _ID, jobs.c.owner == bindparam("owner")),
+            lambda: (
+                select(
+                    *[jobs.c[n] for n in ALL_NAMES if n != "result"],
+                    RESULT_LENGTH.label("result_length"),
+                )
+                .select_from(WITH_RESULTS)
+                .where(jobs.c.id == _ID, jobs.c.owner == bindparam("owner"))
+            ),
             [n for n in ALL_NAMES if n != "result"] + ["result_length"],
             None,
         ),
         "result_piece": (
-            lambda: select(func.substr(jobs.c.result, bindparam("start"), bindparam("size"))).where(
-                jobs.c.id == _ID
+            lambda: (
+                select(result_range(bindparam("start"), bindparam("size")))
+                .select_from(WITH_RESULTS)
+                .where(jobs.c.id == _ID)
             ),
             ["piece"],
             None,
         ),
+        # SQLite: the rowid of the row holding the result (job_results', else jobs')
         "result_rowid": (
-            lambda: select(literal_column("rowid")).where(jobs.c.id == _ID),
-            ["rowid"],
+            lambda: (
+                select(job_results.c.job_seq, jobs.c.seq)
+                .select_from(WITH_RESULTS)
+                .where(jobs.c.id == _ID)
+            ),
+            ["result_seq", "job_seq"],
             None,
         ),
         "get_owned": (
-            lambda: select(*[jobs.c[n] for n in ALL_NAMES]).where(
-                jobs.c.id == _ID, jobs.c.owner == bindparam("owner")
+            lambda: (
+                select(*_all_columns())
+                .select_from(WITH_RESULTS)
+                .where(jobs.c.id == _ID, jobs.c.owner == bindparam("owner"))
             ),
             ALL_NAMES,
             None,
@@ -171,9 +209,20 @@ def prepared_statements() -> dict[str, tuple[Callable[[], Statement], list | Non
             None,
         ),
         "insert": (lambda: insert(jobs), None, INSERT_KEYS),
-        "stored_bytes": (
-            lambda: select(func.coalesce(func.sum(jobs.c.stored_bytes), 0)).where(
-                jobs.c.owner == bindparam("owner")
+        "stored_bytes": (  # (each sum from its index on owner alone)
+            lambda: select(
+                func.coalesce(
+                    select(func.sum(jobs.c.stored_bytes))
+                    .where(jobs.c.owner == bindparam("owner"))
+                    .scalar_subquery(),
+                    0,
+                )
+                + func.coalesce(
+                    select(func.sum(job_results.c.bytes))
+                    .where(job_results.c.owner == bindparam("owner"))
+                    .scalar_subquery(),
+                    0,
+                )
             ),
             ["n"],
             None,
