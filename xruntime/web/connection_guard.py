@@ -213,11 +213,16 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
             if self._awaiting_headers:
                 if self._header_timer is None:
                     self._start_header_timer()
-                self._header_bytes += len(data)
                 limit = settings().max_header_bytes
-                if self._header_bytes > limit + 65536:  # past it by more than one read:
-                    self._too_large(limit)  # not parsed at all
-                    return
+                room = limit + 65536 - self._header_bytes  # past it by more than one read:
+                self._header_bytes += len(data)
+                if len(data) > room:  # not parsed past it, unless the headers end before
+                    super().data_received(data[: max(room, 0)])  # (a body in the same read)
+                    if self._awaiting_headers and not self.transport.is_closing():
+                        self._too_large(limit)
+                    if self.transport.is_closing():
+                        return
+                    data = data[max(room, 0) :]
             super().data_received(data)
             if self._in_body and self._body_timer is None and not self.transport.is_closing():
                 # the headers came in this read and the body is not all here: it is timed
