@@ -1,0 +1,162 @@
+"""Large results are written as they are read (docs/xdima.md, "Large results"): an HTTP
+process's memory does not grow with the result it answers, and a client that goes
+away midway frees it at once.  A real node (SQLite, the shipped defaults but a larger
+``max_cells``, one HTTP process), real HTTP.
+
+Measured before: a 2 000² SOAP fetch took its HTTP process to a 460 MB peak (the stored
+result decoded whole, parsed into objects), and on SQLite the first fetch rewrote the
+job's row, result included (+156 MB at 3 000²)."""
+
+import http.client
+import json
+import random
+import socket
+import time
+
+import pytest
+
+from tests.harness import Server
+from tests.processes import Memory, http_pids
+
+DIMA_NS = "http://xruntime.org/xserver/xdima"
+#: MB an HTTP process may grow by while it answers a 3 000² matrix in any form (the
+#: issue's bound is 64; the old SOAP path took +400 at 2 000²).
+GROWTH_MB = 64
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    srv = Server(
+        str(tmp_path_factory.mktemp("large")),
+        server_keys={"processes": 1},
+        extra="\n[services.XDima]\nmax_cells = 9000000\n",
+    ).start()
+    yield srv
+    srv.stop()
+
+
+def matrix_job(node, size, contents="ARRAYS"):
+    rng = random.Random(size)
+    points = [
+        {"longitude": rng.uniform(6, 15), "latitude": rng.uniform(47.3, 55.0)} for _ in range(size)
+    ]
+    job = node.call(
+        "XDima",
+        "startCreateDistanceMatrix",
+        {"startLocations": points, "contentsFormat": contents},
+    )
+    assert node.wait_done(job["id"], timeout=300)["status"] == "SUCCEEDED"
+    return job["id"]
+
+
+def soap_envelope(job_id):
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>'
+        '<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/" '
+        f'xmlns:d="{DIMA_NS}"><soap:Body><d:fetchDistanceMatrixResponse><id>{job_id}</id>'
+        "</d:fetchDistanceMatrixResponse></soap:Body></soap:Envelope>"
+    ).encode()
+
+
+FETCHES = {
+    "soap": ("/services/ws/XDima", soap_envelope, "text/xml; charset=utf-8"),
+    "json": (
+        "/services/rs/XDima/fetchDistanceMatrixResponse",
+        lambda job_id: json.dumps({"id": job_id}).encode(),
+        "application/json",
+    ),
+    "jsonrpc": (
+        "/services/rpc/XDima",
+        lambda job_id: json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 7,
+                "method": "fetchDistanceMatrixResponse",
+                "params": {"id": job_id},
+            }
+        ).encode(),
+        "application/json",
+    ),
+}
+
+
+def fetched(node, binding, job_id):
+    """The answer's size and its last bytes, read in pieces (never whole here either)."""
+    path, body, content_type = FETCHES[binding]
+    conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=300)
+    try:
+        conn.request("POST", path, body(job_id), {"Content-Type": content_type})
+        answer = conn.getresponse()
+        assert answer.status == 200
+        size, tail = 0, b""
+        while chunk := answer.read(1 << 20):
+            size += len(chunk)
+            tail = (tail + chunk)[-200:]
+        return size, tail
+    finally:
+        conn.close()
+
+
+def test_a_3000_matrix_over_soap_keeps_the_http_process_small(node):
+    """The first fetch of the job (on SQLite also the one that marks it fetched), over
+    SOAP, the form that costs the most: 548 MB of XML, and the HTTP process grows by
+    less than GROWTH_MB; then JSON and JSON-RPC, and the encoded form over SOAP."""
+    job_id = matrix_job(node, 3000)
+    memory = Memory(http_pids(node.port, node.proc.pid))
+    size, tail = fetched(node, "soap", job_id)
+    assert size > 500_000_000 and tail.endswith(b"</soap:Envelope>")
+    assert memory.peak_growth() < GROWTH_MB, memory.peak_growth()
+    for binding in ("json", "jsonrpc"):
+        memory = Memory(http_pids(node.port, node.proc.pid))
+        size, tail = fetched(node, binding, job_id)
+        assert size > 100_000_000 and tail.endswith(b"}}" if binding == "json" else b"}}}")
+        assert memory.peak_growth() < GROWTH_MB, (binding, memory.peak_growth())
+    node.call("XRuntime", "deleteJob", {"id": job_id})
+    encoded = matrix_job(node, 3000, "ENCODED_ARRAYS")
+    memory = Memory(http_pids(node.port, node.proc.pid))
+    size, tail = fetched(node, "soap", encoded)
+    assert 2 * 4 * 3000 * 3000 * 4 // 3 < size < 2 * 4 * 3000 * 3000 * 4 // 3 + 10_000
+    assert memory.peak_growth() < GROWTH_MB, memory.peak_growth()
+    node.call("XRuntime", "deleteJob", {"id": encoded})
+
+
+def cpu_seconds(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+    return total / 100
+
+
+@pytest.mark.parametrize("binding", ["soap", "json"])
+def test_a_client_that_goes_away_midway_frees_the_http_process(node, binding):
+    """The client reads 1 MB of a 2 000² answer and closes: the process stops writing
+    it (it says so in its log) having spent a fraction of what the whole takes."""
+    job_id = matrix_job(node, 2000)
+    pids = http_pids(node.port, node.proc.pid)
+    began = cpu_seconds(pids)
+    fetched(node, binding, job_id)
+    whole = cpu_seconds(pids) - began
+    said = node.log().count("a client went away during a streamed answer")
+
+    path, body, content_type = FETCHES[binding]
+    began = cpu_seconds(pids)
+    sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
+    data = body(job_id)
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+    received = 0
+    while received < 1 << 20:
+        received += len(sock.recv(65536))
+    sock.close()
+    deadline = time.monotonic() + 30
+    while node.log().count("a client went away during a streamed answer") == said:
+        assert time.monotonic() < deadline, "the answer went on after its client left"
+        time.sleep(0.05)
+    spent = cpu_seconds(pids) - began
+    assert spent < whole / 2, (spent, whole)
+    node.call("XRuntime", "deleteJob", {"id": job_id})
