@@ -29,6 +29,7 @@ import subprocess
 import pytest
 
 from tests.harness import ROOT
+from tests.tools import require
 
 SERVICES = ("XRuntime", "XDemo", "XTour", "XDima")
 PROGRAMS = os.path.join(ROOT, "tests", "soap_generated")
@@ -47,15 +48,6 @@ STEPS = [
     "xdima",
     "simulate",
 ]
-
-
-def require(*tools):
-    missing = [tool for tool in tools if shutil.which(tool) is None]
-    if missing:
-        why = f"missing {', '.join(missing)} (apt-get install jaxws libjaxws-java mono-devel)"
-        if os.environ.get("XRUNTIME_TEST_REQUIRE_SOAP_GENERATORS") == "1":
-            pytest.fail(why + "; XRUNTIME_TEST_REQUIRE_SOAP_GENERATORS=1 requires them")
-        pytest.skip(why)
 
 
 def run(command, cwd, timeout=300):

@@ -8,13 +8,13 @@ XRUNTIME_TEST_REQUIRE_SOAP_GENERATORS=1 (CI), where their absence fails."""
 import os
 import random
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from tests.harness import ROOT, Server
+from tests.tools import require
 
 STARTS, DESTINATIONS = 45, 37
 
@@ -63,15 +63,6 @@ def expected(plain, name):
     )
 
 
-def require(*tools):
-    missing = [tool for tool in tools if shutil.which(tool) is None]
-    if missing:
-        why = f"missing {', '.join(missing)} (apt-get install mono-devel)"
-        if os.environ.get("XRUNTIME_TEST_REQUIRE_SOAP_GENERATORS") == "1":
-            pytest.fail(why + "; XRUNTIME_TEST_REQUIRE_SOAP_GENERATORS=1 requires them")
-        pytest.skip(why)
-
-
 def run(command, cwd):
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{command} failed:\n{done.stdout}{done.stderr}"
@@ -84,10 +75,10 @@ def decoded_by(language, folder, text):
         (folder / "decode.py").write_text(example("python"))
         return run([sys.executable, "decode.py", "matrix.b64", str(DESTINATIONS)], folder)
     if language == "java":
-        require("java")
+        require("java", install="a JDK")
         (folder / "DecodeMatrix.java").write_text(example("java"))
         return run(["java", "DecodeMatrix.java", "matrix.b64", str(DESTINATIONS)], folder)
-    require("mcs", "mono")
+    require("mcs", "mono", install="apt-get install mono-devel")
     (folder / "DecodeMatrix.cs").write_text(example("csharp"))
     run(["mcs", "-out:decode.exe", "DecodeMatrix.cs"], folder)
     return run(["mono", "decode.exe", "matrix.b64", str(DESTINATIONS)], folder)

@@ -50,26 +50,13 @@ def blobs():
     yield "joined", join_lists('{"rows":[],"k":1}', "rows", [pack(text), pack(text)])
     metres = np.arange(120 * 77, dtype=np.int32).reshape(120, 77) * 1000
     seconds = metres // 7
-    response = xdima.DistanceMatrixResponse(
-        summary=xdima.DistanceMatrixSummary(numberOfRowsComputed=120)
-    )
-    yield (
-        "table",
-        stored_table(
-            table(response, "rows", distances=metres, travelTimes=seconds),
-            xdima.DistanceMatrixResponse,
-        ),
-    )
-    response = xdima.DistanceMatrixResponse(
-        summary=xdima.DistanceMatrixSummary(numberOfRowsComputed=120)
-    )
-    yield (
-        "encoded",
-        stored_table(
-            encoded(response, "encodedContents", distances=metres, travelTimes=seconds),
-            xdima.DistanceMatrixResponse,
-        ),
-    )
+    for name, make in (("table", table), ("encoded", encoded)):
+        field = "rows" if name == "table" else "encodedContents"
+        response = xdima.DistanceMatrixResponse(
+            summary=xdima.DistanceMatrixSummary(numberOfRowsComputed=120)
+        )
+        made = make(response, field, distances=metres, travelTimes=seconds)
+        yield name, stored_table(made, xdima.DistanceMatrixResponse)
 
 
 @pytest.mark.parametrize("name, blob", list(blobs()), ids=lambda v: v if isinstance(v, str) else "")
