@@ -597,8 +597,68 @@ def mark(ok):
     return "met" if ok else "MISSED"
 
 
-def one_run(node, size, points, folder, timeout, rss_limit):
-    """Bare NumPy, both jobs, the six fetches, each answer checked; the figures."""
+def one_line(text):
+    """An error as one line of a table's cell."""
+    return " ".join(str(text).split()).replace("|", "/")
+
+
+def compute_line(done, bare, encoded):
+    growth = done["peak"] - done["idle"]
+    return (
+        f"  compute {'ENCODED_ARRAYS' if encoded else 'ARRAYS'}: {done['seconds']:.2f} s "
+        f"({done['seconds'] / bare['seconds']:.1f} × bare NumPy); worker "
+        f"{done['worker']}: idle {done['idle'] / MB:.0f} MB, peak "
+        f"{done['peak'] / MB:.0f} MB ({'VmHWM' if done['hwm'] else 'sampled'}; "
+        f"sampled {done['sampled'] / MB:.0f}), +{growth / MB:.0f} MB; bound "
+        f"{WORKER_FACTOR} × {bare['bytes'] / MB:.1f} + idle = "
+        f"{(WORKER_FACTOR * bare['bytes'] + done['idle']) / MB:.0f} MB"
+    )
+
+
+def fetch_and_check(node, binding, encoded, job_id, folder, limits_, reference, bare):
+    """One fetch, then its answer checked (not timed); printed; the figures."""
+    name, size = form_name(binding, encoded), len(reference["distances"])
+    target = os.path.join(folder, "answer")
+    try:
+        got = fetch(node, binding, job_id, target, *limits_)
+        memory = (
+            f"HTTP process {got['pid']}: +{got['growth'] / MB:.0f} MB "
+            f"({got['before'] / MB:.0f} → {(got['before'] + got['growth']) / MB:.0f} MB, "
+            f"{got['after'] / MB:.0f} MB after); HTTP processes' peak vs node start "
+            f"{got['since_start'] / MB:+.0f} MB"
+        )
+        if got["error"] is not None:
+            print(
+                f"  fetch {name}: FAILED after {got['seconds']:.1f} s: {got['error']}; "
+                f"{got['bytes'] / MB:.1f} MB read; {memory}"
+            )
+            return got
+        began = time.perf_counter()
+        got["check"] = check(target, binding, encoded, reference, bare)
+        verdict = (
+            f"matrix: {got['check']}"
+            if got["check"]
+            else f"matrix = bare NumPy in all {size * size} cells of both arrays, "
+            f"summary agrees (checked in {time.perf_counter() - began:.1f} s)"
+        )
+        print(
+            f"  fetch {name}: {got['seconds']:.2f} s (first byte {got['first_byte']:.2f} s), "
+            f"{got['bytes'] / MB:.1f} MB; {memory}; {verdict}"
+        )
+        return got
+    finally:
+        if os.path.exists(target):
+            os.remove(target)
+
+
+def not_fetched(reason):
+    """The figures of a form that could not be fetched."""
+    return {"error": reason, "check": None, "seconds": 0, "bytes": 0, "growth": None}
+
+
+def one_run(node, size, points, folder, limits_):
+    """Bare NumPy, both jobs, the six fetches, each answer checked; the figures.  A job
+    that fails leaves its three forms failed; the other's are still measured."""
     import numpy as np
 
     bare = run_bare(size, folder)
@@ -611,61 +671,31 @@ def one_run(node, size, points, folder, timeout, rss_limit):
         for field in ("distances", "travelTimes")
     }
     result = {"size": size, "bare": bare, "compute": None, "forms": {}, "failed": None}
-    jobs = []  # plain, encoded
+    started, jobs, failed = [], {}, {}
     try:
         for encoded in (False, True):
-            done = compute(node, points, encoded, timeout, jobs)
-            growth = done["peak"] - done["idle"]
-            print(
-                f"  compute {'ENCODED_ARRAYS' if encoded else 'ARRAYS'}: {done['seconds']:.2f} s "
-                f"({done['seconds'] / bare['seconds']:.1f} × bare NumPy); worker "
-                f"{done['worker']}: idle {done['idle'] / MB:.0f} MB, peak "
-                f"{done['peak'] / MB:.0f} MB ({'VmHWM' if done['hwm'] else 'sampled'}; "
-                f"sampled {done['sampled'] / MB:.0f}), +{growth / MB:.0f} MB; bound "
-                f"{WORKER_FACTOR} × {bare['bytes'] / MB:.1f} + idle = "
-                f"{(WORKER_FACTOR * bare['bytes'] + done['idle']) / MB:.0f} MB"
-            )
+            try:
+                done = compute(node, points, encoded, limits_[0], started)
+            except (RuntimeError, OSError, AssertionError) as exc:
+                failed[encoded] = f"its job failed: {exc}"
+                print(f"  compute {'ENCODED_ARRAYS' if encoded else 'ARRAYS'}: FAILED: {exc}")
+                continue
+            print(compute_line(done, bare, encoded))
+            jobs[encoded] = done["id"]
             if not encoded:
                 result["compute"] = done
-        target = os.path.join(folder, "answer")
+        result["failed"] = failed.get(False)
         for binding, encoded in FORMS:
             name = form_name(binding, encoded)
-            got = fetch(node, binding, jobs[encoded], target, timeout, rss_limit)
-            size_text = f"{got['bytes'] / MB:.1f} MB"
-            memory = (
-                f"HTTP process {got['pid']}: +{got['growth'] / MB:.0f} MB "
-                f"({got['before'] / MB:.0f} → {(got['before'] + got['growth']) / MB:.0f} MB, "
-                f"{got['after'] / MB:.0f} MB after); HTTP processes' peak vs node start "
-                f"{got['since_start'] / MB:+.0f} MB"
+            if encoded in failed:
+                print(f"  fetch {name}: not fetched, {failed[encoded]}")
+                result["forms"][name] = not_fetched(failed[encoded])
+                continue
+            result["forms"][name] = fetch_and_check(
+                node, binding, encoded, jobs[encoded], folder, limits_, reference, bare
             )
-            if got["error"] is None:
-                began = time.perf_counter()
-                got["check"] = check(target, binding, encoded, reference, bare)
-                checked = time.perf_counter() - began
-                verdict = (
-                    f"matrix: {got['check']}"
-                    if got["check"]
-                    else f"matrix = bare NumPy in all {size * size} cells of both arrays, "
-                    f"summary agrees (checked in {checked:.1f} s)"
-                )
-                print(
-                    f"  fetch {name}: {got['seconds']:.2f} s (first byte "
-                    f"{got['first_byte']:.2f} s), {size_text}; {memory}; {verdict}"
-                )
-            else:
-                got["check"] = None
-                print(
-                    f"  fetch {name}: FAILED after {got['seconds']:.1f} s: {got['error']}; "
-                    f"{size_text} read; {memory}"
-                )
-            if os.path.exists(target):
-                os.remove(target)
-            result["forms"][name] = got
-    except (RuntimeError, OSError, AssertionError) as exc:
-        result["failed"] = str(exc)
-        print(f"  FAILED: {exc}")
     finally:
-        for job_id in jobs:
+        for job_id in started:
             try:
                 node.call("XRuntime", "deleteJob", {"id": job_id})
             except Exception as exc:  # the node may be gone; say so, go on
@@ -689,7 +719,7 @@ def measure(size, repeat, timeout, rss_limit):
             )
             for run in range(1, repeat + 1):
                 print(f"{size} × {size}, run {run} of {repeat}:")
-                results.append(one_run(node, size, points, folder, timeout, rss_limit))
+                results.append(one_run(node, size, points, folder, (timeout, rss_limit)))
         except (RuntimeError, OSError) as exc:
             print(f"{size} × {size}: FAILED: {exc}")
             results.append({"size": size, "failed": str(exc), "compute": None, "forms": {}})
@@ -715,7 +745,7 @@ def table(results):
             f["error"] is None and f["check"] is None for f in forms.values()
         )
         if done is None:
-            print(f"| {r['size']}² | failed: {r['failed']} | | | | | | | {mark(False)} |")
+            print(f"| {r['size']}² | failed: {one_line(r['failed'])} | | | | | | | {mark(False)} |")
             continue
         bare = r["bare"]
         ratio = done["seconds"] / bare["seconds"]
@@ -741,15 +771,20 @@ def table(results):
         for name, got in r["forms"].items():
             limit = TIME_TARGETS.get(r["size"], {}).get(name)
             ok = got["error"] is None
-            timing = f"{got['seconds']:.2f}" if ok else f"FAILED ({got['error']})"
+            timing = f"{got['seconds']:.2f}" if ok else f"FAILED ({one_line(got['error'])})"
             target = (
                 "—" if limit is None else f"≤ {limit:g} s {mark(ok and got['seconds'] <= limit)}"
             )
-            matrix = "—" if not ok else (got["check"] or "identical to bare NumPy")
+            matrix = "—" if not ok else one_line(got["check"] or "identical to bare NumPy")
+            memory = (
+                "— | — | —"
+                if got["growth"] is None
+                else f"{got['growth'] / MB:.0f} | {mark(got['growth'] <= GROWTH_TARGET)} "
+                f"| {got['since_start'] / MB:+.0f}"
+            )
             print(
                 f"| {r['size']}² | {name} | {timing} | {target} | {got['bytes'] / MB:.1f} "
-                f"| {got['growth'] / MB:.0f} | {mark(got['growth'] <= GROWTH_TARGET)} "
-                f"| {got['since_start'] / MB:+.0f} | {matrix} |"
+                f"| {memory} | {matrix} |"
             )
 
 
