@@ -477,7 +477,6 @@ def chunks(path):
 
 
 PLAIN_JSON = re.compile(rb'"(distances|travelTimes)":\[([0-9,]*)\]')
-SOAP_ROW = re.compile(rb"<rows>(.*?)</rows>", re.S)
 
 
 def read_plain(path, soap, cells):
@@ -488,20 +487,22 @@ def read_plain(path, soap, cells):
     rest = b""
     for chunk in chunks(path):
         text = rest + chunk
-        end = 0
-        for found in (SOAP_ROW if soap else PLAIN_JSON).finditer(text):
-            end = found.end()
-            if soap:
-                row = found.group(1)
+        if soap:  # <rows><distances>1</distances>…<travelTimes>…</travelTimes></rows>
+            *pieces, rest = text.split(b"</rows>")
+            for piece in pieces:
+                row = piece[piece.rfind(b"<rows>") + len(b"<rows>") :]
                 for field in ("distances", "travelTimes"):
                     opening, closing = f"<{field}>".encode(), f"</{field}>".encode()
                     first, last = row.find(opening), row.rfind(closing)
                     values = row[first + len(opening) : last].replace(closing + opening, b",")
                     cells[field].row(np.fromstring(values, dtype=np.int64, sep=","))
-            else:
-                cells[found.group(1).decode()].row(
-                    np.fromstring(found.group(2), dtype=np.int64, sep=",")
-                )
+            continue
+        end = 0
+        for found in PLAIN_JSON.finditer(text):
+            end = found.end()
+            cells[found.group(1).decode()].row(
+                np.fromstring(found.group(2), dtype=np.int64, sep=",")
+            )
         rest = text[end:]
 
 
