@@ -112,7 +112,7 @@ def _item_type(response_type: type[XModel], field: str) -> type[XModel]:
     raise ValueError(f"{response_type.__name__} has no list {field!r} of objects")
 
 
-def stored_table(given: Table, declared: type[XModel]) -> bytes:
+def stored_table(given: Table, declared: type[XModel]) -> bytes | bytearray:
     """The store's form of the table's response, as ``pack`` of its encoded text would
     be: every array packed as the compact form packs it (int32 when its values fit,
     else int64).  Arrays short enough that the compact form could keep them as text
@@ -157,23 +157,23 @@ def stored_table(given: Table, declared: type[XModel]) -> bytes:
         for i in range(rows)
         for hole, name, code in zip(holes, names, codes, strict=True)
     ]
-    if all(f.all() for f in fits):  # one buffer, row by row, as the index lists them
-        binary: bytes | memoryview = np.concatenate(
-            [columns[name] for name in names], axis=1, dtype="<i4"
-        ).data.cast("B")
-    else:
-        binary = b"".join(
-            columns[name][i].astype("<i4" if fit[i] else "<i8").tobytes()
-            for i in range(rows)
-            for name, fit in zip(names, fits, strict=True)
-        )
+    # the rows' buffers as the index lists them, never joined into one (a copy of the
+    # whole matrix): the stored form is written from them
+    width = {"i": "<i4", "q": "<i8"}
+    binary = [
+        np.ascontiguousarray(columns[name][i], dtype=width[str(code[i])]).data.cast("B")
+        for i in range(rows)
+        for name, code in zip(names, codes, strict=True)
+    ]
     return fill_list(outer, field, ",".join([item] * rows), index, binary)
 
 
-def _stored_encoded(given: Table, declared: type[XModel]) -> bytes:
+def _stored_encoded(given: Table, declared: type[XModel]) -> bytes | bytearray:
     """The store's form of an encoded table's response: its text with each column's
     string cut out (found by a random mark put in its place), and the column's int32
     bytes kept as an item of code ``B`` there, which reads back as that string."""
+    import numpy as np
+
     object_type = original(_object_type(type(given.response), given.field))
     marks = {name: f"\x01{secrets.token_hex(16)}" for name in given.columns}
     setattr(given.response, given.field, object_type(**marks))
@@ -181,15 +181,16 @@ def _stored_encoded(given: Table, declared: type[XModel]) -> bytes:
     holes = sorted((text.index(codec.dumps(mark)), name) for name, mark in marks.items())
     skeleton: list[str] = []
     index: list[list] = []
-    binaries: list[bytes] = []
+    binaries: list[memoryview] = []
     last = removed = 0
     for start, name in holes:
         end = start + len(codec.dumps(marks[name]))
         skeleton.append(text[last:start])
-        binary = given.columns[name].astype("<i4", order="C").tobytes()
-        index.append([start - removed, "B", len(binary)])
+        # (no copy when it is int32 in row-major order already)
+        binary = np.ascontiguousarray(given.columns[name], dtype="<i4").data.cast("B")
+        index.append([start - removed, "B", binary.nbytes])
         binaries.append(binary)
         removed += end - start
         last = end
     skeleton.append(text[last:])
-    return payload.compose("".join(skeleton), index, binaries)
+    return payload.compose("".join(skeleton), index, binaries)  # (from the arrays themselves)

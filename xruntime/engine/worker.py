@@ -228,7 +228,7 @@ def mark_intermediate(response: XModel, job: WorkerJobContext) -> XModel:
     return response
 
 
-def stored_result(response: XModel | Joined | Table, op: LongOperation) -> bytes:
+def stored_result(response: XModel | Joined | Table, op: LongOperation) -> bytes | bytearray:
     """The response in the store's form, made here, in the worker (a ``Joined`` one
     from its parts, which are never decoded; a ``Table`` from its arrays)."""
     if isinstance(response, Table):
@@ -272,6 +272,9 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
         if job.stop_requested:
             mark_intermediate(given, job)
         outcome = Result(stored_result(response, op))
+        # the response (a table's arrays) goes before the outcome is sent, which copies
+        # the stored form once more: a worker holds the arrays or that copy, not both
+        del response, given
     except WaitForChildren as fan_out:
         outcome = ChildrenAsked(fan_out.stage, fan_out.fail_fast, fan_out.children)
     except RetryLater as asked:

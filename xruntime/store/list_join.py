@@ -74,18 +74,22 @@ class _Items:
         self,
         text: str = "",
         index: Sequence[list] = (),
-        binary: bytes | memoryview = b"",
+        binary: bytes | memoryview | list[memoryview] = b"",
         numbers: str | None = None,
     ) -> None:
         self.text, self.index, self.binary, self.numbers = text, index, binary, numbers
         self.deflating: list[Future[payload.Deflated] | _Copied] | None = None
+
+    def joined(self) -> bytes | memoryview:
+        """Its packed arrays' bytes in one buffer."""
+        return b"".join(self.binary) if isinstance(self.binary, list) else self.binary
 
     def as_text(self) -> _Items:
         """The items of a packed array as their text, to join with other items."""
         if self.numbers is None:
             return self
         _, code, count = self.index[0]
-        return _Items(payload.format_array(payload.array_at(self.binary, 0, code, count))[1:-1])
+        return _Items(payload.format_array(payload.array_at(self.joined(), 0, code, count))[1:-1])
 
 
 class _Copied:
@@ -166,18 +170,18 @@ def _joined_numbers(items: Sequence[_Items]) -> _Items | None:
     for part in items:
         _, part_code, part_count = part.index[0]
         if part_code == code:
-            binary.append(part.binary)
+            binary.append(part.joined())
         else:
             binary.append(
                 payload.flip_byte_order(
-                    array(code, payload.array_at(part.binary, 0, part_code, part_count))
+                    array(code, payload.array_at(part.joined(), 0, part_code, part_count))
                 )
             )
         count += part_count
     return _Items("", [[0, code, count]], b"".join(binary), code)
 
 
-def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes:
+def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes | bytearray:
     """The stored form of ``outer`` (compact JSON text of an object holding the member
     ``"<field>":[]``) with that list filled with the items of each stored part's own
     top-level list ``field``, in order: what one job producing the whole list would have
@@ -197,22 +201,27 @@ def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes:
             if part.text or part.index:
                 if part.numbers is None and part.index and part.deflating is None:
                     # its bytes go out as they are
-                    level = payload.deflate_level(part.binary)
+                    level = payload.deflate_level(part.joined())
                     part.deflating = [
                         pool.submit(payload.deflate_piece, piece, level)
-                        for piece in payload.pieces_of(part.binary)
+                        for piece in payload.pieces_of(part.joined())
                     ]
                 items.append(part)
         return _joined(outer, span[0], items, pool)
 
 
 def fill_list(
-    outer: str, field: str, text: str, index: Sequence[list], binary: bytes | memoryview
-) -> bytes:
+    outer: str,
+    field: str,
+    text: str,
+    index: Sequence[list],
+    binary: bytes | memoryview | list[memoryview],
+) -> bytes | bytearray:
     """The stored form of ``outer`` (as for ``join_lists``) with its list ``field`` holding
     items given in the store's form: their skeleton ``text`` (items joined by commas,
     without the brackets), the ``index`` of their packed arrays (positions in ``text``)
-    and those arrays' little-endian bytes, in order.  For a result made of numeric arrays
+    and those arrays' little-endian bytes, in order (or the buffers that hold them, end to
+    end: a matrix's rows are never joined into one buffer).  For a result made of numeric arrays
     (``xruntime.author.tables``): no array is formatted as text, scanned or parsed."""
     span = _member_span(outer, field)
     if span is None or outer[span[0] : span[1]] != "[]":
@@ -223,7 +232,7 @@ def fill_list(
         return _joined(outer, span[0], [_Items(text, index, binary)], pool)
 
 
-def _joined(outer: str, start: int, items: list[_Items], pool: Executor) -> bytes:
+def _joined(outer: str, start: int, items: list[_Items], pool: Executor) -> bytes | bytearray:
     """``outer`` with the items at ``start`` (its ``[]``), their packed arrays kept."""
     numbers = _joined_numbers(items)
     # (skeleton text, index, binaries: packed arrays, or items whose bytes are kept)
@@ -267,6 +276,10 @@ def _joined(outer: str, start: int, items: list[_Items], pool: Executor) -> byte
                 ],
             )
         )
+    if not any(isinstance(b, _Items) and b.deflating is not None for b in binaries):
+        sources = [source for binary in binaries for source in _sources_of(binary)]
+        if payload.level_of(sources) == 0:  # not worth compressing: copied once, as it is
+            return payload.compose_stored(skeleton, index, sources)
     # Compressed in pieces at once, as pigz does (zlib releases the GIL, and compressing
     # tens of megabytes on one core is most of a join's time): raw deflate pieces that
     # each end on a byte boundary (a sync flush), an empty final block, and zlib's
@@ -278,16 +291,22 @@ def _joined(outer: str, start: int, items: list[_Items], pool: Executor) -> byte
         if isinstance(binary, _Items) and binary.deflating is not None:
             deflating += binary.deflating
         else:
-            level = payload.deflate_level(_bytes_of(binary))
             deflating += [
-                pool.submit(payload.deflate_piece, piece, level)
+                pool.submit(payload.deflate_piece, piece)
                 for piece in payload.pieces_of(_bytes_of(binary))
             ]
     return payload.write_pieces([future.result() for future in deflating])
 
 
 def _bytes_of(binary: array | _Items) -> bytes | memoryview | array:
-    return binary.binary if isinstance(binary, _Items) else binary
+    return binary.joined() if isinstance(binary, _Items) else binary
+
+
+def _sources_of(binary: array | _Items) -> list:
+    """The buffers that hold ``binary``'s bytes, end to end (not joined)."""
+    if isinstance(binary, _Items):
+        return binary.binary if isinstance(binary.binary, list) else [binary.binary]
+    return [binary]
 
 
 def without_list(blob: bytes, field: str) -> str:

@@ -114,7 +114,7 @@ def pack(text: str | None) -> bytes | None:
 
 def _pack_compact(text: str) -> bytes | None:
     skeleton, index, arrays = cut_arrays(text)
-    return compose(skeleton, index, arrays) if index else None
+    return bytes(compose(skeleton, index, arrays)) if index else None
 
 
 def cut_arrays(text: str) -> tuple[str, list, list[array]]:
@@ -136,13 +136,17 @@ def cut_arrays(text: str) -> tuple[str, list, list[array]]:
     return "".join(skeleton), index, arrays
 
 
-def compose(skeleton: str, index: list, binaries: Iterable[bytes | array]) -> bytes:
+def compose(
+    skeleton: str, index: list, binaries: Sequence[bytes | memoryview | array]
+) -> bytes | bytearray:
     """The compact form of a skeleton, its index and its arrays' little-endian bytes:
-    the index and skeleton one piece, the arrays' bytes pieces of PIECE_BYTES."""
+    the index and skeleton one piece, the arrays' bytes pieces of PIECE_BYTES, compressed
+    at level 1, or written as they are when that would not halve them
+    (``compose_stored``)."""
+    if level_of(binaries) == 0:
+        return compose_stored(skeleton, index, binaries)
     pieces = [deflate_piece(index_head(index) + skeleton.encode("utf-8"))]
-    binary = b"".join(binaries)
-    level = deflate_level(binary)
-    pieces += [deflate_piece(piece, level) for piece in pieces_of(binary)]
+    pieces += [deflate_piece(piece) for piece in pieces_of(b"".join(binaries))]
     return write_pieces(pieces)
 
 
@@ -325,6 +329,81 @@ def deflate_piece(piece: bytes | memoryview, level: int = 1) -> Deflated:
         zlib.adler32(piece),
         len(piece),
     )
+
+
+#: The most bytes deflate's stored block holds.
+_STORED_BLOCK = 65535
+
+
+def level_of(sources: Sequence[bytes | memoryview | array]) -> int:
+    """``deflate_level`` of the bytes of ``sources`` end to end (their first sample)."""
+    sample, size = [], 0
+    for source in sources:
+        view = memoryview(source).cast("B")[: SAMPLE_BYTES - size]
+        sample.append(view)
+        size += len(view)
+        if size >= SAMPLE_BYTES:
+            break
+    return deflate_level(b"".join(sample))
+
+
+def compose_stored(
+    skeleton: str, index: list, sources: Sequence[bytes | memoryview | array]
+) -> bytearray:
+    """The compact form of a skeleton, its index and its arrays' little-endian bytes
+    (``sources`` end to end), its arrays' pieces as deflate's stored blocks, written
+    straight into the one buffer returned: each byte of the arrays is copied once
+    (``compose`` joined them, then copied each piece into zlib's output, then joined the
+    pieces: a worker held four times a 5 000² matrix).  Reads as any compact form."""
+    head = deflate_piece(index_head(index) + skeleton.encode("utf-8"))
+    head_length = sum(len(d) for d in head[0])
+    total = sum(memoryview(s).nbytes for s in sources)
+    lengths = [min(PIECE_BYTES, total - at) for at in range(0, total, PIECE_BYTES)]
+    count = 1 + len(lengths)
+    at = len(MAGIC) + 4 + count * _PIECE.size
+    out = bytearray(
+        at
+        + 2
+        + head_length
+        + sum(n + 5 * -(-n // _STORED_BLOCK) for n in lengths)
+        + len(_FINAL_BLOCK)
+        + 4
+    )
+    view = memoryview(out)
+    out[: len(MAGIC)] = MAGIC
+    struct.pack_into("<I", out, len(MAGIC), count)
+    _PIECE.pack_into(out, len(MAGIC) + 4, head_length, head[2], head[1])
+    view[at : at + 2] = b"\x78\x01"  # the header zlib writes at level 1
+    at += 2
+    for part in head[0]:
+        view[at : at + len(part)] = part
+        at += len(part)
+    checksum = _adler32_combine(1, head[1], head[2])
+    pending = iter(sources)
+    current = memoryview(b"")
+    for number, length in enumerate(lengths, 1):
+        piece_checksum, start, left = 1, at, length
+        while left:
+            block = min(left, _STORED_BLOCK)
+            struct.pack_into("<BHH", out, at, 0, block, block ^ 0xFFFF)  # not final, stored
+            at += 5
+            end = at + block
+            while at < end:
+                if not current:
+                    current = memoryview(next(pending)).cast("B")
+                taken = current[: end - at]
+                view[at : at + len(taken)] = taken
+                piece_checksum = zlib.adler32(taken, piece_checksum)
+                current = current[len(taken) :]
+                at += len(taken)
+            left -= block
+        _PIECE.pack_into(
+            out, len(MAGIC) + 4 + number * _PIECE.size, at - start, length, piece_checksum
+        )
+        checksum = _adler32_combine(checksum, piece_checksum, length)
+    view[at : at + len(_FINAL_BLOCK)] = _FINAL_BLOCK
+    struct.pack_into(">I", out, at + len(_FINAL_BLOCK), checksum)
+    return out
 
 
 def _adler32_combine(first: int, second: int, second_length: int) -> int:
