@@ -78,7 +78,7 @@ class Progress:
 class Result:
     """The function returned: its response, already in the store's form."""
 
-    stored: bytes | bytearray  # (a large one as written: not copied into bytes)
+    stored: bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -271,10 +271,13 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
             )
         if job.stop_requested:
             mark_intermediate(given, job)
-        outcome = Result(stored_result(response, op))
-        # the response (a table's arrays) goes before the outcome is sent, which copies
-        # the stored form once more: a worker holds the arrays or that copy, not both
+        stored = stored_result(response, op)
+        # The response (a table's arrays) goes before the stored form is copied again:
+        # into bytes (a bytearray pickles through a copy of itself as bytes), then into
+        # the message sent.  A worker holds two of the three at a time, never all three.
         del response, given
+        outcome = Result(bytes(stored) if isinstance(stored, bytearray) else stored)
+        del stored
     except WaitForChildren as fan_out:
         outcome = ChildrenAsked(fan_out.stage, fan_out.fail_fast, fan_out.children)
     except RetryLater as asked:
