@@ -86,7 +86,8 @@ import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.fairness import scratch_database  # noqa: E402
-from benchmarks.roundtrip import percentile, process_names  # noqa: E402
+from benchmarks.roundtrip import process_names  # noqa: E402
+from benchmarks.stats import percentile  # noqa: E402
 from tests.processes import descendants  # noqa: E402
 from xruntime.operations.accounts import token_sha256  # noqa: E402
 

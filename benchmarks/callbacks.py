@@ -24,6 +24,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.stats import percentile  # noqa: E402
 from tests.harness import Server, default_config, free_port  # noqa: E402
 from tests.processes import descendants  # noqa: E402
 
@@ -155,11 +156,6 @@ class Cpu:
                 spent[kind] += seconds - self.last[pid][1]
         self.last = now
         return spent
-
-
-def percentile(values, p):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
 def main():

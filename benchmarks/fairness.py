@@ -60,6 +60,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.stats import percentile  # noqa: E402
 from tests.harness import Server  # noqa: E402
 from xruntime.operations.accounts import token_sha256  # noqa: E402
 from xruntime.store import JobRecord, SqlJobStore, now_ms  # noqa: E402
@@ -69,11 +70,6 @@ from xruntime.store.statements import INSERT_KEYS  # noqa: E402
 
 NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
 TERMINAL = ("SUCCEEDED", "FAILED", "DELETED")
-
-
-def percentile(values, p):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
 @contextlib.contextmanager

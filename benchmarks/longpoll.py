@@ -91,6 +91,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.stats import percentile  # noqa: E402
 from tests.harness import ROOT, Server, default_config, descendants, free_port  # noqa: E402
 from tests.processes import tcp_sockets  # noqa: E402
 
@@ -487,11 +488,6 @@ def open_files_limit(pid):
     except OSError:
         pass
     return "?"
-
-
-def percentile(values, p):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
 def figures(values):

@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.parallel import per_second  # noqa: E402
+from benchmarks.stats import percentile  # noqa: E402
 from tests.harness import Server, descendants  # noqa: E402
 from tests.processes import tcp_sockets  # noqa: E402
 
@@ -117,11 +118,6 @@ def wakeup_latencies(port, count):
         latencies.append((answered - sent) * 1000 - job["elapsedTime"])
         client.call("XDemo", "fetchSimulateResponse", {"id": job["id"]})
     return latencies
-
-
-def percentile(values, p):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
 def main():

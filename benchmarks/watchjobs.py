@@ -34,7 +34,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
+from benchmarks.stats import percentile  # noqa: E402
 from tests.harness import Server, default_config, free_port  # noqa: E402
 
 HELD_AFTER = 0.3  # s after a watch was sent: past its 250 ms period
@@ -74,11 +74,6 @@ def wait_held(server: Server, count: int) -> None:
     while held(server) < count:
         assert time.monotonic() < deadline, f"{held(server)} of {count} watches held"
         time.sleep(0.005)
-
-
-def percentile(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
 def figures(values: list[float]) -> str:
