@@ -160,3 +160,28 @@ def test_a_client_that_goes_away_midway_frees_the_http_process(node, binding):
     spent = cpu_seconds(pids) - began
     assert spent < whole / 2, (spent, whole)
     node.call("XRuntime", "deleteJob", {"id": job_id})
+
+
+def test_a_job_deleted_while_its_result_is_written_cuts_the_answer_short(node):
+    """Its next piece is not there any more: the answer ends incomplete (never other
+    bytes), the node logs one line, no traceback, and serves on."""
+    job_id = matrix_job(node, 2000)
+    path, body, content_type = FETCHES["json"]
+    sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
+    data = body(job_id)
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+    received = 0
+    while received < 1 << 20:
+        received += len(sock.recv(65536))
+    assert node.call("XRuntime", "deleteJob", {"id": job_id})["status"] == "DELETED"
+    while chunk := sock.recv(1 << 20):  # the rest it sends, until it closes
+        received += len(chunk)
+    sock.close()
+    assert received < 51_000_000  # the whole answer is 51.8 MB
+    log = node.log()
+    assert "a streamed answer was cut short" in log and "Traceback" not in log
+    assert node.call("XRuntime", "getRuntimeInformation", {})["version"]

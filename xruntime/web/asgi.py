@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ..settings.config import Settings
 
 log = logging.getLogger(__name__)
+_cut_log = OncePerPeriod(log, 10.0)
 #: Refused credentials: one line a second at most (a client retrying a wrong token
 #: in a loop must not fill the disk); never the credentials themselves.
 _refusal_log = OncePerPeriod(log, 1.0)
@@ -425,7 +426,11 @@ async def _send(response: Response, send: Send, receive: Receive | None = None) 
     gone = asyncio.ensure_future(_disconnect(receive)) if receive is not None else None
     try:
         while True:
-            part = await blocking(_gather, chunks)
+            try:
+                part = await blocking(_gather, chunks)
+            except Exception as exc:  # the answer began: it can only be cut short
+                _cut_log.warning("a streamed answer was cut short: %s", exc)
+                return
             if gone is not None and gone.done():
                 log.info("a client went away during a streamed answer; it was not finished")
                 return
