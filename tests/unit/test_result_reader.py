@@ -9,7 +9,7 @@ import pytest
 
 from tests.unit.helpers import new_record
 from xruntime.protocol.states import Status
-from xruntime.store import now_ms, payload_stream
+from xruntime.store import now_ms, payload_stream, result_reader
 from xruntime.store.payload import pack, unpack
 
 NODE, LEASE_MS = "node-a:1", 30_000
@@ -54,9 +54,10 @@ def test_a_record_read_with_its_reader_has_no_result_text(any_store):
     assert any_store.get(job_id, owner="someone else", stored_result=True) is None
 
 
-def test_a_result_erased_while_it_is_read_is_cut_short(any_store):
-    """The next range finds no row: the answer is cut short (its client sees an
-    incomplete answer), never other bytes."""
+def test_a_result_erased_while_it_is_read_is_cut_short(any_store, monkeypatch):
+    """The next range not read ahead finds no row: the answer is cut short (its client
+    sees an incomplete answer), never other bytes."""
+    monkeypatch.setattr(result_reader, "SQLITE_WINDOW", 65536)
     blob = large_result()
     job_id = finished(any_store, blob)
     reader = any_store.get(job_id, stored_result=True).stored_result
@@ -66,12 +67,21 @@ def test_a_result_erased_while_it_is_read_is_cut_short(any_store):
         reader.read(2_000_000, 1000)
 
 
-def test_reading_holds_no_connection_between_ranges(store):
-    """A slow client must not hold a connection of the pool (nor, on SQLite, a read
-    snapshot) while it reads: the pool has all its connections back after each read."""
-    job_id = finished(store, large_result())
+def test_sqlite_reads_ahead_a_window_and_holds_no_connection_between_ranges(store, monkeypatch):
+    """A slow client must not hold a connection of the pool (nor a read snapshot) while
+    it reads: the pool has all its connections back after each read.  A blob handle
+    walks the overflow pages up to its offset, so each reads a window ahead: one handle
+    for all the ranges inside it."""
+    monkeypatch.setattr(result_reader, "SQLITE_WINDOW", 1 << 20)
+    blob = large_result()
+    job_id = finished(store, blob)
     reader = store.get(job_id, stored_result=True).stored_result
-    reader.read(0, 100)
+    opened = []
+    real = reader._sqlite_range
+    monkeypatch.setattr(reader, "_sqlite_range", lambda *a: opened.append(a) or real(*a))
+    assert reader.read(0, 100) == blob[:100]
     assert store.engine.pool.checkedout() == 0
-    reader.read(3_000_000, 100)
+    assert reader.read(500_000, 100) == blob[500_000:500_100]  # inside the window
+    assert reader.read(3_000_000, 100) == blob[3_000_000:3_000_100]
     assert store.engine.pool.checkedout() == 0
+    assert [offset for offset, _ in opened] == [0, 3_000_000]

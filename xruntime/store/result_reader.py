@@ -6,10 +6,12 @@ asks for (``store.payload_stream``: the compact form's table, then one piece of 
 zlib stream at a time):
 
 * on SQLite, through an incremental blob handle (``sqlite3.Connection.blobopen``)
-  opened for each read and closed after it: ``substr`` would load the whole blob at
-  each call, and a handle kept open would hold a connection of the pool and a read
-  snapshot (which stops the WAL from being checkpointed) for as long as a slow client
-  takes to read the answer;
+  opened for each read and closed after it, a window of ``SQLITE_WINDOW`` bytes at a
+  time: ``substr`` would load the whole blob at each call; a handle kept open would hold
+  a connection of the pool and a read snapshot (which stops the WAL from being
+  checkpointed) for as long as a slow client takes to read the answer; and a new
+  handle walks the result's chain of overflow pages up to the offset (55 ms at 190 MB),
+  which one handle per 2 MiB piece paid a hundred times at 5 000² (2.8 s);
 * on PostgreSQL, with ``substr(result, start, size)`` (an uncompressed out-of-line
   value is read by its slices).
 
@@ -27,12 +29,17 @@ if TYPE_CHECKING:
     from .database import Database
 
 
+#: Bytes read through one SQLite blob handle (and kept until read).
+SQLITE_WINDOW = 16 << 20
+
+
 class ResultReader:
     """The stored result of one job: ``length`` bytes, ``read(offset, size)``."""
 
     def __init__(self, database: Database, job_id: str, length: int) -> None:
         self.length = length
         self._database, self._job_id = database, job_id
+        self._window: tuple[int, bytes] = (0, b"")  # SQLite: (offset, bytes read ahead)
 
     def read(self, offset: int, size: int) -> bytes:
         size = max(0, min(size, self.length - offset))
@@ -48,6 +55,15 @@ class ResultReader:
         return bytes(row["piece"])
 
     def _sqlite_read(self, offset: int, size: int) -> bytes:
+        start, held = self._window
+        if not (start <= offset and offset + size <= start + len(held)):
+            self._window = (0, b"")  # (let go before the next is read)
+            self._window = (offset, self._sqlite_range(offset, max(size, SQLITE_WINDOW)))
+            start, held = self._window
+        return held[offset - start : offset - start + size]
+
+    def _sqlite_range(self, offset: int, size: int) -> bytes:
+        size = min(size, self.length - offset)
         _, row = self._database._run("result_rowid", False, job_id=self._job_id)
         if row is None:
             raise LookupError(f"job {self._job_id} was erased while its result was read")
@@ -70,4 +86,5 @@ class ResultReader:
         return self.read(0, self.length)
 
     def close(self) -> None:
-        """Nothing is held between reads (kept for the writers, which close a source)."""
+        """Let go of the window read ahead (no connection is held between reads)."""
+        self._window = (0, b"")
