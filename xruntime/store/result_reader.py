@@ -11,7 +11,8 @@ zlib stream at a time):
   a connection of the pool and a read snapshot (which stops the WAL from being
   checkpointed) for as long as a slow client takes to read the answer; and a new
   handle walks the result's chain of overflow pages up to the offset (55 ms at 190 MB),
-  which one handle per 2 MiB piece paid a hundred times at 5 000² (2.8 s);
+  which one handle per 2 MiB piece paid a hundred times at 5 000² (2.8 s; 8 MiB windows
+  pay it 25 times, about 0.7 s, for 8 MiB more of the HTTP process);
 * on PostgreSQL, with ``substr(result, start, size)`` (an uncompressed out-of-line
   value is read by its slices).
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 
 #: Bytes read through one SQLite blob handle (and kept until read).
-SQLITE_WINDOW = 16 << 20
+SQLITE_WINDOW = 8 << 20
 
 
 class ResultReader:
