@@ -120,6 +120,23 @@ def test_a_3000_matrix_over_soap_keeps_the_http_process_small(node):
     node.call("XRuntime", "deleteJob", {"id": encoded})
 
 
+def fetch_begun(node, binding, job_id):
+    """A fetch over a raw socket of which the first MiB has been read: (socket, bytes
+    read)."""
+    path, body, content_type = FETCHES[binding]
+    sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
+    data = body(job_id)
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+    received = 0
+    while received < 1 << 20:
+        received += len(sock.recv(65536))
+    return sock, received
+
+
 def cpu_seconds(pids):
     total = 0
     for pid in pids:
@@ -140,18 +157,8 @@ def test_a_client_that_goes_away_midway_frees_the_http_process(node, binding):
     whole = cpu_seconds(pids) - began
     said = node.log().count("a client went away during a streamed answer")
 
-    path, body, content_type = FETCHES[binding]
     began = cpu_seconds(pids)
-    sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
-    data = body(job_id)
-    sock.sendall(
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
-        f"Content-Length: {len(data)}\r\n\r\n".encode()
-        + data
-    )
-    received = 0
-    while received < 1 << 20:
-        received += len(sock.recv(65536))
+    sock, _ = fetch_begun(node, binding, job_id)
     sock.close()
     deadline = time.monotonic() + 30
     while node.log().count("a client went away during a streamed answer") == said:
@@ -166,17 +173,7 @@ def test_a_job_deleted_while_its_result_is_written_cuts_the_answer_short(node):
     """Its next piece is not there any more: the answer ends incomplete (never other
     bytes), the node logs one line, no traceback, and serves on."""
     job_id = matrix_job(node, 2000)
-    path, body, content_type = FETCHES["json"]
-    sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
-    data = body(job_id)
-    sock.sendall(
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
-        f"Content-Length: {len(data)}\r\n\r\n".encode()
-        + data
-    )
-    received = 0
-    while received < 1 << 20:
-        received += len(sock.recv(65536))
+    sock, received = fetch_begun(node, "json", job_id)
     assert node.call("XRuntime", "deleteJob", {"id": job_id})["status"] == "DELETED"
     while chunk := sock.recv(1 << 20):  # the rest it sends, until it closes
         received += len(chunk)
