@@ -37,31 +37,33 @@ SQLITE_WINDOW = 8 << 20
 class ResultReader:
     """The stored result of one job: ``length`` bytes, ``read(offset, size)``."""
 
-    def __init__(self, database: Database, job_id: str, length: int) -> None:
+    def __init__(
+        self, database: Database, job_id: str, length: int, held: bytes | None = None
+    ) -> None:
+        """``held``: the whole result, read already (one in the job's row, small: a
+        fetch reads it with the record, in one statement)."""
         self.length = length
         self._database, self._job_id = database, job_id
-        self._window: tuple[int, bytes] = (0, b"")  # SQLite: (offset, bytes read ahead)
+        # (offset, bytes held): the whole result, or SQLite's window read ahead
+        self._window: tuple[int, bytes] = (0, held or b"")
 
     def read(self, offset: int, size: int) -> bytes:
         size = max(0, min(size, self.length - offset))
         if size == 0:
             return b""
+        start, held = self._window
+        if start <= offset and offset + size <= start + len(held):
+            return held[offset - start : offset - start + size]
         if self._database.dialect == "sqlite":
-            return self._sqlite_read(offset, size)
+            self._window = (0, b"")  # (let go before the next is read)
+            self._window = (offset, self._sqlite_range(offset, max(size, SQLITE_WINDOW)))
+            return self._window[1][:size]
         _, row = self._database._run(
             "result_piece", False, job_id=self._job_id, start=offset + 1, size=size
         )
         if row is None or row["piece"] is None:
             raise LookupError(f"job {self._job_id} was erased while its result was read")
         return bytes(row["piece"])
-
-    def _sqlite_read(self, offset: int, size: int) -> bytes:
-        start, held = self._window
-        if not (start <= offset and offset + size <= start + len(held)):
-            self._window = (0, b"")  # (let go before the next is read)
-            self._window = (offset, self._sqlite_range(offset, max(size, SQLITE_WINDOW)))
-            start, held = self._window
-        return held[offset - start : offset - start + size]
 
     def _sqlite_range(self, offset: int, size: int) -> bytes:
         size = min(size, self.length - offset)
@@ -87,5 +89,5 @@ class ResultReader:
         return self.read(0, self.length)
 
     def close(self) -> None:
-        """Let go of the window read ahead (no connection is held between reads)."""
+        """Let go of the bytes held (no connection is held between reads)."""
         self._window = (0, b"")

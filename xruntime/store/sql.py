@@ -125,10 +125,11 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
         row = self._run(key, False, **params)[1]
         if row is None or not stored_result:
             return record_of(row, max_result_bytes)
-        length = row.pop("result_length")
+        length, in_row = row.pop("result_length"), row.pop("result")
         rec = record_of(row)
         if length is not None:
-            rec.stored_result = ResultReader(self, job_id, int(length))
+            held = None if in_row is None else bytes(in_row)
+            rec.stored_result = ResultReader(self, job_id, int(length), held)
         return rec
 
     def peek(self, job_id: str) -> JobRecord | None:

@@ -142,30 +142,24 @@ def prepared_statements() -> dict[str, tuple[Callable[[], Statement], list | Non
             ALL_NAMES,
             None,
         ),
-        # a fetch's record with its result's length, not its result (read in pieces:
-        # store/result_reader.py)
+        # a fetch's record with its result's length, and its result only when it is in
+        # the job's row (small): a large one is read in pieces (store/result_reader.py)
         "get_sized": (
             lambda: (
-                select(
-                    *[jobs.c[n] for n in ALL_NAMES if n != "result"],
-                    RESULT_LENGTH.label("result_length"),
-                )
+                select(*[jobs.c[n] for n in ALL_NAMES], RESULT_LENGTH.label("result_length"))
                 .select_from(WITH_RESULTS)
                 .where(jobs.c.id == _ID)
             ),
-            [n for n in ALL_NAMES if n != "result"] + ["result_length"],
+            [*ALL_NAMES, "result_length"],
             None,
         ),
         "get_owned_sized": (
             lambda: (
-                select(
-                    *[jobs.c[n] for n in ALL_NAMES if n != "result"],
-                    RESULT_LENGTH.label("result_length"),
-                )
+                select(*[jobs.c[n] for n in ALL_NAMES], RESULT_LENGTH.label("result_length"))
                 .select_from(WITH_RESULTS)
                 .where(jobs.c.id == _ID, jobs.c.owner == bindparam("owner"))
             ),
-            [n for n in ALL_NAMES if n != "result"] + ["result_length"],
+            [*ALL_NAMES, "result_length"],
             None,
         ),
         "result_piece": (
