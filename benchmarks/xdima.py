@@ -55,7 +55,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.roundtrip import cpu_seconds, process_names  # noqa: E402
 from tests.harness import Server, default_config, free_port  # noqa: E402
-from tests.processes import descendants  # noqa: E402
+from tests.processes import descendants, kb, reset_peak  # noqa: E402
 
 DIMA_NS = "http://xruntime.org/xserver/xdima"
 MB = 1e6
@@ -152,19 +152,8 @@ def rss(pid):
 
 
 def status_bytes(pid, key):
-    with open(f"/proc/{pid}/status") as f:
-        found = re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.M)
-    return int(found.group(1)) * 1024 if found else 0
-
-
-def reset_peak(pid):
-    """Set the process's VmHWM to its VmRSS now (Linux: clear_refs 5); whether it could."""
-    try:
-        with open(f"/proc/{pid}/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+    """A line of /proc/PID/status (VmHWM...) in bytes."""
+    return kb(pid, key) * 1024
 
 
 class Sampler(threading.Thread):

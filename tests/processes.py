@@ -75,6 +75,16 @@ def kb(pid, key):
         return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
 
 
+def reset_peak(pid):
+    """Set the process's VmHWM to its VmRSS now (Linux: clear_refs 5); whether it could."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 class Memory:
     """Processes' RSS before, their peak since (VmHWM, reset at the start), and what
     they keep."""
@@ -82,8 +92,7 @@ class Memory:
     def __init__(self, pids):
         self.pids = pids
         for pid in self.pids:
-            with open(f"/proc/{pid}/clear_refs", "w") as f:
-                f.write("5")  # VmHWM := VmRSS
+            assert reset_peak(pid), f"cannot reset the peak memory of process {pid}"
         self.before = {pid: kb(pid, "VmRSS") / 1024 for pid in self.pids}
 
     def peak_growth(self):
