@@ -33,7 +33,7 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import overload
 
 COMPRESS_ABOVE = 4096
@@ -165,17 +165,27 @@ def write_pieces(pieces: Sequence[Deflated]) -> bytes:
     return b"".join([MAGIC] + table + out)
 
 
+def table_of(read: Callable[[int, int], bytes]) -> tuple[list[tuple[int, int, int, int]], int]:
+    """The table of a compact form as written now, read through ``read(offset, size)``
+    (the blob, or a stored result read by ranges: ``store.payload_stream``): [(where
+    the piece's deflated bytes start, their length, raw length, Adler-32)] and where
+    its zlib stream starts."""
+    (count,) = struct.unpack("<I", read(len(MAGIC), 4))
+    table = read(len(MAGIC) + 4, count * _PIECE.size)
+    stream = len(MAGIC) + 4 + count * _PIECE.size
+    entries, offset = [], stream + 2  # after zlib's header
+    for i in range(count):
+        deflated_length, length, checksum = _PIECE.unpack_from(table, i * _PIECE.size)
+        entries.append((offset, deflated_length, length, checksum))
+        offset += deflated_length
+    return entries, stream
+
+
 def read_table(blob: bytes) -> tuple[list[tuple[bytes, int, int]], int]:
     """The pieces of a compact blob as written now: [(deflated, raw length, Adler-32)]
     and where its zlib stream starts."""
-    (count,) = struct.unpack_from("<I", blob, len(MAGIC))
-    at = len(MAGIC) + 4
-    table = [_PIECE.unpack_from(blob, at + i * _PIECE.size) for i in range(count)]
-    stream = at + count * _PIECE.size
-    pieces, offset = [], stream + 2  # after zlib's header
-    for deflated_length, length, checksum in table:
-        pieces.append((blob[offset : offset + deflated_length], length, checksum))
-        offset += deflated_length
+    entries, stream = table_of(lambda at, size: blob[at : at + size])
+    pieces = [(blob[at : at + n], length, checksum) for at, n, length, checksum in entries]
     return pieces, stream
 
 
@@ -265,13 +275,19 @@ def read_compact(blob: bytes) -> tuple[str, list, memoryview, list[int]]:
     body = memoryview(zlib.decompress(memoryview(blob)[stream:]))
     (head_len,) = struct.unpack_from("<I", body)
     index = json.loads(bytes(body[4 : 4 + head_len]))
-    binary = sum(ITEM_BYTES[code] * count for _, code, count in index)
-    skeleton = bytes(body[4 + head_len : len(body) - binary]).decode("utf-8")
-    offsets, offset = [], len(body) - binary
+    offsets = array_offsets(index, len(body))
+    skeleton = bytes(body[4 + head_len : offsets[0] if offsets else len(body)]).decode("utf-8")
+    return skeleton, index, body, offsets
+
+
+def array_offsets(index: list, length: int) -> list[int]:
+    """Where each array of ``index`` starts in a compact form's body of ``length`` bytes
+    (the arrays end it, in the index's order; the skeleton ends where the first starts)."""
+    offsets, offset = [], length - sum(ITEM_BYTES[code] * count for _, code, count in index)
     for _, code, count in index:
         offsets.append(offset)
         offset += ITEM_BYTES[code] * count
-    return skeleton, index, body, offsets
+    return offsets
 
 
 def array_at(body: bytes | memoryview, offset: int, code: str, count: int) -> array:

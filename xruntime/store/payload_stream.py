@@ -65,10 +65,6 @@ def _closed(source: Source) -> None:
         close()
 
 
-_TABLE_HEAD = struct.Struct("<I")
-_PIECE = struct.Struct("<III")  # (as payload._PIECE) deflated length, raw length, Adler-32
-
-
 class PieceReader:
     """The raw bytes of a compact payload's zlib stream (``payload.MAGIC``), read by
     offset: the piece holding an offset is read from the source and inflated alone,
@@ -76,16 +72,10 @@ class PieceReader:
 
     def __init__(self, source: Source) -> None:
         self.source = source
-        at = len(payload.MAGIC)
-        (count,) = _TABLE_HEAD.unpack(source.read(at, _TABLE_HEAD.size))
-        table = source.read(at + _TABLE_HEAD.size, count * _PIECE.size)
-        offset = at + _TABLE_HEAD.size + count * _PIECE.size + 2  # after zlib's header
-        self._deflated: list[tuple[int, int]] = []  # (offset in the source, length)
+        entries, _ = payload.table_of(source.read)
+        self._deflated = [(at, n) for at, n, _, _ in entries]  # (offset in the source, length)
         self._starts = [0]
-        for i in range(count):
-            deflated_length, length, _ = _PIECE.unpack_from(table, i * _PIECE.size)
-            self._deflated.append((offset, deflated_length))
-            offset += deflated_length
+        for _, _, length, _ in entries:
             self._starts.append(self._starts[-1] + length)
         self.length = self._starts[-1]
         self._cached: tuple[int, bytes] = (-1, b"")
@@ -158,14 +148,14 @@ def _opened(source: Source) -> tuple[str, list[tuple[int, Packed]]] | None:
     head = reader.read(0, 4)
     (head_len,) = struct.unpack("<I", head)
     index = json.loads(reader.read(4, head_len))
-    binary = sum(payload.ITEM_BYTES[code] * count for _, code, count in index)
+    offsets = payload.array_offsets(index, reader.length)
     start = 4 + head_len
-    skeleton = reader.read(start, reader.length - binary - start).decode("utf-8")
-    arrays, offset = [], reader.length - binary
-    for position, code, count in index:
-        arrays.append((position, Packed(reader, offset, code, count)))
-        offset += payload.ITEM_BYTES[code] * count
-    return skeleton, arrays
+    skeleton = reader.read(start, (offsets[0] if offsets else reader.length) - start)
+    arrays = [
+        (position, Packed(reader, offset, code, count))
+        for (position, code, count), offset in zip(index, offsets, strict=True)
+    ]
+    return skeleton.decode("utf-8"), arrays
 
 
 def _source(stored: bytes | Source) -> Source:
