@@ -42,6 +42,14 @@ QUEUE_LOCK_KEY = 0x78727431
 COMPILED_KEPT = 64
 
 
+def guard_values(job_id: str, run: Run | None, values: dict[str, Any]) -> dict[str, Any]:
+    """A guarded statement's parameters: ``values``, the job and, fenced, the run."""
+    values = dict(values, job_id=job_id)
+    if run is not None:
+        values.update(run_node=run.node, run_attempt=run.attempt)
+    return values
+
+
 class Database:
     """The engine of a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://…``)
     and the ways the store's methods run their SQL on it."""
@@ -188,9 +196,7 @@ class Database:
         p = self._compiled(
             ("guarded", key, states, fenced), lambda: guarded_statements(states, fenced)[key]
         )
-        if run is not None:
-            values.update(run_node=run.node, run_attempt=run.attempt)
-        return self._run(p, True, **dict(values, job_id=job_id))[0] == 1
+        return self._run(p, True, **guard_values(job_id, run, values))[0] == 1
 
     def _database_ms(self) -> int:
         """The database's clock, read now (PostgreSQL)."""

@@ -25,7 +25,7 @@ from sqlalchemy import (
 from ..protocol.states import FINISHED, Status
 from .children import ChildJobs
 from .claims import claim_statement
-from .database import QUEUE_LOCK_KEY
+from .database import QUEUE_LOCK_KEY, guard_values
 from .events import fault_type, note_of
 from .outbox import CallbackOutbox
 from .payload import pack
@@ -234,12 +234,14 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
         )
         if blob is None or len(blob) <= RESULT_ROW_ABOVE:
             return self._guarded("finish", job_id, from_states, run, **values)
-        values.update(result_blob=None, job_id=job_id)
-        if run is not None:
-            values.update(run_node=run.node, run_attempt=run.attempt)
         statement = guarded_statements(tuple(from_states), run is not None)["finish"]
         with self._write() as conn:
-            if conn.execute(statement, values).rowcount != 1:
+            if (
+                conn.execute(
+                    statement, guard_values(job_id, run, values | {"result_blob": None})
+                ).rowcount
+                != 1
+            ):
                 return False  # (not this run's any more, or no longer active)
             conn.execute(
                 insert(job_results).from_select(
