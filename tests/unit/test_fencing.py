@@ -42,6 +42,27 @@ def test_a_lost_run_cannot_finish_the_job(any_store, by):
     assert any_store.get(job_id).result == '{"from": "holder"}'
 
 
+def test_a_lost_run_cannot_finish_the_job_with_a_large_result(any_store):
+    """A result over 64 kB goes into a row of its own in the finishing transaction:
+    a lost run's leaves none, and the holder's is the one read back."""
+    import json
+    import random
+
+    from xruntime.store.payload import pack
+
+    rng = random.Random(9)
+    large = {
+        who: json.dumps({"d": [rng.randrange(2**31) for _ in range(60_000)]}, separators=(",", ":"))
+        for who in ("lost", "holder")
+    }
+    job_id, lost, holder = taken_over(any_store)
+    assert len(pack(large["lost"])) > 64 * 1024
+    assert not any_store.finish(job_id, "SUCCEEDED", now_ms(), result=large["lost"], run=lost)
+    assert any_store.peek(job_id).status == "RUNNING"
+    assert any_store.finish(job_id, "SUCCEEDED", now_ms(), result=large["holder"], run=holder)
+    assert any_store.get(job_id).result == large["holder"]
+
+
 def test_a_lost_run_cannot_write_progress_retry_or_hand_back(any_store):
     job_id, lost, holder = taken_over(any_store)
     assert not any_store.set_progress(job_id, progress_json(1, 1), run=lost)
