@@ -12,6 +12,7 @@ import json
 import random
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -100,7 +101,19 @@ def fetched(node, binding, job_id):
 def test_a_3000_matrix_over_soap_keeps_the_http_process_small(node):
     """The first fetch of the job (on SQLite also the one that marks it fetched), over
     SOAP, the form that costs the most: 548 MB of XML, and the HTTP process grows by
-    less than GROWTH_MB; then JSON and JSON-RPC, and the encoded form over SOAP."""
+    less than GROWTH_MB; then JSON and JSON-RPC, and the encoded form over SOAP.
+
+    Several fetches at once first, so the pool of the HTTP process has several threads
+    that take turns (as on a busy node): glibc gave each its own heap, which kept the
+    largest blocks it had freed (+72 MB here, +110 MB in a CI run) until the node fixed
+    its mmap threshold (xruntime.support.malloc)."""
+    small = matrix_job(node, 600)
+    with ThreadPoolExecutor(8) as pool:
+        assert all(
+            size > 10_000_000
+            for size, _ in pool.map(lambda _: fetched(node, "soap", small), range(8))
+        )
+    node.call("XRuntime", "deleteJob", {"id": small})
     job_id = matrix_job(node, 3000)
     memory = Memory(http_pids(node.port, node.proc.pid))
     size, tail = fetched(node, "soap", job_id)

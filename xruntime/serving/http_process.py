@@ -40,7 +40,7 @@ from ..operations.watching import Watches
 from ..store import open_store
 from ..store.changes import QUEUE
 from ..store.feed import open_feed
-from ..support import blocking, metrics
+from ..support import blocking, malloc, metrics
 from ..support.logs import setup_logging
 from ..web.asgi import XRuntimeApp
 from ..web.connection_guard import guarded_protocol
@@ -183,6 +183,7 @@ def http_main(
 ) -> None:
     """Entry point of an HTTP process (started by ``node.NodeProcesses``)."""
     setup_logging()
+    malloc.return_large_blocks()
     import uvloop
 
     process = HttpProcess(sock, settings, node_name, index, control, node_started_at)
