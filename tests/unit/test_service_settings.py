@@ -103,11 +103,16 @@ def test_validate_gets_the_settings_in_force():
 
 def test_xdima_declares_max_cells_and_the_registry_hands_it_over():
     keys = setting_keys()
-    assert [key.name for key in keys["XDima"]] == ["max_cells"]
+    assert [key.name for key in keys["XDima"]] == ["max_cells", "threads"]
     assert keys["XDima"][0].default == 4_000_000
     assert "line 2: [services.XDima] max_cells: must be at least 1" in str(
         pytest.raises(
             ConfigError, config.parse, "[services.XDima]\nmax_cells = 0\n", "f", None, keys
+        ).value
+    )
+    assert "line 2: [services.XDima] threads: must be between 0 and 256" in str(
+        pytest.raises(
+            ConfigError, config.parse, "[services.XDima]\nthreads = -1\n", "f", None, keys
         ).value
     )
 

@@ -80,9 +80,10 @@ def test_block_rows_stay_within_bounds():
 
 
 class FakeJob:
-    def __init__(self, stop_after_reports=None):
+    def __init__(self, stop_after_reports=None, threads=1):
         self.progress = []
         self.stop_after = stop_after_reports
+        self.settings = {"max_cells": 4_000_000, "threads": threads}
 
     def report_progress(self, progress):
         self.progress.append(codec.encode(progress))
@@ -156,6 +157,26 @@ def test_stop_between_blocks_answers_the_rows_so_far():
     assert job.progress[-1]["calculationProgress"] == 41
 
 
+def test_threads_compute_the_same_matrix_a_round_of_blocks_at_a_time():
+    """``threads`` blocks at once (the last round partial): the matrix of one thread,
+    progress after each round, and a stop between rounds answers whole rounds."""
+    rng = random.Random(7)
+    starts = [(rng.uniform(5, 15), rng.uniform(45, 55)) for _ in range(1100)]
+    destinations = starts[:200]  # blocks of 250 rows: 5 (250 × 4 + 100)
+
+    def cells(result):
+        return [(row.distances, row.travelTimes) for row in result.rows]
+
+    one = cells(answered(xdima.createDistanceMatrix(request(starts, destinations), FakeJob())))
+    job = FakeJob(threads=3)
+    three = cells(answered(xdima.createDistanceMatrix(request(starts, destinations), job)))
+    assert three == one and len(three) == 1100 and len(three[0][0]) == 200
+    assert [p["calculationProgress"] for p in job.progress] == [0, 68, 100, 100]
+    stopped = FakeJob(stop_after_reports=2, threads=2)  # PREPROCESSING + the first round
+    result = answered(xdima.createDistanceMatrix(request(starts, destinations), stopped))
+    assert result.summary.numberOfRowsComputed == 500 and cells(result) == one[:500]
+
+
 def test_stop_before_the_first_block_raises_the_stop_fault():
     with pytest.raises(RequestStoppedFault):
         xdima.createDistanceMatrix(request([(0, 0)]), FakeJob(stop_after_reports=1))
@@ -171,9 +192,14 @@ def test_check_refuses_empty_and_too_large():
 
 
 def test_max_cells_is_a_setting_of_xdima_with_its_default_and_the_files_value():
-    assert xdima.service.settings_in_force(config.Settings()) == {"max_cells": 4_000_000}
-    written = config.parse("[services.XDima]\nmax_cells = 6\n", service_keys=setting_keys())
-    assert xdima.service.settings_in_force(written) == {"max_cells": 6}
+    assert xdima.service.settings_in_force(config.Settings()) == {
+        "max_cells": 4_000_000,
+        "threads": 0,
+    }
+    written = config.parse(
+        "[services.XDima]\nmax_cells = 6\nthreads = 2\n", service_keys=setting_keys()
+    )
+    assert xdima.service.settings_in_force(written) == {"max_cells": 6, "threads": 2}
 
 
 def test_out_of_range_coordinates_are_refused_with_their_path():

@@ -12,8 +12,11 @@ distances and travel times as the base64 of its little-endian int32 values, row-
 (docs/xdima-encoded.md), instead of one ``rows`` item per start location.
 """
 
+import os
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 from xruntime.author import Child, JobContext, Service
 from xruntime.author.children import Joined
@@ -52,6 +55,16 @@ MAX_CELLS = service.setting(
     "the largest matrix accepted, in cells (starts × destinations); a larger one is refused "
     "(`InvalidValueFault`)",
     minimum=1,
+)
+
+THREADS = service.setting(
+    "threads",
+    int,
+    0,
+    "threads computing one matrix's row blocks at once (NumPy releases the GIL): 0 is one "
+    "per core; 1 computes a block at a time",
+    minimum=0,
+    maximum=256,
 )
 
 
@@ -127,30 +140,42 @@ def createDistanceMatrix(
         seconds: np.ndarray = np.empty((n, m), kinds[1])
     except (MemoryError, FloatingPointError) as exc:
         raise _calculation_fault(n, m, exc) from exc
+
+    def rows(span: tuple[int, int]) -> None:
+        low, high = span
+        compute.block_into(
+            (starts[0][low:high], starts[1][low:high]),
+            destinations,
+            detour,
+            speed,
+            metres[low:high],
+            seconds[low:high],
+        )
+
     done = 0
     step = compute.block_rows(m)
+    blocks = [(low, min(low + step, n)) for low in range(0, n, step)]
     pause = (request.blockPauseMs or 0) / 1000
-    for low in range(0, n, step):
-        if job.stop_requested:
-            break
-        high = min(low + step, n)
-        try:
-            compute.block_into(
-                (starts[0][low:high], starts[1][low:high]),
-                destinations,
-                detour,
-                speed,
-                metres[low:high],
-                seconds[low:high],
+    # a round is as many blocks as threads (one at a time with a pause: it is per block)
+    width = 1 if pause else _threads(job.settings[THREADS.name])
+    with ThreadPoolExecutor(width) as pool:
+        for first in range(0, len(blocks), width):
+            if job.stop_requested:
+                break
+            round_ = blocks[first : first + width]
+            try:
+                for _ in pool.map(rows, round_):
+                    pass
+            except (MemoryError, FloatingPointError) as exc:
+                raise _calculation_fault(n, m, exc) from exc
+            done = round_[-1][1]
+            job.report_progress(
+                DistanceMatrixProgress(
+                    status="CALCULATING_MATRIX", calculationProgress=done * 100 // n
+                )
             )
-        except (MemoryError, FloatingPointError) as exc:
-            raise _calculation_fault(n, m, exc) from exc
-        done = high
-        job.report_progress(
-            DistanceMatrixProgress(status="CALCULATING_MATRIX", calculationProgress=done * 100 // n)
-        )
-        if pause and done < n and job.wait(pause):
-            break  # stopped during the pause
+            if pause and done < n and job.wait(pause):
+                break  # stopped during the pause
     if done == 0:  # stopped before the first block
         raise job.stop_fault()
     if done == n:
@@ -178,6 +203,11 @@ def createDistanceMatrix(
     return job.table(
         DistanceMatrixResponse(summary=summary), "rows", distances=metres, travelTimes=seconds
     )
+
+
+def _threads(setting: object) -> int:
+    """The threads of the ``threads`` setting's value (0: one per core)."""
+    return int(cast(int, setting)) or os.cpu_count() or 1
 
 
 def _in_parallel(request: CreateDistanceMatrixRequest, job: JobContext) -> Joined | Table:
