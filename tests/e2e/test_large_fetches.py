@@ -7,8 +7,10 @@ Measured before: a 2 000² SOAP fetch took its HTTP process to a 460 MB peak (th
 result decoded whole, parsed into objects), and on SQLite the first fetch rewrote the
 job's row, result included (+156 MB at 3 000²)."""
 
+import glob
 import http.client
 import json
+import os
 import random
 import socket
 import time
@@ -18,6 +20,7 @@ import pytest
 
 from tests.harness import Server
 from tests.processes import Memory, http_pids
+from xruntime.engine import spill
 
 DIMA_NS = "http://xruntime.org/xserver/xdima"
 #: MB an HTTP process may grow by while it answers a 3 000² matrix in any form (the
@@ -47,7 +50,19 @@ def matrix_job(node, size, contents="ARRAYS"):
         {"startLocations": points, "contentsFormat": contents},
     )
     assert node.wait_done(job["id"], timeout=300)["status"] == "SUCCEEDED"
+    no_spilled_files(node)
     return job["id"]
+
+
+def no_spilled_files(node):
+    """The worker's file of the result (engine/spill.py) is removed once it is stored
+    (just after the job is seen SUCCEEDED)."""
+    folders = glob.glob(f"/dev/shm/{spill.PREFIX}{node.proc.pid}-*")
+    assert len(folders) == 1, folders
+    deadline = time.monotonic() + 10
+    while os.listdir(folders[0]):
+        assert time.monotonic() < deadline, os.listdir(folders[0])
+        time.sleep(0.01)
 
 
 def soap_envelope(job_id):

@@ -51,6 +51,9 @@ class RunJob:
     #: ``job.settings`` and the ``validate`` of the children it starts read them); None:
     #: the defaults
     settings: Settings | None = None
+    #: where a result larger than ``spill.SPILL_ABOVE`` is written (``SpilledResult``);
+    #: None: every result goes through the pipe
+    spill_folder: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +81,15 @@ class Progress:
 class Result:
     """The function returned: its response, already in the store's form."""
 
-    stored: bytes
+    stored: bytes | memoryview  # (a memoryview: a SpilledResult's file, mapped)
+
+
+@dataclass(frozen=True, slots=True)
+class SpilledResult:
+    """The function returned a large response: its store's form is in the file at
+    ``path`` (engine.spill), which the main process removes once it is written."""
+
+    path: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +125,7 @@ class ChildrenAsked:
     children: list
 
 
-Outcome = Result | Failure | Transient | RetryAsked | ChildrenAsked
+Outcome = Result | SpilledResult | Failure | Transient | RetryAsked | ChildrenAsked
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,17 @@ from ..protocol.faults import InternalErrorFault, RequestTimedOutFault, Transien
 from ..protocol.states import Status
 from ..store import JobRecord, QueueFull, QueueLimit, StoreUnavailable, now_ms
 from ..support import metrics
+from . import spill
 from .child_jobs import bulk_progress, queue_full_fault, stop_children
-from .messages import ChildrenAsked, Failure, Outcome, Result, RetryAsked, Transient
+from .messages import (
+    ChildrenAsked,
+    Failure,
+    Outcome,
+    Result,
+    RetryAsked,
+    SpilledResult,
+    Transient,
+)
 from .supervisor_log import log, outage_log
 
 if TYPE_CHECKING:
@@ -74,6 +83,10 @@ class Outcomes:
     def conclude(self, job: JobRecord, ending: Ending, deleted: bool) -> None:
         """The run of ``job`` ended: apply the rule of the way it ended.  A job
         ``deleted`` during its run is let go of (and erased), however the run ended."""
+        if isinstance(ending, Returned) and isinstance(ending.outcome, SpilledResult):
+            with spill.spilled(ending.outcome.path) as stored:  # (removed whatever happens)
+                self.conclude(job, Returned(Result(stored), ending.progress), deleted)
+            return
         if deleted:
             self.let_go(job)
         elif isinstance(ending, Returned):
@@ -101,6 +114,7 @@ class Outcomes:
             if fault is None:
                 return
             outcome = Failure(fault)
+        assert not isinstance(outcome, SpilledResult)  # (``conclude`` mapped its file)
         if isinstance(outcome, Result):
             status, result, fault = Status.SUCCEEDED, outcome.stored, None
         else:

@@ -224,6 +224,7 @@ class WorkerSlot(threading.Thread):
                     job.retries,
                     children,
                     sup.settings().services_own(),
+                    sup.spill_folder,
                 )
             )
             ending = self._drive(job, limits)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional, TypeVar
 from ..protocol.states import Status
 from ..store import JobRecord, Run, StoreUnavailable
 from ..store.changes import MISSED
+from . import spill
 from .housekeeping import Housekeeping
 from .messages import StopReason
 from .outcomes import Outcomes
@@ -88,6 +89,8 @@ class Supervisor:
         self.slots: list[WorkerSlot] = []
         self.outcomes = Outcomes(self)
         self.housekeeping = Housekeeping(self)
+        #: where workers write their large results (engine.spill), while the node runs
+        self.spill_folder: str | None = None
 
     # ---------------------------------------------------------------- settings
 
@@ -106,6 +109,7 @@ class Supervisor:
 
     def start(self) -> None:
         self.housekeeping.recover(self.node)  # what this node ran when it last died
+        self.spill_folder = spill.make_folder()
         self.slots = [WorkerSlot(self, i) for i in range(self.settings().workers)]
         for slot in self.slots:
             slot.start()
@@ -120,6 +124,8 @@ class Supervisor:
         deadline = time.monotonic() + timeout
         for slot in self.slots:
             slot.join(max(0.1, deadline - time.monotonic()))
+        if self.spill_folder is not None and not any(slot.is_alive() for slot in self.slots):
+            spill.remove_folder(self.spill_folder)  # (else at the next start of a node)
 
     # ---------------------------------------------------------------- from the operation layer
 

@@ -42,6 +42,7 @@ from ..store import FinishedChild
 from ..store.list_join import join_lists
 from ..store.payload import pack
 from ..support.logs import setup_logging
+from . import spill
 from .messages import (
     ChildrenAsked,
     Done,
@@ -53,6 +54,7 @@ from .messages import (
     Result,
     RetryAsked,
     RunJob,
+    SpilledResult,
     StopReason,
     Transient,
 )
@@ -276,7 +278,10 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
         # into bytes (a bytearray pickles through a copy of itself as bytes), then into
         # the message sent.  A worker holds two of the three at a time, never all three.
         del response, given
-        outcome = Result(bytes(stored) if isinstance(stored, bytearray) else stored)
+        if run.spill_folder is not None and len(stored) > spill.SPILL_ABOVE:
+            outcome = SpilledResult(spill.spill(run.spill_folder, job_id, stored))
+        else:
+            outcome = Result(bytes(stored) if isinstance(stored, bytearray) else stored)
         del stored
     except WaitForChildren as fan_out:
         outcome = ChildrenAsked(fan_out.stage, fan_out.fail_fast, fan_out.children)

@@ -102,7 +102,7 @@ class JobStore(Protocol):
         status: str,
         now: int,
         *,
-        result: str | bytes | bytearray | None = None,
+        result: str | bytes | bytearray | memoryview | None = None,
         fault: str | None = None,
         progress: str | None = None,
         from_states: Iterable[str] = ACTIVE_RUNNING,

@@ -211,7 +211,7 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
         status: str,
         now: int,
         *,
-        result: str | bytes | bytearray | None = None,
+        result: str | bytes | bytearray | memoryview | None = None,
         fault: str | None = None,
         progress: str | None = None,
         from_states: Iterable[str] = ACTIVE_RUNNING,
@@ -223,7 +223,7 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
         <fault type>" and ``note``.  A large result goes into a row of its own
         (``schema.job_results``), in the same transaction."""
         message = "succeeded" if status == Status.SUCCEEDED else f"failed: {fault_type(fault)}"
-        blob = result if isinstance(result, (bytes, bytearray)) else pack(result)
+        blob = pack(result) if result is None or isinstance(result, str) else result
         values = dict(
             new_status=status,
             now=now,

@@ -1,0 +1,96 @@
+"""A large result crosses from its worker to the node's main process as a file in
+memory (tmpfs), not through their pipe.
+
+Through the pipe a 200 MB result (a 5 000² matrix) was copied five times: into bytes,
+into the pickle, through the pipe, out of it, out of the pickle; 1.3 s of the job's 6 s
+(measured with py-spy beside benchmarks/xdima.py).  Spilled, the worker writes its
+stored form once into a file of the supervisor's folder and sends the file's path; the
+main process maps the file and the store writes the mapped bytes (``spilled``), then
+the file is removed.  The folder is private (0700: it holds users' results), in
+``/dev/shm`` where there is one; the supervisor removes it when it stops, and a node
+that starts removes the folders of nodes that died without doing so.
+"""
+
+import mmap
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+#: A stored result larger than this (bytes) is spilled; a smaller one goes through the pipe.
+SPILL_ABOVE = 1 << 20
+PREFIX = "xruntime-results-"
+_FOLDER = re.compile(re.escape(PREFIX) + r"(\d+)-")
+
+
+def make_folder(base: str | None = None) -> str:
+    """A new private folder for this process's spilled results, in ``base`` (by default
+    /dev/shm, else the temporary folder); the stale ones there are removed."""
+    if base is None:
+        shm = os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
+        base = "/dev/shm" if shm else tempfile.gettempdir()
+    _remove_stale(base)
+    return tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
+
+
+def remove_folder(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove_stale(base: str) -> None:
+    """Remove the folders of processes that are gone (a node killed with SIGKILL)."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        found = _FOLDER.match(name)
+        if found and not _alive(int(found.group(1))):
+            remove_folder(os.path.join(base, name))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def spill(folder: str, job_id: str, stored: bytes | bytearray) -> str:
+    """(In the worker.) Write ``stored`` to a new file of ``folder``; its path."""
+    fd, path = tempfile.mkstemp(prefix=f"{job_id}-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(stored)
+    except BaseException:
+        os.unlink(path)
+        raise
+    return path
+
+
+@contextmanager
+def spilled(path: str) -> Iterator[memoryview]:
+    """(In the main process.) The bytes of a spilled result, mapped, not copied; the
+    file is removed afterwards, whatever happens."""
+    try:
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        view = memoryview(mapped)
+        try:
+            yield view
+        finally:
+            view.release()
+            try:
+                mapped.close()
+            except BufferError:  # a view of it is still held: unmapped when collected
+                pass
+    finally:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
