@@ -45,7 +45,7 @@ def delivery_main(settings: Settings, node_name: str, control: Connection) -> No
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     current = [settings]
-    store = open_store(settings.database_url)
+    store = open_store(settings.database_url, background_checkpoints=True)
     delivery = CallbackDelivery(store, lambda: current[0], node_name)
     feed = open_feed(
         store,

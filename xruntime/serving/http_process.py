@@ -81,7 +81,7 @@ class HttpProcess:
         self.control = control
         self.index = index
         services = discover()
-        self.store = open_store(settings.database_url)
+        self.store = open_store(settings.database_url, background_checkpoints=True)
         self.notifier = Notifier()
         self.watches = Watches(self.store, self.notifier)
         self.jobs = JobManager(

@@ -57,7 +57,7 @@ class Node:
         self._settings = settings
         self.name = node_name or settings.node_name or default_node_name(settings.port)
         self.started_at = time.time()  # the node's uptime counts from here
-        self.store = open_store(settings.database_url)
+        self.store = open_store(settings.database_url, background_checkpoints=True)
         self.notifier = Notifier()
         self.cleaner = RetentionCleaner(self.store, self.settings)
         self.supervisor = Supervisor(
@@ -80,6 +80,7 @@ class Node:
         self._settings = settings
 
     def start(self) -> None:
+        self.store.checkpoint_in_background()  # (SQLite: see store.sqlite.WalCheckpointer)
         self.feed.start()
         self.supervisor.start()
 

@@ -30,11 +30,12 @@ if TYPE_CHECKING:
     from .sql import SqlJobStore
 
 
-def open_store(url: str) -> "SqlJobStore":
-    """The store for a database URL (SQLite or PostgreSQL)."""
+def open_store(url: str, background_checkpoints: bool = False) -> "SqlJobStore":
+    """The store for a database URL (SQLite or PostgreSQL); ``background_checkpoints``:
+    see ``Database``."""
     from .sql import SqlJobStore
 
-    return SqlJobStore(url)
+    return SqlJobStore(url, background_checkpoints)
 
 
 def __getattr__(name: str) -> type:

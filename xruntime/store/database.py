@@ -54,10 +54,14 @@ class Database:
     """The engine of a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://…``)
     and the ways the store's methods run their SQL on it."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, background_checkpoints: bool = False):
+        """``background_checkpoints``: on SQLite, no commit of this process copies the
+        WAL into the database; its node's ``sqlite.WalCheckpointer`` does (a node's
+        processes open their stores so)."""
         self.url = url
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
+        self.checkpointer: sqlite.WalCheckpointer | None = None
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 sqlite.make_private_file(os.path.abspath(parsed.database))
@@ -69,6 +73,8 @@ class Database:
                 connect_args={"check_same_thread": False},
             )
             event.listen(self.engine, "connect", sqlite.set_up_connection)
+            if background_checkpoints:
+                event.listen(self.engine, "connect", sqlite.no_checkpoint_at_commit)
             self._writers: sqlite.WriterTurns | None = sqlite.WriterTurns()
         else:
             self.engine = create_engine(
@@ -207,8 +213,17 @@ class Database:
                 ).scalar_one()
             )
 
+    def checkpoint_in_background(self) -> None:
+        """(The node's main process, on SQLite.) Start the node's WAL checkpointer."""
+        database = make_url(self.url).database
+        if self.dialect == "sqlite" and database and database != ":memory:":
+            self.checkpointer = sqlite.WalCheckpointer(os.path.abspath(database))
+            self.checkpointer.start()
+
     def close(self) -> None:
-        """Stop the database's clock and close the pool's connections."""
+        """Stop the database's clock and the checkpointer; close the pool's connections."""
+        if self.checkpointer is not None:
+            self.checkpointer.stop()
         if self.clock is not None:
             self.clock.close()
             stop_using_clock(self.clock)

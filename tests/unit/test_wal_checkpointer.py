@@ -1,0 +1,60 @@
+"""A node's SQLite store leaves the WAL's checkpoints to its main process's
+WalCheckpointer (store/sqlite.py): a commit that takes the WAL past SQLite's 1 000 pages
+does not copy it into the database, and the checkpointer does, soon after."""
+
+import base64
+import json
+import os
+import time
+
+from tests.unit.conftest import sqlite_url
+from tests.unit.test_result_reader import finished
+from xruntime.store import SqlJobStore
+from xruntime.store.payload import pack, unpack
+from xruntime.store.sqlite import WalCheckpointer
+
+PAGES_4K = 1000 * 4096  # SQLite's autocheckpoint: 1 000 pages of 4 kB
+
+
+def large_result():
+    """A stored result of more than 1 000 pages."""
+    blob = pack(json.dumps({"text": base64.b64encode(os.urandom(5_000_000)).decode()}))
+    assert len(blob) > PAGES_4K
+    return blob
+
+
+def sizes(tmp_path):
+    return os.path.getsize(tmp_path / "db"), os.path.getsize(tmp_path / "db-wal")
+
+
+def test_commits_leave_the_wal_to_the_checkpointer(tmp_path):
+    blob = large_result()
+    store = SqlJobStore(sqlite_url(tmp_path), background_checkpoints=True)
+    try:
+        job_id = finished(store, blob)
+        database, wal = sizes(tmp_path)
+        assert database < 1_000_000 and wal > len(blob)  # not copied at the commit
+        checkpointer = WalCheckpointer(str(tmp_path / "db"), period=0.05)
+        checkpointer.start()
+        try:
+            deadline = time.monotonic() + 10
+            while checkpointer.checkpoints == 0:
+                assert time.monotonic() < deadline, sizes(tmp_path)
+                time.sleep(0.01)
+            assert sizes(tmp_path)[0] >= len(blob)
+        finally:
+            checkpointer.stop()
+        assert not checkpointer.is_alive()
+        assert store.get(job_id).result == unpack(blob)
+    finally:
+        store.close()
+
+
+def test_other_stores_checkpoint_at_commit_as_sqlite_does(tmp_path):
+    blob = large_result()
+    store = SqlJobStore(sqlite_url(tmp_path))
+    try:
+        finished(store, blob)
+        assert sizes(tmp_path)[0] >= len(blob)
+    finally:
+        store.close()
