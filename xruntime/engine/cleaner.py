@@ -6,7 +6,8 @@ batches, each its own short transaction, and pauses after each one, so that a mi
 expired jobs (with their events) never stall a request nor a claim:
 
 * a batch of ``BATCH`` jobs holds the database's write lock a few ms (1 000 jobs with
-  10 events each held SQLite's about 110 ms, half of it the WAL checkpoint at commit;
+  10 events each held SQLite's about 110 ms, half of it the WAL checkpoint at commit, which
+  a node now leaves to its WalCheckpointer;
   100 jobs 6 ms, 36 ms at most, for as many jobs per second);
 * after each batch the cleaner waits ``PAUSE_S`` before it takes the lock again, so
   that the writes that queued up meanwhile go first: this node's worker slots (same
