@@ -24,6 +24,23 @@ def test_a_spilled_result_is_stored_from_its_mapped_file(any_store, tmp_path):
     assert any_store.get(job_id).result == unpack(blob)
 
 
+def test_a_result_that_cannot_be_spilled_goes_through_the_pipe(tmp_path, monkeypatch):
+    """(``/dev/shm`` full, or its folder gone): no path, and no file left."""
+    assert spill.spill(str(tmp_path / "gone"), "job", b"x" * 100) is None
+    real_mkstemp = spill.tempfile.mkstemp
+
+    def mkstemp_on_a_full_device(prefix, dir):
+        fd, path = real_mkstemp(prefix=prefix, dir=dir)
+        full = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
+        os.dup2(full, fd)
+        os.close(full)
+        return fd, path
+
+    monkeypatch.setattr(spill.tempfile, "mkstemp", mkstemp_on_a_full_device)
+    assert spill.spill(str(tmp_path), "job", b"x" * 100_000) is None
+    assert os.listdir(tmp_path) == []
+
+
 def test_the_file_is_removed_when_storing_fails(tmp_path):
     path = spill.spill(str(tmp_path), "job", b"x" * 100)
     with pytest.raises(RuntimeError), spill.spilled(path) as mapped:

@@ -11,6 +11,7 @@ the file is removed.  The folder is private (0700: it holds users' results), in
 that starts removes the folders of nodes that died without doing so.
 """
 
+import logging
 import mmap
 import os
 import re
@@ -18,6 +19,8 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
 
 #: A stored result larger than this (bytes) is spilled; a smaller one goes through the pipe.
 SPILL_ABOVE = 1 << 20
@@ -61,15 +64,24 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def spill(folder: str, job_id: str, stored: bytes | bytearray) -> str:
-    """(In the worker.) Write ``stored`` to a new file of ``folder``; its path."""
-    fd, path = tempfile.mkstemp(prefix=f"{job_id}-", dir=folder)
+def spill(folder: str, job_id: str, stored: bytes | bytearray) -> str | None:
+    """(In the worker.) Write ``stored`` to a new file of ``folder``; its path, or None
+    when it cannot be written (``/dev/shm`` full: a container's is 64 MB by default), so
+    the result goes through the pipe as before."""
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"{job_id}-", dir=folder)
+    except OSError as exc:
+        log.warning("job %s: its result goes through the pipe: %s", job_id, exc)
+        return None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(stored)
-    except BaseException:
+    except BaseException as exc:
         os.unlink(path)
-        raise
+        if not isinstance(exc, OSError):
+            raise
+        log.warning("job %s: its result goes through the pipe: %s", job_id, exc)
+        return None
     return path
 
 

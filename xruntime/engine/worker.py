@@ -278,8 +278,11 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
         # into bytes (a bytearray pickles through a copy of itself as bytes), then into
         # the message sent.  A worker holds two of the three at a time, never all three.
         del response, given
+        path = None
         if run.spill_folder is not None and len(stored) > spill.SPILL_ABOVE:
-            outcome = SpilledResult(spill.spill(run.spill_folder, job_id, stored))
+            path = spill.spill(run.spill_folder, job_id, stored)
+        if path is not None:
+            outcome = SpilledResult(path)
         else:
             outcome = Result(bytes(stored) if isinstance(stored, bytearray) else stored)
         del stored
