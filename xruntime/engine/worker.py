@@ -14,6 +14,7 @@ the server's threads.
 """
 
 import ctypes
+import importlib
 import json
 import logging
 import signal
@@ -308,7 +309,9 @@ def worker_main(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int) 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers end
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     setup_logging("%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
-    discover()  # import services before the first job
+    for service in discover().values():  # import services before the first job
+        for module in service.worker_imports:
+            importlib.import_module(module)
     conn.send(Ready())
     while True:
         try:

@@ -45,7 +45,10 @@ ENCODED = "ENCODED_ARRAYS"
 INT32_MAX = 2**31 - 1
 
 service = Service(
-    "XDima", "Distance matrices: great-circle distances and travel times.", namespace=NAMESPACE
+    "XDima",
+    "Distance matrices: great-circle distances and travel times.",
+    namespace=NAMESPACE,
+    worker_imports=("numpy", "xruntime.services.xdima.compute"),
 )
 service.declare(DistanceMatrixProgress)
 MAX_CELLS = service.setting(
