@@ -258,5 +258,10 @@ class JobStore(Protocol):
     def busy_workers(self, node: str) -> int:
         """Worker slots of ``node`` that hold a job now."""
 
+    def checkpoint_in_background(self) -> None:
+        """(A node's main process.) On SQLite, copy the WAL into the database in a thread
+        of this process, as the node's other stores, opened with
+        ``background_checkpoints``, leave it to (``sqlite.WalCheckpointer``)."""
+
     def close(self) -> None:
         """Let go of the database."""
