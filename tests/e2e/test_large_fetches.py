@@ -120,8 +120,8 @@ def test_a_3000_matrix_over_soap_keeps_the_http_process_small(node):
 
     Several fetches at once first, so the pool of the HTTP process has several threads
     that take turns (as on a busy node): glibc gave each its own heap, which kept the
-    largest blocks it had freed (+72 MB here, +110 MB in a CI run) until the node fixed
-    its mmap threshold (xruntime.support.malloc)."""
+    large blocks it had freed (+56 to +72 MB here, +110 MB in a CI run) until the node's
+    threads shared one heap (xruntime.support.malloc)."""
     small = matrix_job(node, 600)
     with ThreadPoolExecutor(8) as pool:
         assert all(

@@ -183,7 +183,7 @@ def http_main(
 ) -> None:
     """Entry point of an HTTP process (started by ``node.NodeProcesses``)."""
     setup_logging()
-    malloc.return_large_blocks()
+    malloc.share_one_heap()  # before any thread
     import uvloop
 
     process = HttpProcess(sock, settings, node_name, index, control, node_started_at)

@@ -212,7 +212,7 @@ def serve(settings: Settings, services: Sequence[str], reload_path: str | None =
     sock = listen(settings.host, settings.port)  # first: a taken port stops us here
     metrics.use_directory()  # before any process records a metric
     _raise_file_limit()
-    malloc.return_large_blocks()  # (it stores large results)
+    malloc.share_one_heap()  # (before any thread: it stores large results)
     # helper processes (workers, the HTTP processes, the resource tracker) ignore SIGHUP,
     # which means "re-read the configuration" to the main process alone
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

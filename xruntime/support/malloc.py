@@ -1,13 +1,15 @@
-"""Large blocks go back to the system when freed (glibc's ``mallopt``).
+"""A process's threads share one malloc heap (glibc's ``mallopt(M_ARENA_MAX, 1)``).
 
-glibc serves a block of 128 kB or more with its own ``mmap`` and unmaps it on ``free``,
-but it raises that threshold to the size of each such block freed (up to 32 MB).
-After a process's first large answer, its 8 MiB windows of a stored result and its
-256 kB chunks come from the heap instead, and each thread of the pool that made one
-keeps its own heap (an arena) at the high-water mark: an HTTP process that streamed a
-3 000² matrix kept +50 MB, and its peak reached +110 MB once the pool's threads took
-turns (measured with tests/e2e/test_large_fetches.py).  Setting the threshold fixes
-it, so such blocks are always unmapped when freed; small objects are unaffected.
+glibc gives each thread that allocates at the same time as another a heap of its own
+(an arena, up to 8 per core), and a heap keeps the large blocks freed in it for reuse
+by its own thread.  A streamed large answer reads 8 MiB windows of a stored result and
+makes 256 kB chunks in the pool's threads, which take turns: each thread's heap kept
+its own high-water mark, and an HTTP process that answered a 3 000² matrix after a few
+answers at once grew by +56 MB here and +110 MB in a CI run
+(tests/e2e/test_large_fetches.py).  With one heap, the blocks one thread freed are the
+ones the next reuses: +8 MB.  (Unmapping every large block when freed, the other cure,
+made every chunk a fresh mapping: fetches took 1.5 to 2.7 times as long.)  Python's
+small objects do not come from malloc, so the threads seldom wait for its lock.
 """
 
 import ctypes
@@ -16,14 +18,13 @@ import logging
 
 log = logging.getLogger(__name__)
 
-#: glibc's ``M_MMAP_THRESHOLD`` parameter of ``mallopt``.
-M_MMAP_THRESHOLD = -3
-#: Blocks of this size or more are mapped on their own (glibc's initial threshold).
-LARGE_BLOCK = 128 * 1024
+#: glibc's ``M_ARENA_MAX`` parameter of ``mallopt``.
+M_ARENA_MAX = -8
 
 
-def return_large_blocks() -> bool:
-    """Fix glibc's mmap threshold at LARGE_BLOCK; whether it could (False off glibc)."""
+def share_one_heap() -> bool:
+    """Limit glibc to one heap for the process (call it before starting threads);
+    whether it could (False off glibc)."""
     name = ctypes.util.find_library("c")
     if name is None:
         return False
@@ -33,7 +34,7 @@ def return_large_blocks() -> bool:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    if mallopt(M_MMAP_THRESHOLD, LARGE_BLOCK) != 1:
-        log.warning("glibc refused mallopt(M_MMAP_THRESHOLD); large blocks may be kept")
+    if mallopt(M_ARENA_MAX, 1) != 1:
+        log.warning("glibc refused mallopt(M_ARENA_MAX); large blocks may be kept per thread")
         return False
     return True
