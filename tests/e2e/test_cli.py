@@ -472,13 +472,39 @@ def watch_calls(server) -> dict:
 
 
 def test_watch_of_several_jobs_holds_one_watchjobs_and_prints_each_end(server):
+    """The slow job runs until the command has printed its progress, then is stopped
+    (it ends SUCCEEDED with the steps done): no race with the command's start-up."""
     done = start(server, durationMs=0)
     failing = start(server, failAtStep=1)
-    slow = start(server, durationMs=3000, steps=3)  # (the command takes ~1 s to start)
+    slow = start(server, durationMs=120_000, steps=120)
     before = watch_calls(server)
-    code, out, err = run(server, "watch", done, failing, slow, done)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xruntime", "watch", done, failing, slow, done],
+        cwd=ROOT,
+        env=cli_env(server),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        progress = re.compile(rf"{slow} RUNNING (\d+)/120 \(\d+\.\d s\)$")
+        err_lines = []
+        for line in proc.stderr:  # until the slow job's progress is printed
+            err_lines.append(line.rstrip("\n"))
+            if progress.match(err_lines[-1]):
+                break
+        assert err_lines and progress.match(err_lines[-1]), err_lines
+        assert server.call("XRuntime", "stopJob", {"id": slow})["status"] in (
+            "STOPPING",
+            "SUCCEEDED",
+        )
+        out, rest = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    err = "\n".join(err_lines) + "\n" + rest
     after = watch_calls(server)
-    assert code == 1, "one of them FAILED"
+    assert proc.returncode == 1, "one of them FAILED"
     lines = out.splitlines()
     assert [line.split()[:2] for line in lines] == [
         [done, "SUCCEEDED"],
@@ -488,10 +514,8 @@ def test_watch_of_several_jobs_holds_one_watchjobs_and_prints_each_end(server):
     assert after["watchJob"] == before["watchJob"], "no watchJob per job"
     assert after["watchJobs"] > before["watchJobs"]
     assert "\x1b" not in err
-    assert any(
-        re.match(rf"{slow} RUNNING [12]/3 \(\d+\.\d s\)$", line) for line in err.splitlines()
-    ), err
-    assert err.splitlines()[-1].startswith(f"{slow} SUCCEEDED 3/3"), err
+    assert int(progress.match(err_lines[-1]).group(1)) < 120, "progress before the end"
+    assert err.splitlines()[-1].startswith(f"{slow} SUCCEEDED "), err
 
 
 def test_watch_of_several_jobs_on_a_terminal_draws_a_bar_each(server):
