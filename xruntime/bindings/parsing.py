@@ -22,13 +22,12 @@ libxml2 nodes (+320 MB).  So, one definition for the three bindings:
 
 import asyncio
 import collections
-import ctypes
-import ctypes.util
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from ..protocol.faults import InvalidRequestFault
 from ..support.blocking import INLINE_BYTES, blocking
+from ..support.malloc import give_back as give_back  # (glibc's, in support.malloc)
 
 #: A body with fewer marks than this is never refused by ``check_marks``.
 FREE_MARKS = 4096
@@ -110,21 +109,3 @@ async def parse(
         return await blocking(fn, *args, **kwargs)
     finally:
         _admission.release(size, budget)
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc: nothing to call
-        return None
-
-
-_trim = _malloc_trim()
-
-
-def give_back() -> None:
-    """Return the C heap's free pages to the system (blocking: run it in the pool).
-    Python's own arenas go back by themselves once empty; what a parse leaves is in
-    malloc's heaps (libxml2's nodes, Python's large blocks), which glibc keeps."""
-    if _trim is not None:
-        _trim(0)

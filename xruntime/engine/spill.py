@@ -76,12 +76,13 @@ def spill(folder: str, job_id: str, stored: bytes | bytearray) -> str | None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(stored)
-    except BaseException as exc:
+    except OSError as exc:
         os.unlink(path)
-        if not isinstance(exc, OSError):
-            raise
         log.warning("job %s: its result goes through the pipe: %s", job_id, exc)
         return None
+    except BaseException:
+        os.unlink(path)
+        raise
     return path
 
 

@@ -1,4 +1,5 @@
-"""A process's threads share one malloc heap (glibc's ``mallopt(M_ARENA_MAX, 1)``).
+"""What a node's processes ask of glibc's malloc: one heap shared by a process's threads
+(``share_one_heap``), and free pages given back after a large parse (``give_back``).
 
 glibc gives each thread that allocates at the same time as another a heap of its own
 (an arena, up to 8 per core), and a heap keeps the large blocks freed in it for reuse
@@ -15,6 +16,7 @@ small objects do not come from malloc, so the threads seldom wait for its lock.
 import ctypes
 import ctypes.util
 import logging
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -22,15 +24,31 @@ log = logging.getLogger(__name__)
 M_ARENA_MAX = -8
 
 
+def _glibc(name: str) -> Any:
+    """glibc's function ``name`` (a ctypes function); None off glibc (musl has neither
+    of ours)."""
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+
+
+_trim = _glibc("malloc_trim")
+
+
+def give_back() -> None:
+    """Return the C heap's free pages to the system (blocking: run it in the pool).
+    Python's own arenas go back by themselves once empty; what a parse leaves is in
+    malloc's heaps (libxml2's nodes, Python's large blocks), which glibc keeps."""
+    if _trim is not None:
+        _trim(0)
+
+
 def share_one_heap() -> bool:
     """Limit glibc to one heap for the process (call it before starting threads);
     whether it could (False off glibc)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
