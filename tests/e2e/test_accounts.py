@@ -9,7 +9,6 @@ changing nothing.  No token may ever reach a server's log."""
 import base64
 import json
 import os
-import secrets
 import subprocess
 import time
 import urllib.request
@@ -31,19 +30,17 @@ from tests.clients import (
     watch,
 )
 from tests.harness import Server, write_config
-from xruntime.operations.accounts import token_sha256
+from xruntime.operations.accounts import new_token, token_sha256
 
 CHALLENGE = 'Basic realm="xruntime"'
 IN_FORCE = 2.0  # s: a live edit of the file is in force this soon (§5, §10)
 
 #: Every user's token, fresh for each run; the file holds only their sha256.
-TOKENS = {
-    name: secrets.token_urlsafe(24) for name in ("alice", "bob", "carol", "dave", "quinn", "root")
-}
+TOKENS = {name: new_token() for name in ("alice", "bob", "carol", "dave", "quinn", "root")}
 #: Tokens nobody has, sent as wrong credentials.
-WRONG = [secrets.token_urlsafe(24) for _ in range(3)]
+WRONG = [new_token() for _ in range(3)]
 #: alice's token after a rotation (test_users_removed_rotated_and_added_live).
-ROTATED = secrets.token_urlsafe(24)
+ROTATED = new_token()
 
 #: The module's node: plain users, an admin, and quinn with quotas.
 USERS = {

@@ -241,11 +241,11 @@ def test_an_event_is_taken_by_one_node_and_its_attempts_are_in_the_history(store
         "elsewhere", [CallbackAttempt(event, lease, "not mine", None)]
     ) == [False]
     holder = _holder(store, event.seq)
-    failed = CallbackAttempt(event, lease, "callback: HTTP 500", now_ms() + 50)
+    retry_at = now_ms() + 60_000  # far enough that a slow machine's claim is before it
+    failed = CallbackAttempt(event, lease, "callback: HTTP 500", retry_at)
     assert store.callbacks_attempted(holder, [failed]) == [True]
-    assert store.claim_callbacks("n9", now_ms(), 20_000, 10) == []  # not due yet
-    time.sleep(0.06)
-    ((again, lease),) = store.claim_callbacks("n9", due_now(store), 20_000, 10)
+    assert store.claim_callbacks("n9", retry_at - 1, 20_000, 10) == []  # not due yet
+    ((again, lease),) = store.claim_callbacks("n9", retry_at, 20_000, 10)
     assert again.attempts == 1 and message_id(again) == message_id(event)
     assert store.callbacks_attempted(
         "n9", [CallbackAttempt(again, lease, "callback: HTTP 204", None)]

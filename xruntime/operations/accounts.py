@@ -85,5 +85,8 @@ def token_sha256(token: str) -> str:
 
 
 def new_token() -> str:
-    """A fresh token: 256 random bits, URL-safe text."""
-    return secrets.token_urlsafe(32)
+    """A fresh token: 256 random bits, URL-safe text that never begins with ``-``, so
+    that ``--token TOKEN`` on a command line is not taken for an option."""
+    while (token := secrets.token_urlsafe(32)).startswith("-"):
+        pass
+    return token
