@@ -23,6 +23,7 @@ from lxml import etree
 from ..protocol.codec import TYPE_KEY, field_path, shown
 from ..protocol.faults import InvalidValueFault
 from ..protocol.typeinfo import BOOL, FLOAT, INT, OBJ, Field, lineage, original, subtypes
+from ..store.payload import integers_text
 from ..store.payload_stream import Packed
 
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
@@ -178,7 +179,11 @@ def _packed(name: str, value: Packed) -> Iterator[str]:
         return
     between = f"</{name}><{name}>"
     for piece in value.slices():
-        yield f"<{name}>{between.join(map(str, piece.tolist()))}</{name}>"
+        if piece.typecode in "iq":
+            items = integers_text(piece).replace(",", between)
+        else:
+            items = between.join(map(str, piece.tolist()))
+        yield f"<{name}>{items}</{name}>"
 
 
 def escaped(value: object) -> str:

@@ -134,8 +134,8 @@ class Packed:
             return
         yield "["
         for i, packed in enumerate(self.slices()):
-            text = payload.format_array(packed)
-            yield text[1:-1] if i == 0 else "," + text[1:-1]
+            text = payload.format_array(packed)[1:-1]
+            yield text if i == 0 else "," + text
         yield "]"
 
 
