@@ -149,7 +149,7 @@ def _field_names(cls: type[XModel]) -> frozenset[str]:
 
 @cached
 def _plainly_made(cls: type[XModel]) -> bool:
-    return cls.__init__ is ComplexModelBase.__init__  # type: ignore[misc]
+    return cls.__init__ is ComplexModelBase.__init__
 
 
 def _blank(cls: type[XModel]) -> XModel:

@@ -144,6 +144,8 @@ def createDistanceMatrix(
     except (MemoryError, FloatingPointError) as exc:
         raise _calculation_fault(n, m, exc) from exc
 
+    extremes: dict[int, tuple[int, int, int]] = {}  # a block's first row: its summary's part
+
     def rows(span: tuple[int, int]) -> None:
         low, high = span
         compute.block_into(
@@ -153,6 +155,13 @@ def createDistanceMatrix(
             speed,
             metres[low:high],
             seconds[low:high],
+        )
+        # read while the block is in the cache, not in three passes over the matrix after
+        block_metres, block_seconds = metres[low:high], seconds[low:high]
+        extremes[low] = (
+            int(block_metres.min()),
+            int(block_metres.max()),
+            int(block_seconds.max()),
         )
 
     done = 0
@@ -190,9 +199,9 @@ def createDistanceMatrix(
         numberOfRowsComputed=done,
         averageSpeedKmh=speed,
         detourFactor=detour,
-        minimumDistance=int(metres.min()),
-        maximumDistance=int(metres.max()),
-        maximumTravelTime=int(seconds.max()),
+        minimumDistance=min(extremes[low][0] for low, _ in blocks if low < done),
+        maximumDistance=max(extremes[low][1] for low, _ in blocks if low < done),
+        maximumTravelTime=max(extremes[low][2] for low, _ in blocks if low < done),
         computationTimeMs=int((time.monotonic() - began) * 1000),
     )
     # the rows are stored from the arrays, never as one spyne object per row
