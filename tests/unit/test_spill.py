@@ -66,3 +66,68 @@ def test_a_node_removes_the_folders_of_dead_nodes_only(tmp_path):
     assert not dead.exists() and alive.exists()
     spill.remove_folder(made)
     assert not os.path.exists(made)
+
+
+def matrix_table(encoded=False):
+    """A 600 × 600 XDima table (2.9 MB stored: more than SPILL_ABOVE), plain or encoded."""
+    from tests.unit.test_xdima_compute import SUMMARY, random_matrix
+    from xruntime.author.tables import encoded as encoded_table
+    from xruntime.author.tables import table
+    from xruntime.protocol import codec
+    from xruntime.services import xdima
+
+    metres, seconds = random_matrix(600, 600, 26)
+    summary = codec.decode(SUMMARY, xdima.DistanceMatrixSummary)
+    response = xdima.DistanceMatrixResponse(summary=summary)
+    if encoded:
+        return encoded_table(response, "encodedContents", distances=metres, travelTimes=seconds)
+    return table(response, "rows", distances=metres, travelTimes=seconds)
+
+
+@pytest.mark.parametrize("encoded", [False, True])
+def test_a_large_table_is_written_straight_into_the_file_handed_over(tmp_path, encoded):
+    from xruntime.author.tables import stored_table
+    from xruntime.services import xdima
+
+    in_memory = stored_table(matrix_table(encoded), xdima.DistanceMatrixResponse)
+    assert len(in_memory) > spill.SPILL_ABOVE
+    spilling = spill.Spill(str(tmp_path), "job")
+    stored = stored_table(matrix_table(encoded), xdima.DistanceMatrixResponse, spilling.into)
+    assert spilling.holds(stored)  # the file's mapping itself: no copy made in memory
+    del stored
+    path = spilling.hand_over()
+    assert os.path.dirname(path) == str(tmp_path)
+    with open(path, "rb") as f:
+        assert f.read() == in_memory
+    spilling.discard()  # (handed over: the main process removes it)
+    assert os.path.exists(path)
+
+
+def test_a_file_not_handed_over_is_removed(tmp_path):
+    from xruntime.author.tables import stored_table
+    from xruntime.services import xdima
+
+    spilling = spill.Spill(str(tmp_path), "job")
+    stored = stored_table(matrix_table(), xdima.DistanceMatrixResponse, spilling.into)
+    assert spilling.holds(stored) and len(os.listdir(tmp_path)) == 1
+    del stored
+    spilling.discard()  # (the job failed after its result was made)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_table_that_finds_no_room_is_made_in_memory(tmp_path, monkeypatch):
+    """``/dev/shm`` full: the space is asked for before the file is mapped (a write to a
+    mapped page that a full tmpfs cannot give would kill the worker), and the form is
+    made in memory instead, no file left."""
+    from xruntime.author.tables import stored_table
+    from xruntime.services import xdima
+
+    def full(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(spill.os, "posix_fallocate", full)
+    spilling = spill.Spill(str(tmp_path), "job")
+    stored = stored_table(matrix_table(), xdima.DistanceMatrixResponse, spilling.into)
+    assert isinstance(stored, bytearray) and not spilling.holds(stored)
+    assert stored == stored_table(matrix_table(), xdima.DistanceMatrixResponse)
+    assert os.listdir(tmp_path) == []

@@ -21,6 +21,7 @@ an answer is.
 
 from __future__ import annotations
 
+import mmap
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -112,15 +113,18 @@ def _item_type(response_type: type[XModel], field: str) -> type[XModel]:
     raise ValueError(f"{response_type.__name__} has no list {field!r} of objects")
 
 
-def stored_table(given: Table, declared: type[XModel]) -> bytes | bytearray:
+def stored_table(
+    given: Table, declared: type[XModel], into: payload.Allocate = bytearray
+) -> bytes | bytearray | mmap.mmap:
     """The store's form of the table's response, as ``pack`` of its encoded text would
     be: every array packed as the compact form packs it (int32 when its values fit,
     else int64).  Arrays short enough that the compact form could keep them as text
-    (under 33 items) take the ordinary path, through spyne objects: it is cheap there."""
+    (under 33 items) take the ordinary path, through spyne objects: it is cheap there.
+    A large form is written into a buffer from ``into`` (``payload.compose_stored``)."""
     import numpy as np
 
     if given.encoded:
-        return _stored_encoded(given, declared)
+        return _stored_encoded(given, declared, into)
     response, field, columns = given.response, given.field, given.columns
     declared_item = _item_type(type(response), field)
     item_type = original(declared_item)
@@ -157,7 +161,7 @@ def stored_table(given: Table, declared: type[XModel]) -> bytes | bytearray:
     # whole matrix): the stored form is written from them
     buffers = [_row_buffers(columns[name], code) for name, code in zip(names, codes, strict=True)]
     binary = [row for rows_alike in zip(*buffers, strict=True) for row in rows_alike]
-    return fill_list(outer, field, ",".join([item] * rows), index, binary)
+    return fill_list(outer, field, ",".join([item] * rows), index, binary, into)
 
 
 def _row_buffers(column: NDArray[np.integer], codes: list[str]) -> list[memoryview]:
@@ -188,7 +192,9 @@ def _rows_in_int32(column: NDArray[np.integer]) -> NDArray[np.bool_]:
     return (column.min(axis=1) >= INT32_MIN) & (column.max(axis=1) <= INT32_MAX)
 
 
-def _stored_encoded(given: Table, declared: type[XModel]) -> bytes | bytearray:
+def _stored_encoded(
+    given: Table, declared: type[XModel], into: payload.Allocate
+) -> bytes | bytearray | mmap.mmap:
     """The store's form of an encoded table's response: its text with each column's
     string cut out (found by a random mark put in its place), and the column's int32
     bytes kept as an item of code ``B`` there, which reads back as that string."""
@@ -213,4 +219,5 @@ def _stored_encoded(given: Table, declared: type[XModel]) -> bytes | bytearray:
         removed += end - start
         last = end
     skeleton.append(text[last:])
-    return payload.compose("".join(skeleton), index, binaries)  # (from the arrays themselves)
+    # (from the arrays themselves)
+    return payload.compose("".join(skeleton), index, binaries, into)

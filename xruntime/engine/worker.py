@@ -17,6 +17,7 @@ import ctypes
 import importlib
 import json
 import logging
+import mmap
 import signal
 import threading
 import time
@@ -41,7 +42,7 @@ from ..protocol.types import IntermediateResponseLimitation, JobProgress, XModel
 from ..settings.model import Settings
 from ..store import FinishedChild
 from ..store.list_join import join_lists
-from ..store.payload import pack
+from ..store.payload import Allocate, pack
 from ..support.logs import setup_logging
 from . import spill
 from .messages import (
@@ -231,11 +232,14 @@ def mark_intermediate(response: XModel, job: WorkerJobContext) -> XModel:
     return response
 
 
-def stored_result(response: XModel | Joined | Table, op: LongOperation) -> bytes | bytearray:
+def stored_result(
+    response: XModel | Joined | Table, op: LongOperation, into: Allocate = bytearray
+) -> bytes | bytearray | mmap.mmap:
     """The response in the store's form, made here, in the worker (a ``Joined`` one
-    from its parts, which are never decoded; a ``Table`` from its arrays)."""
+    from its parts, which are never decoded; a ``Table`` from its arrays, written into a
+    buffer from ``into``)."""
     if isinstance(response, Table):
-        return stored_table(response, op.response)
+        return stored_table(response, op.response, into)
     if isinstance(response, Joined):
         outer = response.response
         setattr(outer, response.field, [])
@@ -246,6 +250,24 @@ def stored_result(response: XModel | Joined | Table, op: LongOperation) -> bytes
             cast(list[bytes], [part.stored for part in response.parts]),
         )
     return pack(codec.dumps(codec.encode(response, op.response)))
+
+
+def _result_message(
+    stored: bytes | bytearray | mmap.mmap,
+    spilling: spill.Spill | None,
+    folder: str | None,
+    job_id: str,
+) -> Result | SpilledResult:
+    """How a stored form goes to the main process: as the file it was written into, as
+    a file it is written into now (a large form made in memory: a compressed one), or
+    through the pipe."""
+    if spilling is not None and spilling.holds(stored):
+        return SpilledResult(spilling.hand_over())
+    if folder is not None and len(stored) > spill.SPILL_ABOVE:
+        path = spill.spill(folder, job_id, stored)
+        if path is not None:
+            return SpilledResult(path)
+    return Result(bytes(stored) if isinstance(stored, (bytearray, mmap.mmap)) else stored)
 
 
 def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run: RunJob) -> None:
@@ -263,6 +285,8 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
         service,
     )
     outcome: Outcome
+    # where a large stored form is written as it is made (None: through the pipe)
+    spilling = spill.Spill(run.spill_folder, job_id) if run.spill_folder is not None else None
     try:
         op = long_operation(service, operation)
         request = codec.decode(json.loads(run.request), op.request)
@@ -274,18 +298,12 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
             )
         if job.stop_requested:
             mark_intermediate(given, job)
-        stored = stored_result(response, op)
+        stored = stored_result(response, op, spilling.into if spilling else bytearray)
         # The response (a table's arrays) goes before the stored form is copied again:
         # into bytes (a bytearray pickles through a copy of itself as bytes), then into
         # the message sent.  A worker holds two of the three at a time, never all three.
         del response, given
-        path = None
-        if run.spill_folder is not None and len(stored) > spill.SPILL_ABOVE:
-            path = spill.spill(run.spill_folder, job_id, stored)
-        if path is not None:
-            outcome = SpilledResult(path)
-        else:
-            outcome = Result(bytes(stored) if isinstance(stored, bytearray) else stored)
+        outcome = _result_message(stored, spilling, run.spill_folder, job_id)
         del stored
     except WaitForChildren as fan_out:
         outcome = ChildrenAsked(fan_out.stage, fan_out.fail_fast, fan_out.children)
@@ -301,6 +319,9 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
             f"error ({type(exc).__name__}); see the server log"
         )
         outcome = Failure(codec.dumps(codec.encode_fault(internal)))
+    finally:
+        if spilling is not None:
+            spilling.discard()  # (unless handed over)
     job.send_outcome(outcome)
 
 

@@ -13,6 +13,7 @@ producing the whole list would have stored.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import re
 from array import array
@@ -181,7 +182,7 @@ def _joined_numbers(items: Sequence[_Items]) -> _Items | None:
     return _Items("", [[0, code, count]], b"".join(binary), code)
 
 
-def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes | bytearray:
+def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes | bytearray | mmap.mmap:
     """The stored form of ``outer`` (compact JSON text of an object holding the member
     ``"<field>":[]``) with that list filled with the items of each stored part's own
     top-level list ``field``, in order: what one job producing the whole list would have
@@ -216,23 +217,31 @@ def fill_list(
     text: str,
     index: Sequence[list],
     binary: bytes | memoryview | list[memoryview],
-) -> bytes | bytearray:
+    into: payload.Allocate = bytearray,
+) -> bytes | bytearray | mmap.mmap:
     """The stored form of ``outer`` (as for ``join_lists``) with its list ``field`` holding
     items given in the store's form: their skeleton ``text`` (items joined by commas,
     without the brackets), the ``index`` of their packed arrays (positions in ``text``)
     and those arrays' little-endian bytes, in order (or the buffers that hold them, end to
     end: a matrix's rows are never joined into one buffer).  For a result made of numeric arrays
-    (``xruntime.author.tables``): no array is formatted as text, scanned or parsed."""
+    (``xruntime.author.tables``): no array is formatted as text, scanned or parsed.
+    Uncompressed, it is written into a buffer from ``into`` (``payload.compose_stored``)."""
     span = _member_span(outer, field)
     if span is None or outer[span[0] : span[1]] != "[]":
         raise ValueError(f"outer has no top-level member {field!r} that is []")
     from concurrent.futures import ThreadPoolExecutor  # as in join_lists
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        return _joined(outer, span[0], [_Items(text, index, binary)], pool)
+        return _joined(outer, span[0], [_Items(text, index, binary)], pool, into)
 
 
-def _joined(outer: str, start: int, items: list[_Items], pool: Executor) -> bytes | bytearray:
+def _joined(
+    outer: str,
+    start: int,
+    items: list[_Items],
+    pool: Executor,
+    into: payload.Allocate = bytearray,
+) -> bytes | bytearray | mmap.mmap:
     """``outer`` with the items at ``start`` (its ``[]``), their packed arrays kept."""
     numbers = _joined_numbers(items)
     # (skeleton text, index, binaries: packed arrays, or items whose bytes are kept)
@@ -279,7 +288,7 @@ def _joined(outer: str, start: int, items: list[_Items], pool: Executor) -> byte
     if not any(isinstance(b, _Items) and b.deflating is not None for b in binaries):
         sources = [source for binary in binaries for source in _sources_of(binary)]
         if payload.level_of(sources) == 0:  # not worth compressing: copied once, as it is
-            return payload.compose_stored(skeleton, index, sources)
+            return payload.compose_stored(skeleton, index, sources, into)
     # Compressed in pieces at once, as pigz does (zlib releases the GIL, and compressing
     # tens of megabytes on one core is most of a join's time): raw deflate pieces that
     # each end on a byte boundary (a sync flush), an empty final block, and zlib's

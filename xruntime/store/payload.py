@@ -28,6 +28,7 @@ the parts of the form it works with (``cut_arrays``, ``read_table``, ``read_comp
 
 import base64
 import json
+import mmap
 import re
 import struct
 import sys
@@ -151,15 +152,24 @@ def cut_arrays(text: str) -> tuple[str, list, list[array]]:
     return "".join(skeleton), index, arrays
 
 
+#: Makes the buffer of ``size`` bytes that a stored form is written into: by default a
+#: bytearray; a worker gives one that maps a file the main process reads
+#: (``engine/spill.py``), so that the form is not copied into one after.
+Allocate = Callable[[int], bytearray | mmap.mmap]
+
+
 def compose(
-    skeleton: str, index: list, binaries: Sequence[bytes | memoryview | array]
-) -> bytes | bytearray:
+    skeleton: str,
+    index: list,
+    binaries: Sequence[bytes | memoryview | array],
+    into: Allocate = bytearray,
+) -> bytes | bytearray | mmap.mmap:
     """The compact form of a skeleton, its index and its arrays' little-endian bytes:
     the index and skeleton one piece, the arrays' bytes pieces of PIECE_BYTES, compressed
     at level 1, or written as they are when that would not halve them
-    (``compose_stored``)."""
+    (``compose_stored``, into a buffer from ``into``)."""
     if level_of(binaries) == 0:
-        return compose_stored(skeleton, index, binaries)
+        return compose_stored(skeleton, index, binaries, into)
     pieces = [deflate_piece(index_head(index) + skeleton.encode("utf-8"))]
     pieces += [deflate_piece(piece) for piece in pieces_of(b"".join(binaries))]
     return write_pieces(pieces)
@@ -379,20 +389,24 @@ def level_of(sources: Sequence[bytes | memoryview | array]) -> int:
 
 
 def compose_stored(
-    skeleton: str, index: list, sources: Sequence[bytes | memoryview | array]
-) -> bytearray:
+    skeleton: str,
+    index: list,
+    sources: Sequence[bytes | memoryview | array],
+    into: Allocate = bytearray,
+) -> bytearray | mmap.mmap:
     """The compact form of a skeleton, its index and its arrays' little-endian bytes
     (``sources`` end to end), its arrays' pieces as deflate's stored blocks, written
-    straight into the one buffer returned: each byte of the arrays is copied once
-    (``compose`` joined them, then copied each piece into zlib's output, then joined the
-    pieces: a worker held four times a 5 000² matrix).  Reads as any compact form."""
+    straight into the one buffer returned (made by ``into`` at its exact size): each
+    byte of the arrays is copied once (``compose`` joined them, then copied each piece
+    into zlib's output, then joined the pieces: a worker held four times a 5 000²
+    matrix).  Reads as any compact form."""
     head = deflate_piece(index_head(index) + skeleton.encode("utf-8"))
     head_length = sum(len(d) for d in head[0])
     total = sum(memoryview(s).nbytes for s in sources)
     lengths = [min(PIECE_BYTES, total - at) for at in range(0, total, PIECE_BYTES)]
     count = 1 + len(lengths)
     at = len(MAGIC) + 4 + count * _PIECE.size
-    out = bytearray(
+    out = into(
         at
         + 2
         + head_length
