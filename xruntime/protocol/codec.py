@@ -12,6 +12,7 @@ import math
 import operator
 import reprlib
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from spyne.model.complex import ComplexModelBase
@@ -206,12 +207,13 @@ _COMPARISONS: tuple[tuple[str, Callable[[Any, Any], bool], str], ...] = (
 @cached
 def _bounds(attrs: Any) -> tuple[tuple[Any, Callable[[Any, Any], bool], str], ...]:
     """The finite bounds a number of a field with spyne ``attrs`` must keep: (bound,
-    the comparison it must pass, the words a fault says), found once per field type."""
+    the comparison it must pass, the words a fault says), found once per field type.
+    spyne's unbounded ones are infinite Decimals, slow to compare a float with."""
     return tuple(
         (b, holds, words)
         for name, holds, words in _COMPARISONS
         if (b := getattr(attrs, name, None)) is not None
-        and not (isinstance(b, (int, float)) and math.isinf(b))
+        and not (isinstance(b, (int, float, Decimal)) and math.isinf(b))
     )
 
 
