@@ -20,7 +20,8 @@ import pytest
 
 from tests.harness import Server
 from tests.processes import Memory, http_pids
-from xruntime.engine import spill
+from xruntime.engine import housekeeping, spill
+from xruntime.store import result_files
 
 DIMA_NS = "http://xruntime.org/xserver/xdima"
 #: MB an HTTP process may grow by while it answers a 3 000² matrix in any form (the
@@ -54,10 +55,17 @@ def matrix_job(node, size, contents="ARRAYS"):
     return job["id"]
 
 
+def result_folder(node):
+    """Where the node's SQLite store keeps its large results (store/result_files.py)."""
+    (found,) = glob.glob(os.path.join(node.folder, "**", "*" + result_files.SUFFIX), recursive=True)
+    return found
+
+
 def no_spilled_files(node):
-    """The worker's file of the result (engine/spill.py) is removed once it is stored
-    (just after the job is seen SUCCEEDED)."""
-    folders = glob.glob(f"/dev/shm/{spill.PREFIX}{node.proc.pid}-*")
+    """The worker's file of the result (engine/spill.py), in the store's result folder
+    on SQLite, is taken in by the store (or removed) once the job is stored (just after
+    it is seen SUCCEEDED)."""
+    folders = glob.glob(os.path.join(result_folder(node), f"{spill.PREFIX}{node.proc.pid}-*"))
     assert len(folders) == 1, folders
     deadline = time.monotonic() + 10
     while os.listdir(folders[0]):
@@ -210,3 +218,42 @@ def test_a_job_deleted_while_its_result_is_written_cuts_the_answer_short(node):
     log = node.log()
     assert "a streamed answer was cut short" in log and "Traceback" not in log
     assert node.call("XRuntime", "getRuntimeInformation", {})["version"]
+
+
+def test_a_large_result_is_a_file_beside_the_database_until_its_job_is_erased(node):
+    """On SQLite a large result is kept as a file of the store's result folder
+    (store/result_files.py), and its disk space comes back after the job is deleted
+    (the node's sweep of erased jobs' files, every RESULT_SWEEP_PERIOD)."""
+    job_id = matrix_job(node, 600)
+    folder = result_folder(node)
+    (name,) = [n for n in os.listdir(folder) if n.startswith(job_id)]
+    assert os.stat(os.path.join(folder, name)).st_mode & 0o777 == 0o600
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    assert fetched(node, "json", job_id)[0] > 4_000_000
+    node.call("XRuntime", "deleteJob", {"id": job_id})
+    deadline = time.monotonic() + 6 * housekeeping.RESULT_SWEEP_PERIOD
+    while any(n.startswith(job_id) for n in os.listdir(folder)):
+        assert time.monotonic() < deadline, "the result file of a deleted job stays"
+        time.sleep(0.1)
+
+
+def test_a_result_file_gone_from_the_disk_is_a_fault_not_a_cut_answer(node):
+    """A database restored without its result files, or a file removed by hand: the
+    fetch answers InternalErrorFault before any byte of a result (not a 200 cut short),
+    and the node goes on serving."""
+    job_id = matrix_job(node, 400)
+    folder = result_folder(node)
+    (name,) = [n for n in os.listdir(folder) if n.startswith(job_id)]
+    os.unlink(os.path.join(folder, name))
+    path, body, content_type = FETCHES["json"]
+    conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=60)
+    try:
+        conn.request("POST", path, body(job_id), {"Content-Type": content_type})
+        answer = conn.getresponse()
+        fault = json.loads(answer.read())
+    finally:
+        conn.close()
+    assert answer.status == 500
+    assert fault["faultInfo"]["$type"] == "InternalErrorFault", fault
+    assert job_id in fault["message"] and "Traceback" not in json.dumps(fault)
+    assert node.call("XRuntime", "getRuntimeInformation", {})  # still serving

@@ -92,7 +92,7 @@ def test_a_large_table_is_written_straight_into_the_file_handed_over(tmp_path, e
     in_memory = stored_table(matrix_table(encoded), xdima.DistanceMatrixResponse)
     assert len(in_memory) > spill.SPILL_ABOVE
     spilling = spill.Spill(str(tmp_path), "job")
-    stored = stored_table(matrix_table(encoded), xdima.DistanceMatrixResponse, spilling.into)
+    stored = stored_table(matrix_table(encoded), xdima.DistanceMatrixResponse, spilling)
     assert spilling.holds(stored)  # the file's mapping itself: no copy made in memory
     del stored
     path = spilling.hand_over()
@@ -108,7 +108,7 @@ def test_a_file_not_handed_over_is_removed(tmp_path):
     from xruntime.services import xdima
 
     spilling = spill.Spill(str(tmp_path), "job")
-    stored = stored_table(matrix_table(), xdima.DistanceMatrixResponse, spilling.into)
+    stored = stored_table(matrix_table(), xdima.DistanceMatrixResponse, spilling)
     assert spilling.holds(stored) and len(os.listdir(tmp_path)) == 1
     del stored
     spilling.discard()  # (the job failed after its result was made)
@@ -127,7 +127,7 @@ def test_a_table_that_finds_no_room_is_made_in_memory(tmp_path, monkeypatch):
 
     monkeypatch.setattr(spill.os, "posix_fallocate", full)
     spilling = spill.Spill(str(tmp_path), "job")
-    stored = stored_table(matrix_table(), xdima.DistanceMatrixResponse, spilling.into)
+    stored = stored_table(matrix_table(), xdima.DistanceMatrixResponse, spilling)
     assert isinstance(stored, bytearray) and not spilling.holds(stored)
     assert stored == stored_table(matrix_table(), xdima.DistanceMatrixResponse)
     assert os.listdir(tmp_path) == []

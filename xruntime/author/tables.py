@@ -114,7 +114,7 @@ def _item_type(response_type: type[XModel], field: str) -> type[XModel]:
 
 
 def stored_table(
-    given: Table, declared: type[XModel], into: payload.Allocate = bytearray
+    given: Table, declared: type[XModel], into: payload.Output = payload.IN_MEMORY
 ) -> bytes | bytearray | mmap.mmap:
     """The store's form of the table's response, as ``pack`` of its encoded text would
     be: every array packed as the compact form packs it (int32 when its values fit,
@@ -193,7 +193,7 @@ def _rows_in_int32(column: NDArray[np.integer]) -> NDArray[np.bool_]:
 
 
 def _stored_encoded(
-    given: Table, declared: type[XModel], into: payload.Allocate
+    given: Table, declared: type[XModel], into: payload.Output
 ) -> bytes | bytearray | mmap.mmap:
     """The store's form of an encoded table's response: its text with each column's
     string cut out (found by a random mark put in its place), and the column's int32

@@ -33,6 +33,8 @@ LEASE_RENEW_PERIOD = 5.0  # s between renewals of the leases this node's slots h
 HOUSEKEEPING_PERIOD = (
     1.0  # s between two rounds of the other duties (or a shorter cleanup interval)
 )
+#: s between two sweeps of the result files of erased jobs (store.result_files)
+RESULT_SWEEP_PERIOD = 10.0
 SIGNAL_MEMORY = 60.0  # s a stop or delete no slot took is kept for a slot about to start the job
 
 #: one throttled log per step, so that one failing every second hides no other
@@ -52,6 +54,7 @@ class Housekeeping(threading.Thread):
         sup = self.sup
         cleaner = sup.cleaner
         last_lease = float("-inf")  # time.monotonic() of the last renewal: none yet
+        last_sweep = time.monotonic()  # (of the result files: the first a period after start)
         while not sup.closing:
             # a cleanup interval under a second sets the pace (it is honoured, not rounded up)
             time.sleep(min(HOUSEKEEPING_PERIOD, cleaner.interval_s() if cleaner else 1.0))
@@ -74,6 +77,9 @@ class Housekeeping(threading.Thread):
             ]
             if cleaner is not None:
                 steps.append(("retention cleanup", partial(cleaner.tick, now)))
+            if sup.store.result_folder is not None and now - last_sweep >= RESULT_SWEEP_PERIOD:
+                last_sweep = now
+                steps.append(("result files of erased jobs", sup.store.sweep_result_files))
             for name, step in steps:
                 self._step(name, step)
 

@@ -21,6 +21,7 @@ from enum import IntEnum
 
 from ..settings.model import Settings
 from ..store import FinishedChild
+from ..store.result_files import ResultFile
 
 
 class StopReason(IntEnum):
@@ -81,7 +82,8 @@ class Progress:
 class Result:
     """The function returned: its response, already in the store's form."""
 
-    stored: bytes | memoryview  # (a memoryview: a SpilledResult's file, mapped)
+    # (a SpilledResult's file: mapped, or as it is for a store that takes it in)
+    stored: bytes | memoryview | ResultFile
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,7 +84,10 @@ class Outcomes:
         """The run of ``job`` ended: apply the rule of the way it ended.  A job
         ``deleted`` during its run is let go of (and erased), however the run ended."""
         if isinstance(ending, Returned) and isinstance(ending.outcome, SpilledResult):
-            with spill.spilled(ending.outcome.path) as stored:  # (removed whatever happens)
+            # the file as it is, for a store that keeps it (renamed), or mapped; removed
+            # whatever happens, unless the store took it
+            taken = self.sup.store.result_folder is not None
+            with spill.spilled(ending.outcome.path, as_file=taken) as stored:
                 self.conclude(job, Returned(Result(stored), ending.progress), deleted)
             return
         if deleted:

@@ -24,8 +24,12 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..store.result_files import ResultFile
+
 log = logging.getLogger(__name__)
 
+#: posix_fadvise's advice that starts the writing out of a file's dirty pages (Linux)
+_WRITE_OUT = getattr(os, "POSIX_FADV_DONTNEED", 4)
 #: A stored result larger than this (bytes) is spilled; a smaller one goes through the pipe.
 SPILL_ABOVE = 1 << 20
 PREFIX = "xruntime-results-"
@@ -70,7 +74,7 @@ def _alive(pid: int) -> bool:
 
 class Spill:
     """(In the worker.) The file of the supervisor's folder that a job's large stored
-    form is written into as it is made: ``into`` is the buffer maker that
+    form is written into as it is made: the ``payload.Output`` that
     ``payload.compose_stored`` is given.  Removed (``discard``) unless handed over to the
     main process (``hand_over``)."""
 
@@ -78,8 +82,10 @@ class Spill:
         self.folder, self.job_id = folder, job_id
         self.path: str | None = None
         self._mapped: mmap.mmap | None = None
+        self._fd: int | None = None
+        self._started = 0  # bytes whose writing out has been started
 
-    def into(self, size: int) -> bytearray | mmap.mmap:
+    def buffer(self, size: int) -> bytearray | mmap.mmap:
         """A buffer of ``size`` bytes: a new file, mapped, when it is larger than
         SPILL_ABOVE; else, or when no file can be made (``/dev/shm`` full), a bytearray."""
         if size <= SPILL_ABOVE or self.path is not None:
@@ -90,19 +96,26 @@ class Spill:
             log.warning("job %s: its result goes through the pipe: %s", self.job_id, exc)
             return bytearray(size)
         try:
-            try:
-                # the space now: a write to a mapped page that a full tmpfs cannot give
-                # would kill the worker with SIGBUS
-                os.posix_fallocate(fd, 0, size)
-                mapped = mmap.mmap(fd, size)
-            finally:
-                os.close(fd)
+            # the space now: a write to a mapped page that a full tmpfs cannot give
+            # would kill the worker with SIGBUS
+            os.posix_fallocate(fd, 0, size)
+            mapped = mmap.mmap(fd, size)
         except OSError as exc:
+            os.close(fd)
             os.unlink(path)
             log.warning("job %s: its result goes through the pipe: %s", self.job_id, exc)
             return bytearray(size)
-        self.path, self._mapped = path, mapped
+        self.path, self._mapped, self._fd = path, mapped, fd
         return mapped
+
+    def written(self, upto: int) -> None:
+        """Start writing out the bytes written so far (a file on disk: the store keeps
+        it, store/result_files.py), so that the disk works while the rest is composed:
+        ``hand_over`` then waits for the last piece only (0.08 → 0.03 s at 32 MB)."""
+        if self._fd is not None and upto > self._started:
+            # (for a file's dirty pages: their writing out is started, nothing waits)
+            os.posix_fadvise(self._fd, self._started, upto - self._started, _WRITE_OUT)
+            self._started = upto
 
     def holds(self, stored: object) -> bool:
         """Whether ``stored`` is this file's mapping."""
@@ -110,29 +123,35 @@ class Spill:
 
     def hand_over(self) -> str:
         """The file's path for the main process (``SpilledResult``), its mapping closed
-        here (what was written is in the file: the mapping is shared)."""
+        here: its bytes on disk before its job can say SUCCEEDED (a store that keeps it
+        as a file refers to it then); in /dev/shm there is nothing to write."""
         assert self._mapped is not None and self.path is not None
-        try:
-            self._mapped.close()
-        except BufferError:  # a view of it is still held: unmapped when collected
-            pass
-        self._mapped, path, self.path = None, self.path, None
+        self._mapped.flush()
+        path = self.path
+        self._close()
+        self.path = None
         return path
 
     def discard(self) -> None:
         """Remove the file, if one was made and not handed over."""
         if self.path is not None:
-            if self._mapped is not None:
-                try:
-                    self._mapped.close()
-                except BufferError:  # unmapped when collected
-                    pass
-                self._mapped = None
+            self._close()
             try:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
             self.path = None
+
+    def _close(self) -> None:
+        if self._mapped is not None:
+            try:
+                self._mapped.close()
+            except BufferError:  # a view of it is still held: unmapped when collected
+                pass
+            self._mapped = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def spill(folder: str, job_id: str, stored: bytes | bytearray | mmap.mmap) -> str | None:
@@ -147,6 +166,8 @@ def spill(folder: str, job_id: str, stored: bytes | bytearray | mmap.mmap) -> st
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(stored)
+            f.flush()
+            os.fsync(f.fileno())  # (as ``Spill.hand_over``)
     except OSError as exc:
         os.unlink(path)
         log.warning("job %s: its result goes through the pipe: %s", job_id, exc)
@@ -158,9 +179,19 @@ def spill(folder: str, job_id: str, stored: bytes | bytearray | mmap.mmap) -> st
 
 
 @contextmanager
-def spilled(path: str) -> Iterator[memoryview]:
-    """(In the main process.) The bytes of a spilled result, mapped, not copied; the
-    file is removed afterwards, whatever happens."""
+def spilled(path: str, as_file: bool = False) -> Iterator[memoryview | ResultFile]:
+    """(In the main process.) The bytes of a spilled result, mapped, not copied (or,
+    ``as_file``, the file as a ``ResultFile`` for a store that takes it in by a
+    rename); the file is removed afterwards, whatever happens, unless it was taken."""
+    if as_file:
+        try:
+            yield ResultFile(path, os.stat(path).st_size)
+        finally:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:  # (taken)
+                pass
+        return
     try:
         with open(path, "rb") as f:
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple, Optional, TypeVar
 
 from ..protocol.states import Status
-from ..store import JobRecord, Run, StoreUnavailable
+from ..store import JobRecord, Run, StoreUnavailable, result_files
 from ..store.changes import MISSED
 from . import spill
 from .housekeeping import Housekeeping
@@ -109,7 +109,12 @@ class Supervisor:
 
     def start(self) -> None:
         self.housekeeping.recover(self.node)  # what this node ran when it last died
-        self.spill_folder = spill.make_folder()
+        # beside the result files a SQLite store keeps, so that a worker's file is
+        # taken in by a rename (store.result_files); else in /dev/shm
+        folder = self.store.result_folder
+        self.spill_folder = spill.make_folder(
+            None if folder is None else result_files.make_folder(folder)
+        )
         self.slots = [WorkerSlot(self, i) for i in range(self.settings().workers)]
         for slot in self.slots:
             slot.start()

@@ -42,7 +42,7 @@ from ..protocol.types import IntermediateResponseLimitation, JobProgress, XModel
 from ..settings.model import Settings
 from ..store import FinishedChild
 from ..store.list_join import join_lists
-from ..store.payload import Allocate, pack
+from ..store.payload import IN_MEMORY, Output, pack
 from ..support.logs import setup_logging
 from . import spill
 from .messages import (
@@ -233,7 +233,7 @@ def mark_intermediate(response: XModel, job: WorkerJobContext) -> XModel:
 
 
 def stored_result(
-    response: XModel | Joined | Table, op: LongOperation, into: Allocate = bytearray
+    response: XModel | Joined | Table, op: LongOperation, into: Output = IN_MEMORY
 ) -> bytes | bytearray | mmap.mmap:
     """The response in the store's form, made here, in the worker (a ``Joined`` one
     from its parts, which are never decoded; a ``Table`` from its arrays, written into a
@@ -298,7 +298,7 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
             )
         if job.stop_requested:
             mark_intermediate(given, job)
-        stored = stored_result(response, op, spilling.into if spilling else bytearray)
+        stored = stored_result(response, op, spilling or IN_MEMORY)
         # The response (a table's arrays) goes before the stored form is copied again:
         # into bytes (a bytearray pickles through a copy of itself as bytes), then into
         # the message sent.  A worker holds two of the three at a time, never all three.

@@ -22,6 +22,7 @@ from ..engine.webhooks import check_callback
 from ..protocol import codec, states
 from ..protocol.faults import (
     AccessDeniedFault,
+    InternalErrorFault,
     InvalidFetchTypeFault,
     InvalidValueFault,
     JobStateFault,
@@ -209,6 +210,13 @@ class JobManager:
         an answer written as it is read (``store.payload_stream``): never whole."""
         stored = self._fetched(op, job_id, caller, None, stored=True).stored_result
         assert stored is not None  # a SUCCEEDED job is stored with its result
+        try:  # its first bytes now: one that cannot be read is a fault, not a cut answer
+            stored.read(0, 1)
+        except LookupError as exc:  # erased meanwhile, or its file is gone
+            log.error("job %s: its result cannot be read: %s", job_id, exc)
+            raise InternalErrorFault(
+                f"the result of job {job_id} cannot be read; see the server log"
+            ) from exc
         return stored
 
     def _fetched(

@@ -161,7 +161,7 @@ class ChildJobs(Database):
                 service=r[3],
                 operation=r[4],
                 status=r[5],
-                result=None if r[6] is None else bytes(r[6]),
+                result=None if r[6] is None else bytes(self._as_stored(r[6])),
                 fault=unpack(r[7]),
                 finished_at=r[8],
             )

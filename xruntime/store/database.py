@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 
-from . import sqlite
+from . import result_files, sqlite
 from .clock import DatabaseClock
 from .clock import stop_using as stop_using_clock
 from .clock import use as use_clock
@@ -62,9 +62,13 @@ class Database:
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
         self.checkpointer: sqlite.WalCheckpointer | None = None
+        #: where large results are kept as files (``result_files``): beside a SQLite
+        #: database's file; None on PostgreSQL and for a database in memory
+        self.result_folder: str | None = None
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 sqlite.make_private_file(os.path.abspath(parsed.database))
+                self.result_folder = result_files.folder_of(parsed.database)
             self.engine = create_engine(
                 url,
                 pool_size=20,
@@ -96,6 +100,14 @@ class Database:
             for key, (build, columns, keys) in prepared_statements().items()
         }
         self._compiled_cache: dict[tuple, Prepared] = {}
+
+    def _as_stored(self, blob: bytes | memoryview) -> bytes | memoryview:
+        """A result as the store read it: a reference to a file is that file's bytes."""
+        name = None if self.result_folder is None else result_files.name_in(blob)
+        if name is None:
+            return blob
+        assert self.result_folder is not None
+        return result_files.read(self.result_folder, name)
 
     def _make_schema(self) -> None:
         """Create the tables (or bring an older database up to date) in one transaction:

@@ -26,6 +26,7 @@ from .records import (
     Recovered,
     Run,
 )
+from .result_files import ResultFile
 
 
 class JobStore(Protocol):
@@ -102,14 +103,15 @@ class JobStore(Protocol):
         status: str,
         now: int,
         *,
-        result: str | bytes | bytearray | memoryview | None = None,
+        result: str | bytes | bytearray | memoryview | ResultFile | None = None,
         fault: str | None = None,
         progress: str | None = None,
         from_states: Iterable[str] = ACTIVE_RUNNING,
         note: str | None = None,
         run: Run | None = None,
     ) -> bool:
-        """An active job → SUCCEEDED (with result) or FAILED (with fault)."""
+        """An active job → SUCCEEDED (with result; a ``ResultFile`` only where
+        ``result_folder`` is set: taken in by a rename) or FAILED (with fault)."""
 
     def retry(self, job_id: str, not_before: int, note: str, run: Run | None = None) -> bool:
         """A running job back to QUEUING until ``not_before`` (ms), its retry counted."""
@@ -257,6 +259,13 @@ class JobStore(Protocol):
 
     def busy_workers(self, node: str) -> int:
         """Worker slots of ``node`` that hold a job now."""
+
+    #: where large results are kept as files (``result_files``: SQLite), or None
+    result_folder: str | None
+
+    def sweep_result_files(self) -> int:
+        """Remove the result files of erased jobs; how many (0 without result files)."""
+        ...
 
     def checkpoint_in_background(self) -> None:
         """(A node's main process.) On SQLite, copy the WAL into the database in a thread

@@ -217,7 +217,7 @@ def fill_list(
     text: str,
     index: Sequence[list],
     binary: bytes | memoryview | list[memoryview],
-    into: payload.Allocate = bytearray,
+    into: payload.Output = payload.IN_MEMORY,
 ) -> bytes | bytearray | mmap.mmap:
     """The stored form of ``outer`` (as for ``join_lists``) with its list ``field`` holding
     items given in the store's form: their skeleton ``text`` (items joined by commas,
@@ -240,7 +240,7 @@ def _joined(
     start: int,
     items: list[_Items],
     pool: Executor,
-    into: payload.Allocate = bytearray,
+    into: payload.Output = payload.IN_MEMORY,
 ) -> bytes | bytearray | mmap.mmap:
     """``outer`` with the items at ``start`` (its ``[]``), their packed arrays kept."""
     numbers = _joined_numbers(items)

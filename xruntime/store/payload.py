@@ -35,7 +35,7 @@ import sys
 import zlib
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from typing import overload
+from typing import Protocol, overload
 
 COMPRESS_ABOVE = 4096
 #: Arrays shorter than this stay as text.
@@ -152,17 +152,38 @@ def cut_arrays(text: str) -> tuple[str, list, list[array]]:
     return "".join(skeleton), index, arrays
 
 
-#: Makes the buffer of ``size`` bytes that a stored form is written into: by default a
-#: bytearray; a worker gives one that maps a file the main process reads
-#: (``engine/spill.py``), so that the form is not copied into one after.
-Allocate = Callable[[int], bytearray | mmap.mmap]
+class Output(Protocol):
+    """Where a stored form is written as it is made (``compose_stored``): in memory
+    (``IN_MEMORY``), or, in a worker, a file the main process takes over
+    (``engine/spill.py``), so that the form is not copied into one after."""
+
+    def buffer(self, size: int) -> bytearray | mmap.mmap:
+        """The buffer of exactly ``size`` bytes the form is written into."""
+        ...
+
+    def written(self, upto: int) -> None:
+        """Its bytes up to ``upto`` are written (a file may start writing them out)."""
+        ...
+
+
+class InMemory:
+    """A stored form made in a bytearray."""
+
+    def buffer(self, size: int) -> bytearray:
+        return bytearray(size)
+
+    def written(self, upto: int) -> None:
+        pass
+
+
+IN_MEMORY = InMemory()
 
 
 def compose(
     skeleton: str,
     index: list,
     binaries: Sequence[bytes | memoryview | array],
-    into: Allocate = bytearray,
+    into: Output = IN_MEMORY,
 ) -> bytes | bytearray | mmap.mmap:
     """The compact form of a skeleton, its index and its arrays' little-endian bytes:
     the index and skeleton one piece, the arrays' bytes pieces of PIECE_BYTES, compressed
@@ -392,11 +413,11 @@ def compose_stored(
     skeleton: str,
     index: list,
     sources: Sequence[bytes | memoryview | array],
-    into: Allocate = bytearray,
+    into: Output = IN_MEMORY,
 ) -> bytearray | mmap.mmap:
     """The compact form of a skeleton, its index and its arrays' little-endian bytes
     (``sources`` end to end), its arrays' pieces as deflate's stored blocks, written
-    straight into the one buffer returned (made by ``into`` at its exact size): each
+    straight into the one buffer returned (``into``'s, of its exact size): each
     byte of the arrays is copied once (``compose`` joined them, then copied each piece
     into zlib's output, then joined the pieces: a worker held four times a 5 000²
     matrix).  Reads as any compact form."""
@@ -406,7 +427,7 @@ def compose_stored(
     lengths = [min(PIECE_BYTES, total - at) for at in range(0, total, PIECE_BYTES)]
     count = 1 + len(lengths)
     at = len(MAGIC) + 4 + count * _PIECE.size
-    out = into(
+    out = into.buffer(
         at
         + 2
         + head_length
@@ -446,6 +467,7 @@ def compose_stored(
             out, len(MAGIC) + 4 + number * _PIECE.size, at - start, length, piece_checksum
         )
         checksum = _adler32_combine(checksum, piece_checksum, length)
+        into.written(at)
     view[at : at + len(_FINAL_BLOCK)] = _FINAL_BLOCK
     struct.pack_into(">I", out, at + len(_FINAL_BLOCK), checksum)
     return out

@@ -14,7 +14,8 @@ zlib stream at a time):
   which one handle per 2 MiB piece paid a hundred times at 5 000² (2.8 s; 8 MiB windows
   pay it 25 times, about 0.7 s, for 8 MiB more of the HTTP process);
 * on PostgreSQL, with ``substr(result, start, size)`` (an uncompressed out-of-line
-  value is read by its slices).
+  value is read by its slices);
+* from its file, when the row refers to one (``result_files``: SQLite's large results).
 
 If the job is erased while it is read, the next ``read`` raises LookupError (the answer
 is cut short), never answering other bytes.
@@ -23,6 +24,8 @@ is cut short), never answering other bytes.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from . import result_files
 
 if TYPE_CHECKING:
     import sqlite3  # (not loaded in worker processes: 0.8 MB each)
@@ -79,10 +82,16 @@ class ResultReader:
         driver: sqlite3.Connection = connection.driver_connection  # type: ignore[assignment]
         try:
             with driver.blobopen(table, "result", rowid, readonly=True) as blob:
-                blob.seek(offset)
-                return blob.read(size)
+                if len(blob) == self.length:
+                    blob.seek(offset)
+                    return blob.read(size)
+                name = result_files.name_in(blob.read())  # (a reference: a few bytes)
         finally:
             connection.close()  # back to the pool
+        folder = self._database.result_folder
+        if name is None or folder is None:
+            raise LookupError(f"job {self._job_id}'s stored result is not {self.length} bytes")
+        return result_files.read(folder, name, offset, size)
 
     def read_all(self) -> bytes:
         """The whole stored result (a small one)."""

@@ -8,10 +8,12 @@ parts live beside it: the way to the database (``database``), the statements
 lock (``sqlite``) and what "unavailable" means (``unavailable``).
 """
 
+import os
 from collections.abc import Callable, Iterable
 
 from sqlalchemy import (
     BigInteger,
+    Connection,
     LargeBinary,
     bindparam,
     delete,
@@ -23,6 +25,7 @@ from sqlalchemy import (
 )
 
 from ..protocol.states import FINISHED, Status
+from . import result_files
 from .children import ChildJobs
 from .claims import claim_statement
 from .database import QUEUE_LOCK_KEY, guard_values
@@ -30,6 +33,7 @@ from .events import fault_type, note_of
 from .outbox import CallbackOutbox
 from .payload import pack
 from .records import JobRecord, Recovered, Run
+from .result_files import ResultFile
 from .result_reader import ResultReader
 from .schema import RESULT_ROW_ABOVE, job_events, job_results, jobs, lane_of
 from .statements import (
@@ -124,6 +128,8 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
         params = {"job_id": job_id} if owner is None else {"job_id": job_id, "owner": owner}
         row = self._run(key, False, **params)[1]
         if row is None or not stored_result:
+            if row is not None and row["result"] is not None:
+                row["result"] = self._as_stored(row["result"])
             return record_of(row, max_result_bytes)
         length, in_row = row.pop("result_length"), row.pop("result")
         rec = record_of(row)
@@ -211,7 +217,7 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
         status: str,
         now: int,
         *,
-        result: str | bytes | bytearray | memoryview | None = None,
+        result: str | bytes | bytearray | memoryview | ResultFile | None = None,
         fault: str | None = None,
         progress: str | None = None,
         from_states: Iterable[str] = ACTIVE_RUNNING,
@@ -221,40 +227,98 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
         """An active job → SUCCEEDED (with result: JSON text, or bytes already in the
         stored form) or FAILED (with fault); the event says "succeeded", or "failed:
         <fault type>" and ``note``.  A large result goes into a row of its own
-        (``schema.job_results``), in the same transaction."""
+        (``schema.job_results``), in the same transaction; a ``ResultFile`` (SQLite, a
+        file in ``result_folder``) is renamed into ``result_folder`` and that row refers
+        to it (``result_files``)."""
         message = "succeeded" if status == Status.SUCCEEDED else f"failed: {fault_type(fault)}"
         blob = pack(result) if result is None or isinstance(result, str) else result
         values = dict(
             new_status=status,
             now=now,
-            result_blob=blob,
+            result_blob=None if isinstance(blob, ResultFile) else blob,
             fault_blob=pack(fault),
             progress_blob=pack(progress),
             note=note_of(f"{message} ({note})" if note else message),
         )
+        if isinstance(blob, ResultFile):
+            return self._finish_with_file(job_id, blob, values, from_states, run)
         if blob is None or len(blob) <= RESULT_ROW_ABOVE:
             return self._guarded("finish", job_id, from_states, run, **values)
-        statement = guarded_statements(tuple(from_states), run is not None)["finish"]
         with self._write() as conn:
-            if (
-                conn.execute(
-                    statement, guard_values(job_id, run, values | {"result_blob": None})
-                ).rowcount
-                != 1
-            ):
-                return False  # (not this run's any more, or no longer active)
-            conn.execute(
-                insert(job_results).from_select(
-                    ["job_seq", "owner", "bytes", "result"],
-                    select(
-                        jobs.c.seq,
-                        jobs.c.owner,
-                        literal(len(blob), BigInteger),
-                        literal(blob, LargeBinary),
-                    ).where(jobs.c.id == job_id),
-                )
+            values["result_blob"] = None  # (in its own row)
+            return self._finish_with_row(conn, job_id, values, from_states, run, blob, len(blob))
+
+    def _finish_with_row(
+        self,
+        conn: Connection,
+        job_id: str,
+        values: dict,
+        from_states: Iterable[str],
+        run: Run | None,
+        stored: bytes | bytearray | memoryview,
+        length: int,
+    ) -> bool:
+        """The job's end and its result's row (the result, or a reference to its file)."""
+        statement = guarded_statements(tuple(from_states), run is not None)["finish"]
+        if conn.execute(statement, guard_values(job_id, run, values)).rowcount != 1:
+            return False  # (not this run's any more, or no longer active)
+        conn.execute(
+            insert(job_results).from_select(
+                ["job_seq", "owner", "bytes", "result"],
+                select(
+                    jobs.c.seq,
+                    jobs.c.owner,
+                    literal(length, BigInteger),
+                    literal(stored, LargeBinary),
+                ).where(jobs.c.id == job_id),
             )
+        )
+        return True
+
+    def _finish_with_file(
+        self,
+        job_id: str,
+        file: ResultFile,
+        values: dict,
+        from_states: Iterable[str],
+        run: Run | None,
+    ) -> bool:
+        """The job's end with a result file taken in: renamed under the write lock, and
+        back when the transaction fails (so that the write can be tried again)."""
+        if self.result_folder is None:
+            raise ValueError("this store keeps no result files")
+        folder = result_files.make_folder(self.result_folder)
+        name = result_files.name_for(job_id, run.attempt if run is not None else 0, file.path)
+        target = os.path.join(folder, name)
+        renamed = False
+        try:
+            with self._write() as conn:
+                result_files.take_in(file.path, folder, name)
+                renamed = True
+                reference = result_files.reference(name)
+                if not self._finish_with_row(
+                    conn, job_id, values, from_states, run, reference, file.length
+                ):
+                    os.rename(target, file.path)  # (not this run's any more)
+                    renamed = False
+                    return False
             return True
+        except BaseException:
+            if renamed:
+                os.rename(target, file.path)
+            raise
+
+    def sweep_result_files(self) -> int:
+        """Remove the result files whose jobs were erased (``result_files.sweep``), under
+        the write lock; how many."""
+        if self.result_folder is None:
+            return 0
+        with self._write() as conn:
+            rows = conn.execute(
+                select(job_results.c.result).where(func.length(job_results.c.result) <= 200)
+            ).all()
+            referenced = {name for (blob,) in rows if (name := result_files.name_in(blob))}
+            return result_files.sweep(self.result_folder, referenced)
 
     def retry(self, job_id: str, not_before: int, note: str, run: Run | None = None) -> bool:
         """A running job back to QUEUING until ``not_before`` (ms), its retry counted."""

@@ -1,0 +1,114 @@
+"""Large results of a SQLite store kept as files beside the database
+(store/result_files.py): a worker's file is taken in by a rename when its job finishes
+and read back whole, by ranges and as a child's part; a finish that loses or fails
+leaves the file where it was; the files of erased jobs are swept, nothing else."""
+
+import os
+
+import pytest
+
+from tests.unit.helpers import new_record
+from tests.unit.test_result_reader import LEASE_MS, NODE, large_result
+from xruntime.protocol.states import Status
+from xruntime.store import Run, now_ms, payload_stream, result_files
+from xruntime.store.payload import unpack
+from xruntime.store.result_files import ResultFile
+
+
+def spilled_file(store, blob, name="job-abc123"):
+    """A worker's file of the stored form, in the spill folder inside the result folder
+    (where a SQLite node keeps it, so that it is taken in by a rename)."""
+    folder = os.path.join(result_files.make_folder(store.result_folder), "spill")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name)
+    with open(path, "wb") as f:
+        f.write(blob)
+    return ResultFile(path, len(blob))
+
+
+def running(store):
+    rec = new_record()
+    assert store.create(rec, 0)
+    claimed = store.claim(NODE, now_ms(), LEASE_MS)
+    assert claimed is not None and claimed.id == rec.id
+    return rec.id, Run(NODE, claimed.attempts)
+
+
+def result_names(store):
+    return sorted(n for n in os.listdir(store.result_folder) if n.endswith(".result"))
+
+
+def test_a_result_file_is_taken_in_and_read_back_every_way(store):
+    blob = large_result()
+    job_id, run = running(store)
+    file = spilled_file(store, blob)
+    assert store.finish(job_id, Status.SUCCEEDED, now_ms(), result=file, run=run)
+    assert not os.path.exists(file.path)  # renamed, not copied
+    (name,) = result_names(store)
+    assert os.stat(os.path.join(store.result_folder, name)).st_size == len(blob)
+    assert store.get(job_id).result == unpack(blob)
+    reader = store.get(job_id, stored_result=True).stored_result
+    assert reader.length == len(blob)
+    assert reader.read(1_000_003, 70_000) == blob[1_000_003:1_070_003]
+    assert b"".join(payload_stream.json_chunks(reader)).decode() == unpack(blob)
+    assert store.stored_bytes("") >= len(blob)  # quotas count the file's bytes
+
+
+def test_a_child_result_in_a_file_reaches_its_parent_as_bytes(store):
+    blob = large_result()
+    parent = new_record()
+    assert store.create(parent, 0)
+    claimed = store.claim(NODE, now_ms(), LEASE_MS)
+    child = new_record()
+    assert claimed is not None and claimed.id == parent.id
+    assert store.suspend(parent.id, NODE, 0, False, [child], "{}", "waiting") == "RUNNING"
+    taken = store.claim(NODE, now_ms(), LEASE_MS)
+    assert taken is not None and taken.id == child.id
+    file = spilled_file(store, blob)
+    assert store.finish(child.id, Status.SUCCEEDED, now_ms(), result=file)
+    (finished,) = store.children_of(parent.id)
+    assert finished.result == blob
+
+
+def test_a_finish_that_loses_leaves_the_file_where_it_was(store):
+    job_id, run = running(store)
+    assert store.mark_deleted(job_id)  # deleted while it ran
+    file = spilled_file(store, large_result())
+    assert not store.finish(job_id, Status.SUCCEEDED, now_ms(), result=file, run=run)
+    assert os.path.exists(file.path) and result_names(store) == []
+
+
+def test_a_finish_that_fails_renames_the_file_back_for_the_next_try(store, monkeypatch):
+    job_id, run = running(store)
+    file = spilled_file(store, large_result())
+
+    def unreachable(*args, **kwargs):
+        raise RuntimeError("the store is unreachable")
+
+    monkeypatch.setattr(store, "_finish_with_row", unreachable)
+    with pytest.raises(RuntimeError):
+        store.finish(job_id, Status.SUCCEEDED, now_ms(), result=file, run=run)
+    assert os.path.exists(file.path) and result_names(store) == []
+    assert store.get(job_id).status == Status.RUNNING
+    monkeypatch.undo()
+    assert store.finish(job_id, Status.SUCCEEDED, now_ms(), result=file, run=run)
+    assert len(result_names(store)) == 1
+
+
+def test_the_files_of_erased_jobs_are_swept_and_nothing_else(store):
+    kept, kept_run = running(store)
+    erased, erased_run = running(store)
+    for job_id, run, name in ((kept, kept_run, "a"), (erased, erased_run, "b")):
+        file = spilled_file(store, large_result(), name=f"job-{name}")
+        assert store.finish(job_id, Status.SUCCEEDED, now_ms(), result=file, run=run)
+    names = result_names(store)
+    assert len(names) == 2
+    other = os.path.join(store.result_folder, "notes.txt")  # not a result file
+    with open(other, "w") as f:
+        f.write("an administrator's")
+    assert store.sweep_result_files() == 0  # every file is some job's
+    assert store.erase(erased, [Status.SUCCEEDED])
+    assert store.sweep_result_files() == 1
+    assert result_names(store) == [n for n in names if n.startswith(kept)]
+    assert os.path.exists(other) and os.path.isdir(os.path.join(store.result_folder, "spill"))
+    assert store.get(kept).result == unpack(large_result())
