@@ -6,8 +6,9 @@ multiprocess folder) and reads the rest from the store at scrape time.
 
 from __future__ import annotations
 
+import glob
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from ..protocol.states import Status
@@ -77,11 +78,11 @@ class MetricsPage(Page):
 
     def exposition(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-        from prometheus_client.multiprocess import MultiProcessCollector
 
-        if os.environ.get(MULTIPROC_ENV):
+        folder = os.environ.get(MULTIPROC_ENV)
+        if folder:
             registry = CollectorRegistry()
-            MultiProcessCollector(registry)
+            registry.register(_NodeProcesses(folder))
         else:  # one process (a test's app): its own
             registry = CollectorRegistry()
             registry.register(_Recorded())
@@ -94,6 +95,30 @@ class MetricsPage(Page):
         if not await refuse_method(scope, send):
             body, content_type = await blocking(self.exposition)
             await answer(scope, send, 200, content_type, body)
+
+
+class _NodeProcesses:
+    """What every process of the node recorded: prometheus_client's files of the
+    multiprocess folder, merged, but for a file a process has just created and not yet
+    sized, which prometheus_client takes for a corrupt one, failing the whole scrape
+    (client_python #1199: a scrape answered 500 when another HTTP process recorded its
+    first metric at that moment).  Such a file holds nothing yet."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def collect(self) -> Iterable[Metric]:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        files = [path for path in glob.glob(os.path.join(self.folder, "*.db")) if _sized(path)]
+        return MultiProcessCollector.merge(files, accumulate=True)
+
+
+def _sized(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except FileNotFoundError:  # (a live gauge's file, its process gone)
+        return False
 
 
 class _Recorded:
