@@ -183,16 +183,10 @@ def spilled(path: str, as_file: bool = False) -> Iterator[memoryview | ResultFil
     """(In the main process.) The bytes of a spilled result, mapped, not copied (or,
     ``as_file``, the file as a ``ResultFile`` for a store that takes it in by a
     rename); the file is removed afterwards, whatever happens, unless it was taken."""
-    if as_file:
-        try:
-            yield ResultFile(path, os.stat(path).st_size)
-        finally:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:  # (taken)
-                pass
-        return
     try:
+        if as_file:
+            yield ResultFile(path, os.stat(path).st_size)
+            return
         with open(path, "rb") as f:
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         view = memoryview(mapped)
@@ -207,5 +201,5 @@ def spilled(path: str, as_file: bool = False) -> Iterator[memoryview | ResultFil
     finally:
         try:
             os.unlink(path)
-        except FileNotFoundError:
+        except FileNotFoundError:  # (taken by the store)
             pass

@@ -103,11 +103,10 @@ class Database:
 
     def _as_stored(self, blob: bytes | memoryview) -> bytes | memoryview:
         """A result as the store read it: a reference to a file is that file's bytes."""
-        name = None if self.result_folder is None else result_files.name_in(blob)
-        if name is None:
+        if self.result_folder is None:
             return blob
-        assert self.result_folder is not None
-        return result_files.read(self.result_folder, name)
+        name = result_files.name_in(blob)
+        return blob if name is None else result_files.read(self.result_folder, name)
 
     def _make_schema(self) -> None:
         """Create the tables (or bring an older database up to date) in one transaction:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 #: What a ``job_results.result`` that refers to a file starts with; the stored forms
 #: (payload.py) start with ``x``, ``{`` or ``\0XJP``.
 REFERENCE = b"\x00XJF1:"
+#: No reference is longer (a job id, an attempt and a few characters); any stored form is.
+LONGEST_REFERENCE = 200
 #: The suffix of the folder beside the database file.
 SUFFIX = ".results"
 #: A result file's name ends so (``name_for``); nothing else in the folder is swept.
@@ -63,7 +65,7 @@ def reference(name: str) -> bytes:
 
 def name_in(blob: bytes | memoryview) -> str | None:
     """The file a ``job_results.result`` refers to, or None for a result stored in it."""
-    if len(blob) > 200 or bytes(blob[: len(REFERENCE)]) != REFERENCE:
+    if len(blob) > LONGEST_REFERENCE or bytes(blob[: len(REFERENCE)]) != REFERENCE:
         return None
     return bytes(blob[len(REFERENCE) :]).decode("ascii")
 

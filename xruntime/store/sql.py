@@ -289,22 +289,20 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
             raise ValueError("this store keeps no result files")
         folder = result_files.make_folder(self.result_folder)
         name = result_files.name_for(job_id, run.attempt if run is not None else 0, file.path)
-        target = os.path.join(folder, name)
-        renamed = False
+        target: str | None = None  # (the file's path once taken in)
         try:
             with self._write() as conn:
-                result_files.take_in(file.path, folder, name)
-                renamed = True
+                target = result_files.take_in(file.path, folder, name)
                 reference = result_files.reference(name)
                 if not self._finish_with_row(
                     conn, job_id, values, from_states, run, reference, file.length
                 ):
                     os.rename(target, file.path)  # (not this run's any more)
-                    renamed = False
+                    target = None
                     return False
             return True
         except BaseException:
-            if renamed:
+            if target is not None:
                 os.rename(target, file.path)
             raise
 
@@ -315,7 +313,9 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
             return 0
         with self._write() as conn:
             rows = conn.execute(
-                select(job_results.c.result).where(func.length(job_results.c.result) <= 200)
+                select(job_results.c.result).where(
+                    func.length(job_results.c.result) <= result_files.LONGEST_REFERENCE
+                )
             ).all()
             referenced = {name for (blob,) in rows if (name := result_files.name_in(blob))}
             return result_files.sweep(self.result_folder, referenced)
