@@ -95,7 +95,7 @@ def bare_numpy(size, folder):
     the arrays saved in ``folder``; prints one JSON line of figures."""
     import numpy as np
 
-    from xruntime.services.xdima import DEFAULT_DETOUR_FACTOR, DEFAULT_SPEED_KMH, compute
+    from xruntime_services.xdima import DEFAULT_DETOUR_FACTOR, DEFAULT_SPEED_KMH, compute
 
     located = [(p["longitude"], p["latitude"]) for p in random_points(size)]
     kinds = compute.matrix_dtype(DEFAULT_DETOUR_FACTOR, DEFAULT_SPEED_KMH)

@@ -38,7 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Check the file; when valid, show the settings the services declare, as in force."""
-    from .author.registry import discover
+    from .author.registry import discover, origin_of
 
     try:
         settings = config.load(
@@ -50,6 +50,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         print(f"{len(exc.errors)} error(s)")
         return 1
     print(f"{args.path}: OK")
+    for name in discover():
+        served = "" if settings.service(name).enabled else "  (not served: enabled = false)"
+        print(f"service {name}: {origin_of(name)}{served}")
     for name, service in discover().items():
         written = settings.service(name).declared
         for key, value in service.settings_in_force(settings).items():
@@ -179,7 +182,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=cmd_token_new_secret)
     client_cli.add_commands(sub)
     args = parser.parse_args(argv)
-    return args.func(args)
+    from .author.registry import PluginError
+
+    try:
+        return args.func(args)
+    except PluginError as exc:  # a service plug-in that cannot be served: one line
+        print(f"xruntime: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import pytest
 
 from tests.harness import Server
 
-MODULES = {"XRUNTIME_SERVICE_MODULES": "tests.fixtures.crashy,xruntime.examples.sweep"}
+MODULES = {"XRUNTIME_SERVICE_MODULES": "tests.fixtures.crashy,xruntime_services.xsweep"}
 PG_URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
 
 

@@ -86,9 +86,9 @@ def square(capacity):
 
 def scenario():
     """Per service: its operations, and the requests of each step."""
-    from xruntime.services.xdemo.types import SimulateRequest
-    from xruntime.services.xdima.types import CreateDistanceMatrixRequest
-    from xruntime.services.xtour.types import PlanToursRequest
+    from xruntime_services.xdemo.types import SimulateRequest
+    from xruntime_services.xdima.types import CreateDistanceMatrixRequest
+    from xruntime_services.xtour.types import PlanToursRequest
 
     tour = random_instance(n=60, maxComputationTimeMs=60000, maxIterationsWithoutImprovement=10**9)
     out_of_range = square(10)

@@ -25,7 +25,7 @@ from xruntime.author.service import RUN
 from xruntime.bindings.xml_codec import XSI, plan
 from xruntime.protocol.typeinfo import BOOL, ENUM, FLOAT, INT, OBJ, fields
 from xruntime.protocol.types import NAMESPACE as TYPES_NS
-from xruntime.services.xdemo import service as xdemo
+from xruntime_services.xdemo import service as xdemo
 
 SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
 SOAP12 = "http://www.w3.org/2003/05/soap-envelope"

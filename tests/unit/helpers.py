@@ -6,8 +6,8 @@ import uuid
 from xruntime.protocol import codec
 from xruntime.protocol.faults import ProcessingFault
 from xruntime.protocol.types import BulkProgress, IntermediateResponseLimitation
-from xruntime.services.xdemo.types import SimulateRequest, SimulateResponse
 from xruntime.store import JobRecord, now_ms
+from xruntime_services.xdemo.types import SimulateRequest, SimulateResponse
 
 NODE = "node-under-test"
 LEASE_MS = 30_000

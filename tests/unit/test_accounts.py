@@ -397,7 +397,7 @@ def watched(jobs, job_id, caller):
 
 
 def test_another_users_job_is_an_id_never_used(jobs, settings, simulate_op):
-    from xruntime.services.xdemo.types import SimulateRequest
+    from xruntime_services.xdemo.types import SimulateRequest
 
     settings[0] = accounts()
     alice, bob, root = Caller("alice"), Caller("bob"), Caller("root", admin=True)
@@ -428,7 +428,7 @@ def test_another_users_job_is_an_id_never_used(jobs, settings, simulate_op):
 def test_max_queued_of_a_user_is_quota_exceeded_and_the_queues_own_is_overflow(
     jobs, settings, simulate_op
 ):
-    from xruntime.services.xdemo.types import SimulateRequest
+    from xruntime_services.xdemo.types import SimulateRequest
 
     settings[0] = accounts("\n[jobs]\nmax_queued = 5\n")
     alice, bob = Caller("alice"), Caller("bob")

@@ -35,8 +35,8 @@ from xruntime.protocol.types import (
     Timeouts,
     WatchRequest,
 )
-from xruntime.services.xdemo.types import SimulateRequest, SimulateResponse
-from xruntime.services.xdima.types import CreateDistanceMatrixRequest
+from xruntime_services.xdemo.types import SimulateRequest, SimulateResponse
+from xruntime_services.xdima.types import CreateDistanceMatrixRequest
 
 
 class CodecTestFault(ProcessingFault):

@@ -18,9 +18,9 @@ from xruntime.protocol.faults import (
     UnknownJobFault,
 )
 from xruntime.protocol.types import ListJobsRequest
-from xruntime.services.xdemo.types import SimulateRequest
 from xruntime.settings import config
 from xruntime.store import SqlJobStore, now_ms
+from xruntime_services.xdemo.types import SimulateRequest
 
 from .conftest import sqlite_url
 from .helpers import (

@@ -30,12 +30,11 @@ LAYERS = [
 OUTSIDE = {
     # the client speaks HTTP: nothing of the server
     "client": {"support", "protocol", "client"},
-    # what a service author writes needs the author's API only
-    "services": {"support", "protocol", "author", "services"},
-    "examples": {"support", "protocol", "author", "services", "examples"},
+    # the kit for service authors' tests starts a node as a command and talks HTTP to it
+    "testing": {"support", "testing"},
 }
 #: Who may import a part outside the stack.
-USED_BY = {"client": {"cli"}, "services": set(), "examples": set()}
+USED_BY = {"client": {"cli"}, "testing": set()}
 LEVEL = {part: level for level, parts in enumerate(LAYERS) for part in parts}
 
 
@@ -166,3 +165,57 @@ def test_loggers_are_named_after_their_module():
             ):
                 by_hand.append(f"{name}:{node.lineno} getLogger({node.args[0].value!r})")
     assert by_hand == []
+
+
+# --------------------------------------------------------------------------- services
+
+SERVICES = PACKAGE.parent / "services"
+#: What a shipped service may import of the framework: the author's API alone (it
+#: re-exports the types, field types and faults), never spyne, the protocol's internals
+#: or the store (docs/writing-a-service.md).
+SERVICE_MAY_IMPORT = {"xruntime.author"}
+
+
+def service_imports():
+    """(file, line, imported module) of every import in ``services/`` that names
+    ``xruntime`` or spyne, run-time or not."""
+    found = []
+    for path in sorted(SERVICES.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module]
+            for name in names:
+                if name.split(".")[0] in ("xruntime", "spyne"):
+                    found.append((path.relative_to(SERVICES.parent), node.lineno, name))
+    return found
+
+
+def test_shipped_services_import_only_the_authors_api():
+    imports = service_imports()
+    assert any(name == "xruntime.author" for _, _, name in imports)  # the scan sees them
+    wrong = [
+        f"{p}:{line} imports {name}" for p, line, name in imports if name not in SERVICE_MAY_IMPORT
+    ]
+    assert wrong == [], "a service imports more than xruntime.author:\n" + "\n".join(wrong)
+
+
+def test_the_framework_does_not_import_the_shipped_services():
+    """The framework finds the services through their entry points, by name only."""
+    wrong = [
+        name
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and any(
+            n.split(".")[0] == "xruntime_services"
+            for n in (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+        )
+    ]
+    assert wrong == []

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from xruntime.author.tables import encoded, stored_table, table
-from xruntime.services import xdima
 from xruntime.store import payload, payload_stream
 from xruntime.store.list_join import join_lists
 from xruntime.store.payload import pack, unpack
+from xruntime_services import xdima
 
 
 def materialized(value):

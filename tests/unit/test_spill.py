@@ -74,7 +74,7 @@ def matrix_table(encoded=False):
     from xruntime.author.tables import encoded as encoded_table
     from xruntime.author.tables import table
     from xruntime.protocol import codec
-    from xruntime.services import xdima
+    from xruntime_services import xdima
 
     metres, seconds = random_matrix(600, 600, 26)
     summary = codec.decode(SUMMARY, xdima.DistanceMatrixSummary)
@@ -87,7 +87,7 @@ def matrix_table(encoded=False):
 @pytest.mark.parametrize("encoded", [False, True])
 def test_a_large_table_is_written_straight_into_the_file_handed_over(tmp_path, encoded):
     from xruntime.author.tables import stored_table
-    from xruntime.services import xdima
+    from xruntime_services import xdima
 
     in_memory = stored_table(matrix_table(encoded), xdima.DistanceMatrixResponse)
     assert len(in_memory) > spill.SPILL_ABOVE
@@ -105,7 +105,7 @@ def test_a_large_table_is_written_straight_into_the_file_handed_over(tmp_path, e
 
 def test_a_file_not_handed_over_is_removed(tmp_path):
     from xruntime.author.tables import stored_table
-    from xruntime.services import xdima
+    from xruntime_services import xdima
 
     spilling = spill.Spill(str(tmp_path), "job")
     stored = stored_table(matrix_table(), xdima.DistanceMatrixResponse, spilling)
@@ -120,7 +120,7 @@ def test_a_table_that_finds_no_room_is_made_in_memory(tmp_path, monkeypatch):
     mapped page that a full tmpfs cannot give would kill the worker), and the form is
     made in memory instead, no file left."""
     from xruntime.author.tables import stored_table
-    from xruntime.services import xdima
+    from xruntime_services import xdima
 
     def full(fd, offset, length):
         raise OSError(28, "No space left on device")

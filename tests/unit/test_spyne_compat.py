@@ -35,7 +35,7 @@ def test_spyne_imports_and_builds_a_wsdl():
         from spyne.util.six.moves.urllib.parse import quote
         import spyne.protocol.soap                        # imports cgi (legacy-cgi on 3.13)
 
-        from xruntime.services.xdemo import service
+        from xruntime_services.xdemo import service
         from xruntime.bindings.wsdl import build_wsdl
 
         assert MutableSet is collections.abc.MutableSet and quote("a b") == "a%20b"

@@ -24,9 +24,9 @@ from xruntime.protocol.faults import (
     UnknownJobFault,
 )
 from xruntime.protocol.types import BulkProgress, ResponseBase
-from xruntime.services.xdemo.types import SimulateRequest
 from xruntime.settings.config import JobSettings, ServiceSettings, Settings
 from xruntime.store import now_ms
+from xruntime_services.xdemo.types import SimulateRequest
 
 from .helpers import (
     STATES,

@@ -173,7 +173,7 @@ token_sha256 = "{token_sha256("bob-token-9876543210")}"
 def test_a_start_at_or_past_the_bound_is_quota_exceeded_and_stores_nothing(
     jobs, settings, simulate_op
 ):
-    from xruntime.services.xdemo.types import SimulateRequest
+    from xruntime_services.xdemo.types import SimulateRequest
 
     alice, bob = Caller("alice"), Caller("bob")
     jobs.start(simulate_op, SimulateRequest(steps=1), alice)
@@ -194,7 +194,7 @@ def test_a_start_at_or_past_the_bound_is_quota_exceeded_and_stores_nothing(
 
 
 def test_no_bound_with_0(jobs, settings, simulate_op):
-    from xruntime.services.xdemo.types import SimulateRequest
+    from xruntime_services.xdemo.types import SimulateRequest
 
     settings[0] = accounts("max_stored_bytes = 0")
     jobs.manager.stored_quota.store = None  # never measured: a measure would fail

@@ -137,7 +137,7 @@ def test_a_terminal_or_unknown_job_among_active_ones_answers_it_at_once(jobs, si
 
 
 def test_another_users_job_answers_unknown_at_once_as_watchjob_does(jobs, simulate_op):
-    from xruntime.services.xdemo.types import SimulateRequest
+    from xruntime_services.xdemo.types import SimulateRequest
 
     alice, bob = Caller("alice"), Caller("bob")
     bobs = jobs.start(simulate_op, SimulateRequest(steps=3, durationMs=30), bob).id

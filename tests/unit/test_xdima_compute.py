@@ -12,12 +12,12 @@ from xruntime.author.registry import setting_keys
 from xruntime.author.tables import Table, encoded, stored_table, table
 from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault, RequestStoppedFault
-from xruntime.services import xdima
-from xruntime.services.xdima import compute
-from xruntime.services.xdima.types import CreateDistanceMatrixRequest
 from xruntime.settings import config
 from xruntime.store.list_join import encoded_members, join_lists, without_list
 from xruntime.store.payload import MAGIC, pack, unpack
+from xruntime_services import xdima
+from xruntime_services.xdima import compute
+from xruntime_services.xdima.types import CreateDistanceMatrixRequest
 
 QUARTER = 10_007_543  # a quarter of a great circle of R = 6 371 km, in metres
 ONE_DEGREE = 111_195  # one degree of it

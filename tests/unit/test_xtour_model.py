@@ -9,9 +9,9 @@ import pytest
 
 from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
-from xruntime.services.xtour.model import check
-from xruntime.services.xtour.solver import great_circle_m, plan, travel_matrices, unplanned_penalty
-from xruntime.services.xtour.types import PlanToursRequest
+from xruntime_services.xtour.model import check
+from xruntime_services.xtour.solver import great_circle_m, plan, travel_matrices, unplanned_penalty
+from xruntime_services.xtour.types import PlanToursRequest
 
 
 class FakeJob:

@@ -250,25 +250,39 @@ SERVICE_NAMESPACE = "http://xruntime.org/xserver/{name}"
 
 
 def pin_namespace(cls: type, namespace: str) -> None:
-    """Give a service's own types (and the complex types of their fields) the service's
-    namespace unless they declare one, so the WSDL is the same whatever loads first."""
+    """Give a service's own types (and the types of their fields, nested or not) the
+    service's namespace unless they declare one, so that two services may each name a
+    type ``Item`` and the WSDL is the same whatever loads first.
+
+    A field declared ``repeated(Item)`` or ``required(Item)`` holds a copy of ``Item``
+    that spyne made when the class statement ran, taking the namespace ``Item`` had
+    then (inherited from ``XModel``: the framework's); the copy is given its original's."""
     from spyne import ComplexModelBase
+    from spyne.model.enum import EnumBase
 
     seen: set[type] = set()
+    copies: list[Any] = []
     pending: list[Any] = [cls]  # and the types of fields, as spyne keeps them
     while pending:
         c = pending.pop()
-        c = getattr(c, "__orig__", None) or c
-        if c in seen or not isinstance(c, type) or not issubclass(c, ComplexModelBase):
+        if getattr(c, "__orig__", None) is not None:
+            copies.append(c)
+            c = c.__orig__
+        if c in seen or not isinstance(c, type):
             continue
-        model: type[ComplexModelBase] = c  # a spyne model class: spyne's attributes
-        seen.add(model)
-        if is_protocol_type(model):
+        seen.add(c)
+        if issubclass(c, EnumBase) and c.__dict__.get("__namespace__") is None:
+            enum: type[EnumBase] = c  # an Enum(...) a service declares
+            enum.__namespace__ = namespace
+        if not issubclass(c, ComplexModelBase) or is_protocol_type(c):
             continue  # the protocol's own types are pinned already
+        model: type[ComplexModelBase] = c  # a spyne model class: spyne's attributes
         if model.__dict__.get("__namespace__") is None:
             model.__namespace__ = namespace
         link_base(model)
         pending.extend(model.get_flat_type_info(model).values())
+    for copy in copies:
+        copy.__namespace__ = copy.__orig__.get_namespace()
 
 
 #: A short operation as ``Service.call`` keeps it: (request type, response type, the

@@ -4,24 +4,17 @@
 every node, and sums them up.  With ``depth`` 2 or 3 its children are sweeps
 themselves: a parent of parents.  Load it with::
 
-    XRUNTIME_SERVICE_MODULES=xruntime.examples.sweep python -m xruntime serve
+    XRUNTIME_SERVICE_MODULES=xruntime_services.xsweep python -m xruntime serve
 """
 
-from spyne import Boolean, Long
+from xruntime.author import Boolean, Child, JobContext, Long, RequestBase, ResponseBase, Service
 
-from xruntime.author import Child, JobContext, Service
-from xruntime.protocol.types import RequestBase, ResponseBase
-from xruntime.services.xdemo.types import SimulateRequest
+from ..xdemo.types import SimulateRequest
 
-NAMESPACE = "http://xruntime.org/xserver/xsweep"
-
-service = Service(
-    "XSweep", "Runs many XDemo simulations as child jobs and sums them up.", namespace=NAMESPACE
-)
+service = Service("XSweep", "Runs many XDemo simulations as child jobs and sums them up.")
 
 
 class SweepRequest(RequestBase):
-    __namespace__ = NAMESPACE
     scenarios = Long(ge=0, le=1000)  # child jobs per sweep (default 10)
     durationMs = Long(ge=0, le=3_600_000)  # of each simulation
     steps = Long(ge=1, le=1000)  # of each simulation
@@ -31,7 +24,6 @@ class SweepRequest(RequestBase):
 
 
 class SweepResponse(ResponseBase):
-    __namespace__ = NAMESPACE
     scenariosRun = Long  # simulations that succeeded, at every depth
     stepsDone = Long
     failedScenarios = Long

@@ -1,24 +1,23 @@
 """XDima's request, response, progress and fault types."""
 
-from spyne import Double, Enum, Long, Unicode
-
-from xruntime.protocol.faults import ProcessingFault
-from xruntime.protocol.types import (
+from xruntime.author import (
+    Double,
+    Enum,
     JobProgress,
+    Long,
+    ProcessingFault,
     RequestBase,
     ResponseBase,
+    Unicode,
     XModel,
     repeated,
     required,
 )
 
-NAMESPACE = "http://xruntime.org/xserver/xdima"
-
 
 class Location(XModel):
     """A point in WGS 84 degrees."""
 
-    __namespace__ = NAMESPACE
     longitude = required(Double, ge=-180, le=180)
     latitude = required(Double, ge=-90, le=90)
 
@@ -26,7 +25,6 @@ class Location(XModel):
 class DistanceMatrixProfile(XModel):
     """How distances become road-like distances and travel times."""
 
-    __namespace__ = NAMESPACE
     averageSpeedKmh = Double(gt=0, le=1000)  # default 50 km/h
     detourFactor = Double(ge=1, le=10)  # default 1.3: road distance / great circle
 
@@ -34,11 +32,9 @@ class DistanceMatrixProfile(XModel):
 DistanceMatrixContentsFormat = Enum(
     "ARRAYS", "ENCODED_ARRAYS", type_name="DistanceMatrixContentsFormat"
 )
-DistanceMatrixContentsFormat.__namespace__ = NAMESPACE
 
 
 class CreateDistanceMatrixRequest(RequestBase):
-    __namespace__ = NAMESPACE
     startLocations = repeated(Location)  # required, at least one
     destinationLocations = repeated(Location)  # default: the start locations
     profile = DistanceMatrixProfile
@@ -51,7 +47,6 @@ class CreateDistanceMatrixRequest(RequestBase):
 class DistanceMatrixRow(XModel):
     """From one start location to every destination, in the destinations' order."""
 
-    __namespace__ = NAMESPACE
     distances = repeated(Long)  # metres
     travelTimes = repeated(Long)  # seconds
 
@@ -60,13 +55,11 @@ class DistanceMatrixEncodedContents(XModel):
     """The matrix as base64 of little-endian int32, row-major: ``numberOfRowsComputed``
     rows of ``numberOfDestinationLocations`` values each (docs/xdima-encoded.md)."""
 
-    __namespace__ = NAMESPACE
     distances = Unicode  # metres
     travelTimes = Unicode  # seconds
 
 
 class DistanceMatrixSummary(XModel):
-    __namespace__ = NAMESPACE
     numberOfStartLocations = Long
     numberOfDestinationLocations = Long
     numberOfRowsComputed = Long  # < numberOfStartLocations when stopped early
@@ -79,7 +72,6 @@ class DistanceMatrixSummary(XModel):
 
 
 class DistanceMatrixResponse(ResponseBase):
-    __namespace__ = NAMESPACE
     rows = repeated(DistanceMatrixRow)  # one per start location computed, in order
     summary = DistanceMatrixSummary
     encodedContents = DistanceMatrixEncodedContents  # with contentsFormat ENCODED_ARRAYS
@@ -88,11 +80,9 @@ class DistanceMatrixResponse(ResponseBase):
 DistanceMatrixStatus = Enum(
     "PREPROCESSING", "CALCULATING_MATRIX", "DONE", type_name="DistanceMatrixStatus"
 )
-DistanceMatrixStatus.__namespace__ = NAMESPACE
 
 
 class DistanceMatrixProgress(JobProgress):
-    __namespace__ = NAMESPACE
     status = DistanceMatrixStatus
     calculationProgress = Long  # percent of the rows computed (0-100)
 
@@ -100,6 +90,5 @@ class DistanceMatrixProgress(JobProgress):
 class DistanceMatrixCalculationFault(ProcessingFault):
     """The matrix could not be computed for a valid request (e.g. out of memory)."""
 
-    __namespace__ = NAMESPACE
     numberOfStartLocations = Long
     numberOfDestinationLocations = Long

@@ -5,18 +5,13 @@ worker for centuries or report progress without end; a larger value is an
 InvalidValueFault naming the field.
 """
 
-from spyne import Boolean, Long, Unicode
-
-from xruntime.protocol.types import RequestBase, ResponseBase
-
-NAMESPACE = "http://xruntime.org/xserver/xdemo"
+from xruntime.author import Boolean, Long, RequestBase, ResponseBase, Unicode
 
 MAX_STEPS = 1_000_000
 MAX_DURATION_MS = 7 * 24 * 3600 * 1000  # 7 days
 
 
 class SimulateRequest(RequestBase):
-    __namespace__ = NAMESPACE
     durationMs = Long(ge=0, le=MAX_DURATION_MS)
     steps = Long(ge=1, le=MAX_STEPS)
     failAtStep = Long(ge=1)
@@ -27,6 +22,5 @@ class SimulateRequest(RequestBase):
 
 
 class SimulateResponse(ResponseBase):
-    __namespace__ = NAMESPACE
     stepsDone = Long
     payload = Unicode

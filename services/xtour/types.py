@@ -5,26 +5,18 @@ from the start of the planning horizon (0 = the horizon's start, e.g. midnight o
 planning day). Coordinates are WGS84 longitude/latitude in degrees.
 """
 
-from spyne import Double, Long, Unicode
-
-from xruntime.protocol.faults import ProcessingFault
-from xruntime.protocol.types import (
+from xruntime.author import (
+    Double,
     JobProgress,
+    Long,
+    ProcessingFault,
     RequestBase,
     ResponseBase,
+    Unicode,
     XModel,
     repeated,
     required,
 )
-
-NAMESPACE = "http://xruntime.org/xserver/xtour"
-
-
-def _required(complex_type: type[XModel]) -> type[XModel]:
-    """A required field of a complex type (``required()`` is for simple types: calling
-    a complex type would create an instance instead of customizing the type)."""
-    return complex_type.customize(min_occurs=1, nillable=False)
-
 
 #: The largest time, duration or quantity accepted (about 31 years in seconds).
 MAX_VALUE = 10**9
@@ -33,7 +25,6 @@ MAX_MATRIX_VALUE = 10**9
 
 
 class Coordinate(XModel):
-    __namespace__ = NAMESPACE
     lon = required(Double, ge=-180, le=180)
     lat = required(Double, ge=-90, le=90)
 
@@ -41,35 +32,30 @@ class Coordinate(XModel):
 class TimeWindow(XModel):
     """[start, end] in seconds from the start of the planning horizon."""
 
-    __namespace__ = NAMESPACE
     start = required(Long, ge=0, le=MAX_VALUE)
     end = required(Long, ge=0, le=MAX_VALUE)
 
 
 class Depot(XModel):
-    __namespace__ = NAMESPACE
     id = Unicode(max_len=200)
-    location = _required(Coordinate)
+    location = required(Coordinate)
 
 
 class Order(XModel):
-    __namespace__ = NAMESPACE
     id = required(Unicode, max_len=200)
-    location = _required(Coordinate)
+    location = required(Coordinate)
     demand = repeated(Long(ge=0, le=MAX_VALUE))  # one amount per capacity dimension
     timeWindow = TimeWindow  # service must start inside it
     serviceTime = Long(ge=0, le=MAX_VALUE)  # seconds spent at the order
 
 
 class Fleet(XModel):
-    __namespace__ = NAMESPACE
     count = required(Long, ge=1, le=1000)  # identical vehicles available
     capacities = repeated(Long(ge=0, le=MAX_VALUE))  # one per quantity dimension
     shift = TimeWindow  # leave the depot / be back by
 
 
 class MatrixRow(XModel):
-    __namespace__ = NAMESPACE
     distances = repeated(Long(ge=0, le=MAX_MATRIX_VALUE))  # metres to every location
     durations = repeated(Long(ge=0, le=MAX_MATRIX_VALUE))  # seconds to every location
 
@@ -78,14 +64,12 @@ class TravelMatrix(XModel):
     """Row i, column j: from location i to location j; location 0 is the depot,
     location k (k >= 1) is orders[k - 1]."""
 
-    __namespace__ = NAMESPACE
     rows = repeated(MatrixRow)
 
 
 class TravelProfile(XModel):
     """Distances and durations computed from great-circle distances."""
 
-    __namespace__ = NAMESPACE
     averageSpeedKmh = required(Double, gt=0, le=1000)
     detourFactor = Double(ge=1, le=10)  # default 1
 
@@ -93,7 +77,6 @@ class TravelProfile(XModel):
 class PlanningOptions(XModel):
     """Bounds of the search; it ends at the first one reached."""
 
-    __namespace__ = NAMESPACE
     maxComputationTimeMs = Long(ge=1, le=24 * 3600 * 1000)  # default 10000
     maxIterations = Long(ge=0, le=10**9)  # default none
     maxIterationsWithoutImprovement = Long(ge=1, le=10**9)  # default 2000
@@ -101,17 +84,15 @@ class PlanningOptions(XModel):
 
 
 class PlanToursRequest(RequestBase):
-    __namespace__ = NAMESPACE
-    depot = _required(Depot)
+    depot = required(Depot)
     orders = repeated(Order)
-    fleet = _required(Fleet)
+    fleet = required(Fleet)
     matrix = TravelMatrix  # either a matrix ...
     profile = TravelProfile  # ... or a profile
     options = PlanningOptions
 
 
 class TourStop(XModel):
-    __namespace__ = NAMESPACE
     orderId = Unicode
     arrivalTime = Long  # arrival at the order
     serviceStart = Long  # arrival plus waiting for the time window to open
@@ -120,7 +101,6 @@ class TourStop(XModel):
 
 
 class Tour(XModel):
-    __namespace__ = NAMESPACE
     vehicle = Long  # 0 .. fleet.count - 1
     stops = repeated(TourStop)
     load = repeated(Long)  # total demand delivered, per dimension
@@ -131,7 +111,6 @@ class Tour(XModel):
 
 
 class ToursResponse(ResponseBase):
-    __namespace__ = NAMESPACE
     tours = repeated(Tour)
     unplannedOrderIds = repeated(Unicode)
     totalDistance = Long
@@ -142,7 +121,6 @@ class ToursResponse(ResponseBase):
 
 
 class TourPlanProgress(JobProgress):
-    __namespace__ = NAMESPACE
     iterations = Long  # search iterations done
     bestCost = Long  # objective of the best plan so far (absent until one is feasible)
     bestDistance = Long  # its total distance, metres
@@ -152,5 +130,4 @@ class TourPlanProgress(JobProgress):
 class NoFeasibleSolutionFault(ProcessingFault):
     """The request is valid but the fleet cannot serve any of its orders."""
 
-    __namespace__ = NAMESPACE
     orders = Long

@@ -3,7 +3,7 @@ it runs on the server's request threads when a job is started)."""
 
 from typing import TypedDict
 
-from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
+from xruntime.author import InvalidValueFault, MissingParameterFault
 
 from .types import PlanToursRequest, TimeWindow
 

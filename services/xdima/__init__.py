@@ -18,14 +18,18 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
-from xruntime.author import Child, JobContext, Service
-from xruntime.author.children import Joined
-from xruntime.author.tables import Table
-from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault
+from xruntime.author import (
+    Child,
+    InvalidValueFault,
+    JobContext,
+    Joined,
+    MissingParameterFault,
+    Service,
+    Table,
+)
 
 from ..geo import largest_values
 from .types import (
-    NAMESPACE,
     CreateDistanceMatrixRequest,
     DistanceMatrixCalculationFault,
     DistanceMatrixContentsFormat,
@@ -47,8 +51,7 @@ INT32_MAX = 2**31 - 1
 service = Service(
     "XDima",
     "Distance matrices: great-circle distances and travel times.",
-    namespace=NAMESPACE,
-    worker_imports=("numpy", "xruntime.services.xdima.compute"),
+    worker_imports=("numpy", "xruntime_services.xdima.compute"),
 )
 service.declare(DistanceMatrixProgress)
 MAX_CELLS = service.setting(

@@ -8,9 +8,14 @@ the middle of a step.  ``transientFailures`` and ``retryLaterMs`` show retries
 
 import time
 
-from xruntime.author import JobContext, RetryLater, Service
-from xruntime.protocol.faults import ProcessingFault, TransientFault
-from xruntime.protocol.types import BulkProgress
+from xruntime.author import (
+    BulkProgress,
+    JobContext,
+    ProcessingFault,
+    RetryLater,
+    Service,
+    TransientFault,
+)
 
 from .types import SimulateRequest, SimulateResponse
 

@@ -1,1 +1,0 @@
-"""Example services, loaded with XRUNTIME_SERVICE_MODULES (not served by default)."""

@@ -1,0 +1,1 @@
+"""A testing kit for service authors: a real node with your service, and clients."""

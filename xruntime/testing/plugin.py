@@ -1,0 +1,1 @@
+"""pytest fixtures for service authors (loaded by pytest through the ``pytest11`` entry point)."""
