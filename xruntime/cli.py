@@ -1,4 +1,5 @@
-"""The ``xruntime`` command: serve, check-config, wsdl, token new (and new-secret); and the client
+"""The ``xruntime`` command: serve, check-config, wsdl, new-service, token new (and
+new-secret); and the client
 commands start, watch, fetch, stop, delete, jobs (``client_cli``)."""
 
 import argparse
@@ -96,6 +97,24 @@ def cmd_wsdl(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_new_service(args: argparse.Namespace) -> int:
+    """Write a new service's package (xruntime.author.new_service)."""
+    from pathlib import Path
+
+    from .author.new_service import NewServiceError, package_name, write
+
+    try:
+        written = write(args.name, Path(args.dir))
+    except (NewServiceError, OSError) as exc:
+        print(f"xruntime new-service: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    print(f"# next: pip install -e {args.dir}  (then: python -m pytest {args.dir})")
+    print(f"# the package {package_name(args.name)} declares {args.name} as an xruntime service")
+    return 0
+
+
 def cmd_token_new(args: argparse.Namespace) -> int:
     """A fresh token for a user, and the lines that give it to them (docs/protocol.md §10)."""
     from .operations.accounts import new_token, token_sha256
@@ -168,6 +187,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="base URL for soap:address (default http://localhost:50000)",
     )
     p.set_defaults(func=cmd_wsdl)
+    p = sub.add_parser(
+        "new-service", help="write a new service's installable package, with its tests"
+    )
+    p.add_argument("name", help="the service's name, e.g. XWords")
+    p.add_argument("--dir", required=True, help="the folder to write it into (new or empty)")
+    p.set_defaults(func=cmd_new_service)
     p = sub.add_parser("token", help="user tokens")
     tokens = p.add_subparsers(dest="token_command", required=True)
     p = tokens.add_parser(
