@@ -71,6 +71,14 @@ class Ready:
 
 
 @dataclass(frozen=True, slots=True)
+class StartFailed:
+    """Instead of ``Ready``: the worker process could not import the services (it exits
+    next); ``error`` is the exception in one line, ``ValueError: …``."""
+
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class Progress:
     """The job's latest progress, as the codec's JSON text (coalesced in the worker)."""
 
@@ -139,4 +147,4 @@ class Done:
 
 
 ToWorker = RunJob | Exit
-FromWorker = Ready | Progress | Done
+FromWorker = Ready | StartFailed | Progress | Done

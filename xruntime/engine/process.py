@@ -10,14 +10,23 @@ Processes are started with ``spawn``: the server has threads, and fork would cop
 
 from multiprocessing.context import SpawnContext
 
-from .messages import Exit, FromWorker, Ready, RunJob, StopReason
+from .messages import Exit, FromWorker, Ready, RunJob, StartFailed, StopReason
 from .supervisor_log import log
 from .worker import worker_main
 
 WORKER_START_TIMEOUT = 120.0  # s a new worker process gets to import the services
+#: Starts in a row a node's process (a worker, an HTTP process) gets: when this many
+#: end before the process is ready, the node stops with the last one's error instead
+#: of starting it for ever (``engine.slot``, ``serving.node``).
+START_ATTEMPTS = 3
 KILL_JOIN_TIMEOUT = 5.0  # s a killed process gets to be reaped
 EXIT_TIMEOUT = 2.0  # s an idle process asked to exit gets before it is killed
 REAP_TIMEOUT = 1.0  # s to reap a process that died, so that its exit code is known
+
+
+class CannotStart(Exception):
+    """A worker process that did not become ready; the message says why in one line
+    (``ValueError: …``, ``exited with 1``, …)."""
 
 
 class WorkerProcess:
@@ -38,12 +47,20 @@ class WorkerProcess:
         self._killed = False
 
     def start(self) -> None:
-        """Start the process and wait until it has imported the services (the caller
-        kills it if this raises)."""
+        """Start the process and wait until it has imported the services; ``CannotStart``
+        if it does not (the caller kills it)."""
         self._process.start()
         self._child_conn.close()
-        if not self.conn.poll(WORKER_START_TIMEOUT) or not isinstance(self.conn.recv(), Ready):
-            raise RuntimeError("worker process did not start")
+        if not self.conn.poll(WORKER_START_TIMEOUT):
+            raise CannotStart(f"not ready after {WORKER_START_TIMEOUT:g} s")
+        try:
+            message = self.conn.recv()
+        except (EOFError, OSError):  # it died before a word
+            raise CannotStart(f"exited with {self.exit_code()}") from None
+        if isinstance(message, StartFailed):
+            raise CannotStart(message.error)
+        if not isinstance(message, Ready):
+            raise CannotStart(f"said {message!r} instead of being ready")
         log.info("worker %d started (pid %d)", self.index, self._process.pid)
 
     @property

@@ -11,6 +11,8 @@ down).  On each it enforces the rules of a running job:
 * delete: the stop event is set and the process is killed if the function has not
   returned within ``DELETE_GRACE``; then the record is erased;
 * a worker process that dies fails its job with ``InternalErrorFault`` and is replaced;
+  one that cannot start (it dies, or says why, before it is ready) is tried
+  ``START_ATTEMPTS`` times in a row, then the node stops with its error;
 * shutdown: the running job is handed back to the queue untouched;
 * the store unreachable for a while: progress is dropped but for the latest, which is
   written once the store answers (or with the outcome).
@@ -32,7 +34,7 @@ from ..support import metrics
 from .housekeeping import LEASE_MS
 from .messages import Done, Progress, RunJob, StopReason
 from .outcomes import Died, Ending, Killed, Returned
-from .process import WorkerProcess
+from .process import START_ATTEMPTS, CannotStart, WorkerProcess
 from .supervisor_log import log, outage_log
 
 if TYPE_CHECKING:
@@ -61,6 +63,7 @@ class WorkerSlot(threading.Thread):
         self.kill_at: float | None = None  # time.monotonic() past which the process is killed
         self.kill_reason: str | None = None
         self.kill_grace = 0.0  # the grace that ``kill_at`` ends
+        self.failed_starts = 0  # starts of its worker in a row that did not become ready
 
     # ---------------------------------------------------------------- signals from outside
 
@@ -93,8 +96,10 @@ class WorkerSlot(threading.Thread):
         while not sup.closing:
             job = None
             try:
-                if self.worker is None or not self.worker.alive:
-                    self._replace_worker()
+                if (self.worker is None or not self.worker.alive) and not self._start_worker():
+                    if sup.failure is not None:
+                        break  # the node stops
+                    continue
                 sup.work.clear()
                 self.claiming = True
                 claimed_at = now_ms()
@@ -135,6 +140,38 @@ class WorkerSlot(threading.Thread):
                 time.sleep(FAILED_SLOT_PAUSE)
         if self.worker is not None:
             self.worker.end()
+
+    def _start_worker(self) -> bool:
+        """Start a worker process in place of the last one (which may have died after
+        any number of jobs, as by the OOM killer: started again, as often as it
+        happens); False when it did not become ready.  Counting is per slot and simple:
+        ``failed_starts`` is the number of starts in a row that did not become ready,
+        back to 0 at each start that does.  The START_ATTEMPTS-th such start in a row
+        stops the node with the process's error (``Supervisor.fail``), rather than
+        starting workers that cannot start for ever."""
+        try:
+            self._replace_worker()
+        except CannotStart as exc:
+            assert self.worker is not None
+            self.worker.kill()
+            self.failed_starts += 1
+            if self.failed_starts >= START_ATTEMPTS:
+                self.sup.fail(
+                    f"worker {self.index} could not start, {self.failed_starts} times in a "
+                    f"row: {exc}"
+                )
+            else:
+                log.error(
+                    "worker %d could not start: %s; starting another (start %d of at most %d)",
+                    self.index,
+                    exc,
+                    self.failed_starts + 1,
+                    START_ATTEMPTS,
+                )
+                time.sleep(FAILED_SLOT_PAUSE)
+            return False
+        self.failed_starts = 0
+        return True
 
     def _replace_worker(self) -> None:
         if self.worker is not None:

@@ -91,6 +91,8 @@ class Supervisor:
         self.housekeeping = Housekeeping(self)
         #: where workers write their large results (engine.spill), while the node runs
         self.spill_folder: str | None = None
+        #: why the node must stop (a worker that cannot start: ``fail``); None while it may run
+        self.failure: str | None = None
 
     # ---------------------------------------------------------------- settings
 
@@ -119,6 +121,13 @@ class Supervisor:
         for slot in self.slots:
             slot.start()
         self.housekeeping.start()
+
+    def fail(self, why: str) -> None:
+        """A part of the node cannot go on (``why``: which, and its error, in one line):
+        the node stops with it (``serving.node.serve`` looks at ``failure``).  The
+        first reason stays."""
+        if self.failure is None:
+            self.failure = why
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop taking jobs, hand running jobs back to the queue, end the workers."""

@@ -1,16 +1,16 @@
 """A worker process: runs one job at a time, talking to its slot over a pipe.
 
 The messages are the types of ``engine.messages``: ``RunJob`` and ``Exit`` from the
-slot; ``Ready``, then per job ``Progress`` and one ``Done`` with the run's outcome
-(``Result``: the response already in the store's form; ``Failure``; ``Transient``: a
-TransientFault, which the slot retries or fails; ``RetryAsked``: RetryLater;
-``ChildrenAsked``: ``run_children``).  Progress is coalesced here, at the source: at
-most one message per ``PROGRESS_PERIOD`` (the latest value wins), so a function that
-reports without pause cannot flood the pipe or the server.  A stop arrives through a
-shared event (set from the server process) and a shared ``StopReason``, so the
-function sees it at once, also while it sleeps in ``job.wait``.  Requests, results and
-faults cross the pipe in the codec's JSON form: the encoding work is done here, off
-the server's threads.
+slot; ``Ready`` (or ``StartFailed``, when the services cannot be imported), then per
+job ``Progress`` and one ``Done`` with the run's outcome (``Result``: the response
+already in the store's form; ``Failure``; ``Transient``: a TransientFault, which the
+slot retries or fails; ``RetryAsked``: RetryLater; ``ChildrenAsked``:
+``run_children``).  Progress is coalesced here, at the source: at most one message per
+``PROGRESS_PERIOD`` (the latest value wins), so a function that reports without pause
+cannot flood the pipe or the server.  A stop arrives through a shared event (set from
+the server process) and a shared ``StopReason``, so the function sees it at once, also
+while it sleeps in ``job.wait``.  Requests, results and faults cross the pipe in the
+codec's JSON form: the encoding work is done here, off the server's threads.
 """
 
 import ctypes
@@ -43,7 +43,7 @@ from ..settings.model import Settings
 from ..store import FinishedChild
 from ..store.list_join import join_lists
 from ..store.payload import IN_MEMORY, Output, pack
-from ..support.logs import setup_logging
+from ..support.logs import one_line, setup_logging
 from . import spill
 from .messages import (
     ChildrenAsked,
@@ -57,6 +57,7 @@ from .messages import (
     RetryAsked,
     RunJob,
     SpilledResult,
+    StartFailed,
     StopReason,
     Transient,
 )
@@ -330,9 +331,13 @@ def worker_main(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int) 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers end
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     setup_logging("%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
-    for service in discover().values():  # import services before the first job
-        for module in service.worker_imports:
-            importlib.import_module(module)
+    try:
+        for service in discover().values():  # import services before the first job
+            for module in service.worker_imports:
+                importlib.import_module(module)
+    except Exception as exc:  # the slot says why, and does not start workers for ever
+        conn.send(StartFailed(one_line(exc)))
+        raise
     conn.send(Ready())
     while True:
         try:

@@ -7,7 +7,8 @@ cycle: the node ran its jobs slower by more than the deliveries' own cost
 (docs/architecture.md, "Callbacks under load").  Here they share neither.  It learns of
 job changes through the change feed (``store.feed``), as the HTTP processes do; the
 main process sends it the settings after a reload and "stop" at shutdown over a pipe,
-whose end also tells it that the main process is gone, and starts another when it dies.
+whose end also tells it that the main process is gone, and starts another when it dies
+(it answers on the pipe that it is up, or the error it ends with: ``lifeline``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..engine.callbacks import CallbackDelivery
 from ..store import open_store
 from ..store.feed import open_feed
 from ..support.logs import setup_logging
+from . import lifeline
 
 if TYPE_CHECKING:
     from ..settings.config import Settings
@@ -35,6 +37,11 @@ PROCESS_NAME = "xr-callbacks"
 
 def delivery_main(settings: Settings, node_name: str, control: Connection) -> None:
     """Entry point of the callbacks process (started by ``node.NodeProcesses``)."""
+    with lifeline.reporting(control):
+        _deliver(settings, node_name, control)
+
+
+def _deliver(settings: Settings, node_name: str, control: Connection) -> None:
     setup_logging()
     try:  # its name in ps and top, beside the HTTP processes'
         with open("/proc/self/comm", "w") as comm:
@@ -56,6 +63,7 @@ def delivery_main(settings: Settings, node_name: str, control: Connection) -> No
     feed.start()
     delivery.start()
     log.info("callbacks process is up (pid %d)", os.getpid())
+    lifeline.say_up(control)
     try:
         while not stop.is_set():
             if not control.poll(0.5):

@@ -12,7 +12,11 @@ from typing import Any
 
 
 def http_main(*args: Any) -> None:
-    """``args`` are ``http_process.http_main``'s, as ``NodeProcesses._start`` gives them."""
-    from .http_process import http_main as run
+    """``args`` are ``http_process.http_main``'s, as ``NodeProcesses._start`` gives them;
+    the exception it ends with goes to the main process too (``lifeline``)."""
+    from .lifeline import reporting
 
-    run(*args)
+    with reporting(args[4]):  # (the control pipe)
+        from .http_process import http_main as run
+
+        run(*args)

@@ -7,7 +7,8 @@ store connections, its own held watches and its own pool for blocking work
 accept on the one listening socket the main process opened.  Changes reach them
 through the change feed (``store.feed``); the main process sends them the settings
 after a reload, and "stop" at shutdown, over a pipe whose end also tells them that
-the main process is gone.
+the main process is gone; on it they answer that they are up, or the error they end
+with (``lifeline``: a process that cannot start is not restarted for ever).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
@@ -44,6 +45,7 @@ from ..support import blocking, malloc, metrics
 from ..support.logs import setup_logging
 from ..web.asgi import XRuntimeApp
 from ..web.connection_guard import guarded_protocol
+from .lifeline import say_up
 
 if TYPE_CHECKING:
     from ..settings.config import Settings
@@ -55,11 +57,21 @@ GRACEFUL = 10
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server without its signal handlers: this process installs its own."""
+    """uvicorn's server without its signal handlers: this process installs its own.
+    ``up`` is called once it accepts connections."""
+
+    def __init__(self, config: uvicorn.Config, up: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._up = up
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self._up()
 
 
 class HttpProcess:
@@ -144,14 +156,17 @@ class HttpProcess:
         # the process: full collections, which come during bursts of requests, need not
         # walk it again each time.
         gc.freeze()
-        self.server = _Server(config)
+        self.server = _Server(config, self._up)
         self.feed.start()
-        log.info("HTTP process %d is up (pid %d)", self.index, os.getpid())
         try:
             await self.server.serve(sockets=[self.sock])
         finally:
             self.feed.close()
             self.store.close()
+
+    def _up(self) -> None:
+        log.info("HTTP process %d is up (pid %d)", self.index, os.getpid())
+        say_up(self.control)  # from now on, its end is a crash, not a failed start
 
     def shutdown(self) -> None:
         """Answer every held watch now, finish the requests in flight, then exit."""

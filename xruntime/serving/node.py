@@ -10,6 +10,9 @@ PostgreSQL's LISTEN/NOTIFY).
 ``serve(settings)`` runs a node until SIGTERM or SIGINT, then shuts down cleanly: the
 HTTP processes answer every held watch and finish their requests, the callbacks process
 ends the attempts under way, the running jobs go back to the queue, the workers end.
+A process that cannot start (an HTTP process, the callbacks process, a worker) is
+started ``START_ATTEMPTS`` times in a row at most: then the node shuts down the same
+way and ``serve`` raises ``NodeFailed`` (exit status 1) with that process's error.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ from typing import TYPE_CHECKING, cast
 
 from ..engine.cleaner import RetentionCleaner
 from ..engine.notifier import Notifier
+from ..engine.process import START_ATTEMPTS
 from ..engine.supervisor import Supervisor, default_node_name
 from ..store import open_store
 from ..store.feed import open_feed
 from ..support import malloc, metrics
 from . import delivery, http_entry
+from .lifeline import last_words
 from .reload import ConfigReloader
 
 if TYPE_CHECKING:
@@ -46,6 +51,16 @@ log = logging.getLogger(__name__)
 HTTP_STOP_TIMEOUT = 15.0
 #: Pending connections the kernel keeps for the node (capped by net.core.somaxconn).
 BACKLOG = 4096
+
+
+class NodeFailed(SystemExit):
+    """The node stopped because one of its processes could not start; ``why`` names
+    it and its error (logged by ``serve``).  A SystemExit: ``xruntime serve`` exits
+    with status 1."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(1)
+        self.why = why
 
 
 class Node:
@@ -100,7 +115,16 @@ class NodeProcesses:
     process: started with ``spawn`` (the main process has threads); restarted when one
     dies.  (A fork server would let them share the imported code, but itself costs a
     process that holds all of it; spawned, the node's processes take less memory in
-    all.)"""
+    all.)
+
+    Restarts are bounded for a process that cannot start.  Each process says "up" on
+    its control pipe once it serves, and sends the exception its entry ends with
+    (``lifeline``).  ``failed_starts[key]`` counts the processes of that key in a row
+    that ended without having said "up"; one that did say it (it served, then died,
+    e.g. killed by the OOM killer after hours) sets it back to 0 and is replaced as
+    often as that happens.  When the count reaches START_ATTEMPTS, nothing more is
+    started: ``failure`` says which process and its error, and ``serve`` stops the
+    node."""
 
     def __init__(self, sock: socket.socket, node: Node) -> None:
         self.sock = sock
@@ -108,6 +132,8 @@ class NodeProcesses:
         self.ctx = multiprocessing.get_context("spawn")
         self.procs: dict[int, tuple[BaseProcess, Connection]] = {}  # key → its control end
         self.stopping = False
+        self.failed_starts: dict[int, int] = {}  # key → its starts in a row that never served
+        self.failure: str | None = None  # set: the node stops (see the class's docstring)
 
     def start(self, http_count: int) -> None:
         for index in range(http_count):
@@ -121,12 +147,13 @@ class NodeProcesses:
         if (
             CALLBACKS not in self.procs
             and not self.stopping
+            and self.failure is None
             and self.node.settings().callbacks.allowed
         ):
             self._start(CALLBACKS)
 
     def _start(self, index: int) -> None:
-        receiver, sender = self.ctx.Pipe(duplex=False)
+        receiver, sender = self.ctx.Pipe()  # (duplex: the process answers on it: ``lifeline``)
         node = self.node
         if index == CALLBACKS:
             proc = self.ctx.Process(
@@ -153,7 +180,8 @@ class NodeProcesses:
                 pass  # it died; ``watch`` restarts it
 
     def watch(self, timeout: float) -> None:
-        """Wait up to ``timeout`` s; restart a process that died meanwhile, and start
+        """Wait up to ``timeout`` s; restart a process that died meanwhile (unless it
+        could not start START_ATTEMPTS times in a row: then set ``failure``), and start
         the callbacks process once a reload allows a target."""
         self._start_callbacks_when_wanted()
         sentinels = {proc.sentinel: index for index, (proc, _) in self.procs.items()}
@@ -161,17 +189,31 @@ class NodeProcesses:
             index = sentinels[cast(int, sentinel)]  # (one of the descriptors it was given)
             proc, conn = self.procs[index]
             proc.join(1)
+            up, error = last_words(conn)
             conn.close()
             assert proc.pid is not None  # (it was started: ``_start`` starts it)
             metrics.process_died(proc.pid)
-            if not self.stopping:
-                log.error(
-                    "%s (pid %s) exited with %s; starting another",
-                    _name(index),
-                    proc.pid,
-                    proc.exitcode,
-                )
+            if self.stopping or self.failure is not None:
+                continue
+            ended = f"{_name(index)} (pid {proc.pid}) exited with {proc.exitcode}"
+            if up:
+                self.failed_starts[index] = 0
+                log.error("%s%s; starting another", ended, f" ({error})" if error else "")
                 self._start(index)
+                continue
+            failed = self.failed_starts[index] = self.failed_starts.get(index, 0) + 1
+            why = error or f"exited with {proc.exitcode}"
+            if failed >= START_ATTEMPTS:
+                self.failure = f"{_name(index)} could not start, {failed} times in a row: {why}"
+                continue
+            log.error(
+                "%s before it was up (%s); starting another (start %d of at most %d)",
+                ended,
+                why,
+                failed + 1,
+                START_ATTEMPTS,
+            )
+            self._start(index)
 
     def stop(self, timeout: float = HTTP_STOP_TIMEOUT) -> None:
         self.stopping = True
@@ -251,9 +293,13 @@ def serve(settings: Settings, services: Sequence[str], reload_path: str | None =
         settings.workers,
         _safe_url(settings.database_url),
     )
+    failure = None
     try:
         while not stop.is_set():
             children.watch(0.5)
+            failure = children.failure or node.supervisor.failure
+            if failure is not None:
+                break
     finally:
         if reloader is not None:
             reloader.stopped = True
@@ -263,7 +309,11 @@ def serve(settings: Settings, services: Sequence[str], reload_path: str | None =
         stopping.join()
         sock.close()
         metrics.release_directory()
-        log.info("xruntime node %s stopped", node.name)
+        if failure is None:
+            log.info("xruntime node %s stopped", node.name)
+    if failure is not None:  # the one line that says why the node is not running
+        log.error("xruntime node %s stopped: %s", node.name, failure)
+        raise NodeFailed(failure)
 
 
 def _raise_file_limit() -> None:

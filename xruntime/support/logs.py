@@ -25,6 +25,13 @@ def escape_controls(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one line, its type's name first: ``ValueError: …`` (what a process
+    that could not start tells the main process: ``serving.lifeline``, ``engine.worker``)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def setup_logging(
     fmt: str = f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}]: %(message)s",
 ) -> None:
