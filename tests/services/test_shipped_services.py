@@ -12,7 +12,8 @@ def test_xdemo_simulates_and_reports_progress(xruntime_client):
         xruntime_client, "XDemo", "simulate", {"steps": 3, "durationMs": 30, "resultSize": 5}
     )
     assert job["status"] == "SUCCEEDED"
-    assert job["progress"] == {"$type": "BulkProgress", "remaining": 0, "successful": 3, "failed": 0}
+    progress = {"$type": "BulkProgress", "remaining": 0, "successful": 3, "failed": 0}
+    assert job["progress"] == progress
     assert response["stepsDone"] == 3 and response["payload"] == "xrunt"
 
 

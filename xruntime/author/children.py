@@ -88,7 +88,7 @@ class ChildOutcome:
         """The child's fault (an XServerFault), or None when it succeeded."""
         if self._fault_json is None:
             return None
-        return codec.decode_fault(json.loads(self._fault_json))
+        return codec.decode_fault(json.loads(self._fault_json), self._response_type.get_namespace())
 
     @property
     def result(self) -> Any:

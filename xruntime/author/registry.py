@@ -20,6 +20,7 @@ from spyne import ComplexModelBase
 
 from ..protocol.typeinfo import complex_types, is_protocol_type, subclasses
 from ..protocol.types import NAMESPACE as FRAMEWORK_NAMESPACE
+from ..protocol.types import JobProgress
 from ..settings.schema import Key
 from .runtime_service import xruntime
 from .service import LongOperation, Service
@@ -127,8 +128,10 @@ def _loaded() -> tuple[dict[str, Service], dict[str, str]]:
 
 def check_type_names(services: dict[str, Service], origins: dict[str, str]) -> None:
     """Refuse two services that declare a type of one name in one namespace (their
-    WSDLs and messages could not tell them apart), and a service type in the framework's
-    namespace (it would redefine, or stand beside, the protocol's own types)."""
+    WSDLs and messages could not tell them apart), a service type in the framework's
+    namespace (it would redefine, or stand beside, the protocol's own types), and two
+    progress types of one name: XRuntime's answers carry any service's progress, and
+    JSON's ``$type`` names a type without its namespace."""
     owners: dict[tuple[str, str], tuple[str, type[ComplexModelBase]]] = {}
     for name, service in services.items():
         if service is xruntime:
@@ -141,12 +144,14 @@ def check_type_names(services: dict[str, Service], origins: dict[str, str]) -> N
                     f"{cls.__qualname__} is in the framework's namespace {key[0]} as "
                     f"{key[1]!r}; leave __namespace__ unset so that it takes the service's"
                 )
+            if issubclass(cls, JobProgress):
+                key = ("any service's progress", key[1])
             owner = owners.setdefault(key, (name, cls))
             if owner[1] is not cls:  # one class shared by two services is no clash
                 raise PluginError(
                     f"type {{{key[0]}}}{key[1]} is defined by service {name} "
                     f"({origins[name]}) and by service {owner[0]} ({origins[owner[0]]}); "
-                    "give one of them another namespace or type name"
+                    "give one of them another type name"
                 )
 
 

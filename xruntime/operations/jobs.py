@@ -261,7 +261,7 @@ class JobManager:
             self.store.mark_fetched(job_id, now_ms())
         if decision == states.RAISE_STORED_FAULT:
             assert rec.fault is not None  # a FAILED job is stored with its fault
-            raise codec.decode_fault(json.loads(rec.fault))
+            raise codec.decode_fault(json.loads(rec.fault), op.response.get_namespace())
         return rec
 
     async def run(self, op: "LongOperation", request: XModel, caller: Caller = ANONYMOUS) -> str:

@@ -84,9 +84,11 @@ def encode_fault(fault: XServerFault) -> dict:
     return {"message": fault.faultstring, "faultInfo": info}
 
 
-def decode_fault(data: dict) -> XServerFault:
+def decode_fault(data: dict, namespace: str | None = None) -> XServerFault:
+    """A stored fault as its class: the one of that name in ``namespace`` (the service
+    whose job it ended) first (``faults.fault_class``)."""
     info = dict(data.get("faultInfo") or {})
-    cls = fault_class(info.pop(TYPE_KEY, "InternalErrorFault")) or InternalErrorFault
+    cls = fault_class(info.pop(TYPE_KEY, "InternalErrorFault"), namespace) or InternalErrorFault
     known = set(cls.field_names())
     return cls(data.get("message", ""), **{k: v for k, v in info.items() if k in known})
 

@@ -170,12 +170,17 @@ def all_fault_classes() -> list[type[XServerFault]]:
     return subclasses(XServerFault)
 
 
-def fault_class(type_name: str) -> type[XServerFault] | None:
-    """The fault class of a ``$type`` name, or None."""
-    for cls in all_fault_classes():
-        if cls.get_type_name() == type_name:
+def fault_class(type_name: str, namespace: str | None = None) -> type[XServerFault] | None:
+    """The fault class of a ``$type`` name, or None.  Two services may each define a
+    fault of one name in their own namespace: the one in ``namespace`` (the service's
+    whose job failed) is taken first, then the protocol's own."""
+    named = [cls for cls in all_fault_classes() if cls.get_type_name() == type_name]
+    for cls in named:
+        if cls.get_namespace() == namespace:
             return cls
-    return None
+    return next((cls for cls in named if cls.get_namespace() == NAMESPACE), None) or next(
+        iter(named), None
+    )
 
 
 for _cls in all_fault_classes():
