@@ -216,6 +216,9 @@ class CallbackDelivery:
             outcome, final = f"refused: {exc}", True
         except (OSError, http.client.HTTPException) as exc:
             outcome = _error_text(exc)
+        except Exception as exc:  # any failure of an attempt counts as one (logged below)
+            outcome = f"failed: {type(exc).__name__}: {_error_text(exc)}"
+            log.debug("callbacks: the attempt of %s failed", message_id(event), exc_info=True)
         if status is not None and 200 <= status < 300:
             message, due = f"{what}: {outcome} (attempt {attempt})", None
             log.info("job %s: %s", event.job_id, message)

@@ -7,7 +7,13 @@ loopback, the cloud's metadata address, the office network).  So a URL must matc
 ``[callbacks] allowed`` (a URL prefix, a host name, an address or network listed), and
 every address its host resolves to must be public, or inside an address or network the
 administrator listed: a name never unlocks a loopback, private or link-local address,
-however it is listed.  The check runs at the start (``check_callback``) and again at each
+however it is listed.  An IPv6 address that carries an IPv4 one (IPv4-mapped,
+IPv4-compatible, IPv4-translated, NAT64's ``64:ff9b::/96``, 6to4's ``2002::/16``) is
+judged as the IPv4 address it carries, and NAT64's local-use ``64:ff9b:1::/48`` as a
+private network.  A URL must be one ``http.client`` sends as written: only the
+characters RFC 3986 allows, no dot segment (``/xr/../admin``, ``%2e%2e``) and no encoded
+slash in its path, so that a URL prefix listed holds every path the receiver sees.
+The check runs at the start (``check_callback``) and again at each
 attempt, on the addresses resolved for that attempt, and the connection goes to the very
 address checked (a name that resolves elsewhere a moment later changes nothing).
 Redirects are not followed, each step has a timeout, and at most ``ANSWER_BYTES`` of an
@@ -23,6 +29,7 @@ import hashlib
 import hmac
 import http.client
 import ipaddress
+import re
 import socket
 import ssl
 import threading
@@ -30,7 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .. import __version__
 from ..protocol.faults import InvalidValueFault
@@ -50,6 +57,58 @@ Resolver = Callable[[str, int], list[str]]
 
 class Refused(Exception):
     """The URL may not be called; the message says why."""
+
+
+#: The characters a URL may hold (RFC 3986: unreserved, reserved, and ``%`` escapes).
+_URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*")
+_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+#: ``%2f`` and ``%5c``: a slash or backslash a receiver may decode into its path.
+_ENCODED_SLASH = re.compile(r"%(2f|5c)", re.IGNORECASE)
+#: IPv6 networks whose addresses carry an IPv4 address in their last 32 bits:
+#: NAT64 (RFC 6052), IPv4-translated (RFC 2765) and IPv4-compatible (RFC 4291, but
+#: ``::`` and ``::1``).  (IPv4-mapped and 6to4 are ``ipaddress``'s own properties.)
+_CARRIERS = tuple(ipaddress.IPv6Network(n) for n in ("64:ff9b::/96", "::ffff:0:0:0/96", "::/96"))
+#: NAT64's local-use prefix (RFC 8215): where its IPv4 address sits depends on the
+#: prefix length the network chose, so it is judged as a private network.
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def _spelling(url: str) -> None:
+    """Refused unless ``url`` is one ``http.client`` sends as written: characters RFC
+    3986 allows (no space, control character or non-ASCII one; a ``%`` starts an
+    escape), no dot segment in its path (``.``, ``..``, once its escapes are decoded,
+    and with a ``;parameter`` dropped), and no encoded slash or backslash there."""
+    if not _URL_CHARS.fullmatch(url):
+        bad = next(c for c in url if not _URL_CHARS.fullmatch(c))
+        at = url.index(bad)
+        raise Refused(
+            f"it holds {_char_name(bad)} at character {at + 1}, which a URL may not hold "
+            "(only the characters RFC 3986 allows: percent-encode the others, in UTF-8)"
+        )
+    if _ESCAPE.search(url):
+        raise Refused("a % in it starts no escape (%XX with two hex digits)")
+    path = url.split("#", 1)[0].split("?", 1)[0]
+    _, _, path = path.partition("://")
+    _, _, path = path.partition("/")
+    if _ENCODED_SLASH.search(path):
+        raise Refused(
+            "its path holds an encoded slash or backslash (%2F, %5C), which a receiver may "
+            "read as a path separator"
+        )
+    for segment in path.split("/"):
+        decoded = unquote(segment, errors="replace")
+        if decoded.split(";", 1)[0] in (".", "..") or any(
+            ord(c) < 0x20 or c == "\x7f" for c in decoded
+        ):
+            raise Refused(
+                f"its path holds the segment {segment!r}: dot segments (., .., %2e%2e) and "
+                "encoded control characters are not sent; write the path the receiver serves"
+            )
+
+
+def _char_name(char: str) -> str:
+    """``' ' (U+0020)``: a character as a message names it."""
+    return f"{char!r} (U+{ord(char):04X})"
 
 
 @dataclass(frozen=True)
@@ -79,7 +138,7 @@ class _Rules:
         ):
             return True
         literal = _address(host)
-        if literal is not None and any(literal in network for network in self.networks):
+        if literal is not None and self.listed(literal):
             return True
         for p_scheme, p_host, p_port, p_path in self.prefixes:
             if (p_scheme, p_host, p_port) != (scheme, host, port):
@@ -114,12 +173,36 @@ def _rules(allowed: tuple[str, ...]) -> _Rules:
 
 
 def _address(host: str) -> Address | None:
+    """The address ``host`` writes (None for a name), an IPv6 address that carries an
+    IPv4 one as that IPv4 address: it is judged as the address it reaches."""
     try:
         found = ipaddress.ip_address(host)
     except ValueError:
         return None
-    mapped = getattr(found, "ipv4_mapped", None)
-    return mapped if mapped is not None else found
+    return _carried(found) or found
+
+
+def _carried(address: Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries (IPv4-mapped, 6to4, NAT64, IPv4-translated,
+    IPv4-compatible); None for any other."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    found = address.ipv4_mapped or address.sixtofour
+    if found is not None:
+        return found
+    if any(address in network for network in _CARRIERS) and int(address) > 1:
+        return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+    return None
+
+
+def _public(address: Address) -> bool:
+    """Whether ``address`` (judged, see ``_address``) is a global one."""
+    return address.is_global and address not in _LOCAL_NAT64
+
+
+def _named(text: str, address: Address) -> str:
+    """``address`` as a message names it: ``64:ff9b::7f00:1 (which carries 127.0.0.1)``."""
+    return text if str(address) == text else f"{text} (which carries {address})"
 
 
 def _parts(url: str) -> tuple[str, str, int, str]:
@@ -153,11 +236,17 @@ def target_of(url: str, allowed: tuple[str, ...], resolver: Resolver = resolve) 
     Refused (with the reason) otherwise."""
     if not allowed:
         raise Refused("[callbacks] allowed lists no target: callbacks are off")
+    _spelling(url)
     scheme, host, port, path = _parts(url)
     rules = _rules(tuple(allowed))
     if not rules.matches(scheme, host, port, path):
+        literal = _address(host)
+        shown = f"[{host}]" if ":" in host else host
+        carried = (
+            f" (which carries {literal})" if literal is not None and str(literal) != host else ""
+        )
         raise Refused(
-            f"{scheme}://{host}:{port} is not among the targets [callbacks] allowed lists"
+            f"{scheme}://{shown}:{port}{carried} is not among the targets [callbacks] allowed lists"
         )
     try:
         addresses = resolver(host, port)
@@ -172,10 +261,11 @@ def target_of(url: str, allowed: tuple[str, ...], resolver: Resolver = resolve) 
         address = _address(text.split("%")[0])
         if address is None:
             raise Refused(f"{host} resolves to {text}, which is no IP address")
-        if not address.is_global and address != literal and not rules.listed(address):
+        if not _public(address) and address != literal and not rules.listed(address):
             raise Refused(
-                f"{host} resolves to {address}, a loopback, private or reserved address "
-                "that no address or network in [callbacks] allowed holds"
+                f"{host} resolves to {_named(text.split('%')[0], address)}, a loopback, "
+                "private or reserved address that no address or network in [callbacks] "
+                "allowed holds"
             )
     return Target(scheme, host, port, path, tuple(addresses))
 
