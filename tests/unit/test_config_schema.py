@@ -28,7 +28,12 @@ from xruntime.settings.schema import KEYS, TABLES, children_of, keys_of
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKEN = "a" * 64
 #: a value for the keys without a plain default
-SAMPLES = {"token_sha256": TOKEN, "max_stored_bytes": 5}
+SAMPLES = {
+    "token_sha256": TOKEN,
+    "max_stored_bytes": 5,
+    "max_held_watches": 5,
+    "max_held_watched_ids": 5,
+}
 
 #: the model object whose fields a table's own keys fill, with its defaults
 MODELS = {

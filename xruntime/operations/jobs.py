@@ -293,7 +293,9 @@ class JobManager:
         (``Watches.watch``).  Watchers woken by one change get one shared answer."""
         assert self.watches is not None  # an HTTP process's manager holds its watches
         update_ms, maximum_ms = watch_periods(progress_update_period, maximum_polling_period)
-        snap, woken = await self.watches.watch(job_id, update_ms, maximum_ms, caller.sees)
+        limits = self.settings().held_watch_limits(caller.name)
+        with self.watches.held(caller.name, 1, limits):  # past them QuotaExceededFault
+            snap, woken = await self.watches.watch(job_id, update_ms, maximum_ms, caller.sees)
         if snap.rec is None:
             return self.unknown_job(job_id)
         if not woken:
@@ -312,10 +314,12 @@ class JobManager:
         """watchJobs (docs/protocol.md §14): watchJob's rules over many jobs, answering
         the jobs that changed (``Watches.watch_many``), each as ``watch`` answers it.
         A repeated id is watched and answered once; no ids, or more than ``[server]
-        max_watched_ids``, is ``InvalidValueFault { parameter: "ids" }``."""
+        max_watched_ids``, is ``InvalidValueFault { parameter: "ids" }``; past the
+        caller's held-watch bounds, ``QuotaExceededFault``."""
         assert self.watches is not None  # an HTTP process's manager holds its watches
         update_ms, maximum_ms = watch_periods(progress_update_period, maximum_polling_period)
-        limit = self.settings().max_watched_ids
+        settings = self.settings()
+        limit = settings.max_watched_ids
         if not job_ids or len(job_ids) > limit:
             raise InvalidValueFault(
                 f"ids must name 1 to {limit} jobs (the server's max_watched_ids); "
@@ -325,7 +329,11 @@ class JobManager:
                 hint="Watch the jobs in several calls." if job_ids else "Give the ids to watch.",
             )
         distinct = list(dict.fromkeys(job_ids))
-        found, woken = await self.watches.watch_many(distinct, update_ms, maximum_ms, caller.sees)
+        limits = settings.held_watch_limits(caller.name)
+        with self.watches.held(caller.name, len(distinct), limits):  # past them QuotaExceededFault
+            found, woken = await self.watches.watch_many(
+                distinct, update_ms, maximum_ms, caller.sees
+            )
         if len(found) > VIEWS_INLINE:  # (1 000 Jobs take ~15 ms: not on the event loop)
             return await blocking(self._watched, found, woken)
         return self._watched(found, woken)

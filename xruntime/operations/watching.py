@@ -21,20 +21,30 @@ taken its first step (for an ended job: sent its answer).  A full collection in 
 process holding 5 000 watches takes 0.1–0.6 s, and one is often due just then
 (benchmarks/longpoll.py saw one in the middle of every other burst of answers, in
 this tree and in older ones); after the burst, with those watches gone, it is cheaper.
+
+One user's held watches are counted per HTTP process (``Watches.held``): past
+``max_held_watches`` calls, or ``max_held_watched_ids`` ids watched together, the next
+answers ``QuotaExceededFault`` at once (docs/protocol.md §14).  And a watch answered at
+its ``maximumPollingPeriod`` answers up to ``JITTER`` of it later (at most
+``JITTER_MAX_S``), so that many watches that arrived together do not all end, and come
+back, in the same millisecond.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import gc
 import logging
+import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..protocol import states
+from ..protocol.faults import QuotaExceededFault
 from ..store.changes import MISSED
 from ..support import metrics
 from ..support.blocking import blocking
@@ -53,6 +63,10 @@ STALE_AFTER = 1.0
 RUN_RECHECK = 5.0
 #: Waking at least this many watchers at once pauses the garbage collector meanwhile.
 BURST = 100
+#: A watch answered at its maximumPollingPeriod answers up to this share of it later,
+#: at random, and at most JITTER_MAX_S later (docs/protocol.md §4).
+JITTER = 0.02
+JITTER_MAX_S = 0.25
 
 _T = TypeVar("_T")
 #: What a watcher's future is answered: a snapshot, or None (its time is up, or closing).
@@ -291,6 +305,16 @@ def _settle(fut: Answer, value: Snapshot | None) -> None:
 _pauses = [0]
 
 
+def _latest(arrived: float, maximum_ms: int) -> float:
+    """When a watch that arrived at ``arrived`` (loop time) answers without a change:
+    ``maximum_ms`` later, and a random jitter of up to 2 % of it (at most 250 ms)."""
+    return (
+        arrived
+        + maximum_ms / 1000
+        + random.uniform(0, min(maximum_ms / 1000 * JITTER, JITTER_MAX_S))
+    )
+
+
 def _pause_collection() -> None:
     """The garbage collector off until the event loop has run what is queued now."""
     if _pauses[0] == 0 and not gc.isenabled():
@@ -317,7 +341,51 @@ class Watches:
         self._pending: collections.deque[str] = collections.deque()
         self._scheduled = False
         self._lock = threading.Lock()
+        self._held: dict[str, list[int]] = {}  # user → [calls, ids] of their watches held
         notifier.listen(self._changed, self.close)
+
+    # ------------------------------------------------------------------ per user
+
+    @contextlib.contextmanager
+    def held(self, user: str, ids: int, limits: tuple[int, int]) -> Iterator[None]:
+        """One watch call of ``user`` over ``ids`` jobs, counted while it is held;
+        QuotaExceededFault at once when it would pass ``limits`` ((calls, ids); 0: no
+        limit) in this HTTP process (on the event loop: no lock)."""
+        max_calls, max_ids = limits
+        counts = self._held.get(user) or [0, 0]
+        calls, watched = counts
+        if max_calls and calls + 1 > max_calls:
+            raise QuotaExceededFault(
+                f"you hold {calls} watches in this process of the server already, your "
+                f"limit (max_held_watches = {max_calls}); this one was refused",
+                hint="Wait until one of your watches answers, or watch many jobs in one "
+                "watchJobs call.",
+            )
+        if max_ids and watched + ids > max_ids:
+            raise QuotaExceededFault(
+                f"your held watches watch {watched} jobs in this process of the server "
+                f"already; {ids} more would pass your limit (max_held_watched_ids = "
+                f"{max_ids}); this watch was refused",
+                hint="Watch fewer jobs at once, or wait until one of your watches answers.",
+            )
+        if not max_calls and not max_ids:
+            yield  # (not counted: nothing bounds it)
+            return
+        counts = self._held.setdefault(user, [0, 0])
+        counts[0] += 1
+        counts[1] += ids
+        try:
+            yield
+        finally:
+            counts[0] -= 1
+            counts[1] -= ids
+            if counts[0] <= 0 and self._held.get(user) is counts:
+                del self._held[user]
+
+    def held_by(self, user: str) -> tuple[int, int]:
+        """(calls, ids) of ``user``'s watches held and counted now (for tests)."""
+        calls, ids = self._held.get(user) or (0, 0)
+        return calls, ids
 
     # ------------------------------------------------------------------ waiting
 
@@ -337,7 +405,7 @@ class Watches:
         with metrics.held_watches:  # (in this coroutine: no other one per watch)
             loop = self._enter()
             arrived = loop.time()
-            earliest, latest = arrived + update_ms / 1000, arrived + maximum_ms / 1000
+            earliest, latest = arrived + update_ms / 1000, _latest(arrived, maximum_ms)
             job = self._join(job_id)
             try:
                 snap = await job.current(STALE_AFTER)
@@ -389,7 +457,7 @@ class Watches:
         with metrics.held_watches:  # once for the call, however many jobs it watches
             loop = self._enter()
             arrived = loop.time()
-            earliest, latest = arrived + update_ms / 1000, arrived + maximum_ms / 1000
+            earliest, latest = arrived + update_ms / 1000, _latest(arrived, maximum_ms)
             jobs = [self._join(job_id) for job_id in job_ids]
             group: _Group | None = None
             try:

@@ -92,6 +92,8 @@ class User:
     services: dict = field(default_factory=dict)  # service → Quota of [users.NAME.services.X]
     max_stored_bytes: int | None = _USER["max_stored_bytes"]  # None: [jobs] max_stored_bytes
     callback_secret: str = _USER["callback_secret"]  # signs the user's callbacks; "": none
+    max_held_watches: int | None = _USER["max_held_watches"]  # None: [server]'s
+    max_held_watched_ids: int | None = _USER["max_held_watched_ids"]  # None: [server]'s
 
     def quota_for(self, service: str) -> Quota:
         """The user's quota for ``service``: their own for it, else their general one."""
@@ -143,6 +145,10 @@ class Settings:
     max_batch: int = _SERVER["max_batch"]  # JSON-RPC requests in one batch
     max_batch_answer_bytes: int = _SERVER["max_batch_answer_bytes"]  # one batch's answer
     max_watched_ids: int = _SERVER["max_watched_ids"]  # ids of one watchJobs
+    #: held watchJob/watchJobs calls of one user in one HTTP process (accounts on); 0: no limit
+    max_held_watches: int = _SERVER["max_held_watches"]
+    #: the ids those calls watch together; 0: no limit
+    max_held_watched_ids: int = _SERVER["max_held_watched_ids"]
     allowed_origins: tuple = _SERVER["allowed_origins"]  # other origins whose pages may call
     allowed_hosts: tuple = _SERVER["allowed_hosts"]  # host names served besides addresses
     node_name: str = _SERVER["node_name"]  # in the store; "": hostname:port
@@ -213,6 +219,21 @@ class Settings:
         if found is not None and found.max_stored_bytes is not None:
             return found.max_stored_bytes
         return self.jobs.max_stored_bytes
+
+    def held_watch_limits(self, user: str) -> tuple[int, int]:
+        """(held watch calls, ids they watch together) ``user`` may hold at once in one
+        HTTP process (0: no limit): their own values, else [server]'s.  With accounts off
+        every caller is the anonymous user, the node's only one: none applies (the
+        process's ``max_connections`` bounds its calls)."""
+        if not self.auth.required:
+            return 0, 0
+        found = self.users.get(user)
+        calls = found.max_held_watches if found is not None else None
+        ids = found.max_held_watched_ids if found is not None else None
+        return (
+            self.max_held_watches if calls is None else calls,
+            self.max_held_watched_ids if ids is None else ids,
+        )
 
     def running_limits(self) -> tuple:
         """((user, service or None, max_running), ...): every configured max_running,

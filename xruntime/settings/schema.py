@@ -42,6 +42,12 @@ NOT_PER_SERVICE = (
     "set it in [jobs], or for one user in [users.NAME]"
 )
 
+#: written where a held-watch bound is set per service: a watch is of no one service
+NOT_PER_SERVICE_WATCHES = (
+    "not per service: it bounds a user's held watches, whatever jobs they watch; "
+    "set it in [server], or for one user in [users.NAME]"
+)
+
 
 @dataclass(frozen=True)
 class Key:
@@ -255,6 +261,26 @@ KEYS: tuple[Key, ...] = (
         section="§14",
         doc="job ids one `watchJobs` may watch; more are refused "
         '(`InvalidValueFault { parameter: "ids" }`)',
+    ),
+    Key(
+        "max_held_watches",
+        integer(0, 10_000_000),
+        1000,
+        ("server",),
+        section="§14",
+        doc="`watchJob` and `watchJobs` calls one user may hold at once in one HTTP process "
+        "(with accounts on; a user's own in `[users.NAME]`); past it the user's next watch "
+        "answers `QuotaExceededFault` at once, until one of theirs ends; `0`: no limit",
+    ),
+    Key(
+        "max_held_watched_ids",
+        integer(0, 1_000_000_000),
+        100_000,
+        ("server",),
+        section="§14",
+        doc="job ids the held watches of one user watch together in one HTTP process (a "
+        "`watchJob` counts 1, a `watchJobs` its distinct ids; with accounts on; a user's own in "
+        "`[users.NAME]`); past it `QuotaExceededFault` at once; `0`: no limit",
     ),
     Key(
         "allowed_origins",
@@ -482,6 +508,28 @@ KEYS: tuple[Key, ...] = (
         refused={_USER_SERVICE: NOT_PER_SERVICE},
         section="§15",
         doc="the user's own bound on stored bytes, all services together; `0`: no limit",
+    ),
+    Key(
+        "max_held_watches",
+        integer(0, 10_000_000),
+        None,
+        ("users.NAME",),
+        default_doc="`[server] max_held_watches`",
+        refused={_USER_SERVICE: NOT_PER_SERVICE_WATCHES},
+        section="§14",
+        doc="the user's own bound on their held `watchJob`/`watchJobs` calls in one HTTP "
+        "process; `0`: no limit",
+    ),
+    Key(
+        "max_held_watched_ids",
+        integer(0, 1_000_000_000),
+        None,
+        ("users.NAME",),
+        default_doc="`[server] max_held_watched_ids`",
+        refused={_USER_SERVICE: NOT_PER_SERVICE_WATCHES},
+        section="§14",
+        doc="the user's own bound on the job ids their held watches watch together in one HTTP "
+        "process; `0`: no limit",
     ),
     Key(
         "callback_secret",
