@@ -9,6 +9,13 @@ lost between the change and its delivery: a node killed right after the change l
 the row, and any node delivers it.  A job's end drops its progress events not yet taken:
 they are out of date.
 
+A job has at most one progress event waiting (not being delivered): the newest wins.  A
+new progress event replaces the one waiting, and takes over its place in the line
+(``due_at``: due as soon as the one it replaces, or after its retry delay), its
+attempts so far and its history row (``history_seq``); it is a new event (a new row,
+so a new ``webhook-id``: a receiver that took the older one does not drop it).  So a
+job whose receiver is slow or down keeps one row in the outbox, not one per period.
+
 A row is delivered by one node at a time (``outbox``): ``claim_callbacks`` takes due rows (``FOR
 UPDATE SKIP LOCKED`` on PostgreSQL, so nodes sharing the store take different ones) and
 moves their ``due_at`` to the end of the lease; a node that dies while delivering lets
@@ -41,22 +48,33 @@ _PROGRESS_WHEN = (
 )
 
 
-def _statements(now: str) -> tuple[str, str, str]:
-    """(drop the job's progress events not taken, add its end, add its progress)."""
+#: The job's progress event waiting (not being delivered), if any.
+_WAITING = f"job_seq = NEW.seq AND type = '{PROGRESS_EVENT}' AND node IS NULL"
 
-    def insert(kind: str, elapsed: str) -> str:
-        values = (
+
+def _statements(now: str) -> tuple[str, str, str]:
+    """(drop the job's progress events not taken, add its end, add its progress in
+    place of the one waiting)."""
+
+    def values(kind: str, elapsed: str) -> str:
+        return (
             f"NEW.id, NEW.seq, NEW.owner, NEW.callback_url, '{kind}', NEW.status, {elapsed}, "
-            f"NEW.progress, {now}, {now}"
+            f"NEW.progress, {now}"
         )
-        return f"INSERT INTO callback_outbox ({_COLUMNS}) VALUES ({values});"
 
     finished_elapsed = f"GREATEST(0, COALESCE(NEW.finished_at, {now}) - NEW.queued_at)"
+    progress = values(PROGRESS_EVENT, f"GREATEST(0, {now} - NEW.queued_at)")
     return (
-        "DELETE FROM callback_outbox WHERE job_seq = NEW.seq "
-        f"AND type = '{PROGRESS_EVENT}' AND node IS NULL;",
-        insert(FINISHED_EVENT, finished_elapsed),
-        insert(PROGRESS_EVENT, f"GREATEST(0, {now} - NEW.queued_at)"),
+        f"DELETE FROM callback_outbox WHERE {_WAITING};",
+        f"INSERT INTO callback_outbox ({_COLUMNS}) "
+        f"VALUES ({values(FINISHED_EVENT, finished_elapsed)}, {now});",
+        # the newest wins: it takes the waiting one's place, attempts and history row
+        # (an aggregate answers one row, with NULLs when none waits), then the older goes
+        f"INSERT INTO callback_outbox ({_COLUMNS}, attempts, history_seq) "
+        f"SELECT {progress}, COALESCE(MIN(due_at), {now}), COALESCE(MAX(attempts), 0), "
+        f"MAX(history_seq) FROM callback_outbox WHERE {_WAITING}; "
+        f"DELETE FROM callback_outbox WHERE {_WAITING} "
+        f"AND seq < (SELECT MAX(seq) FROM callback_outbox WHERE {_WAITING});",
     )
 
 

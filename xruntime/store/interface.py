@@ -218,10 +218,19 @@ class JobStore(Protocol):
         ends), or None when there is none."""
 
     def claim_callbacks(
-        self, node: str, now: int, lease_ms: int, limit: int
+        self,
+        node: str,
+        now: int,
+        lease_ms: int,
+        limit: int,
+        admit: Callable[[CallbackEvent], bool] | None = None,
+        per_owner: int | None = None,
     ) -> list[tuple[CallbackEvent, int]]:
         """Take up to ``limit`` due callbacks to deliver from ``node`` until ``now +
-        lease_ms``, oldest first: [(the event, the lease, which fences its outcome)]."""
+        lease_ms``, round robin between owners (each one's oldest due first, at most
+        ``per_owner`` of each considered), never one of a job whose other event is
+        being delivered, only those ``admit`` lets through: [(the event, the lease,
+        which fences its outcome)]."""
 
     def callbacks_attempted(self, node: str, attempts: Sequence[CallbackAttempt]) -> list[bool]:
         """End ``node``'s ``attempts``, in one transaction: delete each event (``due_at``

@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 
 from .callbacks import install_callback_triggers
 from .events import install_triggers
-from .schema import STORED_BYTES, jobs
+from .schema import STORED_BYTES, callback_outbox, jobs
 
 #: Columns added after the first release, with the SQL that adds them to old tables.
 ADDED_COLUMNS = {
@@ -35,6 +35,10 @@ ADDED_COLUMNS = {
     "callback_period": "INTEGER",
     "callback_progress_at": "BIGINT",
 }
+
+#: Columns added to ``callback_outbox`` since it was made (the row of the history that
+#: tells an event's failed attempts, issue 32).
+OUTBOX_ADDED_COLUMNS = {"history_seq": "INTEGER"}
 
 #: SQLite adds a generated column only as VIRTUAL (computed when read, stored in the
 #: index over it, which is all the sum reads); PostgreSQL's are STORED (the upgrade
@@ -55,6 +59,13 @@ def upgrade(conn: Connection) -> list[str]:
     if "lane" in added:
         conn.execute(update(jobs).values(lane=jobs.c.service + "/" + jobs.c.owner))
     for index in jobs.indexes:
+        index.create(conn, checkfirst=True)
+    present = {column["name"] for column in inspect(conn).get_columns("callback_outbox")}
+    for name, definition in OUTBOX_ADDED_COLUMNS.items():
+        if name not in present:
+            conn.execute(text(f"ALTER TABLE callback_outbox ADD COLUMN {name} {definition}"))
+            added.append(f"callback_outbox.{name}")
+    for index in callback_outbox.indexes:
         index.create(conn, checkfirst=True)
     install_triggers(conn, conn.dialect.name)
     install_callback_triggers(conn, conn.dialect.name)

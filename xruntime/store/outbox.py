@@ -4,9 +4,25 @@ See ``callbacks`` for how the rows are written and leased.  The statements of ea
 delivery (is one due, take them, end an attempt) are compiled once and run on a DBAPI
 cursor, as the job's own hot path is (``statements``): through SQLAlchemy's execution
 they cost a node with callbacks half its jobs per second on SQLite.
+
+A claim takes due events fairly between owners (issue 32): round robin, each owner's
+oldest due event first, then each owner's second, and so on (``ROW_NUMBER() OVER
+(PARTITION BY owner ORDER BY due_at)``), so that one owner's thousand due events wait
+behind their own, not in front of another owner's one.  It never takes an event of a
+job whose other event is being delivered (by any node: a job's events go one at a
+time, in order), and the caller may leave any candidate (``admit``: the delivery's caps
+per owner and per target).  The candidates are read, then each chosen row is taken by
+an UPDATE that holds only if it is still due: of two nodes choosing one row, one takes
+it (on PostgreSQL the second's UPDATE waits for the first's and then finds it leased;
+rows are taken in ``seq`` order, so two claims never wait for each other in a circle).
+
+An event's failed attempts share one row of its job's history, replaced at each by the
+latest (``history_seq``: "… (attempt 3 of 12; next in 4 s)"); its end (delivered,
+given up) is a row of its own.  So a receiver that is down for a day adds two rows per event,
+not one per attempt.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from sqlalchemy import (
@@ -50,6 +66,9 @@ _EVENT_COLUMNS = [
 
 
 _NAMES = [column.name for column in _EVENT_COLUMNS]
+#: Candidates read per claim beyond those asked for: left ones (an owner or target at
+#: its cap) do not starve the others behind them.
+EXTRA_CANDIDATES = 64
 _MINE = (
     (callback_outbox.c.seq == bindparam("seq"))
     & (callback_outbox.c.node == bindparam("holder"))
@@ -59,14 +78,35 @@ _MINE = (
 
 def _statements(dialect: Dialect) -> dict[str, Prepared]:
     """The outbox's statements, compiled for ``dialect``."""
-    due = (
-        select(callback_outbox.c.seq)
-        .where(callback_outbox.c.due_at <= bindparam("now"))
-        .order_by(callback_outbox.c.due_at)
+    sibling = callback_outbox.alias("sibling")
+    rank = (
+        func.row_number()
+        .over(
+            partition_by=callback_outbox.c.owner,
+            order_by=(callback_outbox.c.due_at, callback_outbox.c.seq),
+        )
+        .label("rank")
+    )
+    ranked = (
+        select(*_EVENT_COLUMNS, rank)
+        .where(
+            callback_outbox.c.due_at <= bindparam("now"),
+            ~select(sibling.c.seq)
+            .where(
+                sibling.c.job_seq == callback_outbox.c.job_seq,
+                sibling.c.node.is_not(None),
+                sibling.c.due_at > bindparam("now"),
+            )
+            .exists(),
+        )
+        .subquery("ranked")
+    )
+    candidates = (
+        select(*(ranked.c[name] for name in _NAMES))
+        .where(ranked.c.rank <= bindparam("per_owner", type_=Integer))
+        .order_by(ranked.c.rank, ranked.c.due_at, ranked.c.seq)
         .limit(bindparam("limit", type_=Integer))
     )
-    if dialect.name == "postgresql":  # nodes sharing the store take different rows
-        due = due.with_for_update(skip_locked=True)
     history = select(
         jobs.c.seq,
         literal_column(NOW_MS[dialect.name]),
@@ -77,15 +117,15 @@ def _statements(dialect: Dialect) -> dict[str, Prepared]:
     ).where(jobs.c.seq == bindparam("job_seq"))
     built: dict[str, tuple[Statement, list[str] | None]] = {
         "next_due": (select(func.min(callback_outbox.c.due_at).label("n")), ["n"]),
-        "claim": (
-            cast(
-                Statement,
-                update(callback_outbox)
-                .where(callback_outbox.c.seq.in_(due.scalar_subquery()))
-                .values(due_at=bindparam("lease"), node=bindparam("holder"))
-                .returning(*_EVENT_COLUMNS),
-            ),
-            _NAMES,
+        "candidates": (candidates, _NAMES),
+        "take": (
+            update(callback_outbox)
+            .where(
+                callback_outbox.c.seq == bindparam("seq"),
+                callback_outbox.c.due_at <= bindparam("now"),
+            )
+            .values(due_at=bindparam("lease"), node=bindparam("holder")),
+            None,
         ),
         "delivered": (delete(callback_outbox).where(_MINE), None),
         "again": (
@@ -98,6 +138,34 @@ def _statements(dialect: Dialect) -> dict[str, Prepared]:
             insert(job_events).from_select(
                 ["job_seq", "time", "status", "attempt", "node", "message"], history
             ),
+            None,
+        ),
+        # a failed attempt: the row of the event's earlier failed attempts goes, and
+        # one with this attempt's message takes its place, last in the history
+        "history_drop": (
+            delete(job_events).where(
+                job_events.c.seq
+                == select(callback_outbox.c.history_seq)
+                .where(callback_outbox.c.seq == bindparam("seq"))
+                .scalar_subquery(),
+                job_events.c.job_seq == bindparam("job_seq"),
+            ),
+            None,
+        ),
+        # written, and named in the event's row
+        "history_first": (
+            cast(
+                Statement,
+                insert(job_events)
+                .from_select(["job_seq", "time", "status", "attempt", "node", "message"], history)
+                .returning(job_events.c.seq),
+            ),
+            ["seq"],
+        ),
+        "history_named": (
+            update(callback_outbox)
+            .where(callback_outbox.c.seq == bindparam("seq"))
+            .values(history_seq=bindparam("history_seq")),
             None,
         ),
     }
@@ -121,30 +189,61 @@ class CallbackOutbox(Database):
         return self._run(self._outbox("next_due"), False)[1]["n"]  # type: ignore[index]
 
     def claim_callbacks(
-        self, node: str, now: int, lease_ms: int, limit: int
+        self,
+        node: str,
+        now: int,
+        lease_ms: int,
+        limit: int,
+        admit: Callable[[CallbackEvent], bool] | None = None,
+        per_owner: int | None = None,
     ) -> list[tuple[CallbackEvent, int]]:
         """Take up to ``limit`` due callbacks to deliver from ``node`` until ``now +
-        lease_ms``, oldest first: [(the event, the lease, which fences its outcome)]."""
+        lease_ms``, round robin between owners (each one's oldest due first; at most
+        ``per_owner`` of each considered, default ``limit``), never one of a job whose
+        other event is being delivered, and only those ``admit`` (when given) lets
+        through, asked in that order: [(the event, the lease, which fences its
+        outcome)]."""
         lease = now + lease_ms
-        p = self._outbox("claim")
+        candidates, take = self._outbox("candidates"), self._outbox("take")
+        params = {
+            "now": now,
+            "per_owner": max(1, per_owner or limit),
+            "limit": limit + EXTRA_CANDIDATES,
+        }
         with self._cursor(True) as cur:
-            cur.execute(p.sql, p.args({"now": now, "limit": limit, "lease": lease, "holder": node}))
-            rows = [dict(zip(_NAMES, row, strict=True)) for row in cur.fetchall()]
-        events = []
-        for values in sorted(rows, key=lambda r: r["seq"]):
-            values.pop("due_at")
-            values["progress"] = unpack(values["progress"])
-            events.append((CallbackEvent(**values), lease))
-        return events
+            cur.execute(candidates.sql, candidates.args(params))
+            chosen: list[CallbackEvent] = []
+            jobs_chosen: set[int] = set()
+            for row in cur.fetchall():
+                if len(chosen) >= limit:
+                    break
+                values = dict(zip(_NAMES, row, strict=True))
+                values.pop("due_at")
+                values["progress"] = unpack(values["progress"])
+                event = CallbackEvent(**values)
+                if event.job_seq in jobs_chosen or (admit is not None and not admit(event)):
+                    continue
+                jobs_chosen.add(event.job_seq)
+                chosen.append(event)
+            taken = []
+            for event in sorted(chosen, key=lambda e: e.seq):  # one order: no deadlock
+                values = {"seq": event.seq, "now": now, "lease": lease, "holder": node}
+                cur.execute(take.sql, take.args(values))
+                if cur.rowcount == 1:  # (another node took it since it was read)
+                    taken.append((event, lease))
+        return taken
 
     def callbacks_attempted(self, node: str, attempts: Sequence[CallbackAttempt]) -> list[bool]:
         """End ``node``'s ``attempts`` in one transaction: each event is deleted
         (``due_at`` None: delivered, or given up) or due at ``due_at`` with one more
         attempt counted, and its message goes to its job's history (if the job is still
-        stored).  For each, False when the row was no longer this attempt's (its lease
-        had run out and another node took it, or it was dropped meanwhile).  One
-        transaction for all: on SQLite each write takes the one write lock the job's
-        own writes wait for (docs/architecture.md, "Callbacks under load")."""
+        stored): an end in a row of its own, a failed attempt in one row per event, which
+        replaces the row of its earlier failed attempts (``history_seq``) and comes last
+        in the history.  For each, False when the row was no longer this attempt's (its
+        lease had run out and another node took it, or it was dropped meanwhile): its
+        message gets a row of its own.  One transaction for all: on SQLite each write
+        takes the one write lock the job's own writes wait for (docs/architecture.md,
+        "Callbacks under load")."""
         history = self._outbox("history")
         mine = []
         with self._cursor(True) as cur:
@@ -152,13 +251,28 @@ class CallbackOutbox(Database):
                 sqlite.begin_immediate(cur.execute, cur.deadline)
             for attempt in attempts:
                 event = attempt.event
-                end = self._outbox("delivered" if attempt.due_at is None else "again")
+                message = note_of(attempt.message)
+                noted = {
+                    "seq": event.seq,
+                    "holder": node,
+                    "message": message,
+                    "job_seq": event.job_seq,
+                }
+                again = attempt.due_at is not None
+                end = self._outbox("again" if again else "delivered")
                 values = {"seq": event.seq, "holder": node, "lease": attempt.lease}
                 cur.execute(end.sql, end.args(dict(values, due_at=attempt.due_at)))
                 mine.append(cur.rowcount == 1)
-                message = note_of(attempt.message)
-                values = {"holder": node, "message": message, "job_seq": event.job_seq}
-                cur.execute(history.sql, history.args(values))
+                if again and mine[-1]:  # (the row, due again, still names its history row)
+                    for key in ("history_drop", "history_first"):
+                        p = self._outbox(key)
+                        cur.execute(p.sql, p.args(noted))
+                    row = cur.fetchone()
+                    if row is not None:  # (none: the job is erased)
+                        p = self._outbox("history_named")
+                        cur.execute(p.sql, p.args({"seq": event.seq, "history_seq": row[0]}))
+                    continue
+                cur.execute(history.sql, history.args(noted))
         return mine
 
     def release_callbacks(self, node: str, now: int) -> int:

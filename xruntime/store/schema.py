@@ -140,13 +140,22 @@ job_results = Table(
 )
 RESULT_ROW_ABOVE = 64 * 1024
 
+#: What a row of ``callback_outbox`` takes as stored, towards its owner's stored bytes:
+#: its progress, its URL, and ``OUTBOX_ROW_BYTES`` for the rest.
+OUTBOX_ROW_BYTES = 100
+OUTBOX_BYTES = f"COALESCE(CAST(length(progress) AS BIGINT), 0) + length(url) + {OUTBOX_ROW_BYTES}"
+
 
 #: The callbacks still to deliver (docs/protocol.md §14): one row per event, written by the
 #: database in the statement that ends the job or stores its progress (``store.callbacks``),
-#: deleted when delivered or given up.  It holds what the body is made of (status, elapsed
+#: deleted when delivered or given up; a job has at most one progress event waiting (a
+#: newer one takes its place).  It holds what the body is made of (status, elapsed
 #: time, progress as stored), so a job erased meanwhile is still reported; no foreign key.
-#: ``lease_until``/``node``: a node delivering it now; ``due_at``: its next attempt (ms,
-#: the database's clock).
+#: ``node``: the node delivering it now, until ``due_at`` (its lease); otherwise
+#: ``due_at`` is its next attempt (ms, the database's clock).  ``history_seq``: the row
+#: of the job's history that tells its failed attempts, rewritten at each
+#: (``store.outbox``).  ``lease_until`` is unused.  The rows count towards their owner's
+#: stored bytes (``OUTBOX_BYTES``).
 callback_outbox = Table(
     "callback_outbox",
     metadata,
@@ -164,8 +173,11 @@ callback_outbox = Table(
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("lease_until", BigInteger),
     Column("node", String(200)),
+    Column("history_seq", Integer),
     Index("ix_callback_outbox_due", "due_at"),
     Index("ix_callback_outbox_job", "job_seq"),
+    Index("ix_callback_outbox_owner", "owner", "due_at"),
+    Index("ix_callback_outbox_node", "node"),
     sqlite_autoincrement=True,  # an id is never used again: it names the event to receivers
 )
 

@@ -32,7 +32,7 @@ from sqlalchemy.sql.dml import UpdateBase
 from ..protocol.states import Status
 from .payload import unpack
 from .records import ACTIVE_RUNNING, JobRecord, Run
-from .schema import job_results, jobs
+from .schema import OUTBOX_BYTES, callback_outbox, job_results, jobs
 
 #: A statement the store compiles once (``Prepared``): a SELECT, or an INSERT, UPDATE
 #: or DELETE.
@@ -128,6 +128,19 @@ class Prepared:
         return [values[n] for n in self.names] if self.names is not None else values
 
 
+def _outbox_bytes() -> ColumnElement:
+    """What an owner's callbacks waiting to be delivered take (``schema.OUTBOX_BYTES``),
+    towards their stored bytes (issue 32): the outbox is bounded, but its events'
+    bodies are the owner's to pay for."""
+    return func.coalesce(
+        select(func.sum(literal_column(OUTBOX_BYTES)))
+        .select_from(callback_outbox)
+        .where(callback_outbox.c.owner == bindparam("owner"))
+        .scalar_subquery(),
+        0,
+    )
+
+
 def _all_columns() -> list:
     """Every column of a job, its result from either place."""
     return [RESULT.label("result") if n == "result" else jobs.c[n] for n in ALL_NAMES]
@@ -205,7 +218,8 @@ def prepared_statements() -> dict[str, tuple[Callable[[], Statement], list | Non
         "insert": (lambda: insert(jobs), None, INSERT_KEYS),
         "stored_bytes": (  # (each sum from its index on owner alone)
             lambda: select(
-                func.coalesce(
+                _outbox_bytes()  # the callbacks waiting to be delivered
+                + func.coalesce(
                     select(func.sum(jobs.c.stored_bytes))
                     .where(jobs.c.owner == bindparam("owner"))
                     .scalar_subquery(),
