@@ -117,7 +117,7 @@ class CallbackSettings:
     max_attempts: int = _CALLBACKS["max_attempts"]
     retry_delay_ms: int = _CALLBACKS["retry_delay_ms"]  # before the first retry; doubled next
     retry_max_delay_ms: int = _CALLBACKS["retry_max_delay_ms"]
-    timeout_ms: int = _CALLBACKS["timeout_ms"]  # connect, and each read of the answer
+    timeout_ms: int = _CALLBACKS["timeout_ms"]  # one attempt whole: connect, send, the answer
     concurrency: int = _CALLBACKS["concurrency"]  # deliveries of one node at once
 
     def retry_after_ms(self, attempts: int) -> int:

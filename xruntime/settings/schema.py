@@ -595,8 +595,9 @@ KEYS: tuple[Key, ...] = (
         ("callbacks",),
         attr="timeout_ms",
         section="§14",
-        doc="connecting to a receiver, and waiting for each part of its answer; past it the "
-        "attempt failed",
+        doc="one attempt of a callback, whole: connecting to the receiver, sending, and its "
+        "whole answer; past it the attempt failed (issue 32: a receiver answering a byte at a "
+        "time is cut)",
     ),
     Key(
         "concurrency",
@@ -604,7 +605,8 @@ KEYS: tuple[Key, ...] = (
         16,
         ("callbacks",),
         section="§14",
-        doc="callbacks one node delivers at once (a slow receiver holds one of them)",
+        doc="callbacks one node delivers at once (a slow receiver holds one of them); one "
+        "user, and one target (host:port), at most a quarter of them at once (at least one)",
     ),
 )
 
