@@ -40,7 +40,11 @@ def payload(size: int) -> str:
 
 
 @service.long_operation(
-    request=SimulateRequest, response=SimulateResponse, faults=(ProcessingFault,)
+    request=SimulateRequest,
+    response=SimulateResponse,
+    faults=(ProcessingFault,),
+    # the payload asked for, and the few fields beside it
+    result_bound=lambda request: (request.resultSize or 0) + 4096,
 )
 def simulate(request: SimulateRequest, job: JobContext) -> SimulateResponse:
     if request.retryLaterMs and job.retries == 0:

@@ -113,11 +113,20 @@ def check(request: CreateDistanceMatrixRequest, settings: Mapping[str, object]) 
             )
 
 
+def result_bound(request: CreateDistanceMatrixRequest) -> int:
+    """The most a matrix takes as stored: its cells as two int32 each (a distance and a
+    travel time, in either contents format), a little per row, and the summary."""
+    rows = len(request.startLocations or ())
+    columns = len(request.destinationLocations or ()) or rows
+    return rows * columns * 8 + rows * 64 + 64 * 1024
+
+
 @service.long_operation(
     request=CreateDistanceMatrixRequest,
     response=DistanceMatrixResponse,
     faults=(DistanceMatrixCalculationFault,),
     validate=check,
+    result_bound=result_bound,
 )
 def createDistanceMatrix(
     request: CreateDistanceMatrixRequest, job: JobContext

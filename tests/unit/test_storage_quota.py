@@ -9,7 +9,7 @@ import pytest
 from tests.fixtures.released_schema import released_database
 from xruntime import cli
 from xruntime.operations.accounts import Caller, token_sha256
-from xruntime.operations.storage_quota import REUSE_S, StoredBytesQuota
+from xruntime.operations.storage_quota import StoredBytesQuota
 from xruntime.protocol.faults import QuotaExceededFault
 from xruntime.settings import config
 from xruntime.store import SqlJobStore, now_ms
@@ -55,6 +55,20 @@ def test_a_users_stored_bytes_are_every_payload_of_their_jobs_not_yet_erased(any
     assert store.erase(first.id, ("SUCCEEDED",))
     assert store.stored_bytes("alice") == stored(request)
     assert store.stored_bytes("nobody") == 0
+
+
+def test_an_unfinished_jobs_result_bound_counts_until_it_ends(any_store):
+    store = any_store
+    job = new_record(owner="alice")
+    job.result_bound = 5_000_000
+    assert store.create(job, 0)
+    with_request = store.stored_bytes("alice")
+    assert with_request == stored(job.request) + 5_000_000  # queued: it may still store that
+    assert store.claim(NODE, now_ms(), LEASE_MS).id == job.id
+    assert store.stored_bytes("alice") == with_request  # running: the same
+    assert store.finish(job.id, "SUCCEEDED", now_ms(), result='{"small":1}')
+    assert store.stored_bytes("alice") == stored(job.request, '{"small":1}')  # what it stored
+    assert store.stored_bytes("bob") == 0
 
 
 def test_an_old_database_is_measured_too(tmp_path):
@@ -170,27 +184,35 @@ token_sha256 = "{token_sha256("bob-token-9876543210")}"
 """)
 
 
-def test_a_start_at_or_past_the_bound_is_quota_exceeded_and_stores_nothing(
+def test_a_start_that_could_pass_the_bound_is_quota_exceeded_and_stores_nothing(
     jobs, settings, simulate_op
 ):
     from xruntime_services.xdemo.types import SimulateRequest
 
     alice, bob = Caller("alice"), Caller("bob")
-    jobs.start(simulate_op, SimulateRequest(steps=1), alice)
-    size = jobs.store.stored_bytes("alice")
+    bound = simulate_op.result_bound(SimulateRequest(steps=1))
+    assert bound == 4096  # XDemo's: the payload asked for (none) and 4 KiB
+    first = jobs.start(simulate_op, SimulateRequest(steps=1), alice).id
+    size = jobs.store.stored_bytes("alice")  # its request, and its result's bound meanwhile
+    assert size > bound
     settings[0] = accounts(f"max_stored_bytes = {2 * size}")
-    jobs.manager.stored_quota = StoredBytesQuota(jobs.store)  # no figure from the bound before
-    second = jobs.start(simulate_op, SimulateRequest(steps=1), alice).id  # 1 job stored: below
-    with pytest.raises(QuotaExceededFault) as caught:  # 2 jobs: at the bound
+    second = jobs.start(simulate_op, SimulateRequest(steps=1), alice).id  # 2 jobs: at the bound
+    assert jobs.store.stored_bytes("alice") == 2 * size
+    with pytest.raises(QuotaExceededFault) as caught:  # a third could pass it
         jobs.start(simulate_op, SimulateRequest(steps=1), alice)
     message = caught.value.faultstring
-    assert f"{2 * size} bytes" in message and f"max_stored_bytes of {2 * size}" in message
+    assert f"your jobs take {2 * size} bytes stored or to be stored" in message
+    assert f"may take {bound} more: past max_stored_bytes of {2 * size}" in message
     assert "delete" in caught.value.hint and "retention" in caught.value.hint
     assert jobs.store.counts_by_status("alice") == {"QUEUING": 2}  # nothing stored
     jobs.start(simulate_op, SimulateRequest(steps=1), bob)  # bob: [jobs]' 10000
     jobs.delete(second, alice)
-    jobs.start(simulate_op, SimulateRequest(steps=1), alice)  # below again
+    third = jobs.start(simulate_op, SimulateRequest(steps=1), alice).id  # below again
     assert jobs.store.counts_by_status("alice") == {"QUEUING": 2}
+    # a request whose result could be larger than the whole bound: refused at once
+    with pytest.raises(QuotaExceededFault):
+        jobs.start(simulate_op, SimulateRequest(steps=1, resultSize=2 * size), alice)
+    assert {first, third} == {j.id for j in [jobs.store.get(first), jobs.store.get(third)] if j}
 
 
 def test_no_bound_with_0(jobs, settings, simulate_op):
@@ -211,23 +233,17 @@ class CountingStore:
         return self.value
 
 
-def test_a_figure_far_below_the_bound_is_reused_a_moment_one_near_it_never():
-    clock = [100.0]
+def test_every_start_is_measured_with_its_own_bound():
     store = CountingStore(400)
-    quota = StoredBytesQuota(store, clock=lambda: clock[0])
-    quota.check("alice", 1000)
-    quota.check("alice", 1000)
-    assert store.measured == 1  # under half the bound: reused
-    clock[0] += REUSE_S
-    quota.check("alice", 1000)
-    assert store.measured == 2  # not for longer
-    store.value = 600
-    clock[0] += REUSE_S
-    quota.check("alice", 1000)
-    quota.check("alice", 1000)
-    assert store.measured == 4  # past half: measured at each start
+    quota = StoredBytesQuota(store)
+    quota.check("alice", 1000, 100)
+    quota.check("alice", 1000, 600)  # 400 + 600: at the bound, not past it
+    assert store.measured == 2  # no figure is reused: jobs stored meanwhile count
+    with pytest.raises(QuotaExceededFault):
+        quota.check("alice", 1000, 601)
     store.value = 1000
     with pytest.raises(QuotaExceededFault):
-        quota.check("alice", 1000)
-    quota.check("bob", 0)
+        quota.check("alice", 1000, 1)
+    quota.check("alice", 1000, 0)  # (a bound of 0 adds nothing)
+    quota.check("bob", 0, 10**12)
     assert store.measured == 5  # 0: no bound, nothing measured

@@ -124,6 +124,10 @@ class JobContext(Protocol):
         base64 of little-endian int32, row-major; stored as the int32 bytes."""
 
 
+#: The bytes a job's result is taken to need at most, for a long operation that does not
+#: bound its results itself (``long_operation(result_bound=...)``; docs/writing-a-service.md).
+DEFAULT_RESULT_BOUND = 1024 * 1024
+
 #: The table a service's own settings are written in.
 SERVICE_TABLE = "services.NAME"
 _SETTING_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -194,6 +198,16 @@ class LongOperation:
     validate: Callable[..., object] | None = None  # (request[, settings]); raises to refuse
     #: the service's settings in force under the node's settings (``Service.settings_in_force``)
     settings: "Callable[[Settings], Mapping[str, object]] | None" = None
+    #: ``(request) -> bytes``: the most its result may take as stored (``result_bound``)
+    bound: Callable[[Any], int] | None = None
+
+    def result_bound(self, request: XModel) -> int:
+        """The most the result of ``request`` may take as stored, in bytes: what it
+        counts towards its user's ``max_stored_bytes`` while the job is unfinished (the
+        service's own bound, else ``DEFAULT_RESULT_BOUND``)."""
+        if self.bound is None:
+            return DEFAULT_RESULT_BOUND
+        return max(0, int(self.bound(request)))
 
     def check(self, request: XModel, settings: "Settings") -> None:
         """Run ``validate`` on a request about to be started, with the service's own
@@ -370,6 +384,7 @@ class Service:
         response: type[XModel],
         faults: Iterable[type[XServerFault]] = (),
         validate: Callable[..., object] | None = None,
+        result_bound: Callable[[Any], int] | None = None,
     ) -> Callable[[Function], Function]:
         """Declare ``function(request, job) -> response`` as a long operation.
 
@@ -377,6 +392,12 @@ class Service:
         ``InvalidValueFault`` so that a bad request is refused at once, not as a
         FAILED job; ``validate(request, settings)`` gets the service's own settings
         in force (name → value) besides.
+
+        ``result_bound(request)``, if given, answers the most bytes the result of a
+        (valid) request may take as stored; until the job ends it counts towards its
+        user's ``max_stored_bytes``, so that a start is refused that could pass it
+        (``DEFAULT_RESULT_BOUND``, 1 MiB, without it).  A result past its user's bound
+        at the end fails its job with ``QuotaExceededFault``.
         """
 
         def register(function: Function) -> Function:
@@ -391,6 +412,7 @@ class Service:
                 tuple(faults),
                 validate,
                 self.settings_in_force,
+                result_bound,
             )
             self.long_operations[op.name] = op
             return function

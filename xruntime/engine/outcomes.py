@@ -20,9 +20,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..protocol.codec import dumps, encode_fault
-from ..protocol.faults import InternalErrorFault, RequestTimedOutFault, TransientFault, XServerFault
+from ..protocol.faults import (
+    InternalErrorFault,
+    QuotaExceededFault,
+    RequestTimedOutFault,
+    TransientFault,
+    XServerFault,
+)
 from ..protocol.states import Status
 from ..store import JobRecord, QueueFull, QueueLimit, StoreUnavailable, now_ms
+from ..store.result_files import ResultFile
 from ..support import metrics
 from . import spill
 from .child_jobs import bulk_progress, queue_full_fault, stop_children
@@ -119,6 +126,11 @@ class Outcomes:
             outcome = Failure(fault)
         assert not isinstance(outcome, SpilledResult)  # (``conclude`` mapped its file)
         if isinstance(outcome, Result):
+            refused = self._past_stored_limit(job, outcome)
+            if refused is not None:
+                log.warning("job %s: %s", job.id, refused.message)
+                outcome = Failure(fault_json(refused))
+        if isinstance(outcome, Result):
             status, result, fault = Status.SUCCEEDED, outcome.stored, None
         else:
             status, result, fault = Status.FAILED, None, outcome.fault
@@ -140,6 +152,30 @@ class Outcomes:
             self.let_go(job)
             return
         self._finished(job, True, status)
+
+    def _past_stored_limit(self, job: JobRecord, result: Result) -> QuotaExceededFault | None:
+        """The fault that fails ``job`` instead of storing ``result`` when the result
+        would take its user past ``max_stored_bytes`` (operations/storage_quota.py): the
+        service's bound was wrong, or the limit was lowered since the start.  A child's
+        result is stored (its parent's bound counted for it); so is one whose user's
+        figure cannot be read now (the store is away: the write waits for it anyway)."""
+        limit = self.sup.settings().stored_bytes_limit(job.owner)
+        if not limit or job.parent_id is not None:
+            return None
+        stored = result.stored
+        size = stored.length if isinstance(stored, ResultFile) else len(stored)
+        try:
+            others = self.sup.store.stored_bytes(job.owner) - job.result_bound
+        except StoreUnavailable:
+            return None
+        if others + size <= limit:
+            return None
+        return QuotaExceededFault(
+            f"the result takes {size} bytes: with the {others} bytes your other jobs take or "
+            f"may take it would pass max_stored_bytes of {limit}; it was not stored",
+            hint="Fetch and delete your finished jobs (deleteJob), or ask for a smaller "
+            "result; then start again.",
+        )
 
     def _retry(self, job: JobRecord, asked: Transient | RetryAsked) -> str | None:
         """Plan the job's next run (docs/protocol.md §11); answers the fault (JSON) the

@@ -139,7 +139,8 @@ class JobManager:
         what the caller may keep stored (§15)."""
         settings = self.settings()
         op.check(request, settings)
-        self.stored_quota.check(caller.name, settings.stored_bytes_limit(caller.name))
+        bound = op.result_bound(request)
+        self.stored_quota.check(caller.name, settings.stored_bytes_limit(caller.name), bound)
         queueing, computation = asked_timeouts(
             request, settings.jobs_for(op.service).max_request_timeout_ms
         )
@@ -159,6 +160,7 @@ class JobManager:
             computation_timeout=computation,
             callback_url=callback.url if callback is not None else None,
             callback_period=callback.progressPeriod if callback is not None else None,
+            result_bound=bound,
         )
         max_queued, scope = settings.queue_limit(op.service)
         own_max = settings.quota_of(caller.name, op.service).max_queued

@@ -49,7 +49,8 @@ class JobStore(Protocol):
         """How many jobs of ``owner`` and ``service`` are queued."""
 
     def stored_bytes(self, owner: str) -> int:
-        """The bytes the payloads of ``owner``'s stored jobs take."""
+        """The bytes the payloads of ``owner``'s stored jobs take, and what their
+        unfinished jobs may still store."""
 
     # ----------------------------------------------------------------- reading a job
 

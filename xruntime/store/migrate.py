@@ -5,7 +5,8 @@
 ``event_note`` and its triggers; child jobs: ``parent_id``, ``child_stage``,
 ``child_index``, ``waiting_for``, ``fail_fast``; stored bytes: ``stored_bytes``;
 callbacks: ``callback_url``, ``callback_period``, ``callback_progress_at`` and the
-triggers that fill ``callback_outbox``, a table ``create_all`` makes) are
+triggers that fill ``callback_outbox``, a table ``create_all`` makes; the bound of a
+job's result: ``result_bound``) are
 added here, once, in the transaction that creates the schema (on PostgreSQL under its
 advisory lock, so nodes starting together upgrade it once).  Jobs stored before
 accounts belong to the anonymous user.
@@ -34,6 +35,7 @@ ADDED_COLUMNS = {
     "callback_url": "VARCHAR(2000)",
     "callback_period": "INTEGER",
     "callback_progress_at": "BIGINT",
+    "result_bound": "BIGINT NOT NULL DEFAULT 0",
 }
 
 #: Columns added to ``callback_outbox`` since it was made (the row of the history that

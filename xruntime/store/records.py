@@ -56,6 +56,7 @@ class JobRecord:
     fail_fast: int = 0  # a waiting parent: one child failing ends the wait
     callback_url: str | None = None  # where its events are POSTed (docs/protocol.md §14)
     callback_period: int | None = None  # ms between progress events; None: only the end
+    result_bound: int = 0  # bytes its result may take at most (its service's bound)
 
     def elapsed_ms(self, now: int) -> int:
         """How long the job has existed (until it finished, if it has), in ms."""

@@ -8,7 +8,8 @@ large result (``job_results``) and the callbacks to deliver (``callback_outbox``
 its index lets a claim visit the first job of each lane instead of every queued job.
 ``stored_bytes`` is what the row's payloads take, computed by the database itself at
 each write whichever statement makes it; with ``owner`` in an index of its own, a
-user's stored bytes are summed from the index alone (``[jobs] max_stored_bytes``).
+user's stored bytes are summed from the index alone (``[jobs] max_stored_bytes``), with
+the ``result_bound`` of their unfinished jobs: what those may still store.
 """
 
 from sqlalchemy import (
@@ -94,12 +95,17 @@ jobs = Table(
     Column("callback_url", String(2000)),
     Column("callback_period", Integer),
     Column("callback_progress_at", BigInteger),
+    # the bytes its result may take at most, as its service bounds them at the start: they
+    # count towards the owner's stored bytes while it is unfinished (``[jobs]
+    # max_stored_bytes``), summed from the index below alone
+    Column("result_bound", BigInteger, nullable=False, server_default="0"),
     Index("ix_jobs_status_seq", "status", "seq"),
     Index("ix_jobs_status_lane_seq", "status", "lane", "seq"),
     Index("ix_jobs_node", "node"),
     Index("ix_jobs_finished_at", "finished_at"),
     Index("ix_jobs_owner_seq", "owner", "seq"),
     Index("ix_jobs_owner_bytes", "owner", "stored_bytes"),
+    Index("ix_jobs_owner_bound", "owner", "status", "result_bound"),
     Index("ix_jobs_service_seq", "service", "seq"),
     _partial("ix_jobs_not_before", "not_before"),
     _partial("ix_jobs_parent", "parent_id", "child_stage", "child_index"),

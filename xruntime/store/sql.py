@@ -106,8 +106,9 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
 
     def stored_bytes(self, owner: str) -> int:
         """The bytes the payloads of ``owner``'s jobs take as stored, all services and
-        states together (the jobs not yet erased), summed over the (owner,
-        stored_bytes) index: a few ms per 100 000 of the owner's jobs."""
+        states together (the jobs not yet erased), and what their unfinished jobs may
+        still store (``result_bound``), summed over the indexes on (owner, stored_bytes)
+        and (owner, status, result_bound): a few ms per 100 000 of the owner's jobs."""
         return self._count("stored_bytes", owner=owner)
 
     # ----------------------------------------------------------------- reading a job

@@ -67,6 +67,7 @@ INSERT_KEYS = [
     "lane",
     "callback_url",
     "callback_period",
+    "result_bound",
 ]
 
 _ID: BindParameter[str] = bindparam("job_id")
@@ -228,6 +229,12 @@ def prepared_statements() -> dict[str, tuple[Callable[[], Statement], list | Non
                 + func.coalesce(
                     select(func.sum(job_results.c.bytes))
                     .where(job_results.c.owner == bindparam("owner"))
+                    .scalar_subquery(),
+                    0,
+                )
+                + func.coalesce(  # what the unfinished jobs may still store
+                    select(func.sum(jobs.c.result_bound))
+                    .where(jobs.c.owner == bindparam("owner"), in_states(UNFINISHED))
                     .scalar_subquery(),
                     0,
                 )
