@@ -114,8 +114,9 @@ class QueueOverflowFault(RejectedRequestFault):
 
 class QuotaExceededFault(RejectedRequestFault):
     """The caller has as many jobs of this service queued as their ``max_queued``
-    allows (docs/protocol.md §10), or their stored jobs take ``max_stored_bytes`` (§15, its own
-    hint); others' jobs are still accepted."""
+    allows (docs/protocol.md §10), their jobs could store past ``max_stored_bytes`` (§15,
+    its own hint; a job whose result would pass it fails with it), or they hold as many
+    watches as they may (§14); others' jobs are still accepted."""
 
     http_status = 429
     default_hint = "Wait until some of your queued jobs have started, then try again."

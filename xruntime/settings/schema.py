@@ -430,9 +430,11 @@ KEYS: tuple[Key, ...] = (
         section="§15",
         refused={_SERVICE: NOT_PER_SERVICE},
         doc="bytes one user's jobs not yet erased may keep stored (requests, results, faults, "
-        "progress; all services together; with accounts off, the anonymous user's: the "
-        "whole node's); at or past it, the user's starts answer `QuotaExceededFault` (a "
-        "soft bound: jobs already started still store their results); `0`: no limit",
+        "progress, callbacks waiting; all services together; with accounts off, the "
+        "anonymous user's: the whole node's), each unfinished job counted with the largest "
+        "result its service bounds its request to; a start that could pass it answers "
+        "`QuotaExceededFault`, and a result that would pass it fails its job with that "
+        "fault instead of being stored; `0`: no limit",
     ),
     # [services.NAME]
     Key(
