@@ -15,8 +15,8 @@ import uuid
 import pytest
 
 from tests.unit.test_callbacks import SECRET, allowed, due_now, progress
-from xruntime.engine import webhooks
-from xruntime.engine.callbacks import (
+from xruntime.callbacks import sending, targets
+from xruntime.callbacks.delivery import (
     CallbackDelivery,
     _Caps,
     lease_ms_of,
@@ -97,9 +97,9 @@ def silence(conn, stop):
 
 def test_an_attempt_has_one_deadline_whatever_the_receiver_trickles():
     receiver = RawReceiver(trickle)
-    connections = webhooks.Connections()
+    connections = sending.Connections()
     try:
-        target = webhooks.target_of(receiver.url, allowed("127.0.0.1"))
+        target = targets.target_of(receiver.url, allowed("127.0.0.1"))
         began = time.monotonic()
         with pytest.raises(TimeoutError):
             connections.post(target, {"webhook-id": "x-1"}, b"{}", 1.0)
@@ -113,7 +113,7 @@ def test_an_attempt_has_one_deadline_whatever_the_receiver_trickles():
 
 def test_interrupt_cuts_an_attempt_under_way_and_refuses_the_next():
     receiver = RawReceiver(silence)
-    connections = webhooks.Connections()
+    connections = sending.Connections()
     errors = []
 
     def attempt():
@@ -123,7 +123,7 @@ def test_interrupt_cuts_an_attempt_under_way_and_refuses_the_next():
             errors.append(exc)
 
     try:
-        target = webhooks.target_of(receiver.url, allowed("127.0.0.1"))
+        target = targets.target_of(receiver.url, allowed("127.0.0.1"))
         thread = threading.Thread(target=attempt)
         thread.start()
         receiver.wait_requests(1)
@@ -131,9 +131,9 @@ def test_interrupt_cuts_an_attempt_under_way_and_refuses_the_next():
         thread.join(10)
         assert not thread.is_alive()
         (error,) = errors
-        assert isinstance(error, webhooks.Interrupted)
+        assert isinstance(error, sending.Interrupted)
         assert str(error) == "interrupted by the node's shutdown"
-        with pytest.raises(webhooks.Interrupted):
+        with pytest.raises(sending.Interrupted):
             connections.post(target, {"webhook-id": "x-2"}, b"{}", 60)
     finally:
         connections.close()

@@ -1,6 +1,6 @@
 """Callback URLs checked once, at the start (issue 32; docs/protocol.md §14): a URL
 http.client cannot send as written, a path with dot segments or encoded slashes, and
-IPv6 addresses that carry an IPv4 one are refused by ``webhooks.target_of`` (so at the
+IPv6 addresses that carry an IPv4 one are refused by ``targets.target_of`` (so at the
 start, ``check_callback``, and again at each attempt); and any failure of an attempt
 counts as an attempt."""
 
@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from xruntime.engine import webhooks
-from xruntime.engine.callbacks import CallbackDelivery
+from xruntime.callbacks import targets
+from xruntime.callbacks.delivery import CallbackDelivery
 from xruntime.protocol.faults import InvalidValueFault
 from xruntime.settings.config import CallbackSettings, Settings
 from xruntime.settings.values import callback_target
@@ -61,8 +61,8 @@ PUBLIC = {"hooks.example.org": ["93.184.216.34"]}
     ],
 )
 def test_what_http_client_cannot_send_as_written_is_refused(url, why):
-    with pytest.raises(webhooks.Refused, match="which a URL may not hold|starts no escape") as e:
-        webhooks.target_of(url, PREFIX, resolving(PUBLIC))
+    with pytest.raises(targets.Refused, match="which a URL may not hold|starts no escape") as e:
+        targets.target_of(url, PREFIX, resolving(PUBLIC))
     assert why in str(e.value)
 
 
@@ -89,8 +89,8 @@ def test_what_http_client_cannot_send_as_written_is_refused(url, why):
     ],
 )
 def test_dot_segments_and_encoded_slashes_are_refused_before_the_prefix_rule(url):
-    with pytest.raises(webhooks.Refused, match="dot segments|encoded slash"):
-        webhooks.target_of(url, PREFIX, resolving(PUBLIC))
+    with pytest.raises(targets.Refused, match="dot segments|encoded slash"):
+        targets.target_of(url, PREFIX, resolving(PUBLIC))
 
 
 @pytest.mark.parametrize(
@@ -107,7 +107,7 @@ def test_dot_segments_and_encoded_slashes_are_refused_before_the_prefix_rule(url
     ],
 )
 def test_a_url_in_rfc_3986_s_characters_without_dot_segments_is_called(url):
-    target = webhooks.target_of(url, PREFIX, resolving(PUBLIC))
+    target = targets.target_of(url, PREFIX, resolving(PUBLIC))
     assert target.addresses
 
 
@@ -115,7 +115,7 @@ def test_a_poison_url_is_refused_at_the_start_as_invalid_value_of_callback_url()
     settings = Settings(callbacks=CallbackSettings(allowed=PREFIX, secret=SECRET))
     for url in ("http://127.0.0.1:9/xr/été", "http://127.0.0.1:9/xr/../admin"):
         with pytest.raises(InvalidValueFault) as caught:
-            webhooks.check_callback(url, None, settings, "")
+            targets.check_callback(url, None, settings, "")
         assert caught.value.parameter == "callback.url"
         assert caught.value.message.startswith("invalid value for callback.url: ")
 
@@ -137,8 +137,8 @@ CARRIERS_OF_LOOPBACK = [
 
 @pytest.mark.parametrize("address", CARRIERS_OF_LOOPBACK)
 def test_a_name_resolving_to_an_ipv6_carrier_of_loopback_is_refused(address):
-    with pytest.raises(webhooks.Refused, match=r"which carries 127\.0\.0\.1"):
-        webhooks.target_of(
+    with pytest.raises(targets.Refused, match=r"which carries 127\.0\.0\.1"):
+        targets.target_of(
             "http://hooks.example.org/",
             allowed("hooks.example.org"),
             resolving({"hooks.example.org": [address]}),
@@ -155,8 +155,8 @@ def test_a_name_resolving_to_an_ipv6_carrier_of_loopback_is_refused(address):
     ],
 )
 def test_other_inside_addresses_carried_are_refused_too(address, carried):
-    with pytest.raises(webhooks.Refused, match=carried.replace(".", r"\.")):
-        webhooks.target_of(
+    with pytest.raises(targets.Refused, match=carried.replace(".", r"\.")):
+        targets.target_of(
             "http://hooks.example.org/",
             allowed(".example.org"),
             resolving({"hooks.example.org": [address]}),
@@ -164,8 +164,8 @@ def test_other_inside_addresses_carried_are_refused_too(address, carried):
 
 
 def test_nat64_s_local_use_prefix_is_judged_private():
-    with pytest.raises(webhooks.Refused, match="loopback, private or reserved"):
-        webhooks.target_of(
+    with pytest.raises(targets.Refused, match="loopback, private or reserved"):
+        targets.target_of(
             "http://hooks.example.org/",
             allowed("hooks.example.org"),
             resolving({"hooks.example.org": ["64:ff9b:1::5db8:d822"]}),
@@ -176,7 +176,7 @@ def test_nat64_s_local_use_prefix_is_judged_private():
     "address", ["64:ff9b::5db8:d822", "2002:5db8:d822::1", "::ffff:0:5db8:d822"]
 )
 def test_a_carrier_of_a_public_address_is_called(address):
-    target = webhooks.target_of(
+    target = targets.target_of(
         "http://hooks.example.org/",
         allowed("hooks.example.org"),
         resolving({"hooks.example.org": [address]}),
@@ -190,9 +190,9 @@ def test_an_ipv6_literal_carrying_loopback_is_judged_as_loopback(address):
     holding 127.0.0.1 does, as it holds 127.0.0.1 itself."""
     url = f"http://[{address}]:9/hook"
     rules = allowed("::/0", "2002::/16", "64:ff9b::/96", "::ffff:0:0/96", "::ffff:0:0:0/96")
-    with pytest.raises(webhooks.Refused, match=r"which carries 127\.0\.0\.1\) is not among"):
-        webhooks.target_of(url, rules, resolving({}))
-    target = webhooks.target_of(url, allowed("127.0.0.0/8"), resolving({}))
+    with pytest.raises(targets.Refused, match=r"which carries 127\.0\.0\.1\) is not among"):
+        targets.target_of(url, rules, resolving({}))
+    target = targets.target_of(url, allowed("127.0.0.0/8"), resolving({}))
     assert target.addresses == (address,)
 
 
@@ -228,7 +228,7 @@ def test_any_failure_of_an_attempt_counts_as_one_and_is_retried(caplog):
         callbacks=CallbackSettings(allowed=allowed("127.0.0.1"), secret=SECRET, max_attempts=3)
     )
     delivery = CallbackDelivery(None, lambda: settings, "node", resolver=broken)  # type: ignore[arg-type]
-    with caplog.at_level(logging.INFO, logger="xruntime.engine.callbacks"):
+    with caplog.at_level(logging.INFO, logger="xruntime.callbacks.delivery"):
         message, due = delivery._attempt(event("http://127.0.0.1:9/hook"))
         assert due is not None
         assert "failed: RuntimeError: resolver broke (attempt 1 of 3; next in" in message

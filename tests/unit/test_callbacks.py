@@ -1,7 +1,11 @@
 """Callbacks without a node (docs/protocol.md §14): which targets may be called, the
-signature as a Standard Webhooks receiver checks it, and the outbox as the store keeps
-it on SQLite and PostgreSQL (written with the change, taken by one node at a time)."""
+signature as a Standard Webhooks receiver checks it (and as xruntime computed it by hand
+before), and the outbox as the store keeps it on SQLite and PostgreSQL (written with the
+change, taken by one node at a time)."""
 
+import base64
+import hashlib
+import hmac
 import json
 import os
 import threading
@@ -11,11 +15,11 @@ import uuid
 import pytest
 import standardwebhooks
 
-from xruntime.engine import webhooks
-from xruntime.engine.callbacks import body_of, message_id
+from xruntime.callbacks import sending, signing, targets
+from xruntime.callbacks.delivery import body_of, message_id
 from xruntime.protocol.faults import InvalidValueFault
 from xruntime.settings.config import CallbackSettings, Settings
-from xruntime.settings.values import callback_target
+from xruntime.settings.values import WEBHOOK_SECRET, callback_target
 from xruntime.store import CallbackAttempt, JobRecord, Run, now_ms, open_store
 from xruntime.store.clock import MAX_ROUND_TRIP_S
 
@@ -50,7 +54,7 @@ def resolving(table):
 )
 def test_a_listed_target_is_called_at_the_addresses_checked(url, rules):
     table = {"hooks.example.org": ["93.184.216.34"], "a.b.example.org": ["93.184.216.35"]}
-    target = webhooks.target_of(url, allowed(*rules), resolving(table))
+    target = targets.target_of(url, allowed(*rules), resolving(table))
     assert target.addresses and target.host in url
 
 
@@ -79,13 +83,13 @@ def test_a_target_not_listed_or_resolving_inside_is_refused(url, rules, why):
         "metadata.example.org": ["169.254.169.254"],
         "mixed.example.org": ["93.184.216.34", "192.168.1.1"],
     }
-    with pytest.raises(webhooks.Refused, match=why):
-        webhooks.target_of(url, allowed(*rules), resolving(table))
+    with pytest.raises(targets.Refused, match=why):
+        targets.target_of(url, allowed(*rules), resolving(table))
 
 
 def test_a_private_address_is_called_when_a_network_listed_holds_it():
     rules = allowed("inside.example.org", "10.0.0.0/8")
-    target = webhooks.target_of(
+    target = targets.target_of(
         "http://inside.example.org/", rules, resolving({"inside.example.org": ["10.0.0.5"]})
     )
     assert target.addresses == ("10.0.0.5",)
@@ -94,15 +98,15 @@ def test_a_private_address_is_called_when_a_network_listed_holds_it():
 def test_the_start_names_the_parameter_and_the_key_to_set():
     off = Settings()
     with pytest.raises(InvalidValueFault) as caught:
-        webhooks.check_callback("http://127.0.0.1:9/", None, off, "")
+        targets.check_callback("http://127.0.0.1:9/", None, off, "")
     assert caught.value.parameter == "callback.url"
     assert "[callbacks] allowed" in caught.value.hint
     no_secret = Settings(callbacks=CallbackSettings(allowed=allowed("127.0.0.1")))
     with pytest.raises(InvalidValueFault) as caught:
-        webhooks.check_callback("http://127.0.0.1:9/", None, no_secret, "")
+        targets.check_callback("http://127.0.0.1:9/", None, no_secret, "")
     assert caught.value.parameter == "callback" and "[callbacks] secret" in caught.value.message
     with pytest.raises(InvalidValueFault) as caught:
-        webhooks.check_callback("http://127.0.0.1:9/", 999, no_secret, "")
+        targets.check_callback("http://127.0.0.1:9/", 999, no_secret, "")
     assert caught.value.parameter == "callback.progressPeriod"
 
 
@@ -115,11 +119,41 @@ def test_the_signature_is_what_a_standard_webhooks_receiver_verifies():
     headers = {
         "webhook-id": "x-1",
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": webhooks.signature(SECRET, "x-1", timestamp, body),
+        "webhook-signature": signing.signature(SECRET, "x-1", timestamp, body),
     }
     assert standardwebhooks.Webhook(SECRET).verify(body, headers)["id"] == "x"
     with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
         standardwebhooks.Webhook(SECRET).verify(body.replace(b"5", b"6"), headers)
+
+
+def _signature_before(secret, message_id, timestamp, body):
+    """The signature as xruntime computed it before ``standardwebhooks`` signed for it
+    (engine/webhooks.py until issue 32): Standard Webhooks' scheme, by hand."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    digest = hmac.new(key, signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode("ascii")
+
+
+@pytest.mark.parametrize("size", [24, 25, 26, 32, 33, 64])  # the key's bytes the settings take
+def test_standardwebhooks_signs_as_xruntime_did(size):
+    """The same ``webhook-signature`` as before, byte for byte: any secret the settings
+    accept (padded base64 of 24 to 64 bytes), bodies with non-ASCII characters, any id and
+    timestamp."""
+    key = bytes((n * 37 + size) % 256 for n in range(size))
+    secret = "whsec_" + base64.b64encode(key).decode("ascii")
+    assert WEBHOOK_SECRET.check(secret) == secret  # one the settings accept
+    for body in (
+        b"",
+        b'{"type":"job.finished"}',
+        '{"x":"été ✓ 😀"}'.encode(),
+        bytes(range(32, 127)),
+    ):
+        for timestamp in (0, 1, 1_700_000_000, 4_102_444_800):
+            for message in ("x-1", f"{uuid.uuid4()}-42", "é"):
+                assert signing.signature(secret, message, timestamp, body) == _signature_before(
+                    secret, message, timestamp, body
+                )
 
 
 # --------------------------------------------------------------------------- sending
@@ -130,8 +164,8 @@ def test_callbacks_to_one_address_share_a_connection_and_outlive_its_close():
     from tests.receiver import Receiver
 
     receiver = Receiver()
-    connections = webhooks.Connections()
-    target = webhooks.target_of(receiver.url, allowed("127.0.0.1"))
+    connections = sending.Connections()
+    target = targets.target_of(receiver.url, allowed("127.0.0.1"))
     try:
         for n in range(5):
             assert connections.post(target, {"webhook-id": f"x-{n}"}, b"{}", 5) == 204

@@ -17,7 +17,8 @@ LAYERS = [
     {"protocol"},  # the contract: types, faults, states, codec (no I/O)
     {"store"},  # the job store
     {"author"},  # the service author's API and the registry of services
-    {"engine"},  # workers and their supervision, the notifier
+    # workers and their supervision, the notifier; callbacks: checked, signed, sent
+    {"engine", "callbacks"},
     {"operations"},  # the job protocol's operations (uses the engine's notifier)
     {"bindings"},  # SOAP, JSON, JSON-RPC
     {"web"},  # the ASGI application and its guards

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from .. import __version__
+from ..callbacks.targets import check_callback
 from ..engine.child_jobs import stop_children
-from ..engine.webhooks import check_callback
 from ..protocol import codec, states
 from ..protocol.faults import (
     AccessDeniedFault,

@@ -73,7 +73,7 @@ class Timeouts(XModel):
 class Callback(XModel):
     """Where the server POSTs the job when it ends (docs/protocol.md §14), and, with
     ``progressPeriod`` (ms, at least 1000), its progress no more often than that.  (Their
-    bounds are checked at the start, ``engine.webhooks.check_callback``: a restricted
+    bounds are checked at the start, ``callbacks.targets.check_callback``: a restricted
     type here would be an anonymous one spyne cannot write in the protocol's schema.)"""
 
     url = required(Unicode)

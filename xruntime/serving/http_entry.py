@@ -13,8 +13,8 @@ from typing import Any
 
 def http_main(*args: Any) -> None:
     """``args`` are ``http_process.http_main``'s, as ``NodeProcesses._start`` gives them;
-    the exception it ends with goes to the main process too (``lifeline``)."""
-    from .lifeline import reporting
+    the exception it ends with goes to the main process too (``support.lifeline``)."""
+    from ..support.lifeline import reporting
 
     with reporting(args[4]):  # (the control pipe)
         from .http_process import http_main as run

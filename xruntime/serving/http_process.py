@@ -8,7 +8,7 @@ accept on the one listening socket the main process opened.  Changes reach them
 through the change feed (``store.feed``); the main process sends them the settings
 after a reload, and "stop" at shutdown, over a pipe whose end also tells them that
 the main process is gone; on it they answer that they are up, or the error they end
-with (``lifeline``: a process that cannot start is not restarted for ever).
+with (``support.lifeline``: a process that cannot start is not restarted for ever).
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from ..store import open_store
 from ..store.changes import QUEUE
 from ..store.feed import open_feed
 from ..support import blocking, malloc, metrics
+from ..support.lifeline import say_up
 from ..support.logs import setup_logging
 from ..web.asgi import XRuntimeApp
 from ..web.connection_guard import guarded_protocol
-from .lifeline import say_up
 
 if TYPE_CHECKING:
     from ..settings.config import Settings

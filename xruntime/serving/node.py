@@ -31,6 +31,7 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import TYPE_CHECKING, cast
 
+from ..callbacks.process import delivery_main
 from ..engine.cleaner import RetentionCleaner
 from ..engine.notifier import Notifier
 from ..engine.process import START_ATTEMPTS
@@ -38,8 +39,8 @@ from ..engine.supervisor import Supervisor, default_node_name
 from ..store import open_store
 from ..store.feed import open_feed
 from ..support import malloc, metrics
-from . import delivery, http_entry
-from .lifeline import last_words
+from ..support.lifeline import last_words
+from . import http_entry
 from .reload import ConfigReloader
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ class NodeProcesses:
         node = self.node
         if index == CALLBACKS:
             proc = self.ctx.Process(
-                target=delivery.delivery_main,
+                target=delivery_main,
                 name="xruntime-callbacks",
                 args=(node.settings(), node.name, receiver),
             )

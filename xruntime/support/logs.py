@@ -27,7 +27,7 @@ def escape_controls(text: str) -> str:
 
 def one_line(exc: BaseException) -> str:
     """``exc`` as one line, its type's name first: ``ValueError: …`` (what a process
-    that could not start tells the main process: ``serving.lifeline``, ``engine.worker``)."""
+    that could not start tells the main process: ``support.lifeline``, ``engine.worker``)."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

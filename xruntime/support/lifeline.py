@@ -3,7 +3,7 @@ control pipe the main process sends it the settings and "stop" on.
 
 Two messages go back: ``UP`` once the process serves, and ``("error", "ValueError:
 …")`` when its entry raises, just before the process exits.  The main process reads
-them when the process has died (``node.NodeProcesses.watch``): a process that never
+them when the process has died (``serving.node.NodeProcesses.watch``): a process that never
 said ``UP`` failed to start, and the error, if any, is what the main process logs.
 """
 

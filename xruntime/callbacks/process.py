@@ -1,5 +1,5 @@
-"""A node's callbacks process: it delivers the callbacks (``engine.callbacks``), beside
-the main process and the HTTP processes.
+"""A node's callbacks process: it delivers the callbacks (``delivery``), beside the main
+process and the HTTP processes; the main process starts it (``serving.node``).
 
 In the main process, the deliveries took the GIL and SQLite's writer turns
 (``store.sqlite.WriterTurns``) from the worker slots, whose thread runs every job's
@@ -20,11 +20,11 @@ import threading
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from ..engine.callbacks import CallbackDelivery
 from ..store import open_store
 from ..store.feed import open_feed
+from ..support import lifeline
 from ..support.logs import setup_logging
-from . import lifeline
+from .delivery import CallbackDelivery
 
 if TYPE_CHECKING:
     from ..settings.config import Settings
@@ -36,7 +36,7 @@ PROCESS_NAME = "xr-callbacks"
 
 
 def delivery_main(settings: Settings, node_name: str, control: Connection) -> None:
-    """Entry point of the callbacks process (started by ``node.NodeProcesses``)."""
+    """Entry point of the callbacks process (started by ``serving.node.NodeProcesses``)."""
     with lifeline.reporting(control):
         _deliver(settings, node_name, control)
 

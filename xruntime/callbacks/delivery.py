@@ -1,5 +1,5 @@
 """Delivering callbacks from the store's outbox (docs/protocol.md §14), in each node's
-callbacks process (``serving.delivery``).
+callbacks process (``process``).
 
 ``CallbackDelivery`` is a thread that takes due events from the outbox (a lease: nodes
 sharing the store take different ones) and hands each to a sending thread,
@@ -12,7 +12,7 @@ every ``IDLE_S``.
 No receiver can hold the deliveries of others (issue 32):
 
 - an attempt has one deadline, ``[callbacks] timeout``, for resolving the name,
-  connecting, sending and reading the whole answer (``webhooks.Connections``): a
+  connecting, sending and reading the whole answer (``sending.Connections``): a
   receiver that answers a byte every few seconds is cut at the deadline;
 - a claim holds an event for twice that and ``LEASE_MARGIN_MS`` more
   (``lease_ms_of``), so no other node takes an event while its attempt runs, and this
@@ -46,7 +46,9 @@ from urllib.parse import urlsplit
 from ..protocol.states import SHOWS_PROGRESS, Status
 from ..settings.model import Settings
 from ..store import CallbackAttempt, CallbackEvent, JobStore, StoreUnavailable, now_ms
-from . import webhooks
+from .sending import Connections
+from .signing import signature
+from .targets import Refused, Resolver, resolve, target_of
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +186,7 @@ class CallbackDelivery:
         store: JobStore,
         settings: Callable[[], Settings],
         node: str,
-        resolver: webhooks.Resolver = webhooks.resolve,
+        resolver: Resolver = resolve,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -196,7 +198,7 @@ class CallbackDelivery:
         self._attempt_ended = threading.Condition(self._lock)
         self._running: dict[int, tuple[CallbackEvent, int]] = {}  # seq → (event, lease)
         self._ended: list[CallbackAttempt] = []  # attempts not written yet
-        self._connections = webhooks.Connections()
+        self._connections = Connections()
         self._senders = _Senders()
         self._thread = threading.Thread(target=self._loop, name="callbacks", daemon=True)
 
@@ -334,14 +336,14 @@ class CallbackDelivery:
         secret, key = settings.callback_secret(event.owner)
         try:
             if not secret:
-                raise webhooks.Refused(f"{key} is not set: it cannot be signed")
-            target = webhooks.target_of(event.url, rules.allowed, self.resolver)
+                raise Refused(f"{key} is not set: it cannot be signed")
+            target = target_of(event.url, rules.allowed, self.resolver)
             body = body_of(event)
             timestamp = now_ms() // 1000
             headers = {
                 "webhook-id": message_id(event),
                 "webhook-timestamp": str(timestamp),
-                "webhook-signature": webhooks.signature(secret, message_id(event), timestamp, body),
+                "webhook-signature": signature(secret, message_id(event), timestamp, body),
             }
             # one deadline for the attempt, resolving its name included
             left = rules.timeout_ms / 1000 - (time.monotonic() - began)
@@ -349,7 +351,7 @@ class CallbackDelivery:
             outcome = f"HTTP {status}" + (
                 " (redirects are not followed)" if 300 <= status < 400 else ""
             )
-        except webhooks.Refused as exc:
+        except Refused as exc:
             outcome, final = f"refused: {exc}", True
         except (OSError, http.client.HTTPException) as exc:
             outcome = _error_text(exc)
