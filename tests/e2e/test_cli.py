@@ -292,7 +292,8 @@ def test_jobs_lists_newest_first_tab_separated_when_piped(server):
     listed = json.loads(out)
     assert [job["id"] for job in listed] == ids[::-1]
     assert {job["status"] for job in listed} == {"SUCCEEDED"}
-    running = start(server, durationMs=5000, steps=5)
+    # long enough to outlast the command's start on a loaded machine (deleted below)
+    running = start(server, durationMs=120_000, steps=120)
     server.wait_status(running, "RUNNING")
     code, out, _ = run(server, "jobs", "--status", "running,queuing")
     assert [line.split("\t")[0] for line in out.splitlines()[1:]] == [running]

@@ -170,10 +170,12 @@ def test_changes_during_the_period_are_answered_together_when_it_is_over(jobs, s
     ids = running(jobs, simulate_op, 3)
 
     def two_changes():
+        wait_held(jobs, 3)  # (a change before the watch has read its jobs is no change to it)
         change_progress(jobs, ids[2], 1)()
         change_progress(jobs, ids[0], 1)()
 
-    thread, _ = later(0.05, two_changes)
+    thread = threading.Thread(target=two_changes)
+    thread.start()
     answer, elapsed = timed(jobs.watch_jobs, ids, 400, 5000)
     thread.join()
     assert elapsed >= 0.4, "a change is not answered before progressUpdatePeriod"
