@@ -154,18 +154,19 @@ def test_the_expiry_jitter_is_at_most_2_percent_and_250_ms():
 
 def test_watches_held_together_do_not_end_in_the_same_millisecond(jobs, simulate_op):
     """40 watches of one job, arriving together: each answers at its maximumPollingPeriod
-    (never before), spread over up to 20 ms of its 1 s."""
+    (never before), spread over up to 2 % of its 5 s (a 5 s period, so that the spread,
+    100 ms, outlasts the moments a loaded machine keeps the event loop from running)."""
     (job,) = queued(jobs, simulate_op, Caller("", admin=True), 1)
 
     async def watched():
-        await jobs.manager.watch(job, 250, 1000)
+        await jobs.manager.watch(job, 250, 5000)
         return time.monotonic()
 
     async def together():
         return await asyncio.gather(*(watched() for _ in range(40)))
 
     started = time.monotonic()
-    ended = sorted(hold(jobs, together()).result(10))
-    assert ended[0] - started >= 1.0 and ended[-1] - started <= 1.0 + 0.02 + 5 * SLACK
+    ended = sorted(hold(jobs, together()).result(20))
+    assert ended[0] - started >= 5.0 and ended[-1] - started <= 5.0 + 0.1 + 5 * SLACK
     assert len({round(t, 3) for t in ended}) >= 5, "not all in the same millisecond"
-    assert statistics.pstdev(ended) > 0.001
+    assert statistics.pstdev(ended) > 0.005
