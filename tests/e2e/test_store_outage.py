@@ -229,7 +229,8 @@ def test_sqlite_locked_for_a_while_answers_try_again_and_loses_nothing(tmp_path)
             "RUNNING",
             "STOPPING",
         )
-        assert time.monotonic() - locked_at < LOCKED_FOR
+        # (the lock is held until every answer above came, however long a loaded machine
+        # took: 12.6 s once, past a bound of 12 s; and at least LOCKED_FOR)
         time.sleep(max(0.0, LOCKED_FOR - (time.monotonic() - locked_at)))
         locker.execute("ROLLBACK")
         locker.close()
