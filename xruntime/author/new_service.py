@@ -223,7 +223,7 @@ def test_processes_every_text(xruntime_client):
 
 def test_a_stopped_job_hands_back_what_it_did(xruntime_client):
     job = xruntime_client.call(
-        "XNAME", "startProcess", {"texts": ["a"] * 100, "msPerText": 50}
+        "XNAME", "startProcess", {"texts": ["a"] * 100, "msPerText": 100}
     )
     watched = xruntime_client.call("XRuntime", "watchJob", {"id": job["id"]})
     while watched.get("progress", {}).get("successful", 0) < 1:
