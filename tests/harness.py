@@ -29,10 +29,18 @@ def free_port() -> int:
 
 
 def write_config(
-    folder, port, database_url=None, extra="", workers=2, threads=64, server_keys=None
+    folder,
+    port,
+    database_url=None,
+    extra="",
+    workers=2,
+    threads=64,
+    server_keys=None,
+    database_keys=None,
 ):
     """A config file in ``folder`` (data beside it), as an administrator would write it.
-    ``server_keys`` go into its [server] table, ``extra`` (TOML) after the tables."""
+    ``server_keys`` go into its [server] table, ``database_keys`` into [database],
+    ``extra`` (TOML) after the tables."""
     os.makedirs(folder, exist_ok=True)
     # one HTTP process unless a test asks for more: a node of one per core (the default)
     # costs a process start each on a suite that starts a hundred nodes; the tests of
@@ -46,6 +54,9 @@ def write_config(
     }
     text = "[server]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in server.items())
     text += f'\n[database]\nurl = "{database_url or "sqlite:///data/xruntime.db"}"\n'
+    text += "".join(
+        f"{key} = {json.dumps(value)}\n" for key, value in (database_keys or {}).items()
+    )
     text += f"\n[workers]\ncount = {workers}\n"
     path = os.path.join(folder, "xserver.toml")
     with open(path, "w") as f:
@@ -102,6 +113,7 @@ class Server:
         auth=None,
         host="127.0.0.1",
         prefix=(),
+        database_keys=None,
     ):
         self.folder = folder
         self.prefix = list(prefix)  # run the node through these (e.g. ip netns exec NAME)
@@ -115,6 +127,7 @@ class Server:
                 workers,
                 threads,
                 {"host": host, **(server_keys or {})},
+                database_keys,
             )
         else:
             with open(config, "rb") as f:

@@ -131,3 +131,51 @@ def test_a_table_that_finds_no_room_is_made_in_memory(tmp_path, monkeypatch):
     assert isinstance(stored, bytearray) and not spilling.holds(stored)
     assert stored == stored_table(matrix_table(), xdima.DistanceMatrixResponse)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_table_with_no_room_on_the_stores_disk_fails_its_job(tmp_path, monkeypatch):
+    """The folder is where a SQLite store keeps results (``final``): the pipe is no way
+    round, the store would need the same room; ``NoRoom`` (the job fails), no file left."""
+    from xruntime.author.tables import stored_table
+    from xruntime_services import xdima
+
+    def full(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(spill.os, "posix_fallocate", full)
+    spilling = spill.Spill(str(tmp_path), "job", final=True)
+    with pytest.raises(spill.NoRoom) as caught:
+        stored_table(matrix_table(), xdima.DistanceMatrixResponse, spilling)
+    assert caught.value.size > spill.SPILL_ABOVE and "No space left" in str(caught.value)
+    assert os.listdir(tmp_path) == []
+    fault = spill.no_room_fault(caught.value.size, str(caught.value))
+    assert type(fault).__name__ == "InternalErrorFault"
+    assert f"({caught.value.size} bytes)" in fault.message
+
+
+def test_a_result_with_no_room_on_the_stores_disk_leaves_no_partial_file(tmp_path, monkeypatch):
+    """A compressed form written after it is made (``spill.spill``): the same."""
+    written, real_fdopen = [], os.fdopen
+
+    class Full:
+        def __init__(self, fd, mode):
+            self.f = real_fdopen(fd, mode)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(data[:1000])
+            written.append(1000)
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(spill.os, "fdopen", Full)
+    with pytest.raises(spill.NoRoom):
+        spill.spill(str(tmp_path), "job", b"x" * (2 * spill.SPILL_ABOVE), final=True)
+    assert written and os.listdir(tmp_path) == []
+    # not final (/dev/shm): the pipe instead, no file left either
+    assert spill.spill(str(tmp_path), "job", b"x" * (2 * spill.SPILL_ABOVE)) is None
+    assert os.listdir(tmp_path) == []

@@ -13,7 +13,7 @@ from xruntime.engine import supervisor as supervisor_module
 from xruntime.engine.supervisor import Supervisor
 from xruntime.operations.failures import as_fault
 from xruntime.protocol.faults import InternalErrorFault, TemporarilyUnavailableFault
-from xruntime.store import StoreUnavailable, now_ms
+from xruntime.store import StoreFull, StoreUnavailable, now_ms
 from xruntime.store import sqlite as store_sqlite
 from xruntime.store.unavailable import is_unavailable
 
@@ -135,6 +135,28 @@ def test_a_write_that_must_not_be_lost_waits_for_the_store(store):
     write = Flaky(3)
     assert supervisor(store).persist(write, "the outcome of a job") is True
     assert write.calls == 4
+
+
+def test_a_result_with_no_room_is_not_waited_for_but_a_small_write_is(store):
+    """A full disk: the write of a result raises StoreFull at once (its job fails:
+    engine.outcomes); any other write waits for room as for a restarting database."""
+    full = StoreFull("the job store's disk is full: database or disk is full")
+
+    def no_room():
+        raise full
+
+    with pytest.raises(StoreFull):
+        supervisor(store).persist(no_room, "the outcome of a job", full_is_final=True)
+    calls = []
+
+    def small():  # no room twice, then some was freed
+        calls.append(1)
+        if len(calls) <= 2:
+            raise full
+        return True
+
+    assert supervisor(store).persist(small, "the outcome of a job") is True
+    assert len(calls) == 3
 
 
 def test_a_node_shutting_down_gives_up_after_its_patience(store, monkeypatch):

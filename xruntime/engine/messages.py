@@ -55,6 +55,9 @@ class RunJob:
     #: where a result larger than ``spill.SPILL_ABOVE`` is written (``SpilledResult``);
     #: None: every result goes through the pipe
     spill_folder: str | None = None
+    #: the spill folder is on the disk where the store keeps results (a SQLite node's):
+    #: a result with no room there fails its job (``spill.NoRoom``)
+    spill_is_final: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from ..protocol.faults import (
     XServerFault,
 )
 from ..protocol.states import Status
-from ..store import JobRecord, QueueFull, QueueLimit, StoreUnavailable, now_ms
+from ..store import JobRecord, QueueFull, QueueLimit, StoreFull, StoreUnavailable, now_ms
 from ..store.result_files import ResultFile
 from ..support import metrics
 from . import spill
@@ -134,18 +134,26 @@ class Outcomes:
             status, result, fault = Status.SUCCEEDED, outcome.stored, None
         else:
             status, result, fault = Status.FAILED, None, outcome.fault
-        won = sup.persist(
-            lambda: sup.store.finish(
-                job.id,
-                status,
-                now_ms(),
-                result=result,
-                fault=fault,
-                progress=progress,
-                run=sup.run_of(job),
-            ),
-            f"the outcome of job {job.id}",
-        )
+        try:
+            won = sup.persist(
+                lambda: sup.store.finish(
+                    job.id,
+                    status,
+                    now_ms(),
+                    result=result,
+                    fault=fault,
+                    progress=progress,
+                    run=sup.run_of(job),
+                ),
+                f"the outcome of job {job.id}",
+                full_is_final=result is not None,
+            )
+        except StoreFull as full:  # the room a result needs may never come: its job fails
+            assert result is not None  # (only a result's write raises it)
+            log.warning("job %s: no room for its result on the job store's disk: %s", job.id, full)
+            fault = spill.no_room_fault(_size_of(result), str(full))
+            self.fail(job, fault, "no room for its result")
+            return
         if won is None:  # given up at shutdown: recovered later
             return
         if not won:  # deleted while it finished, or no longer this run's
@@ -162,8 +170,7 @@ class Outcomes:
         limit = self.sup.settings().stored_bytes_limit(job.owner)
         if not limit or job.parent_id is not None:
             return None
-        stored = result.stored
-        size = stored.length if isinstance(stored, ResultFile) else len(stored)
+        size = _size_of(result.stored)
         try:
             others = self.sup.store.stored_bytes(job.owner) - job.result_bound
         except StoreUnavailable:
@@ -412,6 +419,10 @@ class Outcomes:
         )
         sup.notifier.notify(job_id)
         log.info("job %s erased (deleted, worker let go)", job_id)
+
+
+def _size_of(stored: "bytes | bytearray | memoryview | ResultFile") -> int:
+    return stored.length if isinstance(stored, ResultFile) else len(stored)
 
 
 def _fault_summary(fault: str) -> str:

@@ -262,6 +262,7 @@ class WorkerSlot(threading.Thread):
                     children,
                     sup.settings().services_own(),
                     sup.spill_folder,
+                    sup.store.result_folder is not None,
                 )
             )
             ending = self._drive(job, limits)

@@ -11,7 +11,8 @@ large result) is written straight into the file, mapped (``Spill``): not compose
 the worker's memory and copied into the file after (0.025 s of a 2 000² matrix).
 
 The folder is private (0700: it holds users' results), in
-``/dev/shm`` where there is one; the supervisor removes it when it stops, and a node
+``/dev/shm`` where there is one (or, for a SQLite store, beside its result files:
+``store/result_files.py``); the supervisor removes it when it stops, and a node
 that starts removes the folders of nodes that died without doing so.
 """
 
@@ -24,7 +25,9 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..protocol.faults import InternalErrorFault
 from ..store.result_files import ResultFile
+from ..store.unavailable import NO_SPACE
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +75,42 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def no_room_fault(size: int, cause: str) -> InternalErrorFault:
+    """The fault of a job whose result found no room on the job store's disk (in its worker,
+    ``NoRoom``, or when the store refuses it: ``engine.outcomes``)."""
+    return InternalErrorFault(
+        f"the job store's disk has no room for this job's result ({size} bytes): {cause}; "
+        "the job is not run again",
+        hint="Ask the administrator to free disk space (docs/operations.md, 'A full disk'), "
+        "then start the job again.",
+    )
+
+
+class NoRoom(Exception):
+    """(In the worker.) The result's file cannot be written for lack of room on the
+    disk that keeps it as the job's result (a SQLite store's): the pipe is no way out,
+    the store would need the same room.  The job fails (``engine.outcomes.no_room_fault``)."""
+
+    def __init__(self, size: int, cause: OSError) -> None:
+        super().__init__(f"{cause.strerror or cause}")
+        self.size = size
+
+
+def _no_room(final: bool, exc: OSError) -> bool:
+    """Whether ``exc`` means the job's result has no room at all (``final``: the folder
+    is where the store keeps it), rather than the pipe being a way round (/dev/shm)."""
+    return final and exc.errno in NO_SPACE
+
+
 class Spill:
     """(In the worker.) The file of the supervisor's folder that a job's large stored
     form is written into as it is made: the ``payload.Output`` that
     ``payload.compose_stored`` is given.  Removed (``discard``) unless handed over to the
     main process (``hand_over``)."""
 
-    def __init__(self, folder: str, job_id: str) -> None:
-        self.folder, self.job_id = folder, job_id
+    def __init__(self, folder: str, job_id: str, final: bool = False) -> None:
+        # final: the folder is on the disk where the store keeps results (SQLite's)
+        self.folder, self.job_id, self.final = folder, job_id, final
         self.path: str | None = None
         self._mapped: mmap.mmap | None = None
         self._fd: int | None = None
@@ -93,6 +124,8 @@ class Spill:
         try:
             fd, path = tempfile.mkstemp(prefix=f"{self.job_id}-", dir=self.folder)
         except OSError as exc:
+            if _no_room(self.final, exc):
+                raise NoRoom(size, exc) from exc
             log.warning("job %s: its result goes through the pipe: %s", self.job_id, exc)
             return bytearray(size)
         try:
@@ -103,6 +136,8 @@ class Spill:
         except OSError as exc:
             os.close(fd)
             os.unlink(path)
+            if _no_room(self.final, exc):
+                raise NoRoom(size, exc) from exc
             log.warning("job %s: its result goes through the pipe: %s", self.job_id, exc)
             return bytearray(size)
         self.path, self._mapped, self._fd = path, mapped, fd
@@ -154,13 +189,18 @@ class Spill:
             self._fd = None
 
 
-def spill(folder: str, job_id: str, stored: bytes | bytearray | mmap.mmap) -> str | None:
+def spill(
+    folder: str, job_id: str, stored: bytes | bytearray | mmap.mmap, final: bool = False
+) -> str | None:
     """(In the worker.) Write ``stored`` to a new file of ``folder``; its path, or None
     when it cannot be written (``/dev/shm`` full: a container's is 64 MB by default), so
-    the result goes through the pipe as before."""
+    the result goes through the pipe as before.  ``final`` (the folder is on the disk
+    where the store keeps results): no room raises ``NoRoom`` instead."""
     try:
         fd, path = tempfile.mkstemp(prefix=f"{job_id}-", dir=folder)
     except OSError as exc:
+        if _no_room(final, exc):
+            raise NoRoom(len(stored), exc) from exc
         log.warning("job %s: its result goes through the pipe: %s", job_id, exc)
         return None
     try:
@@ -170,6 +210,8 @@ def spill(folder: str, job_id: str, stored: bytes | bytearray | mmap.mmap) -> st
             os.fsync(f.fileno())  # (as ``Spill.hand_over``)
     except OSError as exc:
         os.unlink(path)
+        if _no_room(final, exc):
+            raise NoRoom(len(stored), exc) from exc
         log.warning("job %s: its result goes through the pipe: %s", job_id, exc)
         return None
     except BaseException:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple, Optional, TypeVar
 
 from ..protocol.states import Status
-from ..store import JobRecord, Run, StoreUnavailable, result_files
+from ..store import JobRecord, Run, StoreFull, StoreUnavailable, result_files
 from ..store.changes import MISSED
 from . import spill
 from .housekeeping import Housekeeping
@@ -188,16 +188,22 @@ class Supervisor:
 
     # ---------------------------------------------------------------- for the slots
 
-    def persist(self, write: Callable[[], Answer], what: str) -> Answer | None:
+    def persist(
+        self, write: Callable[[], Answer], what: str, full_is_final: bool = False
+    ) -> Answer | None:
         """``write()``, a store write that must not be lost (a job's outcome, its
         hand-back), tried again while the store is unreachable; answers its answer.
         A node shutting down gives up after CLOSING_PATIENCE s (answering None): the
-        job then runs out of lease and the next start of a node recovers it."""
+        job then runs out of lease and the next start of a node recovers it.
+        ``full_is_final``: a full disk raises ``StoreFull`` at once instead (a result
+        needs room that may never come back; its job fails instead: engine.outcomes)."""
         delay, waited, give_up_at = 0.05, False, None
         while True:
             try:
                 answer = write()
             except StoreUnavailable as exc:
+                if full_is_final and isinstance(exc, StoreFull):
+                    raise
                 if not waited:
                     log.warning("%s waits for the job store: %s", what, exc)
                     waited = True

@@ -256,7 +256,7 @@ def stored_result(
 def _result_message(
     stored: bytes | bytearray | mmap.mmap,
     spilling: spill.Spill | None,
-    folder: str | None,
+    run: RunJob,
     job_id: str,
 ) -> Result | SpilledResult:
     """How a stored form goes to the main process: as the file it was written into, as
@@ -264,8 +264,8 @@ def _result_message(
     through the pipe."""
     if spilling is not None and spilling.holds(stored):
         return SpilledResult(spilling.hand_over())
-    if folder is not None and len(stored) > spill.SPILL_ABOVE:
-        path = spill.spill(folder, job_id, stored)
+    if run.spill_folder is not None and len(stored) > spill.SPILL_ABOVE:
+        path = spill.spill(run.spill_folder, job_id, stored, run.spill_is_final)
         if path is not None:
             return SpilledResult(path)
     return Result(bytes(stored) if isinstance(stored, (bytearray, mmap.mmap)) else stored)
@@ -287,7 +287,11 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
     )
     outcome: Outcome
     # where a large stored form is written as it is made (None: through the pipe)
-    spilling = spill.Spill(run.spill_folder, job_id) if run.spill_folder is not None else None
+    spilling = (
+        spill.Spill(run.spill_folder, job_id, run.spill_is_final)
+        if run.spill_folder is not None
+        else None
+    )
     try:
         op = long_operation(service, operation)
         request = codec.decode(json.loads(run.request), op.request)
@@ -304,12 +308,16 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
         # into bytes (a bytearray pickles through a copy of itself as bytes), then into
         # the message sent.  A worker holds two of the three at a time, never all three.
         del response, given
-        outcome = _result_message(stored, spilling, run.spill_folder, job_id)
+        outcome = _result_message(stored, spilling, run, job_id)
         del stored
     except WaitForChildren as fan_out:
         outcome = ChildrenAsked(fan_out.stage, fan_out.fail_fast, fan_out.children)
     except RetryLater as asked:
         outcome = RetryAsked(int(asked.after * 1000), asked.reason)
+    except spill.NoRoom as no_room:  # the store could not keep it either: the job fails
+        log.warning("job %s: no room for its result on the job store's disk: %s", job_id, no_room)
+        no_room_fault = spill.no_room_fault(no_room.size, str(no_room))
+        outcome = Failure(codec.dumps(codec.encode_fault(no_room_fault)))
     except XServerFault as fault:
         text = codec.dumps(codec.encode_fault(fault))
         outcome = Transient(text) if isinstance(fault, TransientFault) else Failure(text)

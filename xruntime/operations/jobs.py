@@ -29,6 +29,7 @@ from ..protocol.faults import (
     QueueOverflowFault,
     QuotaExceededFault,
     RejectedRequestFault,
+    TemporarilyUnavailableFault,
     UnknownJobFault,
 )
 from ..protocol.states import Status
@@ -47,7 +48,7 @@ from ..protocol.types import (
     XModel,
 )
 from ..protocol.watch import watch_periods
-from ..store import JobRecord, JobStore, now_ms
+from ..store import JobRecord, JobStore, disk_room, now_ms
 from ..store.payload import TooLarge
 from ..store.result_reader import ResultReader
 from ..support.blocking import blocking
@@ -105,6 +106,7 @@ class JobManager:
         self.node = node
         self.started_at = time.time()
         self.stored_quota = StoredBytesQuota(store)
+        self.disk_room = disk_room.of_store(store.result_folder)
 
     # ------------------------------------------------------------------ views
 
@@ -139,6 +141,13 @@ class JobManager:
         what the caller may keep stored (§15)."""
         settings = self.settings()
         op.check(request, settings)
+        shortfall = self.disk_room.shortfall(settings.min_free_bytes)
+        if shortfall is not None:  # the room left goes to the jobs accepted already
+            raise TemporarilyUnavailableFault(
+                f"{shortfall}: no job is started until room is freed",
+                hint="Try again later; the administrator frees room on the node's disk "
+                "(docs/operations.md, 'A full disk'), or deleteJob frees what your jobs keep.",
+            )
         bound = op.result_bound(request)
         self.stored_quota.check(caller.name, settings.stored_bytes_limit(caller.name), bound)
         queueing, computation = asked_timeouts(

@@ -28,6 +28,7 @@ import uvicorn
 
 from ..admin.metrics_page import MetricsPage
 from ..admin.node_status import Snapshot, snapshot
+from ..admin.readiness import Readiness
 from ..admin.status_page import StatusPage, ToStatus
 from ..admin.status_stream import StatusEvents, StatusFeed, StatusJson
 from ..author.registry import discover
@@ -125,6 +126,7 @@ class HttpProcess:
                 "/status/events": StatusEvents(StatusFeed(node_snapshot, self.notifier)),
                 "/status.json": StatusJson(node_snapshot),
                 "/metrics": MetricsPage(self.store, node_name, self.settings),
+                "/readyz": Readiness(self.jobs.disk_room, self.settings),
             },
         )
         self.server: _Server | None = None

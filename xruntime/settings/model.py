@@ -153,6 +153,7 @@ class Settings:
     allowed_hosts: tuple = _SERVER["allowed_hosts"]  # host names served besides addresses
     node_name: str = _SERVER["node_name"]  # in the store; "": hostname:port
     database_url: str = _SERVER["database_url"]  # as written; config.load resolves it
+    min_free_bytes: int = _SERVER["min_free_bytes"]
     workers: int = _SERVER["workers"]
     jobs: JobSettings = field(default_factory=JobSettings)
     services: dict = field(default_factory=dict)  # name → ServiceSettings

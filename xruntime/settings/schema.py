@@ -313,6 +313,16 @@ KEYS: tuple[Key, ...] = (
         doc="`data/` beside `config/`; `postgresql+psycopg://user@host/db` for several nodes",
     ),
     Key(
+        "min_free_bytes",
+        integer(0),
+        268_435_456,
+        ("database",),
+        section="§15",
+        doc="a SQLite node refuses starts (`TemporarilyUnavailableFault`) while its "
+        "database's disk has less room than this, and `/readyz` answers 503; `0`: no floor "
+        "(PostgreSQL's disk is not measured)",
+    ),
+    Key(
         "count",
         integer(1, 256),
         2,

@@ -24,7 +24,7 @@ from .records import (
     Recovered,
     Run,
 )
-from .unavailable import StoreUnavailable
+from .unavailable import StoreFull, StoreUnavailable
 
 if TYPE_CHECKING:
     from .sql import SqlJobStore
@@ -56,6 +56,7 @@ __all__ = [
     "QueueLimit",
     "Recovered",
     "Run",
+    "StoreFull",
     "StoreUnavailable",
     "now_ms",
     "SqlJobStore",

@@ -7,8 +7,15 @@ A statement the database refuses (a missing table, a syntax error, a broken
 constraint) is a bug and stays an internal error.  This module tells the two apart,
 in one place for both dialects, and every store method raises ``StoreUnavailable``,
 and only it, for the first kind.
+
+A full disk is one of them, with a difference: it passes for small writes as soon as
+anything is freed, but a write that needs more room than there is (a job's result) will
+fail again however often it is tried.  ``StoreFull`` says so, so that the engine fails
+that job instead of waiting for room that may never come (docs/operations.md, "A full
+disk").
 """
 
+import errno
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,6 +25,37 @@ class StoreUnavailable(Exception):
     timeout, read-only or full; PostgreSQL restarting, failing over or refusing
     connections).  Nothing is wrong with the request: the same call may succeed in a
     moment.  Every store method raises it, and only it, for such conditions."""
+
+
+class StoreFull(StoreUnavailable):
+    """The database's disk (or a PostgreSQL server's) is full: a small write may pass
+    once anything is freed; the write that needed the room may never."""
+
+
+#: errno values of a write refused for lack of room (a full disk, a disk quota)
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_full(error: BaseException) -> bool:
+    """Whether ``error`` (or the driver's error under it) says the disk is full."""
+    import sqlite3
+
+    from sqlalchemy import exc as sa_exc
+
+    cause: BaseException | None = error
+    if isinstance(error, sa_exc.DBAPIError):
+        cause = error.orig
+    if isinstance(cause, OSError) and cause.errno in NO_SPACE:
+        return True
+    if isinstance(cause, sqlite3.OperationalError):
+        return getattr(cause, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or (
+            "database or disk is full" in str(cause)
+        )
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(cause, psycopg.errors.DiskFull)  # 53100
 
 
 #: SQLite's answers when the database, not the statement, is the trouble.
@@ -72,6 +110,8 @@ def unavailable_as_store_error() -> Iterator[None]:
     except StoreUnavailable:
         raise
     except Exception as error:
+        if is_full(error):
+            raise StoreFull(f"the job store's disk is full: {error}".strip()) from error
         if is_unavailable(error):
             raise StoreUnavailable(f"the job store cannot be reached: {error}".strip()) from error
         raise

@@ -78,6 +78,9 @@ class Page:
     when its credentials are revoked."""
 
     admin_only = True
+    #: False: served without credentials even with accounts on (``/readyz``, for a load
+    #: balancer): such a page tells nothing of anyone's jobs
+    needs_login = True
 
     async def serve(
         self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
@@ -238,7 +241,7 @@ class XRuntimeApp:
 
     async def _serve_page(self, page: Page, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            caller = self._authenticated(scope)
+            caller = self._authenticated(scope) if page.needs_login else ANONYMOUS
             if not self._may_see(page, caller):
                 raise Refused(
                     AccessDeniedFault(
