@@ -27,15 +27,19 @@ is checked to be bob's, and alice's counts (1 running, all others queued) are ch
 after.  (b) is timed twice: as the table is after the insert (PostgreSQL has no
 statistics of the flood yet), and after ``ANALYZE jobs`` (what autovacuum does soon
 after; the store itself never analyses an SQLite file).  The plain FIFO claim (no
-limits) on the empty queue is printed for context.
+limits) on the empty queue is printed for context, and the claim of a node with
+accounts on and no ``max_running`` (fair by default: the first job of the user running
+fewest), on the empty queue and past alice's flood while she runs one.
 
     python benchmarks/fairness.py [--part all|shares|claims] [--users 4] [--jobs 200]
         [--duration-ms 200] [--workers 4] [--max-running 1] [--queued 100000]
         [--claims 2000] [--database-url URL]
 
 Targets: with fair claims each user gets about an equal share of the worker time in
-the fair-share window (4 users: 25 % each), however the jobs arrived; without, the
-first user's flood takes the workers until it is done.  A fair claim with 100 000
+the fair-share window (4 users: 25 % each), however the jobs arrived; with accounts on
+and no max_running (fair by default, since issue 32) too, the freed workers going to
+the users running fewest; before that, the first user's flood took the workers until
+it was done (run this script at an older commit for that baseline).  A fair claim with 100 000
 over-quota jobs queued costs at most 1.5x the claim on an empty queue (median),
 before and after ANALYZE.
 
@@ -265,7 +269,7 @@ def part_shares(args):
         title = (
             f"max_running = {max_running} (fair claims)"
             if max_running
-            else "no max_running (first in, first out)"
+            else "no max_running (fair by default: the user running fewest first)"
         )
         rows = shares_run(args, users, max_running, args.database_url)
         report_shares(title, rows, users, args.workers)
@@ -287,14 +291,15 @@ def record(owner):
     )
 
 
-def timed_claims(store, limits, count):
-    """µs of each of ``count`` claims of a freshly queued job of bob's."""
+def timed_claims(store, limits, count, between_owners=False):
+    """µs of each of ``count`` claims of a freshly queued job of bob's (``between_owners``:
+    the claim of a node with accounts on, fair by default)."""
     took = []
     for _ in range(count):
         job = record("bob")
         assert store.create(job, 0)
         t = time.perf_counter_ns()
-        got = store.claim("bench", now_ms(), 30_000, None, limits)
+        got = store.claim("bench", now_ms(), 30_000, None, limits, between_owners=between_owners)
         took.append((time.perf_counter_ns() - t) / 1000)
         assert got is not None and got.id == job.id and got.owner == "bob", got
         assert store.finish(job.id, "SUCCEEDED", now_ms(), result="{}")
@@ -336,8 +341,10 @@ def part_claims(args):
         try:
             timed_claims(store, (), 100)  # warm up: statements, pages
             timed_claims(store, limits, 100)
+            timed_claims(store, (), 100, between_owners=True)
             fifo = timed_claims(store, (), args.claims)
             empty = timed_claims(store, limits, args.claims)
+            by_default_empty = timed_claims(store, (), args.claims, between_owners=True)
             assert store.counts_by_status() == {}, store.counts_by_status()
             first = record("alice")  # alice runs one: her limit
             assert store.create(first, 0)
@@ -347,10 +354,12 @@ def part_claims(args):
             written = time.perf_counter() - t
             timed_claims(store, limits, 100)
             loaded = timed_claims(store, limits, args.claims)
+            by_default = timed_claims(store, (), args.claims, between_owners=True)
             with store.engine.begin() as conn:  # as PostgreSQL's autovacuum will
                 conn.exec_driver_sql("ANALYZE jobs")
             timed_claims(store, limits, 100)
             analysed = timed_claims(store, limits, args.claims)
+            by_default_analysed = timed_claims(store, (), args.claims, between_owners=True)
             counts = store.counts_by_status("alice")
             assert counts == {"RUNNING": 1, "QUEUING": args.queued}, counts
         finally:
@@ -364,10 +373,18 @@ def part_claims(args):
         ("fair claim, empty queue", empty),
         (f"fair claim, {args.queued} of alice's queued over her max_running", loaded),
         ("  the same after ANALYZE", analysed),
+        ("fair by default (accounts on, no limits), empty queue", by_default_empty),
+        (f"fair by default, {args.queued} of alice's queued, 1 running", by_default),
+        ("  the same after ANALYZE", by_default_analysed),
     ]
     for label, took in rows:
         print(f"  {label + ':':<62} {statistics.median(took):7.0f} / {percentile(took, 99):7.0f}")
     ratios = [statistics.median(took) / statistics.median(empty) for took in (loaded, analysed)]
+    by_default_ratio = statistics.median(by_default) / statistics.median(fifo)
+    print(
+        f"  fair by default, {args.queued} queued / plain FIFO claim on an empty queue "
+        f"(median): {by_default_ratio:.2f}x"
+    )
     print(
         f"  ratio {args.queued} queued / empty (median): {ratios[0]:.2f}x, "
         f"after ANALYZE {ratios[1]:.2f}x (target <= 1.5x); "

@@ -197,6 +197,37 @@ def test_a_user_over_max_running_waits_while_others_run(any_store):
     assert claim(store, limits) is None
 
 
+def test_with_accounts_on_a_freed_worker_goes_to_the_lane_running_fewest(any_store):
+    """Fair by default (docs/protocol.md §10): no max_running, but alice's flood queued
+    first does not keep the others waiting: each claim takes the first job of the lane
+    (a user's jobs of a service) that runs fewest now, the oldest of those; with
+    accounts off (no fairness asked) the queue is first in, first out."""
+    store = any_store
+
+    def fair_claim(services=None):
+        rec = store.claim(NODE, now_ms(), LEASE_MS, services, (), between_owners=True)
+        return rec and (rec.owner, rec.id)
+
+    alice = queue(store, "alice", 4)
+    alice += queue(store, "alice", 2, service="XDima")
+    bob = queue(store, "bob", 2)
+    carol = queue(store, "carol", 1, service="XDima")
+    assert fair_claim() == ("alice", alice[0])  # nothing runs: the oldest
+    assert fair_claim() == ("alice", alice[4])  # her XDima lane runs none either
+    assert fair_claim() == ("bob", bob[0])
+    assert fair_claim() == ("carol", carol[0])  # not behind alice's 3 other jobs
+    assert fair_claim() == ("alice", alice[1])  # each lane runs 1: the oldest
+    assert fair_claim() == ("alice", alice[5])
+    assert fair_claim() == ("bob", bob[1])
+    assert fair_claim(["XDima"]) is None  # only the services served
+    dave = queue(store, "dave", 1)
+    # accounts off (no fairness asked): the plain order, dave's job waits behind alice's
+    assert store.claim(NODE, now_ms(), LEASE_MS).id == alice[2]
+    assert fair_claim() == ("dave", dave[0])  # alice's XDemo lane runs 3, dave's none
+    assert fair_claim() == ("alice", alice[3])
+    assert fair_claim() is None
+
+
 def test_per_service_values_and_served_services(any_store):
     store = any_store
     limits = (("alice", "XTour", 2), ("alice", None, 1))

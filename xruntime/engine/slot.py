@@ -113,13 +113,15 @@ class WorkerSlot(threading.Thread):
                 )
                 resumed = job is not None
                 if job is None:
+                    settings = sup.settings()
                     job = sup.store.claim(
                         sup.node,
                         claimed_at,
                         LEASE_MS,
                         sup.served_services(),
-                        sup.settings().running_limits(),
+                        settings.running_limits(),
                         f"running on worker {self.index}",
+                        between_owners=settings.auth.required,
                     )
                 if job is None:
                     self.claiming = False

@@ -22,7 +22,7 @@ from .database import QUEUE_LOCK_KEY, Database
 from .events import fault_type, note_of
 from .payload import pack, unpack
 from .records import FinishedChild, JobRecord, QueueFull, QueueLimit, Run
-from .schema import jobs, lane_of
+from .schema import WAITING_LANE, jobs, lane_of
 from .statements import (
     ACTIVE_RUNNING,
     INSERT_KEYS,
@@ -34,10 +34,6 @@ from .statements import (
     record_of,
     timeout_of,
 )
-
-#: The lane of a parent waiting for its children: none, so that max_running, which
-#: counts the jobs of a lane that hold a worker, does not count it (it holds none).
-WAITING_LANE = ""
 
 
 class ChildJobs(Database):

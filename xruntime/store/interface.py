@@ -85,9 +85,11 @@ class JobStore(Protocol):
         services: Iterable[str] | None = None,
         running_limits: tuple = (),
         note: str = "running",
+        between_owners: bool = False,
     ) -> JobRecord | None:
         """Move the oldest QUEUING job (of ``services``) to RUNNING on ``node``, the oldest
-        whose owner is under ``running_limits`` for its service; None when none may start."""
+        whose owner is under ``running_limits`` for its service (``between_owners``: of
+        the lane, a user's jobs of a service, running fewest); None when none may start."""
 
     def next_due(self, now: int) -> int | None:
         """When the first job waiting for its retry may run (ms), or None."""

@@ -213,6 +213,11 @@ def _partial_on_postgresql(target: MetaData, connection: Connection, **kw: objec
                 index.dialect_kwargs["postgresql_where"] = text(PARTIAL[index.name])
 
 
+#: The lane of a parent waiting for its children: none, so that max_running, which
+#: counts the jobs of a lane that hold a worker, does not count it (it holds none).
+WAITING_LANE = ""
+
+
 def lane_of(service: str, owner: str) -> str:
     """The lane of a job: its service and its owner (neither holds a "/")."""
     return f"{service}/{owner}"

@@ -173,17 +173,20 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
         services: Iterable[str] | None = None,
         running_limits: tuple = (),
         note: str = "running",
+        between_owners: bool = False,
     ) -> JobRecord | None:
         """Move the next queued job (of ``services``) to RUNNING on ``node``: the oldest,
         or with ``running_limits`` ((owner, service or None, max_running), ...: a user's
         per-service limit before their own) the oldest whose owner runs fewer of that
-        service's jobs than allowed.  A job waiting for its retry is not taken before
-        its time.  None when no job may start; ``note`` is the event's message."""
+        service's jobs than allowed; ``between_owners`` (accounts on), of those, the
+        first of the lane (a user's jobs of a service) that runs fewest jobs now.  A
+        job waiting for its retry is not taken before its time.  None when no job may
+        start; ``note`` is the event's message."""
         services = None if services is None else tuple(services)
         running_limits = tuple(running_limits)
         p = self._compiled(
-            ("claim", services, running_limits),
-            lambda: claim_statement(self.dialect, services, running_limits),
+            ("claim", services, running_limits, between_owners),
+            lambda: claim_statement(self.dialect, services, running_limits, between_owners),
             [c.name for c in jobs.c],
         )
         params = {"node": node, "now_ms": now, "lease_until": now + lease_ms, "note": note_of(note)}
