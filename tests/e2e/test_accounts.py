@@ -462,6 +462,26 @@ def test_job_counts_are_the_callers_own_and_an_admins_are_everyones(srv):
     assert counts(carol) == counts(dave) == nothing
 
 
+# ----------------------------------------------------------------------- fair by default
+
+
+def test_fair_by_default_bobs_job_does_not_wait_behind_alices_flood(srv):
+    """No max_running set: alice queues 12 jobs of 3 s on the node's 2 workers, then bob
+    starts one.  His job takes the next worker that frees (his lane runs none, hers 2)
+    and is done while most of hers still wait; first in, first out, it would have run
+    after all of hers, about 18 s later (docs/protocol.md §10)."""
+    quiet(srv)
+    alice, bob = client("json", srv, "alice"), client("json", srv, "bob")
+    flood = [start(alice, durationMs=3000)["id"] for _ in range(12)]
+    job = start(bob, durationMs=0)["id"]
+    assert wait_done(bob, job, timeout=120)["status"] == "SUCCEEDED"
+    waiting = counts(alice).get("QUEUING", 0)
+    for flooded in flood:
+        alice.call("XRuntime", "deleteJob", {"id": flooded})
+    assert waiting >= 4, f"only {waiting} of alice's 12 jobs still queued when bob's ended"
+    quiet(srv, timeout=60)
+
+
 # ----------------------------------------------------------------------- max_queued
 
 

@@ -17,15 +17,12 @@ needs (bob's events arrive in well under a second; the bounds are 10 s and more)
 
 import glob
 import os
-import select
-import socket
 import sqlite3
-import threading
 import time
 
 import standardwebhooks
 
-from tests.receiver import Receiver
+from tests.receiver import HostileReceiver, Receiver
 from xruntime.operations.accounts import new_token, token_sha256
 
 TOKENS = {name: new_token() for name in ("alice", "bob")}
@@ -84,100 +81,6 @@ def wait_history(srv, user, job_id, text, timeout=60):
     return [m for m in history(srv, user, job_id) if text in m]
 
 
-class Hostile:
-    """A receiver that reads each POST and then trickles (``HTTP/1.1 200 OK`` and one
-    byte every ``every`` s) or, with ``every`` None, never answers.  It notes each
-    POST's ``webhook-id`` and, when one arrives, whether another connection with the
-    same id is still open (``overlaps``: asked of the kernel, not of a thread's
-    timing), and how many of its connections are open at once (``most_open``)."""
-
-    def __init__(self, every=None):
-        self.every = every
-        self.stop = threading.Event()
-        self.lock = threading.Condition()
-        self.open: dict[socket.socket, str] = {}
-        self.ids: list[str] = []
-        self.closed: list[float] = []  # how long each connection lasted
-        self.overlaps: list[str] = []
-        self.most_open = 0
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}/hook"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        began = time.monotonic()
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            head = data.split(b"\r\n\r\n")[0].decode().split("\r\n")
-            headers = dict(line.split(": ", 1) for line in head[1:])
-            webhook_id = headers["webhook-id"]
-            with self.lock:
-                for other, other_id in self.open.items():
-                    if other_id == webhook_id and _still_open(other):
-                        self.overlaps.append(webhook_id)
-                self.open[conn] = webhook_id
-                self.ids.append(webhook_id)
-                self.most_open = max(self.most_open, len(self.open))
-                self.lock.notify_all()
-            try:
-                if self.every is not None:
-                    conn.sendall(b"HTTP/1.1 200 OK\r\n")
-                while not self.stop.is_set():
-                    ready, _, _ = select_one(conn, self.every or 1.0)
-                    if ready and conn.recv(65536) == b"":
-                        break  # the sender let go
-                    if not ready and self.every is not None:
-                        conn.sendall(b"X")
-            except OSError:
-                pass  # cut
-            finally:
-                with self.lock:
-                    del self.open[conn]
-                    self.closed.append(time.monotonic() - began)
-                    self.lock.notify_all()
-
-    def wait(self, predicate, timeout=60):
-        with self.lock:
-            assert self.lock.wait_for(lambda: predicate(self), timeout), (
-                f"not in {timeout} s: {len(self.ids)} POSTs, {len(self.open)} open"
-            )
-
-    def open_now(self):
-        with self.lock:
-            return len(self.open)
-
-    def close(self):
-        self.stop.set()
-        self.server.close()
-
-
-def select_one(conn, timeout):
-    return select.select([conn], [], [], timeout)
-
-
-def _still_open(conn):
-    """Whether the other end of ``conn`` has not closed it (its FIN not received)."""
-    try:
-        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
-    except BlockingIOError:
-        return True  # nothing to read, not closed
-    except OSError:
-        return False
-
-
 def finished(received):
     return [r for r in received if r.data["type"] == "job.finished"]
 
@@ -185,7 +88,7 @@ def finished(received):
 def test_alice_s_trickling_receiver_never_delays_bob(fresh_server):
     """concurrency 4: alice has one sender at a time, held by her trickling receiver for
     up to the 30 s deadline; bob's event goes meanwhile, signed with his secret."""
-    trickler = Hostile(every=2.0)
+    trickler = HostileReceiver(every=2.0)
     healthy = Receiver()
     srv = node(fresh_server, concurrency=4, timeout='"30s"', retry_delay='"1s"')
     try:
@@ -209,7 +112,7 @@ def test_alice_s_trickling_receiver_never_delays_bob(fresh_server):
 def test_an_attempt_ends_at_its_deadline_and_never_overlaps_the_next(fresh_server):
     """A receiver that answers a byte every 0.5 s (each read under the 2 s timeout) is cut
     at 2 s; the event is attempted again, never while an attempt of it is open."""
-    trickler = Hostile(every=0.5)
+    trickler = HostileReceiver(every=0.5)
     srv = node(fresh_server, concurrency=4, timeout='"2s"', retry_delay='"200ms"')
     try:
         job_id = start(srv, "alice", trickler.url)
@@ -229,7 +132,7 @@ def test_alice_s_progress_flood_delays_bob_by_less_than_one_attempt(fresh_server
     """Four of alice's jobs with a 1 s progress period to a receiver that never answers
     (each attempt held for the whole 10 s deadline): the outbox keeps at most one waiting
     progress event per job, and bob's job.finished is not behind them."""
-    silent = Hostile(every=None)
+    silent = HostileReceiver(every=None)
     healthy = Receiver()
     srv = node(fresh_server, workers=5, concurrency=4, timeout='"10s"', retry_delay='"1s"')
     (database,) = glob.glob(os.path.join(srv.folder, "**", "xruntime.db"), recursive=True)
@@ -274,7 +177,7 @@ def test_alice_s_progress_flood_delays_bob_by_less_than_one_attempt(fresh_server
 
 
 def test_a_node_stopped_during_a_hung_attempt_stops_in_time_and_writes_it(fresh_server):
-    silent = Hostile(every=None)
+    silent = HostileReceiver(every=None)
     srv = node(fresh_server, timeout='"60s"', retry_delay='"30s"')
     try:
         job_id = start(srv, "alice", silent.url)

@@ -6,15 +6,13 @@ per job, owners round robin, one event of a job at a time, failed attempts in on
 history row, the outbox in the owner's stored bytes, older databases upgraded)."""
 
 import json
-import os
-import socket
 import threading
 import time
-import uuid
 
 import pytest
 
-from tests.unit.test_callbacks import SECRET, allowed, due_now, progress
+from tests.receiver import HostileReceiver
+from tests.unit.test_callbacks import SECRET, allowed, due_now, progress, running_job
 from xruntime.callbacks import sending, targets
 from xruntime.callbacks.delivery import (
     CallbackDelivery,
@@ -25,78 +23,12 @@ from xruntime.callbacks.delivery import (
     target_key,
 )
 from xruntime.settings.config import CallbackSettings, Settings
-from xruntime.store import CallbackAttempt, JobRecord, Run, now_ms, open_store
+from xruntime.store import CallbackAttempt, now_ms, open_store
 from xruntime.store.schema import OUTBOX_ROW_BYTES
-
-PG_URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
-
-
-# --------------------------------------------------------------------------- receivers
-
-
-class RawReceiver:
-    """A TCP server that reads each request and then answers as ``answer(conn)`` does
-    (in a thread per connection); ``requests`` counts the requests read."""
-
-    def __init__(self, answer):
-        self.answer = answer
-        self.stop = threading.Event()
-        self.requests = 0
-        self.changed = threading.Condition()
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}/hook"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            with self.changed:
-                self.requests += 1
-                self.changed.notify_all()
-            try:
-                self.answer(conn, self.stop)
-            except OSError:
-                pass  # the sender cut it
-
-    def wait_requests(self, n, timeout=30):
-        with self.changed:
-            assert self.changed.wait_for(lambda: self.requests >= n, timeout), self.requests
-
-    def close(self):
-        self.stop.set()
-        self.server.close()
-
-
-def trickle(conn, stop):
-    """``HTTP/1.1 200 OK`` and then one byte every 0.2 s: each read gets something."""
-    conn.sendall(b"HTTP/1.1 200 OK\r\n")
-    while not stop.wait(0.2):
-        conn.sendall(b"X")
-
-
-def silence(conn, stop):
-    """No answer, ever: hold the connection until the sender lets go."""
-    while not stop.is_set():
-        if conn.recv(1) == b"":
-            return
 
 
 def test_an_attempt_has_one_deadline_whatever_the_receiver_trickles():
-    receiver = RawReceiver(trickle)
+    receiver = HostileReceiver(every=0.2)
     connections = sending.Connections()
     try:
         target = targets.target_of(receiver.url, allowed("127.0.0.1"))
@@ -112,7 +44,7 @@ def test_an_attempt_has_one_deadline_whatever_the_receiver_trickles():
 
 
 def test_interrupt_cuts_an_attempt_under_way_and_refuses_the_next():
-    receiver = RawReceiver(silence)
+    receiver = HostileReceiver(every=None)
     connections = sending.Connections()
     errors = []
 
@@ -168,48 +100,14 @@ def test_caps_per_owner_and_per_target_count_what_runs_here():
 # --------------------------------------------------------------------------- the outbox
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/store.db"
-    else:
-        if not PG_URL:
-            pytest.skip("XRUNTIME_TEST_DATABASE_URL is not set")
-        from sqlalchemy import create_engine
-
-        from xruntime.store.schema import metadata
-
-        engine = create_engine(PG_URL)
-        metadata.drop_all(engine)
-        engine.dispose()
-        url = PG_URL
-    opened = open_store(url)
-    yield opened
-    opened.close()
-
-
-def running_job(store, owner="", url="http://127.0.0.1:9/h", period=None):
-    job_id = str(uuid.uuid4())
-    record = JobRecord(
-        id=job_id,
-        service="XDemo",
-        operation="simulate",
-        fetch_type="SimulateResponse",
-        status="QUEUING",
-        request="{}",
-        queued_at=now_ms(),
-        owner=owner,
-        callback_url=url,
-        callback_period=period,
-    )
-    assert store.create(record, 0)
-    claimed = store.claim("n1", now_ms(), 30_000)
-    assert claimed.id == job_id
-    return job_id, Run("n1", claimed.attempts)
+@pytest.fixture
+def store(any_store):
+    """The store on SQLite, and on PostgreSQL when XRUNTIME_TEST_DATABASE_URL is set."""
+    return any_store
 
 
 def finished_job(store, owner="", url="http://127.0.0.1:9/h"):
-    job_id, run = running_job(store, owner, url)
+    job_id, run = running_job(store, url, owner=owner)
     assert store.finish(job_id, "SUCCEEDED", now_ms(), result="{}", run=run)
     return job_id
 
@@ -326,7 +224,7 @@ def test_an_older_outbox_gets_its_history_row_column(store):
 
 
 def test_close_cuts_a_hung_attempt_and_writes_it_as_a_failed_one(tmp_path):
-    receiver = RawReceiver(silence)
+    receiver = HostileReceiver(every=None)
     store = open_store(f"sqlite:///{tmp_path}/store.db")
     settings = Settings(
         callbacks=CallbackSettings(

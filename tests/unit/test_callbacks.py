@@ -7,7 +7,6 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import threading
 import time
 import uuid
@@ -20,11 +19,10 @@ from xruntime.callbacks.delivery import body_of, message_id
 from xruntime.protocol.faults import InvalidValueFault
 from xruntime.settings.config import CallbackSettings, Settings
 from xruntime.settings.values import WEBHOOK_SECRET, callback_target
-from xruntime.store import CallbackAttempt, JobRecord, Run, now_ms, open_store
+from xruntime.store import CallbackAttempt, JobRecord, Run, now_ms
 from xruntime.store.clock import MAX_ROUND_TRIP_S
 
 SECRET = "whsec_" + "a2V5LWtleS1rZXkta2V5LWtleS1rZXkta2V5LWtleQ=="  # 32 bytes
-PG_URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
 
 
 def allowed(*entries):
@@ -184,27 +182,14 @@ def test_callbacks_to_one_address_share_a_connection_and_outlive_its_close():
 # --------------------------------------------------------------------------- the outbox
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/store.db"
-    else:
-        if not PG_URL:
-            pytest.skip("XRUNTIME_TEST_DATABASE_URL is not set")
-        from sqlalchemy import create_engine
-
-        from xruntime.store.schema import metadata
-
-        engine = create_engine(PG_URL)
-        metadata.drop_all(engine)
-        engine.dispose()
-        url = PG_URL
-    opened = open_store(url)
-    yield opened
-    opened.close()
+@pytest.fixture
+def store(any_store):
+    """The store on SQLite, and on PostgreSQL when XRUNTIME_TEST_DATABASE_URL is set."""
+    return any_store
 
 
-def running_job(store, callback_url="http://127.0.0.1:9/h", period=None):
+def running_job(store, callback_url="http://127.0.0.1:9/h", period=None, owner=""):
+    """A job of ``owner`` with a callback, claimed: (its id, its run)."""
     job_id = str(uuid.uuid4())
     record = JobRecord(
         id=job_id,
@@ -214,11 +199,13 @@ def running_job(store, callback_url="http://127.0.0.1:9/h", period=None):
         status="QUEUING",
         request="{}",
         queued_at=now_ms(),
+        owner=owner,
         callback_url=callback_url,
         callback_period=period,
     )
     assert store.create(record, 0)
     claimed = store.claim("n1", now_ms(), 30_000)
+    assert claimed.id == job_id
     return job_id, Run("n1", claimed.attempts)
 
 
