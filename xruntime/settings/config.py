@@ -6,7 +6,7 @@ may be written) with one walk over the file's tables, and build the settings of
 ``model`` from what passed.  Every error names its line (``line 12: [jobs]
 fetched_retention: ...``, found by ``lines``); a file with errors is never half
 applied.  Durations are strings with a unit (``500ms``, ``30s``, ``15m``, ``48h``,
-``7d``) or plain numbers of seconds; ``0`` means "none".  Relative paths are relative to
+``7d``; a number without one is refused); ``0`` means "none".  Relative paths are relative to
 the file's own folder (without a file: to ``config/`` under the working directory, so
 the database lands in ``data/`` either way).
 """

@@ -31,34 +31,47 @@ class Kind:
 # ------------------------------------------------------------------------ durations
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3600_000, "d": 86400_000, None: 1000}
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3600_000, "d": 86400_000}
 _LONGEST_MS = 100 * 365 * 86400_000
 
 
 def parse_duration(value: TomlValue) -> int:
     """A duration as milliseconds: a string with a unit (``"500ms"``, ``"30s"``,
-    ``"15m"``, ``"48h"``, ``"7d"``) or a plain number of seconds; raises ValueError
-    with a reason."""
+    ``"15m"``, ``"48h"``, ``"7d"``), or ``0`` / ``"0"`` for none; raises ValueError with
+    a reason.  A number without a unit is refused: a request's timeouts are
+    milliseconds and the file's were seconds, so ``5000`` meant 83 minutes here."""
     if isinstance(value, bool):
         raise ValueError('expected a duration such as "30s", "15m" or "48h"')
     if isinstance(value, (int, float)):
+        if value == 0:
+            return 0
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(f'{value!r} is not a duration; use e.g. "30s", "15m", "48h"')
         if value < 0:
             raise ValueError("a duration cannot be negative")
-        if value * 1000 > _LONGEST_MS:
-            raise ValueError("a duration longer than 100 years is not possible")
-        return int(round(value * 1000))
+        raise ValueError(_no_unit(value))
     if isinstance(value, str):
         match = _DURATION.match(value)
         if match:
-            ms = int(round(float(match.group(1)) * _UNIT_MS[match.group(2)]))
+            number, unit = float(match.group(1)), match.group(2)
+            if unit is None:
+                if number == 0:
+                    return 0
+                raise ValueError(_no_unit(match.group(1)))
+            ms = int(round(number * _UNIT_MS[unit]))
             if ms > _LONGEST_MS:
                 raise ValueError("a duration longer than 100 years is not possible")
             return ms
         if value.strip().startswith("-"):
             raise ValueError("a duration cannot be negative")
     raise ValueError(f'{value!r} is not a duration; use e.g. "500ms", "30s", "15m", "48h", "7d"')
+
+
+def _no_unit(number: object) -> str:
+    return (
+        f'{number} has no unit: write "{number}s" for {number} seconds or "{number}ms" for '
+        f"{number} milliseconds (units: ms, s, m, h, d)"
+    )
 
 
 def duration(positive: bool = False) -> Kind:
