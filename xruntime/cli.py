@@ -27,6 +27,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.error("the server does not start on an invalid configuration")
         return 2
     settings = config.with_overrides(settings, host=args.host, port=args.port)
+    from .store.probe import DatabaseUnusable, probe
+
+    try:
+        log.info("database: %s", probe(settings.database_url))
+    except DatabaseUnusable as exc:  # one line that names the key, no traceback
+        log.error("[database] url: %s; the server does not start", exc)
+        return 2
     from .serving.node import serve
 
     try:
@@ -51,6 +58,14 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         print(f"{len(exc.errors)} error(s)")
         return 1
     print(f"{args.path}: OK")
+    if args.connect:
+        from .store.probe import DatabaseUnusable, probe
+
+        try:
+            print(f"[database] url: {probe(settings.database_url)}")
+        except DatabaseUnusable as exc:
+            print(f"[database] url: {exc}")
+            return 1
     for name in discover():
         served = "" if settings.service(name).enabled else "  (not served: enabled = false)"
         print(f"service {name}: {origin_of(name)}{served}")
@@ -174,6 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("check-config", help="validate a configuration file")
     p.add_argument("path")
+    p.add_argument(
+        "--connect",
+        action="store_true",
+        help="also connect to [database] url and say what is there",
+    )
     p.set_defaults(func=cmd_check_config)
     p = sub.add_parser(
         "wsdl", help="write every service's WSDL and the schemas they import into a folder"

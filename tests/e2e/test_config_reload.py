@@ -423,6 +423,20 @@ BROKEN = {
         """,
         [(4, "logging")],
     ),
+    "database url": (
+        """\
+        [database]
+        url = "sqlit:///data/xruntime.db"
+        """,
+        [(2, "url")],
+    ),
+    "duration without a unit": (
+        """\
+        [jobs]
+        queueing_timeout = 5000
+        """,
+        [(2, "queueing_timeout")],
+    ),
     "unknown service": (
         """\
         [services.XDemo]
@@ -485,6 +499,45 @@ def test_check_config_names_the_line_of_each_error(tmp_path):
         for entry, (n, name) in zip(errors, expected, strict=True):
             assert f"line {n}:" in entry and name in entry, (kind, n, entry)
             assert path in entry, (kind, entry)
+
+
+@pytest.mark.parametrize(
+    "url, cause",
+    [
+        ("sqlite:////proc/xruntime/data/xruntime.db", "cannot open the SQLite file"),
+        (
+            "postgresql+psycopg://postgres@127.0.0.1:5432/xruntime_no_such_database",
+            "does not exist",
+        ),
+    ],
+)
+def test_a_database_the_node_cannot_use_is_one_line_naming_the_key(tmp_path, url, cause):
+    """``serve`` exits 2 with one line that names ``[database] url`` and the database's
+    own reason, no traceback, nothing listening; ``check-config --connect`` says the
+    same (exit 1), and plain ``check-config`` (no connection) passes."""
+    if url.startswith("postgresql") and not os.environ.get("XRUNTIME_TEST_DATABASE_URL"):
+        pytest.skip("XRUNTIME_TEST_DATABASE_URL is not set")
+    port = free_port()
+    path = write_config(str(tmp_path), port, database_url=url)
+    done = run_cli("serve", "--config", path)
+    assert done.returncode == 2, done
+    assert "Traceback" not in done.stderr, done.stderr
+    (line,) = [entry for entry in done.stderr.splitlines() if "ERROR" in entry]
+    assert "[database] url: " in line and cause in line, line
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{port}/readyz", timeout=2)
+    checked = run_cli("check-config", path, "--connect")
+    assert checked.returncode == 1, checked
+    assert "[database] url: " in checked.stdout and cause in checked.stdout, checked.stdout
+    assert run_cli("check-config", path).returncode == 0
+
+
+def test_check_config_connects_to_a_database_it_can_use(tmp_path):
+    path = write_config(str(tmp_path), free_port())
+    done = run_cli("check-config", path, "--connect")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert "[database] url: SQLite file " in done.stdout, done.stdout
+    assert "no xruntime tables yet" in done.stdout, done.stdout
 
 
 def test_check_config_accepts_the_shipped_file():

@@ -20,6 +20,7 @@ from typing import Any
 from .values import (
     BOOLEAN,
     CALLBACK_TARGETS,
+    DATABASE_URL,
     HOSTS,
     NODE_NAME,
     ORIGINS,
@@ -305,7 +306,7 @@ KEYS: tuple[Key, ...] = (
     # [database], [workers]
     Key(
         "url",
-        STRING,
+        DATABASE_URL,
         "sqlite:///../data/xruntime.db",
         ("database",),
         attr="database_url",

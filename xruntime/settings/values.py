@@ -120,8 +120,54 @@ def _boolean(value: TomlValue) -> bool:
     return value
 
 
+#: The databases a node runs on: dialect → {driver: the module it needs}; None: the
+#: dialect's default driver.
+_DATABASES = {
+    "sqlite": {None: "sqlite3", "pysqlite": "sqlite3"},
+    "postgresql": {"psycopg": "psycopg", None: "psycopg2", "psycopg2": "psycopg2"},
+}
+_DATABASE_URL = re.compile(r"^([A-Za-z0-9]+)(?:\+([A-Za-z0-9_]+))?://")
+
+
+def _database_url(value: TomlValue) -> str:
+    """A SQLAlchemy URL of a database a node runs on, its driver installed (the
+    connection itself is tried by ``check-config --connect`` and at ``serve``)."""
+    url = _string(value)
+    found = _DATABASE_URL.match(url)
+    if found is None:
+        raise ValueError(
+            f"{url!r} is not a database URL; use sqlite:///path/to/file.db or "
+            "postgresql+psycopg://user@host/database"
+        )
+    dialect, driver = found.group(1).lower(), found.group(2)
+    drivers = _DATABASES.get(dialect)
+    if drivers is None:
+        raise ValueError(
+            f"{dialect!r} is not a database xruntime runs on; use sqlite:///path/to/file.db "
+            "or postgresql+psycopg://user@host/database"
+        )
+    if driver not in drivers:
+        raise ValueError(
+            f"{dialect}+{driver} is not a driver xruntime runs on; use "
+            + (
+                "sqlite:///path/to/file.db"
+                if dialect == "sqlite"
+                else "postgresql+psycopg://user@host/database"
+            )
+        )
+    import importlib.util
+
+    if importlib.util.find_spec(drivers[driver]) is None:
+        raise ValueError(
+            f"the driver {drivers[driver]} of {found.group(0)} is not installed; "
+            "use postgresql+psycopg://… (psycopg comes with xruntime)"
+        )
+    return url
+
+
 STRING = Kind("string", _string)
 BOOLEAN = Kind("boolean", _boolean)
+DATABASE_URL = Kind("database URL", _database_url)
 
 
 # ------------------------------------------------------------------------ checked strings
