@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+import requests
 from sqlalchemy import create_engine, text
 
 from tests.clients import RemoteFault, make_client
@@ -192,6 +193,44 @@ def test_postgresql_restarted_under_load_loses_nothing(tmp_path):
     finally:
         srv.stop()
         engine.dispose()
+
+
+@pytest.mark.skipif(not PG_URL, reason="XRUNTIME_TEST_DATABASE_URL is not set")
+@pytest.mark.skipif(
+    not shutil.which("pg_ctlcluster") or os.geteuid() != 0,
+    reason="stopping PostgreSQL needs pg_ctlcluster, as root",
+)
+@pytest.mark.exclusive  # every worker's database goes away with it
+def test_readyz_answers_503_while_postgresql_is_stopped_and_200_after(tmp_path):
+    """A load balancer's check (issue 33): /readyz names the store as the reason while
+    the database is away, /healthz still answers, and both come back without a
+    restart of the node."""
+    srv = Server(str(tmp_path / "node"), database_url=PG_URL).start()
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    ctl = ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main"]
+
+    def readyz_until(status, timeout=60):
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = requests.get(srv.base + "/readyz", timeout=10)
+            if answer.status_code == status:
+                return answer.json()
+            assert time.monotonic() < deadline, answer.text
+            time.sleep(0.1)
+
+    try:
+        readyz_until(200)
+        subprocess.run(ctl + ["stop", "-m", "fast"], check=True, capture_output=True, timeout=60)
+        try:
+            body = readyz_until(503)
+            failing = [check["name"] for check in body["checks"] if not check["ok"]]
+            assert failing == ["store"], body
+            assert requests.get(srv.base + "/healthz", timeout=10).status_code == 200
+        finally:
+            subprocess.run(ctl + ["start"], check=True, capture_output=True, timeout=60)
+        assert all(check["ok"] for check in readyz_until(200)["checks"])
+    finally:
+        srv.stop()
 
 
 # ------------------------------------------------------------------------ SQLite

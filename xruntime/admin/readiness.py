@@ -1,21 +1,66 @@
-"""``/readyz``: whether this node should be sent new jobs, for a load balancer.
+"""``/healthz`` and ``/readyz``: for a load balancer, an orchestrator, a monitor.
 
-No login (a load balancer has no token) and nothing about anyone's jobs: a list of
-checks, each ``ok`` or not with a line why; 200 when all pass, 503 otherwise.  Cheap
-enough to be called every second (a ``statvfs``).  The check today: the room left on
-the job store's disk (``store.disk_room``; under ``[database] min_free_bytes`` the node
-refuses starts).
+``/healthz`` says the HTTP process answers: 200 ``ok``, nothing asked of anything
+else (an orchestrator restarts a node whose process hangs).  ``/readyz`` says whether
+this node should be sent requests: each check ``ok`` or not with a line why, 200 when
+all pass, 503 otherwise:
+
+- ``store``: the database answers a trivial question within ``STORE_BOUND_S``;
+- ``workers``: the node's worker processes are all up (the main process says so on the
+  pipe, ``NodeHealth``);
+- ``node``: the node is not shutting down (its jobs are being handed back);
+- ``disk``: the job store's disk has ``[database] min_free_bytes`` of room
+  (``store.disk_room``; under it the node refuses starts).
+
+Neither needs a login (a load balancer has no token), and neither tells anything of
+anyone's jobs; neither is counted in the request metrics.  Cheap enough to be called
+every second: a ``SELECT 1`` on a pooled connection and a ``statvfs``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..settings.model import Settings
+from ..store import JobStore, StoreUnavailable
 from ..store.disk_room import DiskRoom
+from ..support.blocking import blocking
 from ..web.asgi import Page, answer, refuse_method
 from ..web.asgi_types import Receive, Scope, Send
+
+#: s the database has to answer ``/readyz``'s question
+STORE_BOUND_S = 2.0
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """What the main process tells its HTTP processes of the node (on their pipe)."""
+
+    workers_up: int = 0
+    workers: int = 0
+    closing: bool = False
+
+
+class Liveness(Page):
+    """``/healthz``: 200 ``ok`` while the process answers."""
+
+    admin_only = False
+    needs_login = False
+
+    async def serve(
+        self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
+    ) -> None:
+        if not await refuse_method(scope, send):
+            await answer(
+                scope,
+                send,
+                200,
+                "text/plain; charset=utf-8",
+                b"ok\n",
+            )
 
 
 class Readiness(Page):
@@ -24,10 +69,42 @@ class Readiness(Page):
     admin_only = False
     needs_login = False
 
-    def __init__(self, room: DiskRoom, settings: Callable[[], Settings]) -> None:
-        self.room, self.settings = room, settings
+    def __init__(
+        self,
+        store: JobStore,
+        room: DiskRoom,
+        settings: Callable[[], Settings],
+        health: Callable[[], NodeHealth],
+    ) -> None:
+        self.store, self.room, self.settings, self.health = store, room, settings, health
 
-    def checks(self) -> list[dict[str, object]]:
+    async def checks(self) -> list[dict[str, object]]:
+        health = self.health()
+        return [
+            await self._store(),
+            _check(
+                "workers",
+                0 < health.workers_up == health.workers,
+                f"{health.workers_up} of {health.workers} worker processes up",
+            ),
+            _check(
+                "node",
+                not health.closing,
+                "shutting down: its jobs are handed back" if health.closing else "serving",
+            ),
+            self._disk(),
+        ]
+
+    async def _store(self) -> dict[str, object]:
+        try:
+            await asyncio.wait_for(blocking(self.store.ping), STORE_BOUND_S)
+        except TimeoutError:
+            return _check("store", False, f"the database did not answer within {STORE_BOUND_S:g} s")
+        except StoreUnavailable as exc:
+            return _check("store", False, str(exc).splitlines()[0])
+        return _check("store", True, "the database answers")
+
+    def _disk(self) -> dict[str, object]:
         floor = self.settings().min_free_bytes
         shortfall = self.room.shortfall(floor)
         free = self.room.free_bytes()
@@ -36,14 +113,14 @@ class Readiness(Page):
             if free is None
             else f"{free} bytes free (floor: {floor})"
         )
-        return [{"name": "disk", "ok": shortfall is None, "detail": detail}]
+        return _check("disk", shortfall is None, detail)
 
     async def serve(
         self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
     ) -> None:
         if await refuse_method(scope, send):
             return
-        checks = self.checks()
+        checks = await self.checks()
         ready = all(check["ok"] for check in checks)
         body = json.dumps({"ready": ready, "checks": checks}).encode() + b"\n"
         await answer(
@@ -52,5 +129,8 @@ class Readiness(Page):
             200 if ready else 503,
             "application/json",
             body,
-            [(b"cache-control", b"no-store")],
         )
+
+
+def _check(name: str, ok: bool, detail: str) -> dict[str, object]:
+    return {"name": name, "ok": ok, "detail": detail}

@@ -28,7 +28,7 @@ import uvicorn
 
 from ..admin.metrics_page import MetricsPage
 from ..admin.node_status import Snapshot, snapshot
-from ..admin.readiness import Readiness
+from ..admin.readiness import Liveness, NodeHealth, Readiness
 from ..admin.status_page import StatusPage, ToStatus
 from ..admin.status_stream import StatusEvents, StatusFeed, StatusJson
 from ..author.registry import discover
@@ -126,10 +126,16 @@ class HttpProcess:
                 "/status/events": StatusEvents(StatusFeed(node_snapshot, self.notifier)),
                 "/status.json": StatusJson(node_snapshot),
                 "/metrics": MetricsPage(self.store, node_name, self.settings),
-                "/readyz": Readiness(self.jobs.disk_room, self.settings),
+                "/healthz": Liveness(),
+                "/readyz": Readiness(
+                    self.store, self.jobs.disk_room, self.settings, lambda: self.health
+                ),
             },
         )
         self.server: _Server | None = None
+        #: what the main process last said of the node (``/readyz``): not ready until
+        #: it has said its workers are up
+        self.health = NodeHealth(0, settings.workers)
 
     def settings(self) -> Settings:
         """The settings in force (the main process sends new ones after a reload)."""
@@ -186,7 +192,10 @@ class HttpProcess:
             return
         if message[0] == "settings":
             self._settings = message[1]
+        elif message[0] == "health":
+            self.health = message[1]
         elif message[0] == "stop":
+            self.health = NodeHealth(self.health.workers_up, self.health.workers, closing=True)
             self.shutdown()
 
 

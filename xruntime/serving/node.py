@@ -31,6 +31,7 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import TYPE_CHECKING, cast
 
+from ..admin.readiness import NodeHealth
 from ..callbacks.process import delivery_main
 from ..engine.cleaner import RetentionCleaner
 from ..engine.notifier import Notifier
@@ -100,6 +101,12 @@ class Node:
         self.feed.start()
         self.supervisor.start()
 
+    def health(self) -> NodeHealth:
+        """Its worker processes up, and whether it shuts down (``/readyz``)."""
+        slots = self.supervisor.slots
+        up = sum(1 for slot in slots if slot.worker is not None and slot.worker.alive)
+        return NodeHealth(up, len(slots), self.supervisor.closing)
+
     def close(self) -> None:
         self.notifier.close()
         self.supervisor.shutdown()
@@ -135,6 +142,7 @@ class NodeProcesses:
         self.stopping = False
         self.failed_starts: dict[int, int] = {}  # key → its starts in a row that never served
         self.failure: str | None = None  # set: the node stops (see the class's docstring)
+        self.health = NodeHealth(0, node.settings().workers)  # as last told (``tell``)
 
     def start(self, http_count: int) -> None:
         for index in range(http_count):
@@ -171,6 +179,8 @@ class NodeProcesses:
         proc.start()
         receiver.close()
         self.procs[index] = (proc, sender)
+        if index != CALLBACKS:
+            sender.send(("health", self.health))
 
     def send(self, message: tuple[object, ...]) -> None:
         """Send every process ``message``: ``("settings", new)`` or ``("stop",)``."""
@@ -179,6 +189,18 @@ class NodeProcesses:
                 conn.send(message)
             except OSError:
                 pass  # it died; ``watch`` restarts it
+
+    def tell(self, health: NodeHealth) -> None:
+        """Tell the HTTP processes the node's health (``/readyz``), when it changed."""
+        if health == self.health:
+            return
+        self.health = health
+        for index, (_proc, conn) in list(self.procs.items()):
+            if index != CALLBACKS:
+                try:
+                    conn.send(("health", health))
+                except OSError:
+                    pass  # it died; ``watch`` restarts it
 
     def watch(self, timeout: float) -> None:
         """Wait up to ``timeout`` s; restart a process that died meanwhile (unless it
@@ -278,6 +300,7 @@ def serve(settings: Settings, services: Sequence[str], reload_path: str | None =
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %s: shutting down", signal.Signals(signum).name)
         node.supervisor.closing = True
+        children.tell(node.health())  # /readyz: 503 while the jobs are handed back
         children.stopping = True  # processes that exit now are not replaced
         stop.set()
 
@@ -298,6 +321,7 @@ def serve(settings: Settings, services: Sequence[str], reload_path: str | None =
     try:
         while not stop.is_set():
             children.watch(0.5)
+            children.tell(node.health())
             failure = children.failure or node.supervisor.failure
             if failure is not None:
                 break

@@ -224,6 +224,12 @@ class Database:
                 ).scalar_one()
             )
 
+    def ping(self) -> None:
+        """``SELECT 1`` on a pooled connection (``/readyz``); StoreUnavailable when the
+        database does not answer."""
+        with self._read() as conn:
+            conn.execute(text("SELECT 1")).scalar_one()
+
     def checkpoint_in_background(self) -> None:
         """(The node's main process, on SQLite.) Start the node's WAL checkpointer."""
         database = make_url(self.url).database

@@ -279,6 +279,10 @@ class JobStore(Protocol):
         """Remove the result files of erased jobs; how many (0 without result files)."""
         ...
 
+    def ping(self) -> None:
+        """Ask the database one trivial question (``SELECT 1``): returns when it answers,
+        ``StoreUnavailable`` when it cannot (``/readyz``)."""
+
     def checkpoint_in_background(self) -> None:
         """(A node's main process.) On SQLite, copy the WAL into the database in a thread
         of this process, as the node's other stores, opened with
