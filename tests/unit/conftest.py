@@ -26,13 +26,15 @@ def sqlite_url(tmp_path) -> str:
 
 def fresh_postgres_store(url: str) -> SqlJobStore:
     """A store on an empty ``jobs`` table of the PostgreSQL database at ``url``."""
-    from sqlalchemy import create_engine
+    from sqlalchemy import create_engine, text
 
     from xruntime.store.schema import metadata
 
     engine = create_engine(url)
     try:
         metadata.drop_all(engine)
+        with engine.begin() as conn:  # (a test may have left another version there)
+            conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
         metadata.create_all(engine)
     finally:
         engine.dispose()

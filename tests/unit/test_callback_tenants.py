@@ -210,6 +210,7 @@ def test_an_older_outbox_gets_its_history_row_column(store):
             conn.execute(text("DROP TRIGGER callback_progress"))
         conn.execute(text("DROP INDEX ix_callback_outbox_owner"))
         conn.execute(text("ALTER TABLE callback_outbox DROP COLUMN history_seq"))
+        conn.execute(text("DROP TABLE alembic_version"))  # (made before schema versions)
     store.close()
     reopened = open_store(url.render_as_string(hide_password=False))
     try:

@@ -40,6 +40,7 @@ MODELS = {
     "server": Settings(),
     "database": Settings(),
     "workers": Settings(),
+    "log": Settings(),
     "jobs": JobSettings(),
     "services.NAME": ServiceSettings(),
     "auth": AuthSettings(),
@@ -95,7 +96,7 @@ def test_every_table_and_key_is_declared_consistently():
 )
 def test_each_model_field_is_a_key_and_each_key_a_model_field(model):
     homes = {
-        Settings: ("server", "database", "workers"),
+        Settings: ("server", "database", "workers", "log"),
         JobSettings: ("jobs",),
         ServiceSettings: ("services.NAME",),
         AuthSettings: ("auth",),

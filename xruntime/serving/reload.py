@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..author.registry import setting_keys
 from ..settings import config
+from ..support.logs import set_level
 
 if TYPE_CHECKING:
     from .node import Node
@@ -111,6 +112,7 @@ class ConfigReloader(threading.Thread):
             log.info("%s: re-read; nothing that applies live has changed", self.path)
             return True
         self.node.replace_settings(new)
+        set_level(new.log_level, "main process")  # first: its line and the next obey it
         log.info("%s: reloaded; %s", self.path, ", ".join(_changes(old, new)) or "no change")
         for listener in self.listeners:
             listener(new)

@@ -268,7 +268,7 @@ def _settings(checked: dict, path: str) -> Settings:
         )
     flat = {
         setting: value
-        for name in ("server", "database", "workers")
+        for name in ("server", "database", "workers", "log")
         for setting, value in checked.get(name, {}).items()
     }
     return Settings(

@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 
 from .schema import defaults
 
-_SERVER = {**defaults("server"), **defaults("database"), **defaults("workers")}
+_SERVER = {
+    **defaults("server"),
+    **defaults("database"),
+    **defaults("workers"),
+    **defaults("log"),
+}
 _JOBS = defaults("jobs")
 _SERVICE = defaults("services.NAME")
 _AUTH = defaults("auth")
@@ -128,8 +133,8 @@ class CallbackSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    """The whole file: [server], [database] and [workers] as plain fields, the other
-    tables as their own objects."""
+    """The whole file: [server], [database], [workers] and [log] as plain fields, the
+    other tables as their own objects."""
 
     host: str = _SERVER["host"]
     port: int = _SERVER["port"]
@@ -153,8 +158,11 @@ class Settings:
     allowed_hosts: tuple = _SERVER["allowed_hosts"]  # host names served besides addresses
     node_name: str = _SERVER["node_name"]  # in the store; "": hostname:port
     database_url: str = _SERVER["database_url"]  # as written; config.load resolves it
+    auto_upgrade: bool = _SERVER["auto_upgrade"]
     min_free_bytes: int = _SERVER["min_free_bytes"]
     workers: int = _SERVER["workers"]
+    log_level: str = _SERVER["log_level"]  # [log] level: "debug", "info", "warning", "error"
+    log_format: str = _SERVER["log_format"]  # [log] format: "text" or "json" (at a restart)
     jobs: JobSettings = field(default_factory=JobSettings)
     services: dict = field(default_factory=dict)  # name → ServiceSettings
     auth: AuthSettings = AuthSettings()
@@ -171,15 +179,16 @@ class Settings:
         return self.services.get(name) or ServiceSettings()
 
     def services_own(self) -> "Settings":
-        """Settings holding the services' own declared settings alone, the rest default:
-        what a worker process needs of them, sent with each run (the whole, with a
-        thousand users, is 128 kB to pickle: 3 ms a run)."""
+        """Settings holding the services' own declared settings and the log's level
+        alone, the rest default: what a worker process needs of them, sent with each run
+        (the whole, with a thousand users, is 128 kB to pickle: 3 ms a run)."""
         return Settings(
+            log_level=self.log_level,
             services={
                 name: ServiceSettings(declared=own.declared)
                 for name, own in self.services.items()
                 if own.declared
-            }
+            },
         )
 
     def jobs_for(self, service: str) -> JobSettings:

@@ -31,6 +31,7 @@ from .values import (
     Kind,
     NameRule,
     TomlValue,
+    choice,
     duration,
     integer,
     service_name,
@@ -105,6 +106,7 @@ TABLES: tuple[Table, ...] = (
     Table("server", "how the node serves HTTP"),
     Table("database", "where the jobs are stored"),
     Table("workers", "the processes that run jobs"),
+    Table("log", "what the node's processes write to stderr, and in which form"),
     Table("jobs", "retention, timeouts, queue bounds and retries, for every service"),
     Table(
         _SERVICE,
@@ -314,6 +316,16 @@ KEYS: tuple[Key, ...] = (
         doc="`data/` beside `config/`; `postgresql+psycopg://user@host/db` for several nodes",
     ),
     Key(
+        "auto_upgrade",
+        BOOLEAN,
+        True,
+        ("database",),
+        live=False,
+        doc="a node brings a database behind its schema up to date when it starts; `false`: "
+        "it refuses to start, and `xruntime db upgrade` does it (docs/operations.md, "
+        "Upgrading)",
+    ),
+    Key(
         "min_free_bytes",
         integer(0),
         268_435_456,
@@ -331,6 +343,27 @@ KEYS: tuple[Key, ...] = (
         attr="workers",
         live=False,
         doc="worker processes of this node; each runs one job at a time",
+    ),
+    # [log]
+    Key(
+        "level",
+        choice("debug", "info", "warning", "error"),
+        "info",
+        ("log",),
+        attr="log_level",
+        doc="the least severe lines written, in every process of the node; "
+        '`"warning"`: warnings and errors alone',
+    ),
+    Key(
+        "format",
+        choice("text", "json"),
+        "text",
+        ("log",),
+        attr="log_format",
+        live=False,
+        doc='`"text"`: `time LEVEL logger[pid]: message`; `"json"`: one JSON object a line '
+        "(`time`, `level`, `logger`, `process`, `message`, `exc`, `job`), for journald, "
+        'Loki or ELK (docs/operations.md, "The log")',
     ),
     # [jobs], and each [services.NAME] for itself
     Key(

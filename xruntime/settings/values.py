@@ -165,6 +165,19 @@ def _database_url(value: TomlValue) -> str:
     return url
 
 
+def choice(*options: str) -> Kind:
+    """One of the strings ``options``, as written (``"info"``, not ``"INFO"``)."""
+    quoted = [f'"{option}"' for option in options]
+    name = ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else quoted[0]
+
+    def check(value: TomlValue) -> str:
+        if not isinstance(value, str) or value not in options:
+            raise ValueError(f"expected {name}, got {value!r}")
+        return value
+
+    return Kind(name, check)
+
+
 STRING = Kind("string", _string)
 BOOLEAN = Kind("boolean", _boolean)
 DATABASE_URL = Kind("database URL", _database_url)

@@ -13,6 +13,7 @@ apart by row locks and ``FOR UPDATE SKIP LOCKED`` claims; its clock decides betw
 nodes (``clock``).
 """
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -26,12 +27,14 @@ from . import result_files, sqlite
 from .clock import DatabaseClock
 from .clock import stop_using as stop_using_clock
 from .clock import use as use_clock
-from .migrate import upgrade
 from .postgresql import POOL_TIMEOUT_S, postgresql_connect_args
 from .records import Run
-from .schema import feed_metadata, metadata
+from .schema import feed_metadata
+from .schema_versions import bring_up_to_date
 from .statements import Prepared, Statement, guarded_statements, prepared_statements
 from .unavailable import unavailable_as_store_error
+
+log = logging.getLogger(__name__)
 
 #: PostgreSQL advisory lock serialising the schema's creation.
 SCHEMA_LOCK_KEY = 0x78727430
@@ -109,7 +112,8 @@ class Database:
         return blob if name is None else result_files.read(self.result_folder, name)
 
     def _make_schema(self) -> None:
-        """Create the tables (or bring an older database up to date) in one transaction:
+        """Create the tables (or bring an older database up to date:
+        ``schema_versions``) in one transaction:
         on PostgreSQL under an advisory lock, so that nodes starting together do it
         once; on SQLite with the write lock, waited for (up to SCHEMA_WAIT_S) while the
         node's other processes or a cleanup are writing."""
@@ -124,8 +128,9 @@ class Database:
                     )
                 else:
                     sqlite.begin_immediate(conn.exec_driver_sql, deadline)
-                metadata.create_all(conn)
-                upgrade(conn)
+                applied = bring_up_to_date(conn)
+                if applied:
+                    log.info("the job store's schema: %s applied", ", ".join(applied))
                 if self.dialect == "sqlite":
                     feed_metadata.create_all(conn)
 

@@ -188,6 +188,17 @@ callback_outbox = Table(
 )
 
 
+#: The schema versions whose code can use the database as it is now (one row each): the
+#: version it is at and, when the latest versions only added to the schema, the older
+#: ones before them, so that a node of an older release keeps working on a database a
+#: newer node upgraded (``store.schema_versions``; docs/operations.md, "Upgrading").
+schema_readers = Table(
+    "schema_readers",
+    metadata,
+    Column("revision", String(32), primary_key=True),
+)
+
+
 #: The members of an SQLite database's change feed (``store.feed``): the address of
 #: each process that uses the file, so that each can send the others the ids of the
 #: jobs it changed.  PostgreSQL uses LISTEN/NOTIFY instead (``store.channel``).

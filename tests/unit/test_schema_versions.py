@@ -1,0 +1,127 @@
+"""The job store's schema versions (issue 33; store/schema_versions.py, docs/operations.md
+"Upgrading"), on SQLite and PostgreSQL: a new database is made at the head and marked
+so; a database made before versions is brought to the baseline and upgraded, and then
+has exactly the schema ``schema.metadata`` makes; a database a newer release upgraded
+is used when that release lists this one among its readers, refused in one line when
+not; with upgrades left to the command, a database behind the head is refused at start
+with the command to run."""
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, delete, insert, text
+
+from tests.unit.conftest import fresh_postgres_store
+from xruntime.store import SqlJobStore, schema_versions
+from xruntime.store.schema import metadata, schema_readers
+
+
+def test_head_is_the_revisions_head_and_each_revision_says_what_older_nodes_can_do():
+    script = schema_versions._script()
+    assert script.get_current_head() == schema_versions.HEAD
+    revisions = list(script.walk_revisions())
+    assert revisions[-1].revision == schema_versions.BASELINE
+    for revision in revisions:
+        assert isinstance(revision.module.keeps_older_nodes, bool), revision.revision
+        assert revision.doc, f"{revision.revision} says nothing of what it changes"
+
+
+def reopened(store):
+    """The same database, opened again (as a node that starts)."""
+    url = store.engine.url.render_as_string(hide_password=False)
+    store.close()
+    return SqlJobStore(url)
+
+
+def version_and_readers(store):
+    with store.engine.connect() as conn:
+        readers = set(conn.execute(schema_readers.select()).scalars())
+        return schema_versions.version_of(conn), readers
+
+
+def test_a_new_database_is_made_at_the_head(any_store):
+    version, readers = version_and_readers(any_store)
+    assert version == schema_versions.HEAD
+    assert readers == set(schema_versions.readers_of(schema_versions._script()))
+    assert schema_versions.HEAD in readers
+
+
+def test_a_database_made_before_versions_is_upgraded_to_exactly_the_schema(any_store):
+    with any_store.engine.begin() as conn:  # as a node of the release before made it
+        conn.execute(text("DROP TABLE alembic_version"))
+        conn.execute(text("DROP TABLE schema_readers"))
+    store = reopened(any_store)
+    try:
+        assert version_and_readers(store)[0] == schema_versions.HEAD
+        with store.engine.connect() as conn:
+            differences = [
+                difference
+                for difference in compare_metadata(MigrationContext.configure(conn), metadata)
+                if not (difference[0] == "remove_table" and difference[1].name == "feed_members")
+            ]
+        assert differences == []
+    finally:
+        store.close()
+
+
+def test_a_newer_database_is_used_when_it_lists_this_release_and_refused_when_not(any_store):
+    with any_store.engine.begin() as conn:  # what a newer release's upgrade leaves
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099_from_the_future'"))
+        conn.execute(insert(schema_readers), [{"revision": "0099_from_the_future"}])
+    store = reopened(any_store)  # its head is among the readers: used as it is
+    with store.engine.begin() as conn:
+        assert "compatible" in schema_versions.check_at_start(conn, auto_upgrade=True)
+        conn.execute(
+            delete(schema_readers).where(schema_readers.c.revision != "0099_from_the_future")
+        )
+    url = store.engine.url.render_as_string(hide_password=False)
+    store.close()
+    with pytest.raises(schema_versions.SchemaTooNew) as caught:
+        SqlJobStore(url)
+    message = str(caught.value)
+    assert "0099_from_the_future" in message and schema_versions.HEAD in message
+    assert "\n" not in message
+    engine = create_engine(url)  # nothing was changed
+    with engine.connect() as conn:
+        assert schema_versions.version_of(conn) == "0099_from_the_future"
+    engine.dispose()
+
+
+def test_with_upgrades_left_to_the_command_an_older_database_is_refused_at_start(any_store):
+    with any_store.engine.begin() as conn:
+        conn.execute(text("DROP TABLE alembic_version"))
+        with pytest.raises(schema_versions.UpgradeNeeded) as caught:
+            schema_versions.check_at_start(conn, auto_upgrade=False)
+        assert "xruntime db upgrade" in str(caught.value)
+        assert "before versions" in schema_versions.check_at_start(conn, auto_upgrade=True)
+
+
+def test_an_open_at_the_head_does_not_import_alembic(tmp_path):
+    """Every HTTP process opens the store: at the head, one row is read, no Alembic."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path}/db"
+    SqlJobStore(url).close()
+    code = (
+        "import sys; from xruntime.store import SqlJobStore; "
+        f"SqlJobStore({url!r}).close(); print('alembic' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+def test_fresh_postgres_store_helper_still_gives_an_empty_store(tmp_path):
+    """(The tests' own helper drops the tables and makes them: the version row it leaves
+    behind names the head, and the store opens as new.)"""
+    import os
+
+    url = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
+    if not url:
+        pytest.skip("XRUNTIME_TEST_DATABASE_URL is not set")
+    store = fresh_postgres_store(url)
+    try:
+        assert version_and_readers(store)[0] == schema_versions.HEAD
+        assert store.counts_by_status() == {}
+    finally:
+        store.close()
