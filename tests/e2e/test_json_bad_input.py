@@ -111,6 +111,19 @@ def test_unknown_service_or_operation(server):
     assert r.status_code == 400 and r.json()["faultInfo"]["$type"] == "InvalidRequestFault"
 
 
+def test_a_path_with_the_prefix_twice_is_shown_as_it_came(server):
+    """What ``xruntime jobs --url http://host:port/services/rs`` sent: the fault showed
+    the path without its first prefix, a path that exists (issue 33)."""
+    path = "/services/rs/services/rs/XRuntime/listJobs"
+    r = server.session.post(server.base + path, json={})
+    assert r.status_code == 400 and r.json()["faultInfo"]["$type"] == "InvalidRequestFault"
+    assert f"no operation at {path};" in r.json()["message"]
+    assert "/services/rs is in the path twice" in r.json()["faultInfo"]["hint"]
+    r = server.session.post(server.base + "/services/rs/XRuntime", json={})
+    assert "no operation at /services/rs/XRuntime;" in r.json()["message"]
+    assert "twice" not in r.json()["faultInfo"]["hint"]
+
+
 def test_body_over_the_limit_is_refused(server):
     r = server.session.post(
         server.url("XDemo", "startSimulate"),

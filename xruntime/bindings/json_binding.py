@@ -165,8 +165,19 @@ class JsonBinding:
         where = "/".join(parts) or "/"
         try:
             if len(parts) != 2:
+                came = request.root_path + request.path  # the path as it came, prefix too
+                doubled = request.path.startswith(request.root_path + "/")
                 raise InvalidRequestFault(
-                    f"no operation at {request.path}; use /services/rs/<Service>/<operation>"
+                    f"no operation at {came}; use /services/rs/<Service>/<operation>",
+                    **(
+                        {
+                            "hint": f"{request.root_path} is in the path twice: give a "
+                            "client the node's address alone (http://host:port) as its "
+                            "base URL."
+                        }
+                        if doubled
+                        else {}
+                    ),
                 )
             op = self.dispatcher.find(*parts)
             if request.method != "POST":
