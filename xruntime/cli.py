@@ -1,9 +1,10 @@
-"""The ``xruntime`` command: serve, check-config, wsdl, new-service, token new (and
-new-secret); and the client
-commands start, watch, fetch, stop, delete, jobs (``client_cli``)."""
+"""The ``xruntime`` command: serve, check-config, db (the schema's version), backup,
+wsdl, new-service, token new (and new-secret); and the client commands start, watch,
+fetch, stop, delete, jobs (``client_cli``)."""
 
 import argparse
 import logging
+import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -16,6 +17,9 @@ log = logging.getLogger(__name__)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from .support import stop_signals
+
+    stop_signals.catch()  # first: a Ctrl-C or SIGTERM from now on stops the node cleanly
     setup_logging()
     try:
         settings = config.load(
@@ -27,10 +31,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.error("the server does not start on an invalid configuration")
         return 2
     settings = config.with_overrides(settings, host=args.host, port=args.port)
+    # [log]: from here on, in this process and every process of the node (before:
+    # text, for the errors of a file that could not be read)
+    setup_logging(form=settings.log_format, level=settings.log_level, export=True)
     from .store.probe import DatabaseUnusable, probe
 
     try:
-        log.info("database: %s", probe(settings.database_url))
+        log.info("database: %s", probe(settings.database_url, auto_upgrade=settings.auto_upgrade))
     except DatabaseUnusable as exc:  # one line that names the key, no traceback
         log.error("[database] url: %s; the server does not start", exc)
         return 2
@@ -62,7 +69,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         from .store.probe import DatabaseUnusable, probe
 
         try:
-            print(f"[database] url: {probe(settings.database_url)}")
+            print(f"[database] url: {probe(settings.database_url, auto_upgrade=True)}")
         except DatabaseUnusable as exc:
             print(f"[database] url: {exc}")
             return 1
@@ -82,6 +89,77 @@ def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    """``xruntime db current|upgrade|history``: the job store's schema version, by hand."""
+    from .store import schema_versions
+
+    if args.db_command == "history":
+        for line in schema_versions.history():
+            print(line)
+        return 0
+    setup_logging()
+    try:
+        settings = config.load(
+            args.config, known_services=_service_names(), service_keys=_service_keys()
+        )
+    except config.ConfigError as exc:
+        for line in exc.errors:
+            print(f"{exc.path}: {line}", file=sys.stderr)
+        return 2
+    from .store import StoreUnavailable, open_store
+    from .store.probe import DatabaseUnusable, probe
+
+    try:
+        probe(settings.database_url, auto_upgrade=True)  # reachable, and not too new
+        if args.db_command == "current":  # read only: a plain connection, no store
+            print(schema_versions.current_line_of(settings.database_url))
+            return 0
+        store = open_store(settings.database_url)  # (brings it up to date, under the lock)
+    except (DatabaseUnusable, StoreUnavailable) as exc:
+        print(f"xruntime: [database] url: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with store.engine.connect() as conn:
+            print(f"upgraded: {schema_versions.current_line(conn)}")
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    """``xruntime backup PATH``: an online, consistent copy of a SQLite node's store."""
+    try:
+        settings = config.load(
+            args.config, known_services=_service_names(), service_keys=_service_keys()
+        )
+    except config.ConfigError as exc:
+        for line in exc.errors:
+            print(f"{exc.path}: {line}", file=sys.stderr)
+        return 2
+    from sqlalchemy.engine import make_url
+
+    from .store.backup import BackupRefused, backup
+
+    url = make_url(settings.database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        print(
+            "xruntime: [database] url is not a SQLite file: back PostgreSQL up with pg_dump "
+            "(docs/operations.md, 'Backup and restore')",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        size, files, held = backup(url.database, args.path)
+    except (BackupRefused, OSError, sqlite3.Error) as exc:
+        print(f"xruntime: backup not made: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"{args.path}: the database ({size} bytes) and {files} result files; the node's "
+        f"writes waited {held * 1000:.0f} ms"
+    )
+    return 0
 
 
 def cmd_wsdl(args: argparse.Namespace) -> int:
@@ -195,6 +273,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also connect to [database] url and say what is there",
     )
     p.set_defaults(func=cmd_check_config)
+    p = sub.add_parser(
+        "backup", help="copy a SQLite node's job store, while it serves, into a new folder"
+    )
+    p.add_argument("path", help="the new folder (0700): xruntime.db and xruntime.db.results/")
+    p.add_argument("--config", help="configuration file (default: config/xserver.toml if present)")
+    p.set_defaults(func=cmd_backup)
+    p = sub.add_parser("db", help="the job store's schema version: current, upgrade, history")
+    p.add_argument("db_command", choices=["current", "upgrade", "history"])
+    p.add_argument("--config", help="configuration file (default: config/xserver.toml if present)")
+    p.set_defaults(func=cmd_db)
     p = sub.add_parser(
         "wsdl", help="write every service's WSDL and the schemas they import into a folder"
     )

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 from ..store import open_store
 from ..store.feed import open_feed
 from ..support import lifeline
-from ..support.logs import setup_logging
+from ..support.logs import set_level, setup_logging
+from ..support.parent_death import die_with_parent
 from .delivery import CallbackDelivery
 
 if TYPE_CHECKING:
@@ -36,21 +37,25 @@ PROCESS_NAME = "xr-callbacks"
 
 
 def delivery_main(settings: Settings, node_name: str, control: Connection) -> None:
-    """Entry point of the callbacks process (started by ``serving.node.NodeProcesses``)."""
+    """Entry point of the callbacks process (started by ``serving.node.NodeProcesses``):
+    first of all, it ignores Ctrl-C and ends with the main process
+    (``support.parent_death``)."""
+    die_with_parent()
     with lifeline.reporting(control):
         _deliver(settings, node_name, control)
 
 
 def _deliver(settings: Settings, node_name: str, control: Connection) -> None:
-    setup_logging()
+    setup_logging(form=settings.log_format, level=settings.log_level)
     try:  # its name in ps and top, beside the HTTP processes'
         with open("/proc/self/comm", "w") as comm:
             comm.write(PROCESS_NAME)
     except OSError:
         pass  # not Linux: it goes unnamed
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    # SIGTERM alone: SIGINT (Ctrl-C reaches every process of the terminal's group) stays
+    # ignored, the main process sends "stop"
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     current = [settings]
     store = open_store(settings.database_url, background_checkpoints=True)
     delivery = CallbackDelivery(store, lambda: current[0], node_name)
@@ -75,6 +80,7 @@ def _deliver(settings: Settings, node_name: str, control: Connection) -> None:
                 break
             if message[0] == "settings":
                 current[0] = message[1]
+                set_level(current[0].log_level, "callbacks process")
             elif message[0] == "stop":
                 break
     finally:

@@ -6,10 +6,14 @@ stop event and the ``StopReason``) is here, so that the slot reads as the rules 
 job's run, not as process plumbing.
 
 Processes are started with ``spawn``: the server has threads, and fork would copy them.
+A worker process dies with the node's main process, however that one died, and is deaf
+to the terminal's Ctrl-C (``support.parent_death``: the slot's thread, which starts it,
+lives as long as the node).
 """
 
 from multiprocessing.context import SpawnContext
 
+from ..support.parent_death import start_child
 from .messages import Exit, FromWorker, Ready, RunJob, StartFailed, StopReason
 from .supervisor_log import log
 from .worker import worker_main
@@ -48,8 +52,10 @@ class WorkerProcess:
 
     def start(self) -> None:
         """Start the process and wait until it has imported the services; ``CannotStart``
-        if it does not (the caller kills it)."""
-        self._process.start()
+        if it does not (the caller kills it).  Called by the worker slot's thread, which
+        outlives the process: Linux kills the process when the thread that started it
+        ends (``support.parent_death``)."""
+        start_child(self._process)
         self._child_conn.close()
         if not self.conn.poll(WORKER_START_TIMEOUT):
             raise CannotStart(f"not ready after {WORKER_START_TIMEOUT:g} s")

@@ -100,6 +100,8 @@ class WorkerSlot(threading.Thread):
                     if sup.failure is not None:
                         break  # the node stops
                     continue
+                if sup.closing:  # it shut down while the worker started: claim nothing
+                    break
                 sup.work.clear()
                 self.claiming = True
                 claimed_at = now_ms()
@@ -156,6 +158,8 @@ class WorkerSlot(threading.Thread):
         except CannotStart as exc:
             assert self.worker is not None
             self.worker.kill()
+            if self.sup.closing:  # the node shuts down (and may have ended it): no failure
+                return False
             self.failed_starts += 1
             if self.failed_starts >= START_ATTEMPTS:
                 self.sup.fail(
@@ -176,6 +180,9 @@ class WorkerSlot(threading.Thread):
         return True
 
     def _replace_worker(self) -> None:
+        """Start a new worker process, from this slot's thread: it lives as long as the
+        node (its loop ends only after it ended its worker), and Linux kills a worker
+        whose starting thread has ended (``support.parent_death``)."""
         if self.worker is not None:
             self.worker.kill()
         self.worker = WorkerProcess(self.sup.mp, self.index)

@@ -11,6 +11,12 @@ cannot flood the pipe or the server.  A stop arrives through a shared event (set
 the server process) and a shared ``StopReason``, so the function sees it at once, also
 while it sleeps in ``job.wait``.  Requests, results and faults cross the pipe in the
 codec's JSON form: the encoding work is done here, off the server's threads.
+
+A worker dies with its node's main process (``support.parent_death``: SIGKILL from the
+kernel, so that no job's body runs on after its node is gone).  Should a message still
+find the pipe to the node broken (where that signal cannot be had), the worker exits at
+once with one line, ``the node is gone``, instead of letting the error out into the
+service's function, which logged it as the service's own (``node_gone``).
 """
 
 import ctypes
@@ -18,7 +24,7 @@ import importlib
 import json
 import logging
 import mmap
-import signal
+import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,7 +49,8 @@ from ..settings.model import Settings
 from ..store import FinishedChild
 from ..store.list_join import join_lists
 from ..store.payload import IN_MEMORY, Output, pack
-from ..support.logs import one_line, setup_logging
+from ..support.logs import one_line, set_level, setup_logging
+from ..support.parent_death import die_with_parent
 from . import spill
 from .messages import (
     ChildrenAsked,
@@ -65,6 +72,23 @@ from .messages import (
 log = logging.getLogger(__name__)
 
 PROGRESS_PERIOD = 0.2  # s between two progress messages of one job
+
+
+def send(conn: Connection, message: object) -> None:
+    """Send ``message`` to the slot; a pipe that is broken means the node is gone."""
+    try:
+        conn.send(message)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        node_gone()
+
+
+def node_gone() -> None:
+    """The node's main process is gone (the pipe to it broke): end this process now,
+    with the job it runs, from whichever thread found out (the function's, the progress
+    timer's).  Nothing the function would still do can reach anyone, and the node that
+    takes the job over runs it again from the start."""
+    log.warning("worker: the node is gone (the pipe to its main process is broken); exiting")
+    os._exit(0)
 
 
 class WorkerJobContext:
@@ -148,7 +172,7 @@ class WorkerJobContext:
     def _send_pending(self):
         """Send the kept progress, if any (the caller holds the lock)."""
         if self._pending is not None:
-            self._conn.send(Progress(self._job_id, self._pending))
+            send(self._conn, Progress(self._job_id, self._pending))
             self._pending = None
             self._next_send = time.monotonic() + PROGRESS_PERIOD
 
@@ -160,7 +184,7 @@ class WorkerJobContext:
                 self._timer = None
             self._send_pending()
             self._closed = True
-            self._conn.send(Done(self._job_id, outcome))
+            send(self._conn, Done(self._job_id, outcome))
 
     @property
     def stop_requested(self) -> bool:
@@ -336,17 +360,16 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
 
 def worker_main(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int) -> None:
     """Entry point of a worker process (started with ``spawn``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers end
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    setup_logging("%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
+    die_with_parent()  # first: deaf to Ctrl-C, ends with the node (the server decides)
+    setup_logging()  # [log] format and level: as the main process left them (its environment)
     try:
         for service in discover().values():  # import services before the first job
             for module in service.worker_imports:
                 importlib.import_module(module)
     except Exception as exc:  # the slot says why, and does not start workers for ever
-        conn.send(StartFailed(one_line(exc)))
+        send(conn, StartFailed(one_line(exc)))
         raise
-    conn.send(Ready())
+    send(conn, Ready())
     while True:
         try:
             message = conn.recv()
@@ -354,6 +377,8 @@ def worker_main(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int) 
             return
         match message:
             case RunJob():
+                if message.settings is not None:  # [log] level as in force (a reload)
+                    set_level(message.settings.log_level, "worker process")
                 run_one(conn, stop_event, stop_reason, message)
             case Exit():
                 return

@@ -13,7 +13,12 @@ from typing import Any
 
 def http_main(*args: Any) -> None:
     """``args`` are ``http_process.http_main``'s, as ``NodeProcesses._start`` gives them;
-    the exception it ends with goes to the main process too (``support.lifeline``)."""
+    the exception it ends with goes to the main process too (``support.lifeline``).
+    First of all, the process ignores Ctrl-C and ends with the main process
+    (``support.parent_death``)."""
+    from ..support.parent_death import die_with_parent
+
+    die_with_parent()
     from ..support.lifeline import reporting
 
     with reporting(args[4]):  # (the control pipe)

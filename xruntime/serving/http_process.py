@@ -44,7 +44,7 @@ from ..store.changes import QUEUE
 from ..store.feed import open_feed
 from ..support import blocking, malloc, metrics
 from ..support.lifeline import say_up
-from ..support.logs import setup_logging
+from ..support.logs import set_level, setup_logging
 from ..web.asgi import XRuntimeApp
 from ..web.connection_guard import guarded_protocol
 
@@ -144,8 +144,9 @@ class HttpProcess:
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         blocking.install(loop, self._settings.threads)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.shutdown)
+        # SIGTERM alone: SIGINT (Ctrl-C reaches every process of the terminal's group)
+        # stays ignored, the main process tells it "stop" (``support.parent_death``)
+        loop.add_signal_handler(signal.SIGTERM, self.shutdown)
         loop.add_reader(self.control.fileno(), self._from_main)
         config = uvicorn.Config(
             self.app,
@@ -192,6 +193,8 @@ class HttpProcess:
             return
         if message[0] == "settings":
             self._settings = message[1]
+            set_level(self._settings.log_level, f"HTTP process {self.index}")
+            log.debug("HTTP process %d: the settings of a reload are in force", self.index)
         elif message[0] == "health":
             self.health = message[1]
         elif message[0] == "stop":
@@ -208,7 +211,7 @@ def http_main(
     node_started_at: float,
 ) -> None:
     """Entry point of an HTTP process (started by ``node.NodeProcesses``)."""
-    setup_logging()
+    setup_logging(form=settings.log_format, level=settings.log_level)
     malloc.share_one_heap()  # before any thread
     import uvloop
 

@@ -13,6 +13,8 @@ ends the attempts under way, the running jobs go back to the queue, the workers 
 A process that cannot start (an HTTP process, the callbacks process, a worker) is
 started ``START_ATTEMPTS`` times in a row at most: then the node shuts down the same
 way and ``serve`` raises ``NodeFailed`` (exit status 1) with that process's error.
+The node dies whole: when its main process dies, however (SIGKILL included), its
+children die with it (``support.parent_death``).
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ from ..engine.process import START_ATTEMPTS
 from ..engine.supervisor import Supervisor, default_node_name
 from ..store import open_store
 from ..store.feed import open_feed
-from ..support import malloc, metrics
+from ..support import malloc, metrics, stop_signals
 from ..support.lifeline import last_words
+from ..support.parent_death import start_child
 from . import http_entry
 from .reload import ConfigReloader
 
@@ -176,7 +179,7 @@ class NodeProcesses:
                 name=f"xruntime-http-{index}",
                 args=(self.sock, node.settings(), node.name, index, receiver, node.started_at),
             )
-        proc.start()
+        start_child(proc)  # (from the main thread: see ``serve``)
         receiver.close()
         self.procs[index] = (proc, sender)
         if index != CALLBACKS:
@@ -273,29 +276,34 @@ def listen(host: str, port: int) -> socket.socket:
 def serve(settings: Settings, services: Sequence[str], reload_path: str | None = None) -> None:
     """Run a node of ``services`` (names, the registry's) until SIGTERM/SIGINT.  With
     ``reload_path``, edits of that file are applied live, in every process
-    (xruntime.reload)."""
+    (xruntime.reload).
+
+    Either signal stops the node cleanly at any moment, also while it starts: until the
+    node is made, ``support.stop_signals`` only records it (``xruntime serve`` catches
+    it so from its first moment); then ``on_signal`` takes over, acts on one recorded
+    before, and what is left of the start-up is skipped.  The children are started by
+    this thread (the HTTP processes, the callbacks process) and by the worker slots'
+    threads, which live as long as the node: each child dies with the main process,
+    however that one dies (``support.parent_death``)."""
+    stop_signals.catch()  # (``xruntime serve`` did already)
+    came = stop_signals.received()
+    if came is not None:
+        log.info("signal %s: the node does not start", came.name)
+        return
     sock = listen(settings.host, settings.port)  # first: a taken port stops us here
     metrics.use_directory()  # before any process records a metric
     _raise_file_limit()
     malloc.share_one_heap()  # (before any thread: it stores large results)
-    # helper processes (workers, the HTTP processes, the resource tracker) ignore SIGHUP,
-    # which means "re-read the configuration" to the main process alone
+    # SIGHUP means "re-read the configuration" to the main process alone (its children
+    # ignore it: ``support.parent_death``); ignored until the reloader takes it
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()
     node = Node(settings, services)
     children = NodeProcesses(sock, node)
-    children.start(settings.http_processes())
-    node.start()
     stop = threading.Event()
     reloader = None
-    if reload_path:
-        reloader = ConfigReloader(
-            node, reload_path, services, [lambda new: children.send(("settings", new))]
-        )
-        reloader.start()
-        signal.signal(signal.SIGHUP, lambda *_: reloader.wake.set())
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %s: shutting down", signal.Signals(signum).name)
@@ -306,19 +314,33 @@ def serve(settings: Settings, services: Sequence[str], reload_path: str | None =
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    log.info(
-        "xruntime node %s serving on http://%s:%s (%d HTTP processes of %d threads, "
-        "%d workers, database %s)",
-        node.name,
-        settings.host,
-        sock.getsockname()[1],
-        settings.http_processes(),
-        settings.threads,
-        settings.workers,
-        _safe_url(settings.database_url),
-    )
+    early = stop_signals.received()
+    if early is not None:  # it came while the node was being made
+        on_signal(early, None)
     failure = None
     try:
+        if not stop.is_set():
+            children.start(settings.http_processes())
+        if not stop.is_set():
+            node.start()
+        if reload_path and not stop.is_set():
+            reloader = ConfigReloader(
+                node, reload_path, services, [lambda new: children.send(("settings", new))]
+            )
+            reloader.start()
+            signal.signal(signal.SIGHUP, lambda *_: reloader.wake.set())
+        if not stop.is_set():
+            log.info(
+                "xruntime node %s serving on http://%s:%s (%d HTTP processes of %d threads, "
+                "%d workers, database %s)",
+                node.name,
+                settings.host,
+                sock.getsockname()[1],
+                settings.http_processes(),
+                settings.threads,
+                settings.workers,
+                _safe_url(settings.database_url),
+            )
         while not stop.is_set():
             children.watch(0.5)
             children.tell(node.health())
