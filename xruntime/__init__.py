@@ -4,4 +4,4 @@ from .support import spyne_compat
 
 spyne_compat.apply()  # before anything imports spyne (Python 3.12+)
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
