@@ -53,7 +53,9 @@ def root_logging(monkeypatch):
     handlers, level = list(root.handlers), root.level
     monkeypatch.setattr(logs, "_handler", None)
     monkeypatch.setattr(logs, "_exported", False)
-    monkeypatch.delenv(logs.ENVIRONMENT, raising=False)
+    # (set first, so that its absence is what is put back, whatever the test sets)
+    monkeypatch.setenv(logs.ENVIRONMENT, "")
+    monkeypatch.delenv(logs.ENVIRONMENT)
     yield root
     for handler in list(root.handlers):
         if handler not in handlers:
@@ -274,7 +276,7 @@ def test_the_main_process_hands_form_and_level_on(root_logging, monkeypatch):
     monkeypatch.setattr(logs, "_exported", False)  # now as a worker started from it
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
-    logs.setup_logging()
+    logs.setup_logging(inherit=True)
     logging.getLogger("xruntime.tests.worker").debug("from a worker")
     assert json.loads(stream.getvalue().splitlines()[-1])["message"] == "from a worker"
 
@@ -353,3 +355,16 @@ def test_logging_is_no_table():
 def test_a_worker_is_sent_the_level():
     settings = config.parse('[log]\nlevel = "debug"\nformat = "json"\n', "x.toml")
     assert settings.services_own().log_level == "debug"
+
+
+def test_only_a_worker_takes_the_form_and_level_from_the_environment(root_logging, monkeypatch):
+    """A node started from a shell (or a test) that has the variable set is not bound by
+    it: only worker processes, which start with no settings, read it."""
+    monkeypatch.setenv(logs.ENVIRONMENT, "json debug")
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    logs.setup_logging()
+    logging.getLogger("xruntime.tests.plain").debug("dropped")
+    logging.getLogger("xruntime.tests.plain").info("kept")
+    (line,) = stream.getvalue().splitlines()
+    assert line.endswith("]: kept") and not line.startswith("{")

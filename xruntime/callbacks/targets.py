@@ -10,9 +10,14 @@ administrator listed: a name never unlocks a loopback, private or link-local add
 however it is listed.  An IPv6 address that carries an IPv4 one (IPv4-mapped,
 IPv4-compatible, IPv4-translated, NAT64's ``64:ff9b::/96``, 6to4's ``2002::/16``) is
 judged as the IPv4 address it carries, and NAT64's local-use ``64:ff9b:1::/48`` as a
-private network.  A URL must be one ``http.client`` sends as written: only the
-characters RFC 3986 allows, no dot segment (``/xr/../admin``, ``%2e%2e``) and no encoded
-slash in its path, so that a URL prefix listed holds every path the receiver sees.
+private network.  Such an address is sent to the IPv6 address itself, through a gateway
+(but for IPv4-mapped ones, which the kernel sends to the IPv4 address): when what it
+carries is no public address, the list must hold both, the IPv4 address it carries and
+the IPv6 address (``64:ff9b::/96``), so that listing ``127.0.0.1`` never opens a way to
+whatever a NAT64 or 6to4 gateway answers for it.  A URL must be one ``http.client``
+sends as written: only the characters RFC 3986 allows, no dot segment
+(``/xr/../admin``, ``%2e%2e``) and no encoded slash in its path, so that a URL prefix
+listed holds every path the receiver sees.
 The check runs at the start (``check_callback``, from ``operations.jobs``) and again at
 each attempt (``target_of``, from ``delivery``), on the addresses resolved for that
 attempt; the ``Target`` it answers carries those addresses, and ``sending`` connects to
@@ -180,6 +185,27 @@ def _carried(address: Address) -> ipaddress.IPv4Address | None:
     return None
 
 
+def _through_gateway_unlisted(written: Address, rules: "_Rules") -> ipaddress.IPv4Address | None:
+    """The IPv4 address ``written`` (an address as written or resolved) carries, when
+    it is no public one and ``written`` reaches it through a gateway (NAT64, 6to4,
+    IPv4-translated or -compatible: anything but IPv4-mapped) that the list does not
+    hold; None when it may be called."""
+    carried = _carried(written)
+    if carried is None or _public(carried):
+        return None
+    assert isinstance(written, ipaddress.IPv6Address)  # (only those carry one)
+    if written.ipv4_mapped is not None:
+        return None
+    return None if rules.listed(written) else carried
+
+
+def _gateway_refusal(text: str, carried: ipaddress.IPv4Address) -> "Refused":
+    return Refused(
+        f"{text} carries {carried}, but is sent to {text} itself, through a NAT64 or 6to4 "
+        "gateway: [callbacks] allowed must list that IPv6 address (or its network) as well"
+    )
+
+
 def _public(address: Address) -> bool:
     """Whether ``address`` (judged, see ``_address``) is a global one."""
     return address.is_global and address not in _LOCAL_NAT64
@@ -234,6 +260,12 @@ def target_of(url: str, allowed: tuple[str, ...], resolver: Resolver = resolve) 
             f"{scheme}://{shown}:{port}{carried} is not among the targets [callbacks] allowed lists"
         )
     try:
+        through = _through_gateway_unlisted(ipaddress.ip_address(host), rules)
+    except ValueError:  # a name: its addresses are judged below
+        through = None
+    if through is not None:
+        raise _gateway_refusal(host, through)
+    try:
         addresses = resolver(host, port)
     except OSError as exc:
         raise Refused(f"{host} does not resolve ({exc})") from None
@@ -252,6 +284,9 @@ def target_of(url: str, allowed: tuple[str, ...], resolver: Resolver = resolve) 
                 "private or reserved address that no address or network in [callbacks] "
                 "allowed holds"
             )
+        through = _through_gateway_unlisted(ipaddress.ip_address(text.split("%")[0]), rules)
+        if through:
+            raise _gateway_refusal(text, through)
     return Target(scheme, host, port, path, tuple(addresses))
 
 

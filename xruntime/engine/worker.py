@@ -361,7 +361,7 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
 def worker_main(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int) -> None:
     """Entry point of a worker process (started with ``spawn``)."""
     die_with_parent()  # first: deaf to Ctrl-C, ends with the node (the server decides)
-    setup_logging()  # [log] format and level: as the main process left them (its environment)
+    setup_logging(inherit=True)  # [log] format and level: as the main process left them
     try:
         for service in discover().values():  # import services before the first job
             for module in service.worker_imports:

@@ -118,14 +118,16 @@ def setup_logging(
     form: str | None = None,
     level: str | None = None,
     export: bool = False,
+    inherit: bool = False,
 ) -> None:
     """Write this process's log to stderr: in ``form`` (``"text"``, each line ``fmt``;
-    ``"json"``), the lines of ``level`` and above.  None: as the environment says
-    (``ENVIRONMENT``, what the node's main process set), else text and info.  With
-    ``export``, the processes this one starts get them (the main process, once it has
-    read the file).  Called again, it replaces the handler it installed."""
+    ``"json"``), the lines of ``level`` and above.  None: with ``inherit`` (a worker
+    process, which starts with no settings) as the environment says (``ENVIRONMENT``,
+    what the node's main process set), else text and info.  With ``export``, the
+    processes this one starts get them (the main process, once it has read the file).
+    Called again, it replaces the handler it installed."""
     global _handler, _exported
-    inherited = os.environ.get(ENVIRONMENT, "").split()
+    inherited = os.environ.get(ENVIRONMENT, "").split() if inherit else []
     form = form or next((word for word in inherited if word in FORMATS), "text")
     level = level or next((word for word in inherited if word in LEVELS), "info")
     handler = logging.StreamHandler(sys.stderr)
