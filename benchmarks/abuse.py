@@ -5,7 +5,7 @@ config/xserver.toml (port and database changed; SQLite in a temporary folder, or
 scratch database on the PostgreSQL server of ``--database-url``), with at most 1 024
 open files (soft and hard limit: a node raises its soft limit to the hard one; 1 024 is what
 many systems give a service), and XRuntime, XDemo, XDima
-and XTour.  Items that need accounts (5, 6, 9) add ``[auth] required = true`` and the
+and XTour.  Items that need accounts (5, 6, 9, t1..t7) add ``[auth] required = true`` and the
 users alice (the abuser), bob (the other caller) and root (an admin); item 5 also
 lowers ``[jobs] max_queued`` to 500 so that one user's children can fill the queue,
 as in the first measurement.
@@ -51,16 +51,57 @@ The rows (full sizes; ``--quick`` makes them smaller and shorter):
       line?), the SQLite file's mode, malformed datagrams to the node's change-feed
       sockets, SOAP CDATA ``<![CDATA[x<!y]]>``
 
+The tenant rows (issue 32): accounts on, alice the abuser, bob the other caller (the
+loop above runs as bob), root an admin; ``[callbacks] allowed = ["127.0.0.1"]`` and a
+``callback_secret`` for alice and bob where callbacks are sent (t1-t3), the
+``[callbacks]`` defaults otherwise (timeout 10 s, concurrency 16).  Run them with
+``--baseline 465c52b`` (the commit before issue 32's work): ``--items t`` selects
+t1..t7.  The targets besides the others' p99 and RSS: bob's callbacks each arrive
+within one attempt's deadline (10 s), the disk never holds more than alice's quota plus
+one job's bound, her full disk fails her job (not stuck) while bob's jobs still run,
+bob's job waits at most one of her jobs' duration.
+
+  t1  alice's 16 XDemo jobs' callbacks go to a receiver answering ``HTTP/1.1 200 OK``
+      and then a byte every 5 s; meanwhile bob starts an XDemo job (0 ms) with a
+      callback to a healthy receiver every 0.5 s: his callbacks' delay (arrival minus
+      his start's answer) p50 / max and how many never arrived; the senders her
+      receiver held at once and how long her attempts lasted
+  t2  alice's 4 XDemo jobs (lasting the row, a step a second) send their progress every
+      1 s to a receiver that never answers (6 workers, so that bob's jobs run); bob as
+      in t1; the outbox's rows (``callback_outbox``, read from the store) peak and end
+  t3  alice's starts with callback URLs holding ``été``, a space, CR LF, a dot segment
+      (``/xr/../admin``), and the NAT64 ``[64:ff9b::7f00:1]``: each start's answer; for
+      an accepted one the attempts the node logged within 25 s and what the receiver
+      got (the NAT64 one's job runs past the row, so that no attempt leaves 127.0.0.1)
+  t4  alice (``[users.alice] max_stored_bytes`` 50 MiB) starts 40 XDima 2000-location
+      jobs (32 MB results) as fast as she can, never waiting: starts accepted and
+      refused, her jobs' ends, the node's data folder (database and result files, as
+      allocated) peak and once her jobs ended, against 50 MiB + 32 MB
+  t5  as root only (else "skipped: needs root"; SQLite only): the database on a 64 MiB
+      tmpfs (unmounted afterwards, always), ``[database] min_free_bytes`` 4 MiB where
+      the tree's config names the key; alice starts XDima 1500-location jobs (18 MB
+      results) one after another until one fails, a start is refused or the cap;
+      bob's loop follows each of his jobs to its end: how many SUCCEEDED
+  t6  while root's 2 jobs keep the workers busy and alice has 1 000 jobs queued, she
+      sends 1 000 watchJobs of those 1 000 ids each (maximumPollingPeriod 50 s) on
+      1 000 connections, held 20 s: how many were held and refused, node RSS
+  t7  alice queues 458 XDemo jobs of 2 s (JSON-RPC batches), then bob starts one of 0
+      ms: his wait from his start's answer to SUCCEEDED, and how many of hers had ended
+      by then (cap 120 s: "not run within cap")
+
 With a baseline (``--baseline REV``, default a2d2c9d: the commit before these
-limits were built) the same rows run against nodes started from that revision, checked out into a
-temporary git worktree (removed at the end), so that machines of different speeds
-compare by ratio.  Severe abuses of the baseline are capped: an abusive client stops
-when the node's RSS passes 3 GB (reported "≥ 3 GB"), the node is killed past 5 GB,
-and every row has a count cap and a wall-clock cap ("timed out").  Every node is
-killed at the end, whatever happened.  Only 127.0.0.1 is ever contacted.
+limits were built) the same rows run against nodes started from that revision, checked
+out into a temporary git worktree (removed at the end; its ``services/`` imported as
+``xruntime_services``, which the editable install maps to this checkout's), so that
+machines of different speeds compare by ratio.  Severe abuses of the baseline are
+capped: an abusive client stops when the node's RSS passes 3 GB (reported "≥ 3 GB"),
+the node is killed past 5 GB, and every row has a count cap and a wall-clock cap
+("timed out").  Every node is killed at the end, whatever happened.  Only 127.0.0.1 is
+ever contacted.
 
     python benchmarks/abuse.py [--items 1,3,8] [--quick] [--database-url URL]
                                [--baseline REV | --no-baseline]
+    python benchmarks/abuse.py --items t --baseline 465c52b     # issue 32's rows
 """
 
 import argparse
@@ -74,9 +115,11 @@ import random
 import re
 import resource
 import secrets
+import selectors
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -89,6 +132,7 @@ from benchmarks.fairness import scratch_database  # noqa: E402
 from benchmarks.roundtrip import process_names  # noqa: E402
 from benchmarks.stats import percentile  # noqa: E402
 from tests.processes import descendants  # noqa: E402
+from tests.receiver import HostileReceiver, Receiver  # noqa: E402
 from xruntime.operations.accounts import token_sha256  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,6 +147,9 @@ TARGET_RSS = 1 * GB
 SOAP_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
 XRUNTIME_NS = "http://xruntime.org/xserver/xruntime"
 TOKENS = {name: secrets.token_urlsafe(24) for name in ("alice", "bob", "root")}
+CALLBACK_SECRETS = {
+    name: "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode() for name in ("alice", "bob")
+}
 FAULT = re.compile(rb"\b([A-Z][A-Za-z]*Fault)\b")
 
 
@@ -112,8 +159,11 @@ FAULT = re.compile(rb"\b([A-Z][A-Za-z]*Fault)\b")
 class Tree:
     """A source tree to run nodes from: this one, or the baseline's worktree."""
 
-    def __init__(self, root, label):
+    def __init__(self, root, label, shim=None):
         self.root, self.label = root, label
+        # the tree's services/ as xruntime_services (the editable install maps that name
+        # to this checkout's services/, whose services a baseline's xruntime may not load)
+        self.pythonpath = os.pathsep.join([root] + ([shim] if shim else []))
         with open(os.path.join(root, "config", "xserver.toml"), encoding="utf-8") as f:
             self.config_text = f.read()
 
@@ -148,10 +198,13 @@ def edited_config(text, port, url, keys=None, extra=""):
     return out
 
 
-def users_toml(alice_keys=None):
+def users_toml(alice_keys=None, signed=False):
+    """alice, bob and root (an admin); ``signed``: alice's and bob's callback secrets."""
     text = "\n"
     for name in ("alice", "bob", "root"):
         text += f'\n[users.{name}]\ntoken_sha256 = "{token_sha256(TOKENS[name])}"\n'
+        if signed and name in CALLBACK_SECRETS:
+            text += f'callback_secret = "{CALLBACK_SECRETS[name]}"\n'
         if name == "root":
             text += "admin = true\n"
         if name == "alice":
@@ -184,7 +237,7 @@ class Node:
 
     def start(self, timeout=60):
         self._log = open(self.log_path, "ab")
-        env = {**os.environ, "PYTHONPATH": self.tree.root, "XRUNTIME_SERVICE_MODULES": ""}
+        env = {**os.environ, "PYTHONPATH": self.tree.pythonpath, "XRUNTIME_SERVICE_MODULES": ""}
 
         def limits():
             resource.setrlimit(
@@ -404,11 +457,13 @@ def cpu(pids):
 class Other(threading.Thread):
     """The well-behaved caller: a round of calls on a new connection each, timed."""
 
-    def __init__(self, node):
+    def __init__(self, node, follow=False):
         super().__init__(daemon=True)
         self.node = node
         self.done = threading.Event()
         self.latencies, self.errors = [], {}
+        self.follow = follow  # watch each job to its end (untimed) before deleting it
+        self.finals = {}  # with follow: {status each job had after at most 5 s: count}
 
     def timed(self, service, operation, body):
         status, data, took = raw(
@@ -438,8 +493,27 @@ class Other(threading.Thread):
                 break
             status, job = self.timed("XDemo", "startSimulate", {"durationMs": 0, "steps": 1})
             if status == 200 and not self.done.is_set():
+                if self.follow:
+                    self.follow_job(job["id"])
                 self.timed("XRuntime", "deleteJob", {"id": job["id"]})
             self.done.wait(max(0.0, 0.02 - (time.monotonic() - began)))
+
+    def follow_job(self, job_id):
+        """The job watched (not timed) until it ends or 5 s passed; its status counted."""
+        deadline, final = time.monotonic() + 5, "?"
+        while time.monotonic() < deadline:
+            status, job, _ = call(
+                self.node,
+                "XRuntime",
+                "watchJob",
+                {"id": job_id, "maximumPollingPeriod": 5000},
+                timeout=OTHER_TIMEOUT,
+                auth=self.node.auth,
+            )
+            final = job["status"] if status == 200 and job else f"watch {status}"
+            if final in ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN") or status != 200:
+                break
+        self.finals[final] = self.finals.get(final, 0) + 1
 
     def finish(self):
         self.done.set()
@@ -451,6 +525,7 @@ class Context:
         self.node, self.quick, self.stop_abuse = node, quick, stop_abuse
         self.deadline = time.monotonic() + cap
         self.notes = []
+        self.missed = []  # a row's own targets it missed (the tenant rows)
 
     def running(self):
         return not self.stop_abuse.is_set() and time.monotonic() < self.deadline
@@ -996,7 +1071,7 @@ def abuse_7(ctx):
         heard.clear()
         env = {k: v for k, v in os.environ.items() if not k.startswith("XRUNTIME_")}
         env.update(
-            PYTHONPATH=ctx.tree.root,
+            PYTHONPATH=ctx.tree.pythonpath,
             XRUNTIME_URL=f"http://127.0.0.1:{redirecting.server_port}",
             XRUNTIME_TOKEN="s3cret-token",
         )
@@ -1151,7 +1226,670 @@ def feed_addresses(node):
     return found
 
 
+# ------------------------------------------------------------------------ tenants (issue 32)
+# Accounts on: alice abuses, bob is the other caller (the Other loop runs as bob; in
+# t1 and t2 he also starts jobs with a callback of his own), root is an admin.
+
+BOB = ("bob", TOKENS["bob"])
+CALLBACK_TIMEOUT = 10  # s: [callbacks] timeout's default, one attempt's deadline
+STORED_QUOTA = 50 * MB  # t4: alice's max_stored_bytes
+TMPFS_BYTES = 64 * MB  # t5: the disk of the node's database
+MIN_FREE = 4 * MB  # t5: [database] min_free_bytes, where the tree has the key
+ENDED = ("SUCCEEDED", "FAILED", "DELETED", "UNKNOWN")
+
+
+def xdima_bound(n):
+    """What an n × n XDima result may take (rows × columns × 8 bytes)."""
+    return n * n * 8
+
+
+class Peak(threading.Thread):
+    """The largest ``measure()`` seen every ``period`` s, until ``finish()``."""
+
+    def __init__(self, measure, period=0.25):
+        super().__init__(daemon=True)
+        self.measure, self.period = measure, period
+        self.done = threading.Event()
+        self.peak = self.last = measure()
+
+    def sample(self):
+        with contextlib.suppress(Exception):  # a store or folder busy for a moment
+            self.last = self.measure()
+            self.peak = max(self.peak, self.last)
+
+    def run(self):
+        while not self.done.wait(self.period):
+            self.sample()
+
+    def finish(self):
+        self.done.set()
+        self.join()
+        self.sample()
+        return self.peak
+
+
+def disk_bytes(path):
+    """Bytes the files under ``path`` take on their disk (allocated blocks)."""
+    total = 0
+    for folder, _, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+    return total
+
+
+def node_disk(node):
+    """What the node's store takes: its data folder (the database and ``<db>.results/``),
+    or the PostgreSQL database's size."""
+    if node.database_url.startswith("sqlite"):
+        return disk_bytes(os.path.join(node.folder, "data"))
+    return node.stored_bytes()
+
+
+def store_rows(node, sql):
+    """The rows of one query of the node's store (SQLite read only)."""
+    if node.database_url.startswith("sqlite"):
+        path = os.path.join(node.folder, "data", "xruntime.db")
+        with contextlib.closing(
+            sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        ) as conn:
+            return conn.execute(sql).fetchall()
+    from sqlalchemy import create_engine
+
+    engine = create_engine(node.database_url)
+    try:
+        with engine.connect() as conn:
+            return list(conn.exec_driver_sql(sql))
+    finally:
+        engine.dispose()
+
+
+def outbox_rows(node):
+    """{type: rows} of the node's callback_outbox."""
+    return dict(store_rows(node, "SELECT type, count(*) FROM callback_outbox GROUP BY type"))
+
+
+def fault_message(data, size=150):
+    """A JSON fault's type and the start of its message."""
+    with contextlib.suppress(ValueError, AttributeError):
+        message = json.loads(data).get("message", "")
+        return f"{fault_of(data)} ({message[:size]}{'…' if len(message) > size else ''})"
+    return fault_of(data) or data[:size].decode(errors="replace")
+
+
+def failed_fault(ctx, service, fetch, job_id, auth):
+    _, data, _ = raw(
+        ctx.node.port,
+        "POST",
+        f"/services/rs/{service}/{fetch}",
+        json.dumps({"id": job_id}).encode(),
+        {"Content-Type": "application/json", **basic(auth)},
+    )
+    return fault_message(data)
+
+
+def counted(kinds):
+    return ", ".join(f"{n} × {kind}" for kind, n in kinds.items()) or "none"
+
+
+def wait_until(ctx, condition, timeout):
+    """Until ``condition()`` holds, ``timeout`` s pass or the row's cap: whether it held."""
+    deadline = min(ctx.deadline, time.monotonic() + timeout)
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def rpc_starts(node, auth, service, method, params, n):
+    """``n`` starts as JSON-RPC batches of 100: (job ids, {refusal: count})."""
+    ids, refused = [], {}
+    for first in range(0, n, 100):
+        batch = [jsonrpc(method, params, i) for i in range(first, min(n, first + 100))]
+        status, data, _ = raw(
+            node.port,
+            "POST",
+            f"/services/rpc/{service}",
+            json.dumps(batch).encode(),
+            {"Content-Type": "application/json", **basic(auth)},
+            timeout=120,
+        )
+        try:
+            answers = json.loads(data) if status == 200 else None
+        except ValueError:
+            answers = None
+        if not isinstance(answers, list):
+            kind = outcome_of(status, data)
+            refused[kind] = refused.get(kind, 0) + len(batch)
+            continue
+        for answer in answers:
+            if "result" in answer:
+                ids.append(answer["result"]["id"])
+            else:
+                error = answer.get("error") or {}
+                kind = f"{error.get('code')} {(error.get('data') or {}).get('$type', '')}".strip()
+                refused[kind] = refused.get(kind, 0) + 1
+    return ids, refused
+
+
+def alice_starts(ctx, n, request, service="XDemo", operation="startSimulate"):
+    """alice's ``n`` starts of ``request``, one after another: (ids, {answer: count})."""
+    ids, kinds = [], {}
+    for _ in range(n):
+        if not ctx.running():
+            break
+        status, answer, _ = call(ctx.node, service, operation, request, auth=ALICE)
+        kind = "accepted" if status == 200 else outcome_of(status, json.dumps(answer).encode())
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if status == 200:
+            ids.append(answer["id"])
+    return ids, kinds
+
+
+def bob_callbacks(ctx, receiver, span):
+    """bob starts an XDemo job (0 ms) with a callback to ``receiver`` every 0.5 s for
+    ``span`` s, then waits up to one attempt's deadline + 5 s for the last: his
+    job.finished callbacks' delays (arrival at ``receiver`` minus his start's answer).
+    Answers (text, whether each arrived within one attempt's deadline)."""
+    grace = CALLBACK_TIMEOUT + 5
+    answered, refused = {}, {}
+    end = min(time.monotonic() + span, ctx.deadline - grace - 1)
+    while time.monotonic() < end and ctx.running():
+        began = time.monotonic()
+        status, answer, _ = call(
+            ctx.node,
+            "XDemo",
+            "startSimulate",
+            {"durationMs": 0, "steps": 1, "callback": {"url": receiver.url}},
+            auth=BOB,
+            timeout=OTHER_TIMEOUT,
+        )
+        if status == 200:
+            answered[answer["id"]] = time.time()
+        else:
+            kind = outcome_of(status, json.dumps(answer).encode())
+            refused[kind] = refused.get(kind, 0) + 1
+        time.sleep(max(0.0, 0.5 - (time.monotonic() - began)))
+
+    def arrived():
+        with receiver.changed:
+            got = list(receiver.received)
+        first = {}
+        for received in got:
+            with contextlib.suppress(ValueError):
+                data = received.data
+                if data.get("type") == "job.finished" and data.get("id") in answered:
+                    first.setdefault(data["id"], received.at)
+        return first
+
+    stop_at = min(time.monotonic() + grace, ctx.deadline)
+    while time.monotonic() < stop_at and len(arrived()) < len(answered):
+        time.sleep(0.2)
+    first, now = arrived(), time.time()
+    delays = [first[job] - answered[job] for job in answered if job in first]
+    waiting = [now - answered[job] for job in answered if job not in first]
+    text = f"bob's callbacks: {len(first)}/{len(answered)} arrived"
+    if delays:
+        text += f", delay p50 {dur(percentile(delays, 50))}, max {dur(max(delays))}"
+    if waiting:
+        text += f", {len(waiting)} never arrived (waited {min(waiting):.0f}–{max(waiting):.0f} s)"
+    if refused:
+        text += f" (his starts refused: {counted(refused)})"
+    ok = bool(answered) and not waiting and max(delays) <= CALLBACK_TIMEOUT
+    return text, ok
+
+
+def open_now(hostile):
+    """The connections to ``hostile`` the node has not closed yet (the kernel's view: a
+    receiver's thread notes a close a little later)."""
+
+    def still_open(conn):
+        try:
+            return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+
+    with hostile.lock:
+        conns = list(hostile.open)
+    return sum(still_open(conn) for conn in conns)
+
+
+def abuse_t1(ctx):
+    trickler, healthy = HostileReceiver(every=5.0), Receiver()
+    held = Peak(lambda: open_now(trickler), 0.05)
+    held.start()
+    try:
+        _, kinds = alice_starts(
+            ctx, 16, {"durationMs": 0, "steps": 1, "callback": {"url": trickler.url}}
+        )
+        wait_until(ctx, lambda: trickler.open_now() >= 1, 15)
+        time.sleep(1)  # her first attempts under way
+        text, ok = bob_callbacks(ctx, healthy, ctx.size(40, 12))
+        cut = sorted(trickler.closed)
+        outcome = (
+            f"alice: 16 starts ({counted(kinds)}), her trickling receiver held "
+            f"{held.finish()} of the 16 senders at once, {len(trickler.ids)} POSTs, "
+            + (
+                f"{len(cut)} attempts cut after {cut[0]:.1f}–{cut[-1]:.1f} s"
+                if cut
+                else "no attempt ended"
+            )
+            + f"; {text}"
+        )
+        if not ok:
+            ctx.missed.append("bob's callbacks")
+        return outcome, "-"
+    finally:
+        held.finish()
+        trickler.close()
+        healthy.stop()
+
+
+def abuse_t2(ctx):
+    silent, healthy = HostileReceiver(every=None), Receiver()
+    lasting = int(max(60, ctx.deadline - time.monotonic() + 30)) * 1000  # past the row
+    outbox = Peak(lambda: sum(outbox_rows(ctx.node).values()), 0.5)
+    outbox.start()
+    held = Peak(lambda: open_now(silent), 0.05)
+    held.start()
+    try:
+        _, kinds = alice_starts(
+            ctx,
+            4,
+            {
+                "durationMs": lasting,
+                "steps": lasting // 1000,
+                "callback": {"url": silent.url, "progressPeriod": 1000},
+            },
+        )
+        wait_until(ctx, lambda: len(silent.ids) >= 1, 15)
+        time.sleep(2)  # a few progress periods
+        text, ok = bob_callbacks(ctx, healthy, ctx.size(40, 12))
+        peak = outbox.finish()
+        end = outbox_rows(ctx.node)
+        outcome = (
+            f"alice: 4 jobs' progress every 1 s ({counted(kinds)}) to a receiver that never "
+            f"answers: {len(silent.ids)} POSTs, {held.finish()} senders held at once; "
+            f"outbox rows peak {peak}, at the end {sum(end.values())} ("
+            + ", ".join(f"{n} {kind}" for kind, n in sorted(end.items()))
+            + f"); {text}"
+        )
+        if not ok:
+            ctx.missed.append("bob's callbacks")
+        return outcome, "-"
+    finally:
+        outbox.finish()
+        held.finish()
+        silent.close()
+        healthy.stop()
+
+
+def abuse_t3(ctx):
+    receiver = Receiver()
+    base = f"http://127.0.0.1:{receiver.port}"
+    urls = {
+        "été": f"{base}/xr/été",
+        "a space": f"{base}/xr/a b",
+        "CR LF": f"{base}/xr/a\r\nX-Injected: yes",
+        "/xr/../admin": f"{base}/xr/../admin",
+        "NAT64 [64:ff9b::7f00:1]": f"http://[64:ff9b::7f00:1]:{receiver.port}/x",
+    }
+    log_at, jobs, parts, slowest = len(ctx.node.log()), {}, [], None
+    try:
+        for name, url in urls.items():
+            # the NAT64 job lasts past the row: its callback is never attempted, so that
+            # nothing leaves 127.0.0.1 (the address is routed off this machine)
+            nat64 = name.startswith("NAT64")
+            request = {
+                "durationMs": 600_000 if nat64 else 0,
+                "steps": 1,
+                "callback": {"url": url},
+            }
+            status, answer, took = call(ctx.node, "XDemo", "startSimulate", request, auth=ALICE)
+            if status == 200:
+                jobs[name] = answer["id"]
+            else:
+                slowest = max(slowest or 0.0, took)
+                parts.append(f"{name}: {outcome_of(status, json.dumps(answer).encode())}")
+        watch = min(ctx.size(25, 10), max(1.0, ctx.deadline - time.monotonic() - 2))
+        time.sleep(watch)
+        log = ctx.node.log()[log_at:]
+        lines = log.splitlines()
+        with receiver.changed:
+            got = list(receiver.received)
+        for name, job in jobs.items():
+            if name.startswith("NAT64"):
+                parts.append(f"{name}: 200 accepted (its job kept running: not attempted)")
+                continue
+            # the callbacks process's lines naming the job: one an attempt (or a
+            # "failed unexpectedly" before a traceback)
+            attempts = sum(
+                job in line and ("callbacks" in line or "delivery" in line) for line in lines
+            )
+            traces = sum(
+                1
+                for i, line in enumerate(lines)
+                if line.startswith("Traceback") and i and job in lines[i - 1]
+            )
+            paths = [r.path for r in got if r.body and job in r.body.decode(errors="replace")]
+            parts.append(
+                f"{name}: 200 accepted → {attempts} attempts logged in {watch:.0f} s "
+                f"({traces} with a traceback), "
+                + (f"received at {paths[0]!r}" if paths else "nothing received")
+            )
+        parts.append(f"{log.count('Traceback')} tracebacks in all")
+    finally:
+        receiver.stop()
+    return "; ".join(parts), slowest
+
+
+def abuse_t4(ctx):
+    n, count = 2000, ctx.size(40, 12)
+    points = locations(n, 4)
+    bound = STORED_QUOTA + xdima_bound(n)
+    disk = Peak(lambda: node_disk(ctx.node), 0.25)
+    before = disk.peak
+    disk.start()
+    began, first_refusal = time.monotonic(), None
+    try:
+        accepted, kinds = [], {}
+        for _ in range(count):
+            if not ctx.running():
+                break
+            status, answer, _ = call(
+                ctx.node,
+                "XDima",
+                "startCreateDistanceMatrix",
+                {"startLocations": points},
+                auth=ALICE,
+            )
+            if status == 200:
+                accepted.append(answer["id"])
+                kind = "accepted"
+            else:
+                kind = outcome_of(status, json.dumps(answer).encode())
+                if first_refusal is None:
+                    first_refusal = time.monotonic() - began
+            kinds[kind] = kinds.get(kind, 0) + 1
+        started_in = time.monotonic() - began
+        finals = {}
+        for job in accepted:
+            answer = wait_done(
+                ctx.node, job, auth=ALICE, timeout=max(1, ctx.deadline - time.monotonic())
+            )
+            final = answer["status"]
+            if final == "FAILED":
+                final += " " + fault_of(
+                    raw(
+                        ctx.node.port,
+                        "POST",
+                        "/services/rs/XDima/fetchDistanceMatrixResponse",
+                        json.dumps({"id": job}).encode(),
+                        {"Content-Type": "application/json", **basic(ALICE)},
+                    )[1]
+                )
+            finals[final] = finals.get(final, 0) + 1
+    finally:
+        peak = disk.finish()
+    after = disk.last
+    if peak > bound:
+        ctx.missed.append("disk")
+    if "timed out" in finals:
+        ctx.missed.append("timed out")
+    return (
+        f"alice: {count} starts of {n}×{n} in {dur(started_in)}: {counted(kinds)}; "
+        f"her jobs: {counted(finals)}; disk {before / 1e6:.1f} MB before, peak "
+        f"{peak / 1e6:.1f} MB, {after / 1e6:.1f} MB once they ended (bound: quota "
+        f"{STORED_QUOTA / 1e6:.1f} MB + one job's {xdima_bound(n) / 1e6:.0f} MB = "
+        f"{bound / 1e6:.1f} MB)"
+    ), first_refusal
+
+
+@contextlib.contextmanager
+def small_tmpfs(path, size):
+    """A tmpfs of ``size`` bytes mounted at ``path``; unmounted afterwards, whatever
+    happened (lazily if something still holds it)."""
+    os.makedirs(path, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], check=True)
+    try:
+        yield path
+    finally:
+        for _ in range(5):
+            if subprocess.run(["umount", path], capture_output=True).returncode == 0:
+                break
+            time.sleep(1)
+        else:
+            subprocess.run(["umount", "--lazy", path], check=False)
+
+
+def tmpfs_used(path):
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def prepare_t5(ctx):
+    ctx.follow_others = True  # bob's loop follows each of his jobs to its end
+
+
+def abuse_t5(ctx):
+    n = 1500
+    points = locations(n, 15)
+    disk = Peak(lambda: tmpfs_used(ctx.mount), 0.05)
+    disk.start()
+    began, refused_at, outcome, jobs = time.monotonic(), None, None, 0
+    try:
+        while ctx.running():
+            status, answer, _ = call(
+                ctx.node,
+                "XDima",
+                "startCreateDistanceMatrix",
+                {"startLocations": points},
+                auth=ALICE,
+            )
+            if status != 200:
+                refused_at = time.monotonic() - began
+                outcome = (
+                    f"start {jobs + 1} refused: {status} "
+                    f"{fault_message(json.dumps(answer).encode(), 100)}"
+                )
+                break
+            jobs += 1
+            job = wait_done(
+                ctx.node, answer["id"], auth=ALICE, timeout=max(1, ctx.deadline - time.monotonic())
+            )
+            if job["status"] == "SUCCEEDED":
+                continue
+            if job["status"] == "FAILED":
+                refused_at = time.monotonic() - began
+                outcome = f"job {jobs} FAILED " + failed_fault(
+                    ctx, "XDima", "fetchDistanceMatrixResponse", answer["id"], ALICE
+                )
+            else:
+                _, job, _ = call(
+                    ctx.node,
+                    "XRuntime",
+                    "watchJob",
+                    {"id": answer["id"], "maximumPollingPeriod": 0},
+                    auth=ALICE,
+                )
+                outcome = (
+                    f"job {jobs} still {(job or {}).get('status', '?')} after "
+                    f"{time.monotonic() - began:.0f} s (the cap)"
+                )
+                ctx.missed.append("alice's job stuck")
+            break
+        if outcome is None:
+            outcome = f"{jobs} jobs, none failed (timed out)"
+        # bob's loop a few seconds more on the disk as alice left it
+        time.sleep(max(0.0, min(ctx.size(8, 4), ctx.deadline - time.monotonic())))
+    finally:
+        peak = disk.finish()
+    finals = dict(ctx.other.finals)
+    if set(finals) - {"SUCCEEDED"}:
+        ctx.missed.append("bob's jobs")
+    return (
+        f"alice: {n}×{n} jobs ({xdima_bound(n) / 1e6:.0f} MB results) one after another: "
+        f"{outcome}; bob's jobs followed to their end: {counted(finals)}; "
+        f"tmpfs {TMPFS_BYTES // MB} MiB: peak used {peak / 1e6:.1f} MB, "
+        f"{disk.last / 1e6:.1f} MB at the end"
+    ), refused_at
+
+
+def prepare_t6(ctx):
+    """root's 2 long jobs hold both workers; then alice's 1 000 jobs all queue."""
+    root = [
+        call(
+            ctx.node,
+            "XDemo",
+            "startSimulate",
+            {"durationMs": 600_000, "steps": 1},
+            auth=ROOT_USER,
+        )[1]["id"]
+        for _ in range(2)
+    ]
+    for job in root:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            status, answer, _ = call(
+                ctx.node,
+                "XRuntime",
+                "watchJob",
+                {"id": job, "maximumPollingPeriod": 1000},
+                auth=ROOT_USER,
+            )
+            if status == 200 and answer["status"] != "QUEUING":
+                break
+    ctx.alice_jobs, refused = rpc_starts(
+        ctx.node, ALICE, "XDemo", "startSimulate", {"durationMs": 0, "steps": 1}, 1000
+    )
+    assert not refused, refused
+
+
+def abuse_t6(ctx):
+    calls, hold = ctx.size(1000, 300), ctx.size(20, 8)
+    ids = ctx.alice_jobs
+    body = json.dumps({"ids": ids, "maximumPollingPeriod": 50000}).encode()
+    request = (
+        "POST /services/rs/XRuntime/watchJobs HTTP/1.1\r\n"
+        f"Host: 127.0.0.1:{ctx.node.port}\r\nContent-Type: application/json\r\n"
+        f"Authorization: {basic(ALICE)['Authorization']}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+    selector = selectors.DefaultSelector()
+    sent, answered, data, socks, failed = {}, {}, {}, [], 0
+
+    def drain(timeout):
+        for key, _ in selector.select(timeout):
+            index, sock = key.data, key.fileobj
+            try:
+                chunk = sock.recv(65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            answered.setdefault(index, time.monotonic() - sent[index])
+            if len(data.get(index, b"")) < 8192:
+                data[index] = data.get(index, b"") + chunk
+            if not chunk:
+                selector.unregister(sock)
+
+    began = time.monotonic()
+    try:
+        for index in range(calls):
+            if not ctx.running():
+                break
+            try:
+                sock = socket.create_connection(("127.0.0.1", ctx.node.port), timeout=10)
+                socks.append(sock)
+                sent[index] = time.monotonic()
+                sock.sendall(request)
+                sock.setblocking(False)
+                selector.register(sock, selectors.EVENT_READ, index)
+            except OSError:
+                failed += 1
+            drain(0)
+        sending = time.monotonic() - began
+        end = time.monotonic() + hold
+        while time.monotonic() < end and ctx.running():
+            drain(0.2)
+        held = sum(1 for index in sent if index not in answered)
+    finally:
+        selector.close()
+        for sock in socks:
+            sock.close()
+    kinds = {}
+    for index in answered:
+        got = data.get(index, b"")
+        line = got.split(b"\r\n", 1)[0].split(b" ")
+        kind = f"{line[1].decode()} {fault_of(got)}".strip() if len(line) > 1 else "closed"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    refusals = [
+        took for index, took in answered.items() if b"QuotaExceededFault" in data.get(index, b"")
+    ]
+    http_processes = sum(
+        1 for name in process_names(ctx.node.pids(), ctx.node.port).values() if name == "http"
+    )
+    return (
+        f"alice: {len(sent)} watchJobs of {len(ids)} ids each ({len(request) / 1e3:.0f} kB) "
+        f"sent in {dur(sending)} on {http_processes} HTTP processes ({failed} failed): "
+        f"{held} held {hold} s ({held * len(ids)} ids), answered: {counted(kinds)}"
+    ), (max(refusals) if refusals else None)
+
+
+def abuse_t7(ctx):
+    n, duration = ctx.size(458, 100), ctx.size(2000, 1000)
+    began = time.monotonic()
+    ids, refused = rpc_starts(
+        ctx.node, ALICE, "XDemo", "startSimulate", {"durationMs": duration, "steps": 1}, n
+    )
+    queued_in = time.monotonic() - began
+    status, answer, _ = call(
+        ctx.node, "XDemo", "startSimulate", {"durationMs": 0, "steps": 1}, auth=BOB
+    )
+    if status != 200:
+        return f"bob's start: {outcome_of(status, json.dumps(answer).encode())}", None
+    answered, final = time.monotonic(), None
+    while ctx.running():
+        status, job, _ = call(
+            ctx.node,
+            "XRuntime",
+            "watchJob",
+            {"id": answer["id"], "maximumPollingPeriod": 5000},
+            auth=BOB,
+        )
+        if status == 200 and job["status"] in ENDED:
+            final = job["status"]
+            break
+    waited = time.monotonic() - answered
+    status, info, _ = call(
+        ctx.node, "XRuntime", "getRuntimeInformation", {"withJobCounts": True}, auth=ALICE
+    )
+    hers = {c["status"]: c["count"] for c in (info or {}).get("jobs") or []}
+    done = sum(n for s, n in hers.items() if s not in ("QUEUING", "RUNNING"))
+    alice = f"alice: {len(ids)} jobs of {duration / 1000:.0f} s queued in {dur(queued_in)}" + (
+        f" ({counted(refused)})" if refused else ""
+    )
+    if final is None:
+        ctx.missed.append("bob's wait")
+        return (
+            f"{alice}; bob's 0 ms job not run within cap ({waited:.0f} s): {done} of hers "
+            f"ended, {hers.get('QUEUING', 0)} still queued"
+        ), "-"
+    if waited > duration / 1000:
+        ctx.missed.append("bob's wait")
+    return (
+        f"{alice}; bob's 0 ms job {final} after {dur(waited)} (one of her jobs: "
+        f"{dur(duration / 1000)}); {done} of hers had ended by then"
+    ), "-"
+
+
 ACCOUNTS = users_toml()
+TENANTS = {("auth", "required"): True}
+CALLBACKS = {**TENANTS, ("callbacks", "allowed"): ["127.0.0.1"]}
+SIGNED = users_toml(signed=True)
 
 #: id: (title, node keys, extra TOML, prepare, abuse, cap s (full, quick), needs a node)
 ITEMS = {
@@ -1176,6 +1914,55 @@ ITEMS = {
     "7": ("CLI and a redirect", None, "", None, abuse_7, (60, 60)),
     "8": ("a web page on a node with accounts off", None, "", None, abuse_8, (30, 15)),
     "9": ("smaller edges", {("auth", "required"): True}, ACCOUNTS, None, abuse_9, (30, 30)),
+    "t1": (
+        "a slow receiver: 16 callbacks trickled a byte per 5 s",
+        CALLBACKS,
+        SIGNED,
+        None,
+        abuse_t1,
+        (100, 60),
+    ),
+    "t2": (
+        "a progress flood: 4 jobs' progress each 1 s to a silent receiver (6 workers)",
+        {**CALLBACKS, ("workers", "count"): 6},
+        SIGNED,
+        None,
+        abuse_t2,
+        (100, 60),
+    ),
+    "t3": ("poison callback URLs", CALLBACKS, SIGNED, None, abuse_t3, (60, 30)),
+    "t4": (
+        "40 × 32 MB results under max_stored_bytes 50 MiB",
+        TENANTS,
+        users_toml({"max_stored_bytes": STORED_QUOTA}),
+        None,
+        abuse_t4,
+        (150, 60),
+    ),
+    "t5": (
+        "a full disk: the store on a 64 MiB tmpfs",
+        TENANTS,
+        ACCOUNTS,
+        prepare_t5,
+        abuse_t5,
+        (90, 60),
+    ),
+    "t6": (
+        "held watches: 1 000 watchJobs × 1 000 ids",
+        TENANTS,
+        ACCOUNTS,
+        prepare_t6,
+        abuse_t6,
+        (60, 40),
+    ),
+    "t7": (
+        "fair by default: 458 jobs of 2 s, then bob's",
+        TENANTS,
+        ACCOUNTS,
+        None,
+        abuse_t7,
+        (120, 40),
+    ),
 }
 
 
@@ -1199,23 +1986,39 @@ def run_item(item, tree, folder, args, nodes):
         elif quota:
             keys[(quota[0], quota[1])] = QUOTA
         extra = users_toml(alice)
+    if item == "t5":
+        if os.geteuid() != 0 or args.database_url:
+            reason = "needs root" if os.geteuid() != 0 else "SQLite only"
+            row.update(outcome=f"skipped: {reason}", refused=None, rss_before=None)
+            return row
+        if re.search(r"^[#\s]*min_free_bytes\s*=", tree.config_text, re.MULTILINE):
+            keys[("database", "min_free_bytes")] = MIN_FREE
     auth = ("bob", TOKENS["bob"]) if ("auth", "required") in keys else None
-    with scratch_database(args.database_url, folder) as url:
+    name = f"{item}-{tree.label.split()[0]}"
+    with (
+        scratch_database(args.database_url, folder) as url,
+        (
+            small_tmpfs(os.path.join(folder, name + "-disk"), TMPFS_BYTES)
+            if item == "t5"
+            else contextlib.nullcontext(None)
+        ) as mount,
+    ):
         url = url if args.database_url else None  # SQLite: the node's own file
-        node = Node(
-            tree, os.path.join(folder, f"{item}-{tree.label.split()[0]}"), url, keys, extra, auth
-        )
+        if mount:
+            url = f"sqlite:///{mount}/xruntime.db"
+        node = Node(tree, os.path.join(folder, name), url, keys, extra, auth)
         nodes.append(node)
         try:
             node.start()
             stop_abuse = threading.Event()
             ctx = Context(node, args.quick, stop_abuse, cap)
-            ctx.tree, ctx.quota_key = tree, quota
+            ctx.tree, ctx.quota_key, ctx.mount = tree, quota, mount
             if prepare:
                 prepare(ctx)
             ctx.deadline = time.monotonic() + cap
             log_at = len(node.log())
-            sampler, other = Sampler(node, stop_abuse), Other(node)
+            sampler = Sampler(node, stop_abuse)
+            other = ctx.other = Other(node, follow=getattr(ctx, "follow_others", False))
             sampler.start()
             other.start()
             time.sleep(0.5)  # the other's quiet latencies too
@@ -1238,6 +2041,7 @@ def run_item(item, tree, folder, args, nodes):
                 latencies=other.latencies,
                 errors=other.errors,
                 tracebacks=node.log()[log_at:].count("Traceback"),
+                missed=ctx.missed,
             )
         finally:
             node.stop()
@@ -1284,6 +2088,7 @@ def cells(row):
         held.append("p99" if p99 is None or p99 * 1000 >= TARGET_P99_MS else "errors")
     if row["rss_peak"] >= TARGET_RSS:
         held.append("RSS")
+    held += row.get("missed") or []
     targets = "held" if not held else "MISSED: " + ", ".join(held)
     notes = f"; node CPU {row['cpu']:.1f} s" + (
         f"; {row['tracebacks']} tracebacks logged" if row["tracebacks"] else ""
@@ -1293,7 +2098,9 @@ def cells(row):
         others,
         targets,
         row["outcome"] + notes,
-        ms(row["refused"]) if row["refused"] is not None else "not refused",
+        ms(row["refused"])
+        if isinstance(row["refused"], (int, float))
+        else (row["refused"] or "not refused"),
     ]
 
 
@@ -1328,7 +2135,10 @@ def baseline_tree(revision):
             text=True,
             check=True,
         ).stdout.strip()
-        yield Tree(path, f"baseline {short}")
+        shim = os.path.join(folder, "shim")
+        os.makedirs(shim)
+        os.symlink(os.path.join(path, "services"), os.path.join(shim, "xruntime_services"))
+        yield Tree(path, f"baseline {short}", shim)
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", path], check=False)
         subprocess.run(["git", "-C", ROOT, "worktree", "prune"], check=False)
@@ -1340,7 +2150,7 @@ def main():
     parser.add_argument(
         "--items",
         default=",".join(ITEMS),
-        help="comma-separated: 1 (= 1a,1b,1c), 3b, ... (default: all)",
+        help="comma-separated: 1 (= 1a,1b,1c), 3b, t (= t1..t7), t4, ... (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="smaller sizes, shorter caps")
     parser.add_argument(
@@ -1357,7 +2167,7 @@ def main():
     items = [
         item
         for item in ITEMS
-        if any(item == w or (item[:-1] == w and item[-1].isalpha()) for w in wanted)
+        if any(item == w or (item[:-1] == w and (item[-1].isalpha() or w == "t")) for w in wanted)
     ]
     unknown = [w for w in wanted if not any(item == w or item[:-1] == w for item in ITEMS)]
     if unknown:
