@@ -91,6 +91,17 @@ def _toml_value(value: object) -> str:
     return f'"{value}"' if isinstance(value, str) else str(value)
 
 
+def _file_or_errors(path: str | None) -> "config.Settings | None":
+    """The settings of the file at ``path`` (None: the default one); None, with each
+    error on stderr, when it is invalid (``db``, ``backup``)."""
+    try:
+        return config.load(path, known_services=_service_names(), service_keys=_service_keys())
+    except config.ConfigError as exc:
+        for line in exc.errors:
+            print(f"{exc.path}: {line}", file=sys.stderr)
+        return None
+
+
 def cmd_db(args: argparse.Namespace) -> int:
     """``xruntime db current|upgrade|history``: the job store's schema version, by hand."""
     from .store import schema_versions
@@ -100,13 +111,8 @@ def cmd_db(args: argparse.Namespace) -> int:
             print(line)
         return 0
     setup_logging()
-    try:
-        settings = config.load(
-            args.config, known_services=_service_names(), service_keys=_service_keys()
-        )
-    except config.ConfigError as exc:
-        for line in exc.errors:
-            print(f"{exc.path}: {line}", file=sys.stderr)
+    settings = _file_or_errors(args.config)
+    if settings is None:
         return 2
     from .store import StoreUnavailable, open_store
     from .store.probe import DatabaseUnusable, probe
@@ -130,13 +136,8 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 def cmd_backup(args: argparse.Namespace) -> int:
     """``xruntime backup PATH``: an online, consistent copy of a SQLite node's store."""
-    try:
-        settings = config.load(
-            args.config, known_services=_service_names(), service_keys=_service_keys()
-        )
-    except config.ConfigError as exc:
-        for line in exc.errors:
-            print(f"{exc.path}: {line}", file=sys.stderr)
+    settings = _file_or_errors(args.config)
+    if settings is None:
         return 2
     from sqlalchemy.engine import make_url
 

@@ -80,6 +80,17 @@ def node(folder, url, port, receiver_port, old_tree=None):
     )
 
 
+def run_cli(*args):
+    """``xruntime ARGS`` of today's checkout: the completed process."""
+    return subprocess.run(
+        [sys.executable, "-m", "xruntime", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def listed(client):
     return {job["id"] for job in client.call("XRuntime", "listJobs", {"limit": 1000})["jobs"]}
 
@@ -154,13 +165,7 @@ def test_a_database_made_before_versions_is_upgraded_with_nothing_lost(
     try:
         client = make_client("json", new.base)
         assert "the job store's schema: 0001_baseline, " in new.log(), new.log()[-2000:]
-        current = subprocess.run(
-            [sys.executable, "-m", "xruntime", "db", "current", "--config", new.config],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        current = run_cli("db", "current", "--config", new.config)
         assert current.stdout.startswith(f"{schema_versions.HEAD} (this xruntime's)"), current
         ids_after = {
             job["id"] for job in client.call("XRuntime", "listJobs", {"limit": 1000})["jobs"]
@@ -181,13 +186,7 @@ def test_a_database_made_before_versions_is_upgraded_with_nothing_lost(
 
 
 def serve_once(config):
-    return subprocess.run(
-        [sys.executable, "-m", "xruntime", "serve", "--config", config],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli("serve", "--config", config)
 
 
 def test_serve_refuses_a_database_a_newer_release_made_in_one_line(tmp_path):
@@ -221,22 +220,10 @@ def test_with_upgrades_left_to_the_command_serve_waits_for_db_upgrade(tmp_path):
     assert done.returncode == 2, done
     (line,) = [entry for entry in done.stderr.splitlines() if "ERROR" in entry]
     assert "auto_upgrade is false" in line and "xruntime db upgrade" in line, line
-    current = subprocess.run(
-        [sys.executable, "-m", "xruntime", "db", "current", "--config", srv.config],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    current = run_cli("db", "current", "--config", srv.config)
     assert current.stdout.startswith("before schema versions"), current  # (and left so)
     assert serve_once(srv.config).returncode == 2
-    upgraded = subprocess.run(
-        [sys.executable, "-m", "xruntime", "db", "upgrade", "--config", srv.config],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    upgraded = run_cli("db", "upgrade", "--config", srv.config)
     assert upgraded.returncode == 0, upgraded
     assert upgraded.stdout.startswith(f"upgraded: {schema_versions.HEAD}"), upgraded.stdout
     srv.start()
