@@ -17,7 +17,7 @@ import tarfile
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.clients import RemoteFault, make_client, wait_done
+from tests.clients import RemoteFault, make_client, wait_done, wait_status
 from tests.harness import ROOT, Server, free_port
 from tests.receiver import Receiver
 from xruntime.store import schema_versions
@@ -175,6 +175,9 @@ def test_a_database_made_before_versions_is_upgraded_with_nothing_lost(
             assert snapshot(client, job["id"], fetch)[0] == finished[name][0], name
             history = snapshot(client, job["id"], fetch)[1]
             assert history[: len(finished[name][1])] == finished[name][1], name
+        # (handed back at the old node's stop: stopped once this node runs it again, it
+        # ends SUCCEEDED with what it did; stopped while queued, it would fail)
+        wait_status(client, long_one["id"], "RUNNING", timeout=120)
         client.call("XRuntime", "stopJob", {"id": long_one["id"]})
         for job in (retried, long_one, queued):
             assert wait_done(client, job["id"], timeout=120)["status"] == "SUCCEEDED"
