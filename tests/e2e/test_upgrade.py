@@ -96,14 +96,18 @@ def listed(client):
 
 
 def snapshot(client, job_id, fetch):
-    """What a client can read of a finished job: its fetch answer (or fault) and history."""
+    """What a client can read of a finished job: its fetch answer (or fault) and history,
+    but for the row of a callback's failed attempts, which each attempt rewrites (one row
+    per attempt series: the callback job's receiver is down until the upgrade)."""
     service, operation = fetch
     try:
         answer = ("result", client.call(service, operation, {"id": job_id}))
     except RemoteFault as fault:
         answer = ("fault", fault.type, fault.message)
     events = client.call("XRuntime", "getJobEvents", {"id": job_id})["events"]
-    return answer, [(e["status"], e["message"]) for e in events]
+    return answer, [
+        (e["status"], e["message"]) for e in events if not e["message"].startswith("callback")
+    ]
 
 
 def test_a_database_made_before_versions_is_upgraded_with_nothing_lost(
