@@ -278,7 +278,10 @@ def test_a_stopped_parallel_matrix_answers_the_rows_of_the_blocks_done(server):
             "startLocations": starts,
             "destinationLocations": destinations,
             "parallelism": 2,
-            "blockPauseMs": 1000,
+            # the stop ends the pause at once: a long one costs nothing, and the stop has
+            # 10 s to arrive before a child's second block (1 s was once not enough on a
+            # loaded CI machine: both children ended whole)
+            "blockPauseMs": 10_000,
         },
     )
     server.wait_status(job["id"], "RUNNING")
