@@ -11,13 +11,13 @@ end; the callback is delivered."""
 import io
 import os
 import subprocess
-import sys
 import tarfile
 
 import pytest
 from sqlalchemy import create_engine, text
 
 from tests.clients import RemoteFault, make_client, wait_done, wait_status
+from tests.e2e.test_backup import run_cli
 from tests.harness import ROOT, Server, free_port
 from tests.receiver import Receiver
 from xruntime.store import schema_versions
@@ -77,17 +77,6 @@ def node(folder, url, port, receiver_port, old_tree=None):
         # the old release's package first: its folder is the working directory
         prefix=["env", f"--chdir={old_tree}"] if old_tree else (),
         env={"PYTHONPATH": os.pathsep.join(filter(None, [old_tree, ROOT]))},
-    )
-
-
-def run_cli(*args):
-    """``xruntime ARGS`` of today's checkout: the completed process."""
-    return subprocess.run(
-        [sys.executable, "-m", "xruntime", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
     )
 
 
