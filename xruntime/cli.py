@@ -164,11 +164,14 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_wsdl(args: argparse.Namespace) -> int:
-    """Write every service's WSDL, the schema documents they import and the WSDL of all
-    services (the files kept in wsdl/: <Service>.wsdl, schemas/<name>.xsd, XServices.wsdl)."""
+    """Write every service's WSDL, the schema documents they import, the WSDL of all
+    services and the OpenAPI document of the JSON binding (the files kept in wsdl/:
+    <Service>.wsdl, schemas/<name>.xsd, XServices.wsdl, openapi.json), as a node with the
+    default settings serves them."""
     import os
 
     from .author.registry import discover
+    from .bindings import openapi
     from .bindings.soap import wsdl_for
     from .bindings.wsdl import ALL_SERVICES_FILE, SCHEMA_FOLDER, build_all_wsdl, schema_documents
 
@@ -183,6 +186,7 @@ def cmd_wsdl(args: argparse.Namespace) -> int:
     written.update(
         {f"{SCHEMA_FOLDER}/{name}": document for name, document in schema_documents().items()}
     )
+    written[openapi.DOCUMENT_NAME] = openapi.served(services.values(), config.Settings())
     for name, document in written.items():
         path = os.path.join(args.out, name)
         with open(path, "wb") as f:
@@ -285,7 +289,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", help="configuration file (default: config/xserver.toml if present)")
     p.set_defaults(func=cmd_db)
     p = sub.add_parser(
-        "wsdl", help="write every service's WSDL and the schemas they import into a folder"
+        "wsdl",
+        help="write every service's WSDL, the schemas they import and the JSON binding's "
+        "OpenAPI document into a folder",
     )
     p.add_argument(
         "--out", required=True, help="folder to write <Service>.wsdl and schemas/*.xsd into"

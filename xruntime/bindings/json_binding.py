@@ -22,7 +22,7 @@ from ..store import payload_stream
 from ..store.result_reader import ResultReader
 from ..support import metrics
 from ..support.blocking import sized
-from . import parsing
+from . import openapi, parsing
 from .request import BodyRequest
 
 if TYPE_CHECKING:
@@ -158,12 +158,16 @@ class JsonBinding:
 
     @staticmethod
     def is_public(method: str, path: str, query: bytes) -> bool:
-        return False  # every operation needs the caller's credentials
+        """The OpenAPI document may be public ([auth] public_wsdl), as the WSDLs are;
+        every operation needs the caller's credentials."""
+        return method in ("GET", "HEAD") and path.strip("/") == openapi.DOCUMENT_NAME
 
     async def handle(self, request: BodyRequest, caller: "Caller") -> Response:
         parts = [p for p in request.path.split("/") if p]
         where = "/".join(parts) or "/"
         try:
+            if parts == [openapi.DOCUMENT_NAME] and request.method in ("GET", "HEAD"):
+                return self._document()
             if len(parts) != 2:
                 came = request.root_path + request.path  # the path as it came, prefix too
                 doubled = request.path.startswith(request.root_path + "/")
@@ -205,3 +209,11 @@ class JsonBinding:
             )
         except Exception as exc:
             return fault_response(as_fault(exc, where))
+
+    def _document(self) -> Response:
+        """The OpenAPI document of the services served now (``bindings.openapi``)."""
+        settings = self.settings()
+        served = [
+            svc for name, svc in self.dispatcher.services.items() if settings.service_enabled(name)
+        ]
+        return Response(openapi.served(served, settings), content_type=JSON_TYPE)
