@@ -133,6 +133,11 @@ class JobManager:
         as an id that was never used (docs/protocol.md §10)."""
         return rec if rec is not None and caller.sees(rec.owner) else None
 
+    def peek(self, job_id: str, caller: Caller = ANONYMOUS) -> JobRecord | None:
+        """The job's record, without its payloads, as ``caller`` may know it: None for
+        an id the store does not hold and for another user's job alike."""
+        return self._seen(self.store.peek(job_id), caller)
+
     # ------------------------------------------------------------------ long operations
 
     def start(self, op: "LongOperation", request: XModel, caller: Caller = ANONYMOUS) -> Job:
@@ -492,6 +497,35 @@ class JobManager:
             jobs=[self._summary(rec) for _, rec in page],
             nextCursor=_cursor(page[-1][0]) if more and page else None,
         )
+
+    def job_page(
+        self,
+        caller: Caller,
+        limit: int,
+        cursor: str | None = None,
+        statuses: Iterable[str] | None = None,
+        operations: Iterable[tuple[str, str]] | None = None,
+        queued_between: tuple[int | None, int | None] = (None, None),
+        duration_between: tuple[int | None, int | None] = (None, None),
+    ) -> tuple[list[JobRecord], str | None]:
+        """A page of the jobs ``caller`` may see (every job for an admin), newest first,
+        without payloads, and the cursor of the next page (None on the last): listJobs'
+        paging and cursors, filtered as the OGC API's job list asks (``operations``:
+        (service, operation) pairs; ``queued_between``: first queued within, ms;
+        ``duration_between``: started, and lasting within, ms; see ``store.list_jobs``).
+        A cursor this server did not give out is InvalidValueFault."""
+        page, more = self.store.list_jobs(
+            statuses,
+            None,
+            None if caller.admin else caller.name,
+            limit,
+            _cursor_seq(cursor),
+            operations=operations,
+            queued_between=queued_between,
+            duration_between=duration_between,
+            now=now_ms(),
+        )
+        return [rec for _, rec in page], _cursor(page[-1][0]) if more and page else None
 
     def _summary(self, rec: JobRecord) -> JobSummary:
         progress = None

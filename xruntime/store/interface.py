@@ -259,9 +259,16 @@ class JobStore(Protocol):
         limit: int = 100,
         before: int | None = None,
         parent: str | None = None,
+        operations: Iterable[tuple[str, str]] | None = None,
+        queued_between: tuple[int | None, int | None] = (None, None),
+        duration_between: tuple[int | None, int | None] = (None, None),
+        now: int | None = None,
     ) -> tuple[list[tuple[int, JobRecord]], bool]:
         """A page of jobs, newest first, without payloads: ([(seq, record)], whether more
-        follow)."""
+        follow); older than ``before`` (a seq), of ``operations`` ((service, operation)
+        pairs), first queued within ``queued_between`` (ms, both ends included, None
+        open), started and lasting (to their end, or to ``now`` while unfinished) within
+        ``duration_between`` (ms, likewise)."""
 
     def counts_by_status(self, owner: str | None = None) -> dict[str, int]:
         """Stored jobs by status: every job's, or only ``owner``'s."""

@@ -17,9 +17,11 @@ from sqlalchemy import (
     LargeBinary,
     bindparam,
     delete,
+    false,
     func,
     insert,
     literal,
+    or_,
     select,
     update,
 )
@@ -28,6 +30,7 @@ from ..protocol.states import FINISHED, Status
 from . import result_files
 from .children import ChildJobs
 from .claims import claim_statement
+from .clock import now_ms
 from .database import QUEUE_LOCK_KEY, guard_values
 from .events import fault_type, note_of
 from .outbox import CallbackOutbox
@@ -557,11 +560,20 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
         limit: int = 100,
         before: int | None = None,
         parent: str | None = None,
+        operations: Iterable[tuple[str, str]] | None = None,
+        queued_between: tuple[int | None, int | None] = (None, None),
+        duration_between: tuple[int | None, int | None] = (None, None),
+        now: int | None = None,
     ) -> tuple[list[tuple[int, JobRecord]], bool]:
         """A page of jobs, newest first: ([(seq, JobRecord without request, result and
         fault)], whether more follow).  ``before``: only jobs older than that seq (the
         keyset of the page before), so pages neither miss nor repeat a job however many
-        are added meanwhile.  ``parent``: only the children of that job."""
+        are added meanwhile.  ``parent``: only the children of that job.
+        ``operations``: only jobs of these (service, operation) pairs.
+        ``queued_between``: only jobs first queued between these times (ms, both
+        included; None: open).  ``duration_between``: only jobs that have started and
+        whose duration, from their start to their end (to ``now`` while unfinished),
+        is between these bounds (ms, both included; None: open)."""
         query = select(jobs.c.seq, *LIGHT_COLUMNS).order_by(jobs.c.seq.desc()).limit(limit + 1)
         if statuses is not None:
             query = query.where(jobs.c.status.in_(list(statuses)))
@@ -573,6 +585,23 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
             query = query.where(jobs.c.seq < before)
         if parent is not None:
             query = query.where(jobs.c.parent_id == parent)
+        if operations is not None:
+            pairs = [(jobs.c.service == s) & (jobs.c.operation == o) for s, o in operations]
+            query = query.where(or_(*pairs) if pairs else false())
+        earliest, latest = queued_between
+        if earliest is not None:
+            query = query.where(jobs.c.queued_at >= earliest)
+        if latest is not None:
+            query = query.where(jobs.c.queued_at <= latest)
+        shortest, longest = duration_between
+        if shortest is not None or longest is not None:
+            end = func.coalesce(jobs.c.finished_at, now if now is not None else now_ms())
+            duration = end - jobs.c.started_at
+            query = query.where(jobs.c.started_at.is_not(None))
+            if shortest is not None:
+                query = query.where(duration >= shortest)
+            if longest is not None:
+                query = query.where(duration <= longest)
         with self._read() as conn:
             rows = conn.execute(query).all()
         page = [
