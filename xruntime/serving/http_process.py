@@ -34,6 +34,7 @@ from ..admin.status_stream import StatusEvents, StatusFeed, StatusJson
 from ..author.registry import discover
 from ..bindings.json_binding import JsonBinding
 from ..bindings.jsonrpc import JsonRpcBinding
+from ..bindings.ogcapi import OgcApiBinding
 from ..bindings.soap import SoapBinding
 from ..engine.notifier import Notifier
 from ..operations.dispatch import Dispatcher
@@ -118,6 +119,7 @@ class HttpProcess:
                 "/services/rs": JsonBinding(dispatcher, self.settings),
                 "/services/ws": SoapBinding(dispatcher, self.settings),
                 "/services/rpc": JsonRpcBinding(dispatcher, self.settings),
+                "/ogcapi": OgcApiBinding(dispatcher, self.settings),
             },
             self.settings,
             pages={

@@ -1,7 +1,8 @@
 """The ASGI application of an HTTP process: bytes in, a binding, bytes out.
 
-It routes ``/services/rs``, ``/services/ws`` and ``/services/rpc`` to the JSON, SOAP
-and JSON-RPC bindings, with the caller its credentials name (``accounts``), and the
+It routes ``/services/rs``, ``/services/ws``, ``/services/rpc`` and ``/ogcapi`` to the
+JSON, SOAP, JSON-RPC and OGC API – Processes bindings, with the caller its credentials
+name (``accounts``), and the
 operator's pages (``Page``: the status page, the metrics) by their exact paths.  A
 body larger than ``[server] max_request_bytes`` is refused before it is read (by its
 Content-Length, or as soon as a chunked body passes the limit), with a fault in the
@@ -90,7 +91,7 @@ class Page:
 
 class Binding(Protocol):
     """What the application asks of a binding (``JsonBinding``, ``SoapBinding``,
-    ``JsonRpcBinding``)."""
+    ``JsonRpcBinding``, ``OgcApiBinding``)."""
 
     name: str  # in metrics
 
