@@ -724,6 +724,19 @@ def test_unknown_jobs_are_404_no_such_job(node):
         assert doc["faultInfo"]["jobId"] in (job_id, "not-even-a-uuid")
 
 
+def test_ids_no_job_can_have_are_404_and_match_nothing(node):
+    for weird in ("%00", "a%0Ab", "%E2%80%AE", "x" * 5000):
+        for r in (
+            get(node, f"/jobs/{weird}"),
+            get(node, f"/jobs/{weird}/results"),
+            requests.delete(ogc(node, f"/jobs/{weird}"), timeout=TIMEOUT),
+        ):
+            problem_of(r, 404, "no-such-job", "UnknownJobFault")
+        r = get(node, f"/jobs?processID={weird}.{weird}&status=successful")
+        assert r.status_code == 200 and r.json()["jobs"] == []
+        problem_of(get(node, f"/processes/{weird}"), 404, "no-such-process")
+
+
 def test_a_failed_job_s_results_are_its_fault_with_the_json_status(node):
     info = started(node, steps=3, failAtStep=2)
     failed = until_status(node, info["jobID"], ("failed",))

@@ -217,10 +217,15 @@ class JobQuery:
         )
 
     def operations(self) -> list[tuple[str, str]] | None:
-        """The (service, operation) pairs of ``processes`` (None: any)."""
+        """The (service, operation) pairs of ``processes`` (None: any); an id that can
+        name no process (no dot, a control character) names none."""
         if self.processes is None:
             return None
-        return [(p.split(".", 1)[0], p.split(".", 1)[1]) for p in self.processes if "." in p]
+        return [
+            (p.split(".", 1)[0], p.split(".", 1)[1])
+            for p in self.processes
+            if "." in p and p.isprintable()
+        ]
 
 
 def check_format(args: Mapping[str, Sequence[str]]) -> None:
