@@ -242,6 +242,14 @@ def test_the_api_document_is_valid_openapi_30_of_every_process(node):
     assert "stopJob" in document["info"]["description"]  # our extension, said so
     inputs = document["components"]["schemas"]["XDemo_simulate_Inputs"]["properties"]
     assert "callback" not in inputs and inputs["steps"]["maximum"] == 1_000_000
+    # what `xruntime wsdl --out` writes: api_document of the same services
+    from tests.fixtures.crashy import service as crashy
+    from xruntime.author.registry import discover
+    from xruntime.bindings.ogcapi_document import api_document
+    from xruntime.settings.model import Settings
+
+    served = {**discover(), crashy.name: crashy}.values()
+    assert document == json.loads(json.dumps(api_document(served, Settings())))
 
 
 #: The standard's schemas (OGC API - Processes - Part 1: Core 1.0, core/openapi/schemas/ of

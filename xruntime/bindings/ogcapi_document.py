@@ -431,8 +431,9 @@ def _process_paths(book: SchemaBook, services: "list[Service]") -> tuple[dict, d
 
 
 def api_document(services: "Iterable[Service]", settings: "Settings") -> dict[str, Any]:
-    """The OpenAPI 3.0 document of the OGC API binding of ``services`` (those served)."""
-    services = sorted(services, key=lambda s: s.name)
+    """The OpenAPI 3.0 document of the OGC API binding of ``services`` (those served;
+    the ones without a long operation, XRuntime's, offer no process and are left out)."""
+    services = sorted((s for s in services if s.long_operations), key=lambda s: s.name)
     book = SchemaBook(services, settings)
     ogc = _ogc_schemas(book)
     process_paths, process_schemas, results = _process_paths(book, services)
