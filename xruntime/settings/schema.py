@@ -157,8 +157,8 @@ KEYS: tuple[Key, ...] = (
         PUBLIC_URL,
         "",
         ("server",),
-        doc="base URL written into the WSDL's `soap:address` (e.g. `https://host/xr`); "
-        "empty: the address the client used",
+        doc="base URL written into the WSDL's `soap:address` and the OGC API's links "
+        "(e.g. `https://host/xr`); empty: the address the client used",
     ),
     Key(
         "processes",
