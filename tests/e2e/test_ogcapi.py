@@ -42,6 +42,8 @@ SECRETS = {
     "root": "whsec_" + "cm9vdC1rZXktcm9vdC1rZXktcm9vdC1rZXktcm9vdCE=",
 }
 TIMEOUT = 60  # s: the most any wait below takes on a loaded machine, by far
+#: The accounts node's [server] public_url: a proxy's address, under which links are made.
+PUBLIC_URL = "https://xr.example.org/base"
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +76,10 @@ def accounts(tmp_path_factory):
         )
     text += '\n[callbacks]\nallowed = ["127.0.0.1"]\nretry_delay = "200ms"\n'
     srv = Server(
-        str(tmp_path_factory.mktemp("ogc-accounts")), extra=text, auth=("alice", TOKENS["alice"])
+        str(tmp_path_factory.mktemp("ogc-accounts")),
+        extra=text,
+        auth=("alice", TOKENS["alice"]),
+        server_keys={"public_url": PUBLIC_URL},
     ).start()
     yield srv
     srv.stop()
@@ -662,7 +667,7 @@ def test_paths_and_methods_not_served(node):
 
 
 def test_a_job_s_status_through_its_life(node):
-    info = started(node, durationMs=9000, steps=6, resultSize=10)
+    info = started(node, durationMs=200_000, steps=100, resultSize=10)  # stopped below
     job_id = info["jobID"]
     assert info["status"] in ("accepted", "running")
     assert info["created"].endswith("Z")
@@ -674,18 +679,25 @@ def test_a_job_s_status_through_its_life(node):
     assert 0 < running["progress"] < 100
     progress = running["xserver:progress"]
     assert progress["$type"] == "BulkProgress"
-    assert running["progress"] == progress["successful"] * 100 // 6
+    assert running["progress"] == progress["successful"] * 100 // 100
     assert running["started"] >= running["created"] and "finished" not in running
     assert links(running, "self")[0]["href"] == ogc(node, f"/jobs/{job_id}")
     assert not links(running, OGC + "results")
-    problem_of(get(node, f"/jobs/{job_id}/results"), 404, "result-not-ready", "JobStateFault")
-    done = until_status(node, job_id, ("successful",))
+    doc = problem_of(get(node, f"/jobs/{job_id}/results"), 404, "result-not-ready", "JobStateFault")
+    assert doc["faultInfo"]["status"] == "RUNNING"
+    # stopped over JSON: successful, with what it had done
+    assert node.call("XRuntime", "stopJob", {"id": job_id})["status"] == "STOPPING"
+    stopped = until_status(node, job_id, ("successful",))
+    assert 0 < stopped["progress"] < 100
+    # a job that runs to its end
+    info = started(node, durationMs=100, steps=4)
+    done = until_status(node, info["jobID"], ("successful",))
     assert done["progress"] == 100 and done["xserver:status"] == "SUCCEEDED"
     assert done["created"] <= done["started"] <= done["finished"] == done["updated"]
     (results,) = links(done, OGC + "results")
-    assert results["href"] == ogc(node, f"/jobs/{job_id}/results")
+    assert results["href"] == ogc(node, f"/jobs/{info['jobID']}/results")
     # the JSON binding's own view of the same job
-    watched = node.watch(job_id)
+    watched = node.watch(info["jobID"])
     assert watched["status"] == "SUCCEEDED" and watched["progress"] == done["xserver:progress"]
 
 
@@ -846,6 +858,8 @@ def test_a_larger_limit_is_answered_with_the_most_a_page_holds(node):
 
 def test_dismissing_a_running_job_stops_its_work(node):
     ids = occupy_workers(node)
+    doc = problem_of(get(node, f"/jobs/{ids[0]}/results"), 404, "result-not-ready")
+    assert doc["faultInfo"]["status"] == "RUNNING"
     for job_id in ids:
         r = requests.delete(ogc(node, f"/jobs/{job_id}"), timeout=TIMEOUT)
         assert r.status_code == 200, r.text
@@ -887,7 +901,7 @@ def test_a_job_started_over_json_or_soap_shows_here(node):
 
 
 def test_a_job_started_here_is_watched_stopped_and_fetched_over_json(node):
-    info = started(node, durationMs=8000, steps=8)
+    info = started(node, durationMs=200_000, steps=100)  # stopped below
     job_id = info["jobID"]
     watched = node.watch(job_id)
     assert watched["id"] == job_id and watched["status"] in ("QUEUING", "RUNNING")
@@ -898,7 +912,7 @@ def test_a_job_started_here_is_watched_stopped_and_fetched_over_json(node):
     assert node.call("XRuntime", "stopJob", {"id": job_id})["status"] == "STOPPING"
     assert node.wait_done(job_id)["status"] == "SUCCEEDED"
     fetched = json.loads(json_result(node, job_id))
-    assert 1 <= fetched["stepsDone"] < 8
+    assert 1 <= fetched["stepsDone"] < 100
     assert fetched["resultLimitations"][0]["reason"] == "REQUEST_STOPPED"
     done = status(node, job_id)
     assert done["status"] == "successful" and done["progress"] < 100
@@ -922,6 +936,17 @@ def test_public_resources_answer_without_credentials_jobs_do_not(accounts):
         doc = problem_of(r, 401, fault="AccessDeniedFault")
         assert r.headers["WWW-Authenticate"] == 'Basic realm="xruntime"'
         assert doc["status"] == 401
+
+
+def test_links_are_under_the_public_url(accounts):
+    page = get(accounts, "").json()
+    assert {link["href"] for link in page["links"]} == {
+        f"{PUBLIC_URL}/ogcapi{tail}"
+        for tail in ("/", "/api", "/conformance", "/processes", "/jobs")
+    }
+    r = execute(accounts, SIMULATE, {"steps": 1}, auth=creds("alice"))
+    assert r.headers["Location"] == f"{PUBLIC_URL}/ogcapi/jobs/{r.json()['jobID']}"
+    assert links(r.json(), "self")[0]["href"] == r.headers["Location"]
 
 
 def test_another_user_s_job_is_no_such_job(accounts):
@@ -957,11 +982,18 @@ def test_a_subscriber_gets_the_job_signed_through_the_callback(accounts):
         r = execute(
             accounts,
             SIMULATE,
-            {"durationMs": 2500, "steps": 5},
+            {"durationMs": 600_000, "steps": 600},  # stopped once its progress arrived
             auth=alice,
             subscriber={"successUri": url, "failedUri": url, "inProgressUri": url},
         )
         with_progress = r.json()["jobID"]
+        receiver.wait_for(
+            lambda rs: any(
+                d.data["id"] == with_progress and d.data["type"] == "job.progress" for d in rs
+            )
+        )
+        stop = accounts.post("XRuntime", "stopJob", {"id": with_progress})
+        assert stop.status_code == 200 and stop.json()["status"] == "STOPPING"
         r = execute(
             accounts,
             SIMULATE,
