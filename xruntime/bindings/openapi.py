@@ -5,16 +5,19 @@ by ``xruntime wsdl --out`` beside them, it is made from the same spyne types, op
 and faults the WSDL and the codec read (``protocol.typeinfo``), never by hand:
 
 - one path per operation, ``POST /services/rs/<Service>/<operation>``, with the
-  ``operationId`` ``<Service>_<operation>`` and the service as its tag;
+  operation's name as its ``operationId`` (``<Service>_<operation>`` where two services
+  name an operation alike) and the service as its tag; its body required only where
+  the request has a required field (an empty body is the request ``{}``);
 - each request and response type, each enumeration and each fault a named component
   under its WSDL type name (prefixed with its service's name only where two services
   name a type alike), so that generated models have readable names;
 - every bound the codec checks (required fields, ranges, lengths, enumerations, no
   unknown field), and the bounds the WSDL cannot state, checked where the job is
-  started or watched (``RUNTIME_BOUNDS``);
+  started or watched (``RUNTIME_BOUNDS``, ``RUNTIME_REQUIRED``);
 - a value declared as a type with subtypes (progress, result limitations, a fault's
   info) as ``oneOf`` its subtypes with a discriminator on ``$type``, which answers
   always carry there;
+- a type's description: the first sentence of its docstring;
 - every fault status the binding answers, with the ``Fault`` schema, and
   ``Retry-After`` where the binding sends it.
 
@@ -24,6 +27,8 @@ OpenAPI 3.0 (not 3.1): what every generator and gateway reads, and what the OGC 
 
 import copy
 import json
+import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +70,15 @@ FAULT = "Fault"
 #: Missing or wrong credentials (accounts on): the ASGI application's 401, a Fault.
 UNAUTHENTICATED = 401
 
+
+def longest_request_timeout(settings: "Settings") -> int:
+    """The longest ``timeouts`` a start request may ask for, in ms: the ``[jobs]``
+    ``max_request_timeout``, or a service's own where it is longer (``Timeouts`` is one
+    type for every service; each service refuses past its own)."""
+    own = [s.jobs.max_request_timeout_ms for s in settings.services.values() if s.jobs is not None]
+    return max([settings.jobs.max_request_timeout_ms, *own])
+
+
 #: Bounds the WSDL cannot state, checked where a job is started, watched or listed:
 #: (type, field) → the schema keywords, from the settings in force.
 RUNTIME_BOUNDS: dict[tuple[type, str], Callable[["Settings"], dict[str, Any]]] = {
@@ -75,10 +89,22 @@ RUNTIME_BOUNDS: dict[tuple[type, str], Callable[["Settings"], dict[str, Any]]] =
         "maximum": PROGRESS_PERIOD_MS[1],
     },
     (Callback, "url"): lambda s: {"maxLength": MAX_URL_CHARS},
-    # (at most the service's max_request_timeout, which each service may set apart)
-    (Timeouts, "queueingTimeout"): lambda s: {"minimum": 0},
-    (Timeouts, "computationTimeout"): lambda s: {"minimum": 0},
+    (Timeouts, "queueingTimeout"): lambda s: {"minimum": 0, "maximum": longest_request_timeout(s)},
+    (Timeouts, "computationTimeout"): lambda s: {
+        "minimum": 0,
+        "maximum": longest_request_timeout(s),
+    },
 }
+#: Fields the server requires though the WSDL cannot say so: watchJobs' ``ids``, which
+#: SOAP cannot tell from an empty list (refused alike, ``InvalidValueFault``).
+RUNTIME_REQUIRED: frozenset[tuple[type, str]] = frozenset({(WatchJobsRequest, "ids")})
+
+
+def stated(settings: "Settings") -> tuple[str, ...]:
+    """What of ``settings`` a document states (``RUNTIME_BOUNDS``): with the services
+    served, the key of a document made once (a live reload may change it)."""
+    return tuple(json.dumps(bound(settings), sort_keys=True) for bound in RUNTIME_BOUNDS.values())
+
 
 _NUMBER_BOUNDS = (
     ("ge", "minimum", False),
@@ -106,23 +132,27 @@ class SchemaBook:
         self.schemas: dict[str, dict[str, Any]] = {}
         namespaces = {s.namespace for s in self.services}
         #: every type these services' messages may carry: protocol types and their own
-        self._visible = lambda cls: is_protocol_type(cls) or (
-            cls.__dict__.get("__namespace__") in namespaces
+        self._visible = lambda cls: (
+            is_protocol_type(cls) or (cls.__dict__.get("__namespace__") in namespaces)
         )
         known: list[type] = []
+        bodies: list[type] = []
         for service in self.services:
             for op in service.operations().values():
+                bodies += [original(op.request), original(op.response)]
                 known += complex_types(op.request) + complex_types(op.response)
             for cls in polymorphic_types(service) + declared_faults(service):
                 known += complex_types(cls)
             for cls in service.extra_types:
                 known += complex_types(cls)
         self._names = _component_names(known + _enums(known))
-        #: types that travel only where a type with subtypes is declared: their ``$type``
-        #: is always there
+        #: types that travel where a type with subtypes is declared, which carry ``$type``
+        #: there; required unless the type is also declared where it travels without
+        #: (``_bare_positions``)
         self._typed = {
             c for base in self._polymorphic_positions(known) for c in self._subtypes(base)
         }
+        self._always_typed = self._typed - self._bare_positions(known, bodies)
 
     # ------------------------------------------------------------------ names
 
@@ -191,13 +221,13 @@ class SchemaBook:
 
     # ------------------------------------------------------------------ components
 
-    def _subtypes(self, cls: type) -> list[type]:
+    def _subtypes(self, cls: type) -> list[Any]:
         """``cls`` and its subtypes that these services' messages may carry."""
         return [c for c in subclasses(cls) if self._visible(c)]
 
     def _polymorphic_positions(self, known: list[type]) -> set[type]:
         """The types with subtypes declared as a field's type (and the faults' root)."""
-        found = {XServerFault}
+        found: set[type] = {XServerFault}
         for cls in known:
             for f in fields(cls):
                 t = original(f.type)
@@ -205,7 +235,27 @@ class SchemaBook:
                     found.add(t)
         return found
 
-    def _component(self, cls: type) -> None:
+    def _bare_positions(self, known: list[type], bodies: list[type]) -> set[type]:
+        """The types declared where their values carry no ``$type``: a field's type
+        without subtypes, a request or response body."""
+        found = {b for b in bodies if not is_polymorphic(b)}
+        for cls in known:
+            for f in fields(cls):
+                t = original(f.type)
+                if f.kind == OBJ and not is_polymorphic(t):
+                    found.add(t)
+        return found
+
+    def required(self, cls: type) -> list[str]:
+        """The fields of ``cls`` a request must have: the WSDL's and ``RUNTIME_REQUIRED``."""
+        lineage = _lineage(cls)
+        return [
+            f.name
+            for f in fields(cls)
+            if f.required or any((c, f.name) in RUNTIME_REQUIRED for c in lineage)
+        ]
+
+    def _component(self, cls: Any) -> None:
         name = self.name(cls)
         if name in self.schemas:
             return
@@ -217,18 +267,19 @@ class SchemaBook:
         required: list[str] = []
         if cls in self._typed:
             properties[TYPE_KEY] = {"type": "string", "enum": [cls.get_type_name()]}
-            required.append(TYPE_KEY)
+            if cls in self._always_typed:
+                required.append(TYPE_KEY)
         for f in fields(cls):
             properties[f.name] = self._field(cls, f)
-            if f.required:
-                required.append(f.name)
+        required += self.required(cls)
         schema: dict[str, Any] = {"type": "object", "properties": properties}
         if required:
             schema["required"] = required
         schema["additionalProperties"] = False
-        doc = (cls.__doc__ or "").strip()
-        if doc and cls.__module__ != ModelBase.__module__:
-            schema["description"] = " ".join(doc.split())
+        if cls.__module__ != ModelBase.__module__:
+            description = first_sentence(cls.__doc__ or "")
+            if description:
+                schema["description"] = description
         self.schemas[name] = schema
 
     def _field(self, owner: type, f: Field) -> dict[str, Any]:
@@ -257,7 +308,7 @@ class SchemaBook:
                 else {"type": "number", "format": "double"}
             )
             for attribute, keyword, exclusive in _NUMBER_BOUNDS:
-                bound = getattr(attrs, attribute, None)
+                bound: Any = getattr(attrs, attribute, None)
                 if _finite(bound):
                     schema[keyword] = int(bound) if f.kind == INT else float(bound)
                     if exclusive:
@@ -269,8 +320,20 @@ class SchemaBook:
         return schema
 
 
+#: The end of a docstring's sentence: a full stop and two spaces, or a line's end.
+_SENTENCE_END = re.compile(r"(?<=\.)(?: {2,}|\s*\n)")
+
+
+def first_sentence(doc: str) -> str:
+    """A docstring's first sentence, on one line, in Markdown (what follows it speaks
+    to the code's readers)."""
+    first = _SENTENCE_END.split(doc.strip(), maxsplit=1)[0]
+    return " ".join(first.split()).replace("``", "`")
+
+
 def _lineage(cls: type) -> list[type]:
-    found, c = [], original(cls)
+    found: list[type] = []
+    c: Any = original(cls)
     while c is not None and hasattr(c, "_type_info"):
         found.append(c)
         c = getattr(c, "__extends__", None)
@@ -313,9 +376,7 @@ def fault_statuses() -> list[int]:
 
 def fault_responses(book: SchemaBook, statuses: Iterable[int]) -> dict[str, Any]:
     """The ``responses`` entries of the fault statuses, each with the Fault schema."""
-    retry_after = {
-        c.http_status for c in subclasses(XServerFault) if c.retry_after_s is not None
-    }
+    retry_after = {c.http_status for c in subclasses(XServerFault) if c.retry_after_s is not None}
     out: dict[str, Any] = {}
     for status in statuses:
         kinds = sorted(
@@ -358,7 +419,22 @@ SECURITY_SCHEMES = {
 SECURITY: list[dict[str, list[str]]] = [{"basic": []}, {"bearer": []}, {}]
 
 
-def _operation(book: SchemaBook, op: "Operation", service: "Service") -> dict[str, Any]:
+def operation_ids(services: "Iterable[Service]") -> dict[tuple[str, str], str]:
+    """{(service, operation): operationId}: the operation's name, or
+    ``<Service>_<operation>`` where two services name an operation alike (two services
+    made by ``xruntime new-service`` both have ``process``)."""
+    services = list(services)
+    names = Counter(name for s in services for name in s.operations())
+    return {
+        (s.name, name): name if names[name] == 1 else f"{s.name}_{name}"
+        for s in services
+        for name in s.operations()
+    }
+
+
+def _operation(
+    book: SchemaBook, op: "Operation", service: "Service", operation_id: str
+) -> dict[str, Any]:
     from ..author.service import CALL, FETCH, RUN, START
 
     summary = {
@@ -367,15 +443,13 @@ def _operation(book: SchemaBook, op: "Operation", service: "Service") -> dict[st
         RUN: "Run the job and answer its result (the synchronous form)",
         CALL: "",
     }[op.kind]
-    entry: dict[str, Any] = {
-        "operationId": f"{service.name}_{op.name}",
-        "tags": [service.name],
-    }
-    doc = " ".join((getattr(op.target, "__doc__", None) or "").split()) if op.kind == CALL else ""
+    entry: dict[str, Any] = {"operationId": operation_id, "tags": [service.name]}
+    doc = first_sentence(getattr(op.target, "__doc__", None) or "") if op.kind == CALL else ""
     if summary or doc:
-        entry["summary"] = summary or doc.split(". ")[0].rstrip(".")
+        entry["summary"] = summary or doc.rstrip(".")
     entry["requestBody"] = {
-        "required": True,
+        # (an empty body is the request {}: required only where {} is refused)
+        "required": bool(book.required(original(op.request))),
         "content": {JSON_MEDIA: {"schema": book.position(op.request)}},
     }
     entry["responses"] = {
@@ -392,17 +466,19 @@ def build(services: "Iterable[Service]", settings: "Settings") -> dict[str, Any]
     """The OpenAPI document of the JSON binding of ``services``."""
     services = sorted(services, key=lambda s: s.name)
     book = SchemaBook(services, settings)
+    ids = operation_ids(services)
     paths: dict[str, Any] = {}
     for service in services:
         for name, op in service.operations().items():
             paths[f"{JSON_PREFIX}/{service.name}/{name}"] = {
-                "post": _operation(book, op, service)
+                "post": _operation(book, op, service, ids[service.name, name])
             }
     book.fault()
     return {
         "openapi": OPENAPI_VERSION,
         "info": {
-            "title": "xruntime: the JSON binding",
+            # (a generator names its package after the title: xruntime_json_binding_client)
+            "title": "xruntime JSON binding",
             "version": __version__,
             "description": "Long operations as asynchronous jobs (the xServer job protocol). "
             "Start a job, watch it with XRuntime's watchJob, stop or delete it, fetch "
@@ -432,7 +508,7 @@ _served: dict[tuple[object, ...], bytes] = {}
 def served(services: "Iterable[Service]", settings: "Settings") -> bytes:
     """The document of the services served under ``settings``, as bytes."""
     services = list(services)
-    key = (tuple(s.name for s in services), settings.max_watched_ids)
+    key = (tuple(s.name for s in services), stated(settings))
     found = _served.get(key)
     if found is None:
         found = _served[key] = document_bytes(build(services, settings))
