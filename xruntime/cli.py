@@ -294,7 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "OpenAPI document into a folder",
     )
     p.add_argument(
-        "--out", required=True, help="folder to write <Service>.wsdl and schemas/*.xsd into"
+        "--out",
+        required=True,
+        help="folder to write <Service>.wsdl, schemas/*.xsd and openapi.json into",
     )
     p.add_argument(
         "--base-url",

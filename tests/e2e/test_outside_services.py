@@ -7,15 +7,18 @@ put on the PYTHONPATH of the commands and nodes it starts, rather than into the 
 venv, whose other tests (running at the same time) must keep seeing only the shipped
 services."""
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 import zeep
+from openapi_spec_validator import validate
 
 from xruntime.testing import BINDINGS, Fault, Node, run_job
 
@@ -86,6 +89,38 @@ def test_wsdl_out_writes_their_wsdls_and_schemas(two_services, tmp_path):
     assert "ProcessedText" not in (tmp_path / "schemas" / "types.xsd").read_text()
     # the shipped services are there too, and unchanged
     assert (tmp_path / "XDemo.wsdl").read_bytes() == (Path(ROOT) / "wsdl/XDemo.wsdl").read_bytes()
+
+
+def test_the_openapi_document_has_their_operations_apart(two_services, node, tmp_path):
+    """Served, each service's operations have their paths; ``process`` of both is told
+    apart by its service in its ``operationId``, and each one's ``ProcessedText`` is a
+    component of its own. It validates, and it is what ``xruntime wsdl --out`` writes."""
+    _, _, env = two_services
+    with urllib.request.urlopen(f"{node.url}/services/rs/openapi.json", timeout=10) as r:
+        served = r.read()
+    document = json.loads(served)
+    validate(document)
+    ids = {path: item["post"]["operationId"] for path, item in document["paths"].items()}
+    for name in ("XWords", "XLetters"):
+        assert ids[f"/services/rs/{name}/process"] == f"{name}_process"
+        assert document["paths"][f"/services/rs/{name}/startProcess"]["post"]["tags"] == [name]
+    assert ids["/services/rs/XDemo/startSimulate"] == "startSimulate"  # unique: no prefix
+    assert len(set(ids.values())) == len(ids)
+    nested = [n for n in document["components"]["schemas"] if n.endswith("ProcessedText")]
+    assert len(nested) == 2, nested
+    done = run("-m", "xruntime", "wsdl", "--out", str(tmp_path), env=env)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "openapi.json").read_bytes() == served
+    # a generator makes a client of it without a warning (tests/e2e/test_openapi_client.py)
+    (tmp_path / "generator.yaml").write_text("post_hooks: []\n")
+    done = run(
+        "-m", "openapi_python_client", "generate", "--path", str(tmp_path / "openapi.json"),
+        "--meta", "none", "--config", str(tmp_path / "generator.yaml"),
+        "--output-path", str(tmp_path / "client"), "--fail-on-warning",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0 and "warning" not in done.stdout.lower(), done.stdout + done.stderr
+    assert (tmp_path / "client" / "models" / "x_words_processed_text.py").exists()
 
 
 @pytest.mark.parametrize("binding", BINDINGS)

@@ -291,10 +291,18 @@ def kept_schemas():
     return sorted(os.listdir(os.path.join(CHECKED_IN, "schemas")))
 
 
+#: The documents ``xruntime wsdl --out`` writes beside the WSDLs, one per binding that has
+#: one: the JSON binding's OpenAPI document (tests/e2e/test_openapi_document.py serves
+#: it). The OGC API binding's document, ogcapi.json, joins this list when `wsdl --out`
+#: writes it.
+DOCUMENTS = ["openapi.json"]
+
+
 def test_the_files_are_one_per_service(generated):
     wsdls = sorted(["XServices.wsdl", *(f"{s}.wsdl" for s in SERVICES)])
-    assert sorted(f for f in os.listdir(generated) if f != "schemas") == wsdls
-    assert sorted(f for f in os.listdir(CHECKED_IN) if f != "schemas") == wsdls
+    files = sorted([*wsdls, *DOCUMENTS])
+    assert sorted(f for f in os.listdir(generated) if f != "schemas") == files
+    assert sorted(f for f in os.listdir(CHECKED_IN) if f != "schemas") == files
     # one schema document per namespace: the protocol's types and each service's
     assert kept_schemas() == sorted(["types.xsd", *(f"{s}.xsd" for s in SERVICES)])
     assert sorted(os.listdir(generated / "schemas")) == kept_schemas()
@@ -319,6 +327,14 @@ def test_checked_in_wsdl_of_every_service_is_current(generated):
         assert (generated / "XServices.wsdl").read_bytes() == f.read(), (
             "wsdl/XServices.wsdl is out of date; "
             "regenerate it with `python -m xruntime wsdl --out wsdl`"
+        )
+
+
+@pytest.mark.parametrize("name", DOCUMENTS)
+def test_checked_in_documents_are_current(generated, name):
+    with open(os.path.join(CHECKED_IN, name), "rb") as f:
+        assert (generated / name).read_bytes() == f.read(), (
+            f"wsdl/{name} is out of date; regenerate it with `python -m xruntime wsdl --out wsdl`"
         )
 
 
