@@ -24,7 +24,7 @@ import standardwebhooks
 from openapi_spec_validator import validate
 
 from tests.clients import make_client
-from tests.harness import Server
+from tests.harness import Server, write_config
 from tests.receiver import Receiver
 from xruntime.operations.accounts import new_token, token_sha256
 
@@ -68,21 +68,25 @@ def node(tmp_path_factory):
 def accounts(tmp_path_factory):
     """A node with accounts (alice, bob, root the admin), each with a callback secret,
     and callbacks allowed to 127.0.0.1."""
+    srv = Server(
+        str(tmp_path_factory.mktemp("ogc-accounts")),
+        extra=accounts_toml(),
+        auth=("alice", TOKENS["alice"]),
+        server_keys={"public_url": PUBLIC_URL},
+    ).start()
+    yield srv
+    srv.stop()
+
+
+def accounts_toml():
+    """The accounts node's tables: [auth], the users, [callbacks]."""
     text = "\n[auth]\nrequired = true\n"
     for name, token in TOKENS.items():
         text += (
             f'\n[users.{name}]\ntoken_sha256 = "{token_sha256(token)}"\n'
             f'callback_secret = "{SECRETS[name]}"\n' + ("admin = true\n" if name == "root" else "")
         )
-    text += '\n[callbacks]\nallowed = ["127.0.0.1"]\nretry_delay = "200ms"\n'
-    srv = Server(
-        str(tmp_path_factory.mktemp("ogc-accounts")),
-        extra=text,
-        auth=("alice", TOKENS["alice"]),
-        server_keys={"public_url": PUBLIC_URL},
-    ).start()
-    yield srv
-    srv.stop()
+    return text + '\n[callbacks]\nallowed = ["127.0.0.1"]\nretry_delay = "200ms"\n'
 
 
 def creds(user):
@@ -1130,3 +1134,37 @@ def test_owslib_with_credentials(accounts):
     assert follow(client, info["jobID"])["status"] == "successful"
     assert info["jobID"] in [j["jobID"] for j in client._request(path="jobs")["jobs"]]
     problem_of(get(accounts, f"/jobs/{info['jobID']}", creds("alice")), 404, "no-such-job")
+
+
+# --------------------------------------------------------------------------- a live edit (last)
+
+
+def test_a_live_edit_shows_in_the_processes_and_the_api_document(accounts):
+    """XTour switched off and [jobs] max_request_timeout shortened in the file: within
+    seconds, XTour has no processes and the timeouts' bound follows, in the descriptions
+    and in /api (each made once per set of what it states)."""
+    path = write_config(
+        os.path.join(accounts.folder, "edit"),
+        accounts.port,
+        workers=accounts.workers,
+        server_keys={"public_url": PUBLIC_URL},
+        extra=accounts_toml()
+        + '\n[jobs]\nmax_request_timeout = "1h"\n\n[services.XTour]\nenabled = false\n',
+    )
+    os.replace(path, accounts.config)
+
+    def processes():
+        return [p["id"] for p in get(accounts, "/processes").json()["processes"]]
+
+    until(lambda: "XTour.planTours" not in processes(), "XTour switched off")
+    inputs = get(accounts, f"/processes/{SIMULATE}").json()["inputs"]
+    bound = inputs["timeouts"]["schema"]["properties"]["queueingTimeout"]["maximum"]
+    assert bound == 3_600_000
+    problem_of(get(accounts, "/processes/XTour.planTours"), 404, "no-such-process")
+    r = execute(accounts, "XTour.planTours", {}, auth=creds("alice"))
+    problem_of(r, 404, "no-such-process")
+    document = get(accounts, "/api").json()
+    validate(document)
+    assert "/processes/XTour.planTours/execution" not in document["paths"]
+    timeouts = document["components"]["schemas"]["Timeouts"]["properties"]
+    assert timeouts["computationTimeout"]["maximum"] == 3_600_000

@@ -28,6 +28,7 @@ from .openapi import (
     SchemaBook,
     document_bytes,
     fault_statuses,
+    stated,
 )
 
 if TYPE_CHECKING:
@@ -591,14 +592,15 @@ def api_document(services: "Iterable[Service]", settings: "Settings") -> dict[st
     }
 
 
-#: The served document's bytes by what it is made of: made once, not at every GET.
+#: The served document's bytes by what it is made of (the services served, what of the
+#: settings it states): made once, not at every GET, and again after a live edit.
 _served: dict[tuple[object, ...], bytes] = {}
 
 
 def served(services: "Iterable[Service]", settings: "Settings") -> bytes:
     """The document of the services served under ``settings``, as bytes (as written)."""
     services = list(services)
-    key = (tuple(s.name for s in services), settings.max_watched_ids)
+    key = (tuple(s.name for s in services), stated(settings))
     found = _served.get(key)
     if found is None:
         found = _served[key] = document_bytes(api_document(services, settings))

@@ -26,7 +26,7 @@ from ..author.service import LongOperation, Operation, Service
 from ..protocol.faults import InvalidRequestFault, InvalidValueFault, MissingParameterFault
 from ..protocol.typeinfo import OBJ, fields, original
 from .ogcapi_jobs import JSON_MEDIA, REL_JOB_LIST, process_id
-from .openapi import SchemaBook
+from .openapi import SchemaBook, stated
 
 if TYPE_CHECKING:
     from ..settings.model import Settings
@@ -345,15 +345,16 @@ def _callback(subscriber: Any) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- made once
 
 
-#: Each process description's schemas by what they are made of (the services served, the
-#: settings they state): made once, not at every GET.
+#: Each process description's schemas by what they are made of (the services served, what
+#: of the settings they state, ``openapi.stated``): made once, not at every GET, and again
+#: after a live edit that changes them.
 _books: dict[tuple[object, ...], SchemaBook] = {}
 
 
 def book_of(services: "Iterable[Service]", settings: "Settings") -> SchemaBook:
     """The SchemaBook of ``services`` under ``settings``, made once."""
     services = list(services)
-    key = (tuple(s.name for s in services), settings.max_watched_ids)
+    key = (tuple(s.name for s in services), stated(settings))
     found = _books.get(key)
     if found is None:
         found = _books[key] = SchemaBook(services, settings)
