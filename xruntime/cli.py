@@ -165,13 +165,14 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def cmd_wsdl(args: argparse.Namespace) -> int:
     """Write every service's WSDL, the schema documents they import, the WSDL of all
-    services and the OpenAPI document of the JSON binding (the files kept in wsdl/:
-    <Service>.wsdl, schemas/<name>.xsd, XServices.wsdl, openapi.json), as a node with the
-    default settings serves them."""
+    services, the OpenAPI document of the JSON binding and the OGC API's (the files kept
+    in wsdl/: <Service>.wsdl, schemas/<name>.xsd, XServices.wsdl, openapi.json,
+    ogcapi.json), as a node with the default settings serves them."""
     import os
 
     from .author.registry import discover
     from .bindings import openapi
+    from .bindings.ogcapi import document as ogcapi_document
     from .bindings.soap import wsdl_for
     from .bindings.wsdl import ALL_SERVICES_FILE, SCHEMA_FOLDER, build_all_wsdl, schema_documents
 
@@ -186,7 +187,9 @@ def cmd_wsdl(args: argparse.Namespace) -> int:
     written.update(
         {f"{SCHEMA_FOLDER}/{name}": document for name, document in schema_documents().items()}
     )
-    written[openapi.DOCUMENT_NAME] = openapi.served(services.values(), config.Settings())
+    defaults = config.Settings()
+    written[openapi.DOCUMENT_NAME] = openapi.served(services.values(), defaults)
+    written[ogcapi_document.DOCUMENT_NAME] = ogcapi_document.served(services.values(), defaults)
     for name, document in written.items():
         path = os.path.join(args.out, name)
         with open(path, "wb") as f:
@@ -296,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--out",
         required=True,
-        help="folder to write <Service>.wsdl, schemas/*.xsd and openapi.json into",
+        help="folder to write <Service>.wsdl, schemas/*.xsd, openapi.json and ogcapi.json into",
     )
     p.add_argument(
         "--base-url",

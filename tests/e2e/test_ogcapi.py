@@ -254,7 +254,7 @@ def test_the_api_document_is_valid_openapi_30_of_every_process(node):
     # what `xruntime wsdl --out` writes: api_document of the same services
     from tests.fixtures.crashy import service as crashy
     from xruntime.author.registry import discover
-    from xruntime.bindings.ogcapi_document import api_document
+    from xruntime.bindings.ogcapi.document import api_document
     from xruntime.settings.model import Settings
 
     served = {**discover(), crashy.name: crashy}.values()

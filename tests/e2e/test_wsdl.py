@@ -295,7 +295,7 @@ def kept_schemas():
 #: one: the JSON binding's OpenAPI document (tests/e2e/test_openapi_document.py serves
 #: it). The OGC API binding's document, ogcapi.json, joins this list when `wsdl --out`
 #: writes it.
-DOCUMENTS = ["openapi.json"]
+DOCUMENTS = ["ogcapi.json", "openapi.json"]
 
 
 def test_the_files_are_one_per_service(generated):

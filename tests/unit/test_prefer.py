@@ -1,10 +1,10 @@
-"""The Prefer header read as RFC 7240 writes it (xruntime/bindings/prefer.py): lists,
+"""The Prefer header read as RFC 7240 writes it (xruntime/bindings/ogcapi/prefer.py): lists,
 parameters, case, quoted values, several headers; what the grammar does not allow is
 skipped, never raised."""
 
 import pytest
 
-from xruntime.bindings.prefer import Preference, preferences, prefers
+from xruntime.bindings.ogcapi.prefer import Preference, preferences, prefers
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ from ..admin.status_stream import StatusEvents, StatusFeed, StatusJson
 from ..author.registry import discover
 from ..bindings.json_binding import JsonBinding
 from ..bindings.jsonrpc import JsonRpcBinding
-from ..bindings.ogcapi import OgcApiBinding
+from ..bindings.ogcapi.binding import OgcApiBinding
 from ..bindings.soap import SoapBinding
 from ..engine.notifier import Notifier
 from ..operations.dispatch import Dispatcher

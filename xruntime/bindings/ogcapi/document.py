@@ -14,13 +14,11 @@ depends on the request.
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
-from ..protocol.faults import XServerFault
-from ..protocol.typeinfo import subclasses
-from ..protocol.types import JobProgress
-from .ogcapi_jobs import LIMIT_DEFAULT, LIMIT_MAX, STORED_OF
-from .ogcapi_processes import CALLBACK, JOB_CONTROL, OUTPUT, OUTPUT_TRANSMISSION, processes
-from .openapi import (
+from ... import __version__
+from ...protocol.faults import XServerFault
+from ...protocol.typeinfo import subclasses
+from ...protocol.types import JobProgress
+from ..openapi import (
     COMPONENTS,
     OPENAPI_VERSION,
     SECURITY,
@@ -30,10 +28,12 @@ from .openapi import (
     fault_statuses,
     stated,
 )
+from .jobs import LIMIT_DEFAULT, LIMIT_MAX, STORED_OF
+from .processes import CALLBACK, JOB_CONTROL, OUTPUT, OUTPUT_TRANSMISSION, processes
 
 if TYPE_CHECKING:
-    from ..author.service import Service
-    from ..settings.model import Settings
+    from ...author.service import Service
+    from ...settings.model import Settings
 
 #: Where the binding is, and this document's file name when written beside the WSDLs.
 PREFIX = "/ogcapi"

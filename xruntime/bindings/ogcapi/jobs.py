@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from ..operations.jobs import LIST_LIMIT_MAX, iso_time
-from ..protocol import codec
-from ..protocol.faults import InvalidValueFault
-from ..protocol.states import Status
-from ..protocol.types import BulkProgress, Job, JobProgress
-from ..store import JobRecord
+from ...operations.jobs import LIST_LIMIT_MAX, iso_time
+from ...protocol import codec
+from ...protocol.faults import InvalidValueFault
+from ...protocol.states import Status
+from ...protocol.types import BulkProgress, Job, JobProgress
+from ...store import JobRecord
 
 #: The standard's status of each xServer status that is stored.
 STATUS_OF = {

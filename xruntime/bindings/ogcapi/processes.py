@@ -21,15 +21,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
-from ..author.service import LongOperation, Operation, Service
-from ..protocol.faults import InvalidRequestFault, InvalidValueFault, MissingParameterFault
-from ..protocol.typeinfo import OBJ, fields, original
-from .ogcapi_jobs import JSON_MEDIA, REL_JOB_LIST, process_id
-from .openapi import SchemaBook, stated
+from ... import __version__
+from ...author.service import LongOperation, Operation, Service
+from ...protocol.faults import InvalidRequestFault, InvalidValueFault, MissingParameterFault
+from ...protocol.typeinfo import OBJ, fields, original
+from ..openapi import SchemaBook, stated
+from .jobs import JSON_MEDIA, REL_JOB_LIST, process_id
 
 if TYPE_CHECKING:
-    from ..settings.model import Settings
+    from ...settings.model import Settings
 
 REL_EXECUTE = "http://www.opengis.net/def/rel/ogc/1.0/execute"
 #: What every process allows: both execution modes, and DELETE of its jobs.

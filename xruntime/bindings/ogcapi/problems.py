@@ -22,9 +22,9 @@ from typing import Any
 
 from werkzeug.wrappers import Response
 
-from ..protocol import codec
-from ..protocol.faults import XServerFault
-from ..support import metrics
+from ...protocol import codec
+from ...protocol.faults import XServerFault
+from ...support import metrics
 
 PROBLEM_TYPE = "application/problem+json"
 OGC_EXCEPTIONS = "http://www.opengis.net/def/exceptions/ogcapi-processes-1/1.0/"

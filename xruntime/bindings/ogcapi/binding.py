@@ -1,10 +1,10 @@
 """The OGC API – Processes – Part 1: Core 1.0 binding at ``/ogcapi`` (docs/ogcapi.md).
 
 The same jobs as every other binding, described the way OGC API – Processes describes
-them: each long operation is a process (``ogcapi_processes``), each job shows as a
-``statusInfo`` (``ogcapi_jobs``), every error is an RFC 7807 document carrying the
-xServer fault (``ogcapi_problems``), and ``/api`` is this binding's OpenAPI 3.0
-document (``ogcapi_document``).  Nothing about jobs is decided here: an execute is the
+them: each long operation is a process (``processes``), each job shows as a
+``statusInfo`` (``jobs``), every error is an RFC 7807 document carrying the
+xServer fault (``problems``), and ``/api`` is this binding's OpenAPI 3.0
+document (``document``).  Nothing about jobs is decided here: an execute is the
 operation's start (``Prefer: respond-async``) or its synchronous form, through the
 dispatcher, which decodes and validates the request as for every binding; a job's
 status is its record as JobManager lets the caller see it; a dismiss is deleteJob;
@@ -39,23 +39,25 @@ from urllib.parse import urlencode
 
 from werkzeug.wrappers import Response
 
-from ..author.service import Service
-from ..operations.failures import as_fault
-from ..protocol.faults import (
+from ...author.service import Service
+from ...operations.failures import as_fault
+from ...protocol.faults import (
     InvalidRequestFault,
     InvalidValueFault,
     JobStateFault,
     UnknownJobFault,
     XServerFault,
 )
-from ..protocol.states import Status
-from ..store import JobRecord, now_ms, payload_stream
-from ..store.result_reader import ResultReader
-from ..support import metrics
-from ..support.blocking import blocking, sized
-from . import ogcapi_document, parsing
-from .json_binding import read_json_body
-from .ogcapi_jobs import (
+from ...protocol.states import Status
+from ...store import JobRecord, now_ms, payload_stream
+from ...store.result_reader import ResultReader
+from ...support import metrics
+from ...support.blocking import blocking, sized
+from .. import parsing
+from ..json_binding import read_json_body
+from ..request import BodyRequest
+from . import document
+from .jobs import (
     JSON_MEDIA,
     LIMIT_DEFAULT,
     REL_JOB_LIST,
@@ -64,14 +66,15 @@ from .ogcapi_jobs import (
     read_limit,
     status_info,
 )
-from .ogcapi_problems import (
+from .prefer import prefers
+from .problems import (
     NO_SUCH_JOB,
     NO_SUCH_PROCESS,
     RESULT_NOT_READY,
     ProblemResponse,
     problem,
 )
-from .ogcapi_processes import (
+from .processes import (
     Process,
     book_of,
     description,
@@ -79,13 +82,11 @@ from .ogcapi_processes import (
     read_execution,
     summary,
 )
-from .prefer import prefers
-from .request import BodyRequest
 
 if TYPE_CHECKING:
-    from ..operations.accounts import Caller
-    from ..operations.dispatch import Dispatcher
-    from ..settings.model import Settings
+    from ...operations.accounts import Caller
+    from ...operations.dispatch import Dispatcher
+    from ...settings.model import Settings
 
 log = logging.getLogger(__name__)
 
@@ -328,9 +329,7 @@ class OgcApiBinding:
 
     async def _api(self, request: BodyRequest, caller: "Caller") -> Response:
         metrics.operation_named("getAPI")
-        return Response(
-            ogcapi_document.served(self._served(), self.settings()), content_type=OPENAPI_TYPE
-        )
+        return Response(document.served(self._served(), self.settings()), content_type=OPENAPI_TYPE)
 
     # ------------------------------------------------------------------ processes
 
