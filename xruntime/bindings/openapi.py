@@ -500,16 +500,25 @@ def document_bytes(document: dict[str, Any]) -> bytes:
     return (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-#: The served document's bytes by what it is made of (the services served, the settings
-#: it states): made once, not at every GET.
-_served: dict[tuple[object, ...], bytes] = {}
+Build = Callable[["Iterable[Service]", "Settings"], dict[str, Any]]
 
 
-def served(services: "Iterable[Service]", settings: "Settings") -> bytes:
-    """The document of the services served under ``settings``, as bytes."""
-    services = list(services)
-    key = (tuple(s.name for s in services), stated(settings))
-    found = _served.get(key)
-    if found is None:
-        found = _served[key] = document_bytes(build(services, settings))
-    return found
+def made_once(build: Build) -> Callable[["Iterable[Service]", "Settings"], bytes]:
+    """``build(services, settings)``'s document as the bytes served and written, made
+    once per set of services and of what it states of the settings (``stated``): not at
+    every GET, and again after a live edit."""
+    made: dict[tuple[object, ...], bytes] = {}
+
+    def served(services: "Iterable[Service]", settings: "Settings") -> bytes:
+        services = list(services)
+        key = (tuple(s.name for s in services), stated(settings))
+        found = made.get(key)
+        if found is None:
+            found = made[key] = document_bytes(build(services, settings))
+        return found
+
+    return served
+
+
+#: The served document of the services served under some settings, as bytes.
+served = made_once(build)

@@ -270,11 +270,15 @@ class OgcApiBinding:
             headers=headers,
         )
 
-    def _record(self, job_id: str, caller: "Caller") -> JobRecord:
-        """The job's record as ``caller`` may see it (blocking); no-such-job otherwise."""
+    def _peek(self, job_id: str, caller: "Caller") -> JobRecord | None:
+        """The job's record as ``caller`` may see it, or None (blocking)."""
         # (a job's id is a UUID: text no id can be, a NUL, is no question for the store)
         plausible = len(job_id) <= 100 and job_id.isascii() and job_id.isprintable()
-        rec = self.jobs.peek(job_id, caller) if plausible else None
+        return self.jobs.peek(job_id, caller) if plausible else None
+
+    def _record(self, job_id: str, caller: "Caller") -> JobRecord:
+        """The job's record as ``caller`` may see it (blocking); no-such-job otherwise."""
+        rec = self._peek(job_id, caller)
         if rec is None:
             raise Refusal(
                 UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id), NO_SUCH_JOB
@@ -414,9 +418,7 @@ class OgcApiBinding:
         self, job_id: str, process: Process, caller: "Caller", base: str
     ) -> dict[str, Any]:
         """The statusInfo of a job just started (blocking)."""
-        # (a job's id is a UUID: text no id can be, a NUL, is no question for the store)
-        plausible = len(job_id) <= 100 and job_id.isascii() and job_id.isprintable()
-        rec = self.jobs.peek(job_id, caller) if plausible else None
+        rec = self._peek(job_id, caller)
         if rec is None:  # deleted meanwhile: as it was started
             rec = JobRecord(
                 id=job_id,

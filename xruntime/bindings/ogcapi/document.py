@@ -24,9 +24,8 @@ from ..openapi import (
     SECURITY,
     SECURITY_SCHEMES,
     SchemaBook,
-    document_bytes,
     fault_statuses,
-    stated,
+    made_once,
 )
 from .jobs import LIMIT_DEFAULT, LIMIT_MAX, STORED_OF
 from .processes import CALLBACK, JOB_CONTROL, OUTPUT, OUTPUT_TRANSMISSION, processes
@@ -592,16 +591,5 @@ def api_document(services: "Iterable[Service]", settings: "Settings") -> dict[st
     }
 
 
-#: The served document's bytes by what it is made of (the services served, what of the
-#: settings it states): made once, not at every GET, and again after a live edit.
-_served: dict[tuple[object, ...], bytes] = {}
-
-
-def served(services: "Iterable[Service]", settings: "Settings") -> bytes:
-    """The document of the services served under ``settings``, as bytes (as written)."""
-    services = list(services)
-    key = (tuple(s.name for s in services), stated(settings))
-    found = _served.get(key)
-    if found is None:
-        found = _served[key] = document_bytes(api_document(services, settings))
-    return found
+#: The served document (``/ogcapi/api``) of the services served under some settings, as bytes.
+served = made_once(api_document)
