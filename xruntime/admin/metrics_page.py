@@ -1,6 +1,6 @@
 """``/metrics``: the node's Prometheus metrics in the text format, for a scrape.
 
-It adds up what every process of the node recorded (``xruntime.metrics``, from the
+It adds up what every process of the node recorded (``xruntime.support.metrics``, from the
 multiprocess folder) and reads the rest from the store at scrape time.
 """
 

@@ -106,7 +106,7 @@ class JobContext(Protocol):
     ) -> list[ChildOutcome]:
         """Start child jobs (``Child(service, operation, request)``) and answer their
         ``ChildOutcome``s in order; the job holds no worker while they run, and its
-        function runs again from the start once they are done (xruntime.children).
+        function runs again from the start once they are done (xruntime.author.children).
         ``failures="raise"``: a child's fault ends this job; ``"return"``: you decide."""
 
     def join(self, response: XModel, field: str, outcomes: Iterable[ChildOutcome]) -> Joined:

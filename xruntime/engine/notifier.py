@@ -1,7 +1,7 @@
 """Tells whoever listens that a job changed, without any polling.
 
 ``notify(job_id)`` is called from any thread after a change is stored: it calls this
-process's listeners (the watches of an HTTP process, see ``xruntime.watching``) and
+process's listeners (the watches of an HTTP process, see ``xruntime.operations.watching``) and
 publishes the change on the node's change feed (``bridge``), which carries it to the
 node's other processes and to other nodes (``xruntime.store.feed``,
 ``xruntime.store.channel``).  The supervisor learns of stops and deletes that way

@@ -92,7 +92,7 @@ def node_gone() -> None:
 
 
 class WorkerJobContext:
-    """The ``job`` argument of a long operation's function (see xruntime.service)."""
+    """The ``job`` argument of a long operation's function (see xruntime.author.service)."""
 
     def __init__(
         self,
@@ -210,7 +210,7 @@ class WorkerJobContext:
         self, children: Iterable[Child], failures: str = "raise"
     ) -> list[ChildOutcome]:
         """Start ``children`` (``Child``s) and answer their outcomes, in order: see
-        xruntime.children.  ``failures="raise"``: a failed child's fault ends this job
+        xruntime.author.children.  ``failures="raise"``: a failed child's fault ends this job
         too (its running siblings are stopped); ``"return"``: every outcome is answered,
         the service decides.  After a stop every outcome is answered."""
         return self._stages.run(children, failures, self.stop_requested, self.stop_fault)

@@ -101,7 +101,7 @@ class JobManager:
         self.store = store
         self.services = services or {}  # the registry's services by name, for runtime information
         self.notifier = notifier  # its feed tells the supervisor of new, stopped and deleted jobs
-        self.watches = watches  # the held watches of an HTTP process (xruntime.watching)
+        self.watches = watches  # the held watches of an HTTP process (xruntime.operations.watching)
         self.settings = settings  # a callable answering the settings in force
         self.node = node
         self.started_at = time.time()

@@ -276,7 +276,7 @@ def listen(host: str, port: int) -> socket.socket:
 def serve(settings: Settings, services: Sequence[str], reload_path: str | None = None) -> None:
     """Run a node of ``services`` (names, the registry's) until SIGTERM/SIGINT.  With
     ``reload_path``, edits of that file are applied live, in every process
-    (xruntime.reload).
+    (xruntime.serving.reload).
 
     Either signal stops the node cleanly at any moment, also while it starts: until the
     node is made, ``support.stop_signals`` only records it (``xruntime serve`` catches
