@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+import xruntime.store.feed as feed_module
+from tests.waiting import PATIENCE, until
 from xruntime.store import SqlJobStore
 from xruntime.store.changes import QUEUE
 from xruntime.store.feed import SocketFeed
@@ -32,9 +34,20 @@ class Process:
         self.queued += 1
         self.heard.set()
 
-    def wait(self, timeout=2.0):
+    def wait(self, timeout=PATIENCE):
         assert self.heard.wait(timeout), "nothing arrived"
         self.heard.clear()
+
+
+def members_known(*processes):
+    """Until each of ``processes`` has every other one among the members it sends to (a
+    later one reads them when it starts; the earlier ones when its hello reaches them)."""
+    for p in processes:
+        others = {q.feed.address for q in processes if q is not p}
+        until(
+            lambda p=p, others=others: others <= set(p.feed._members),
+            f"{p.feed.origin} knows the others",
+        )
 
 
 @pytest.fixture
@@ -56,20 +69,22 @@ def processes(tmp_path):
 
 def test_a_change_reaches_every_other_process_at_once_and_not_its_own(processes):
     a, b, c = processes("n/main/1"), processes("n/http0/2"), processes("n/http1/3")
-    time.sleep(0.1)
+    members_known(a, b, c)
     started = time.monotonic()
     a.feed.publish("job-1")
     b.wait()
     c.wait()
     assert time.monotonic() - started < 0.5
     assert b.jobs == ["job-1"] and c.jobs == ["job-1"]
+    # (a wait for something that does not come: had a sent to itself, it would have
+    # heard by now, as b and c did within the time asserted above)
     time.sleep(0.1)
     assert a.jobs == [], "a process is not told of its own changes"
 
 
 def test_new_work_is_told_as_queued(processes):
     a, b = processes("n/http0/1"), processes("n/main/2")
-    time.sleep(0.1)
+    members_known(a, b)
     a.feed.publish(QUEUE)
     b.wait()
     assert b.queued == 1 and b.jobs == []
@@ -77,29 +92,29 @@ def test_new_work_is_told_as_queued(processes):
 
 def test_a_burst_arrives_whole(processes):
     a, b = processes("n/main/1"), processes("n/http0/2")
-    time.sleep(0.1)
+    members_known(a, b)
     ids = [f"job-{i}" for i in range(5000)]
     for job_id in ids:
         a.feed.publish(job_id)
-    deadline = time.monotonic() + 5
-    while len(set(b.jobs)) < len(ids) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    until(lambda: len(set(b.jobs)) >= len(ids), "all 5000 ids reached b")
     assert set(b.jobs) == set(ids)
 
 
-def test_a_member_that_starts_later_is_told_at_once(processes):
+def test_a_member_that_starts_later_is_told_at_once(processes, monkeypatch):
+    # a reads the members only when told: its own re-read (every REFRESH_PERIOD) would
+    # find b too, so it is put off for an hour
+    monkeypatch.setattr(feed_module, "REFRESH_PERIOD", 3600.0)
     a = processes("n/main/1")
-    time.sleep(0.1)
     b = processes("n/http0/2")  # it says hello: a reads the members again
-    time.sleep(0.2)
+    members_known(a, b)
     a.feed.publish("job-1")
-    b.wait(timeout=0.5)  # well before a's own re-read of the members (1 s)
+    b.wait()
     assert b.jobs == ["job-1"]
 
 
 def test_a_member_gone_is_left_out_and_the_others_still_hear(processes):
     a, b, c = processes("n/main/1"), processes("n/http0/2"), processes("n/http1/3")
-    time.sleep(0.1)
+    members_known(a, b, c)
     b.feed._inbox.close()  # as if the process were killed: its row stays
     a.feed.publish("job-1")
     c.wait()
@@ -138,8 +153,7 @@ def test_malformed_datagrams_and_other_users_are_dropped_quietly(processes, capl
     reach the feed's abstract socket. Both are dropped, with one line at most."""
     import os
 
-    a = processes("n/main/1")
-    time.sleep(0.1)
+    a = processes("n/main/1")  # (its socket is bound: what is sent now waits there)
     with caplog.at_level("WARNING", logger="xruntime.store.feed"):
         send_as(a.feed.address, b"\xff\xfe not utf-8")
         send_as(a.feed.address, b"n/x/9\njob\x00with a NUL")
