@@ -67,8 +67,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.stats import percentile  # noqa: E402
 from tests.harness import Server  # noqa: E402
 from xruntime.operations.accounts import token_sha256  # noqa: E402
+from xruntime.payload.form import pack  # noqa: E402
 from xruntime.store import JobRecord, SqlJobStore, now_ms  # noqa: E402
-from xruntime.store.payload import pack  # noqa: E402
 from xruntime.store.schema import jobs, lane_of  # noqa: E402
 from xruntime.store.statements import INSERT_KEYS  # noqa: E402
 

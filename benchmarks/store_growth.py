@@ -100,9 +100,9 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from tests.harness import Server, free_port, write_config  # noqa: E402
+from xruntime.payload.form import pack  # noqa: E402
 from xruntime.store import JobRecord, now_ms  # noqa: E402
 from xruntime.store.events import install_triggers  # noqa: E402
-from xruntime.store.payload import pack  # noqa: E402
 from xruntime.store.schema import job_events, jobs, lane_of  # noqa: E402
 from xruntime.store.sql import SqlJobStore  # noqa: E402
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.clients import BINDINGS, RemoteFault, make_client, start, wait_done
 from tests.fixtures.released_schema import released_database
-from xruntime.store.payload import pack
+from xruntime.payload.form import pack
 
 RETRIES = """
     [jobs]

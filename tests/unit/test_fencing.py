@@ -48,7 +48,7 @@ def test_a_lost_run_cannot_finish_the_job_with_a_large_result(any_store):
     import json
     import random
 
-    from xruntime.store.payload import pack
+    from xruntime.payload.form import pack
 
     rng = random.Random(9)
     large = {

@@ -15,7 +15,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "xruntime"
 LAYERS = [
     {"support", "settings"},  # the log, metrics, blocking pool; the administrator's file
     {"protocol"},  # the contract: types, faults, states, codec (no I/O)
-    {"store"},  # the job store
+    # the stored form of a payload: bytes ⇄ JSON text, joins, streams (no SQL, no I/O)
+    {"payload"},
+    {"store"},  # the job store: the only part that speaks SQL
     {"author"},  # the service author's API and the registry of services
     # workers and their supervision, the notifier; callbacks: checked, signed, sent
     {"engine", "callbacks"},

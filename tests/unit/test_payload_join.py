@@ -1,4 +1,4 @@
-"""Joining children's stored lists without decoding them (xruntime/store/list_join.py):
+"""Joining children's stored lists without decoding them (xruntime/payload/list_join.py):
 the stored result must read back as exactly the text one job would have written."""
 
 import json
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xruntime.store import payload
-from xruntime.store.list_join import join_lists, without_list
-from xruntime.store.payload import MAGIC, pack, unpack
+from xruntime.payload import form as payload
+from xruntime.payload.form import MAGIC, pack, unpack
+from xruntime.payload.list_join import join_lists, without_list
 
 
 def dump(data):

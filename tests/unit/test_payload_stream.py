@@ -1,4 +1,4 @@
-"""Reading a stored payload in pieces (store/payload_stream.py): the JSON text in
+"""Reading a stored payload in pieces (payload/stream.py): the JSON text in
 chunks is exactly ``unpack``'s, and the lazy value holds exactly the decoded data,
 whatever the form, the slices and the pieces."""
 
@@ -8,10 +8,12 @@ import random
 import numpy as np
 import pytest
 
-from xruntime.author.tables import encoded, stored_table, table
-from xruntime.store import payload, payload_stream
-from xruntime.store.list_join import join_lists
-from xruntime.store.payload import pack, unpack
+from xruntime.author.tables import encoded, table
+from xruntime.payload import form as payload
+from xruntime.payload import stream as payload_stream
+from xruntime.payload.arrays import stored_table
+from xruntime.payload.form import pack, unpack
+from xruntime.payload.list_join import join_lists
 from xruntime_services import xdima
 
 

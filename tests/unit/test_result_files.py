@@ -9,9 +9,10 @@ import pytest
 
 from tests.unit.helpers import new_record
 from tests.unit.test_result_reader import LEASE_MS, NODE, large_result
+from xruntime.payload import stream as payload_stream
+from xruntime.payload.form import unpack
 from xruntime.protocol.states import Status
-from xruntime.store import Run, now_ms, payload_stream, result_files
-from xruntime.store.payload import unpack
+from xruntime.store import Run, now_ms, result_files
 from xruntime.store.result_files import ResultFile
 
 

@@ -8,9 +8,10 @@ import random
 import pytest
 
 from tests.unit.helpers import new_record
+from xruntime.payload import stream as payload_stream
+from xruntime.payload.form import pack, unpack
 from xruntime.protocol.states import Status
-from xruntime.store import now_ms, payload_stream, result_reader
-from xruntime.store.payload import pack, unpack
+from xruntime.store import now_ms, result_reader
 
 NODE, LEASE_MS = "node-a:1", 30_000
 

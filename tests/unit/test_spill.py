@@ -10,7 +10,7 @@ import pytest
 
 from tests.unit.test_result_reader import finished, large_result
 from xruntime.engine import spill
-from xruntime.store.payload import unpack
+from xruntime.payload.form import unpack
 
 
 def test_a_spilled_result_is_stored_from_its_mapped_file(any_store, tmp_path):
@@ -86,7 +86,7 @@ def matrix_table(encoded=False):
 
 @pytest.mark.parametrize("encoded", [False, True])
 def test_a_large_table_is_written_straight_into_the_file_handed_over(tmp_path, encoded):
-    from xruntime.author.tables import stored_table
+    from xruntime.payload.arrays import stored_table
     from xruntime_services import xdima
 
     in_memory = stored_table(matrix_table(encoded), xdima.DistanceMatrixResponse)
@@ -104,7 +104,7 @@ def test_a_large_table_is_written_straight_into_the_file_handed_over(tmp_path, e
 
 
 def test_a_file_not_handed_over_is_removed(tmp_path):
-    from xruntime.author.tables import stored_table
+    from xruntime.payload.arrays import stored_table
     from xruntime_services import xdima
 
     spilling = spill.Spill(str(tmp_path), "job")
@@ -119,7 +119,7 @@ def test_a_table_that_finds_no_room_is_made_in_memory(tmp_path, monkeypatch):
     """``/dev/shm`` full: the space is asked for before the file is mapped (a write to a
     mapped page that a full tmpfs cannot give would kill the worker), and the form is
     made in memory instead, no file left."""
-    from xruntime.author.tables import stored_table
+    from xruntime.payload.arrays import stored_table
     from xruntime_services import xdima
 
     def full(fd, offset, length):
@@ -136,7 +136,7 @@ def test_a_table_that_finds_no_room_is_made_in_memory(tmp_path, monkeypatch):
 def test_a_table_with_no_room_on_the_stores_disk_fails_its_job(tmp_path, monkeypatch):
     """The folder is where a SQLite store keeps results (``final``): the pipe is no way
     round, the store would need the same room; ``NoRoom`` (the job fails), no file left."""
-    from xruntime.author.tables import stored_table
+    from xruntime.payload.arrays import stored_table
     from xruntime_services import xdima
 
     def full(fd, offset, length):

@@ -10,10 +10,10 @@ from tests.fixtures.released_schema import released_database
 from xruntime import cli
 from xruntime.operations.accounts import Caller, token_sha256
 from xruntime.operations.storage_quota import StoredBytesQuota
+from xruntime.payload.form import COMPRESS_ABOVE, pack
 from xruntime.protocol.faults import QuotaExceededFault
 from xruntime.settings import config
 from xruntime.store import SqlJobStore, now_ms
-from xruntime.store.payload import COMPRESS_ABOVE, pack
 
 from .conftest import sqlite_url
 from .helpers import LEASE_MS, NODE, new_record

@@ -9,8 +9,8 @@ import time
 
 from tests.unit.conftest import sqlite_url
 from tests.unit.test_result_reader import finished
+from xruntime.payload.form import pack, unpack
 from xruntime.store import SqlJobStore
-from xruntime.store.payload import pack, unpack
 from xruntime.store.sqlite import WalCheckpointer
 
 PAGES_4K = 1000 * 4096  # SQLite's autocheckpoint: 1 000 pages of 4 kB

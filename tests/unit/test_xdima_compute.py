@@ -1,5 +1,5 @@
 """XDima's arithmetic and its function, without a server; and the compact stored form
-its large results rely on (xruntime/store/payload.py)."""
+its large results rely on (xruntime/payload/form.py)."""
 
 import json
 import math
@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from xruntime.author.registry import setting_keys
-from xruntime.author.tables import Table, encoded, stored_table, table
+from xruntime.author.tables import Table, encoded, table
+from xruntime.payload.arrays import stored_table
+from xruntime.payload.form import MAGIC, pack, unpack
+from xruntime.payload.list_join import encoded_members, join_lists, without_list
 from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault, RequestStoppedFault
 from xruntime.settings import config
-from xruntime.store.list_join import encoded_members, join_lists, without_list
-from xruntime.store.payload import MAGIC, pack, unpack
 from xruntime_services import xdima
 from xruntime_services.xdima import compute
 from xruntime_services.xdima.types import CreateDistanceMatrixRequest

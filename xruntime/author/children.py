@@ -27,13 +27,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..payload.form import unpack
+from ..payload.list_join import encoded_members, without_list
 from ..protocol import codec
 from ..protocol.faults import XServerFault
 from ..protocol.states import Status
 from ..protocol.types import XModel
 from ..settings.model import Settings
-from ..store.list_join import encoded_members, without_list
-from ..store.payload import unpack
 
 if TYPE_CHECKING:
     from ..store.records import FinishedChild

@@ -18,6 +18,7 @@ from werkzeug.wrappers import Response
 
 from ..author.service import FETCH
 from ..operations.failures import as_fault
+from ..payload.stream import json_chunks
 from ..protocol import codec
 from ..protocol.faults import (
     InvalidRequestFault,
@@ -25,7 +26,6 @@ from ..protocol.faults import (
     RejectedRequestFault,
     XServerFault,
 )
-from ..store import payload_stream
 from ..store.result_reader import ResultReader
 from ..support import metrics
 from ..support.blocking import sized
@@ -81,7 +81,7 @@ def error(request_id: object, code: int, fault: XServerFault) -> dict[str, Any]:
 
 class _Streamed:
     """A single request's answer around a large fetched result, written as the result
-    is read from its stored form (``store.payload_stream``)."""
+    is read from its stored form (``payload.stream``)."""
 
     __slots__ = ("request_id", "stored")
 
@@ -90,7 +90,7 @@ class _Streamed:
 
     def chunks(self) -> Iterator[bytes]:
         yield f'{{"jsonrpc":"2.0","id":{self.request_id},"result":'.encode()
-        yield from payload_stream.json_chunks(self.stored)
+        yield from json_chunks(self.stored)
         yield b"}"
 
 

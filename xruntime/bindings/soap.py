@@ -24,11 +24,11 @@ from lxml import etree
 from werkzeug.wrappers import Response
 
 from ..operations.failures import as_fault
+from ..payload.stream import lazy_value
 from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, XServerFault
 from ..protocol.typeinfo import complex_types
 from ..protocol.types import NAMESPACE as TYPES_NS
-from ..store import payload_stream
 from ..support import metrics
 from ..support.blocking import INLINE_BYTES
 from . import parsing, xml_codec
@@ -193,13 +193,11 @@ class SoapBinding:
     def _streamed(self, soap: SoapService, op: "Operation", answer: "Answer") -> Iterator[bytes]:
         """The answer's envelope as text, in chunks: a large result is never a tree, and
         a large stored one never whole (its arrays are read as they are written,
-        ``store.payload_stream``).  (The ASGI application runs a large one's chunks in
+        ``payload.stream``).  (The ASGI application runs a large one's chunks in
         the pool.)"""
         stored = answer.stored
         try:
-            data = (
-                payload_stream.lazy_value(stored) if stored is not None else json.loads(answer.text)
-            )
+            data = lazy_value(stored) if stored is not None else json.loads(answer.text)
             head, tail = _envelope_ends(soap.declarations)
             yield head.encode("utf-8")
             for chunk in xml_codec.iter_text(

@@ -20,11 +20,11 @@ from xml.sax.saxutils import escape
 
 from lxml import etree
 
+from ..payload.form import integers_text
+from ..payload.stream import Packed
 from ..protocol.codec import TYPE_KEY, field_path, shown
 from ..protocol.faults import InvalidValueFault
 from ..protocol.typeinfo import BOOL, FLOAT, INT, OBJ, Field, lineage, original, subtypes
-from ..store.payload import integers_text
-from ..store.payload_stream import Packed
 
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
 XSI_TYPE = f"{{{XSI}}}type"

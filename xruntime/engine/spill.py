@@ -104,8 +104,8 @@ def _no_room(final: bool, exc: OSError) -> bool:
 
 class Spill:
     """(In the worker.) The file of the supervisor's folder that a job's large stored
-    form is written into as it is made: the ``payload.Output`` that
-    ``payload.compose_stored`` is given.  Removed (``discard``) unless handed over to the
+    form is written into as it is made: the ``payload.form.Output`` that
+    ``payload.form.compose_stored`` is given.  Removed (``discard``) unless handed over to the
     main process (``hand_over``)."""
 
     def __init__(self, folder: str, job_id: str, final: bool = False) -> None:

@@ -35,7 +35,10 @@ from typing import Any, cast
 from ..author.children import Child, ChildOutcome, Joined, Stages, WaitForChildren
 from ..author.registry import discover, find_long_operation, long_operation
 from ..author.service import LongOperation, RetryLater
-from ..author.tables import Table, encoded, stored_table, table
+from ..author.tables import Table, encoded, table
+from ..payload.arrays import stored_table
+from ..payload.form import IN_MEMORY, Output, pack
+from ..payload.list_join import join_lists
 from ..protocol import codec
 from ..protocol.faults import (
     InternalErrorFault,
@@ -47,8 +50,6 @@ from ..protocol.faults import (
 from ..protocol.types import IntermediateResponseLimitation, JobProgress, XModel
 from ..settings.model import Settings
 from ..store import FinishedChild
-from ..store.list_join import join_lists
-from ..store.payload import IN_MEMORY, Output, pack
 from ..support.logs import one_line, set_level, setup_logging
 from ..support.parent_death import die_with_parent
 from . import spill

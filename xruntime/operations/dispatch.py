@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..author.service import CALL, FETCH, RUN, START, LongOperation, Operation, Service
+from ..payload.form import unpack
 from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
 from ..protocol.types import XModel
-from ..store.payload import unpack
 from ..store.result_reader import ResultReader
 from ..support import metrics
 from ..support.blocking import blocking
@@ -35,7 +35,7 @@ STREAM_ABOVE = 256 * 1024
 class Answer:
     """An operation's response as JSON text (the codec's form), or a large fetched
     result in the store's form (``stored``: read by ranges as a binding writes it, see
-    ``store.payload_stream``).  Watchers woken by one change share one Answer, and each
+    ``payload.stream``).  Watchers woken by one change share one Answer, and each
     binding renders it once (``rendered``)."""
 
     __slots__ = ("_text", "stored", "_rendered")

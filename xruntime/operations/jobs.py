@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from .. import __version__
 from ..callbacks.targets import check_callback
 from ..engine.child_jobs import stop_children
+from ..payload.form import TooLarge
 from ..protocol import codec, states
 from ..protocol.faults import (
     AccessDeniedFault,
@@ -49,7 +50,6 @@ from ..protocol.types import (
 )
 from ..protocol.watch import watch_periods
 from ..store import JobRecord, JobStore, disk_room, now_ms
-from ..store.payload import TooLarge
 from ..store.result_reader import ResultReader
 from ..support.blocking import blocking
 from .accounts import ANONYMOUS, Caller
@@ -223,7 +223,7 @@ class JobManager:
         self, op: "LongOperation", job_id: str, caller: Caller = ANONYMOUS
     ) -> ResultReader:
         """Like ``fetch_json``, but the result in the store's form, read by ranges, for
-        an answer written as it is read (``store.payload_stream``): never whole."""
+        an answer written as it is read (``payload.stream``): never whole."""
         stored = self._fetched(op, job_id, caller, None, stored=True).stored_result
         assert stored is not None  # a SUCCEEDED job is stored with its result
         try:  # its first bytes now: one that cannot be read is a fault, not a cut answer

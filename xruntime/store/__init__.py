@@ -5,9 +5,10 @@ the ``JobStore`` interface it answers, the records it takes and gives, ``now_ms`
 clock that decides between nodes) and ``StoreUnavailable``.
 
 ``SqlJobStore`` (and SQLAlchemy with it) is imported when first asked for, not with the
-package: a worker process takes only ``store.payload`` from here, and SQLAlchemy is
+package: a worker process takes only the records from here, and SQLAlchemy is
 ~20 MB of every process that imports it (benchmarks/longpoll.py measures the node's
-memory).
+memory).  The stored form of a payload, which the store keeps as bytes, is
+``xruntime.payload``.
 """
 
 from typing import TYPE_CHECKING

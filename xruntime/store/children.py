@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable
 from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.engine import Connection
 
+from ..payload.form import pack, unpack
 from ..protocol.states import FINISHED, Status
 from .claims import resume_statement
 from .database import QUEUE_LOCK_KEY, Database
 from .events import fault_type, note_of
-from .payload import pack, unpack
 from .records import FinishedChild, JobRecord, QueueFull, QueueLimit, Run
 from .schema import WAITING_LANE, jobs, lane_of
 from .statements import (

@@ -62,7 +62,7 @@ class JobStore(Protocol):
         stored_result: bool = False,
     ) -> JobRecord | None:
         """The whole job (only if it belongs to ``owner``, when given); with
-        ``max_result_bytes``, ``payload.TooLarge`` when its result's text is longer;
+        ``max_result_bytes``, ``payload.form.TooLarge`` when its result's text is longer;
         with ``stored_result``, its result in the store's form (``stored_result``)."""
 
     def peek(self, job_id: str) -> JobRecord | None:

@@ -38,10 +38,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 
+from ..payload.form import unpack
 from . import sqlite
 from .database import Database
 from .events import NOW_MS, note_of
-from .payload import unpack
 from .records import CallbackAttempt, CallbackEvent
 from .schema import callback_outbox, job_events, jobs
 from .statements import Prepared, Statement

@@ -67,7 +67,7 @@ class JobRecord:
 @dataclass
 class FinishedChild:
     """How a child job ended, as its parent is given it: ``result`` in the stored form
-    (bytes, ``store.payload``), ``fault`` as JSON text."""
+    (bytes, ``payload.form``), ``fault`` as JSON text."""
 
     id: str
     stage: int

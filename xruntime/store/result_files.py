@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 
 #: What a ``job_results.result`` that refers to a file starts with; the stored forms
-#: (payload.py) start with ``x``, ``{`` or ``\0XJP``.
+#: (``payload.form``) start with ``x``, ``{`` or ``\0XJP``.
 REFERENCE = b"\x00XJF1:"
 #: No reference is longer (a job id, an attempt and a few characters); any stored form is.
 LONGEST_REFERENCE = 200

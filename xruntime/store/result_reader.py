@@ -2,7 +2,7 @@
 
 A 5 000 × 5 000 matrix is stored in 200 MB; an HTTP process that read it whole to
 answer a fetch would grow by as much.  A ``ResultReader`` reads the ranges a writer
-asks for (``store.payload_stream``: the compact form's table, then one piece of its
+asks for (``payload.stream``: the compact form's table, then one piece of its
 zlib stream at a time):
 
 * on SQLite, through an incremental blob handle (``sqlite3.Connection.blobopen``)

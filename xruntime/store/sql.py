@@ -26,6 +26,7 @@ from sqlalchemy import (
     update,
 )
 
+from ..payload.form import pack
 from ..protocol.states import FINISHED, Status
 from . import result_files
 from .children import ChildJobs
@@ -34,7 +35,6 @@ from .clock import now_ms
 from .database import QUEUE_LOCK_KEY, guard_values
 from .events import fault_type, note_of
 from .outbox import CallbackOutbox
-from .payload import pack
 from .records import JobRecord, Recovered, Run
 from .result_files import ResultFile
 from .result_reader import ResultReader
@@ -125,7 +125,7 @@ class SqlJobStore(ChildJobs, CallbackOutbox):
     ) -> JobRecord | None:
         """The whole job; with ``owner``, only if it is theirs (another's job is not
         even read, so answering "no such job" takes the time it takes for an unknown id).
-        With ``max_result_bytes``, ``payload.TooLarge`` for a longer result; with
+        With ``max_result_bytes``, ``payload.form.TooLarge`` for a longer result; with
         ``stored_result``, not its result but a ``ResultReader`` of it (to be written as
         it is read, never whole)."""
         key = ("get" if owner is None else "get_owned") + ("_sized" if stored_result else "")

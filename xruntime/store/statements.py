@@ -29,8 +29,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.dml import UpdateBase
 
+from ..payload.form import unpack
 from ..protocol.states import Status
-from .payload import unpack
 from .records import ACTIVE_RUNNING, JobRecord, Run
 from .schema import OUTBOX_BYTES, callback_outbox, job_results, jobs
 
@@ -322,7 +322,7 @@ def record_of(row: dict, max_result_bytes: int | None = None) -> JobRecord: ...
 def record_of(row: dict | None, max_result_bytes: int | None = None) -> JobRecord | None: ...
 def record_of(row: dict | None, max_result_bytes: int | None = None) -> JobRecord | None:
     """The JobRecord of a row of ``jobs`` (as a dict), its payloads read back to JSON
-    text; with ``max_result_bytes``, ``payload.TooLarge`` for a longer result."""
+    text; with ``max_result_bytes``, ``payload.form.TooLarge`` for a longer result."""
     if row is None:
         return None
     for name in _INTERNAL:

@@ -41,6 +41,7 @@ from werkzeug.wrappers import Response
 
 from ...author.service import Service
 from ...operations.failures import as_fault
+from ...payload.stream import json_chunks
 from ...protocol.faults import (
     InvalidRequestFault,
     InvalidValueFault,
@@ -49,7 +50,7 @@ from ...protocol.faults import (
     XServerFault,
 )
 from ...protocol.states import Status
-from ...store import JobRecord, now_ms, payload_stream
+from ...store import JobRecord, now_ms
 from ...store.result_reader import ResultReader
 from ...support import metrics
 from ...support.blocking import blocking, sized
@@ -557,7 +558,7 @@ DOCUMENT_TAIL = b"}}"
 def _document_chunks(stored: ResultReader) -> Iterator[bytes]:
     """A large stored result in the results document, written as it is read."""
     yield DOCUMENT_HEAD
-    yield from payload_stream.json_chunks(stored)
+    yield from json_chunks(stored)
     yield DOCUMENT_TAIL
 
 

@@ -1,8 +1,8 @@
 """A stored payload read in pieces, for answers that are written as they are read.
 
-``payload.unpack`` writes a payload's whole JSON text: for a 2 000 × 2 000 matrix
+``form.unpack`` writes a payload's whole JSON text: for a 2 000 × 2 000 matrix
 that is 50 MB of text in an HTTP process, and for SOAP the text parsed again into
-Python objects (a few hundred MB).  Here the compact form (``payload.MAGIC``) is read
+Python objects (a few hundred MB).  Here the compact form (``form.MAGIC``) is read
 one piece of its zlib stream at a time (each piece inflates alone, its raw offset known
 from the table), and its packed arrays are formatted a slice at a time:
 
@@ -30,7 +30,7 @@ from array import array
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from . import payload
+from . import form
 
 #: Items of a packed array formatted at once (a slice's text is about 1-3 MB).
 SLICE_ITEMS = 1 << 18
@@ -66,13 +66,13 @@ def _closed(source: Source) -> None:
 
 
 class PieceReader:
-    """The raw bytes of a compact payload's zlib stream (``payload.MAGIC``), read by
+    """The raw bytes of a compact payload's zlib stream (``form.MAGIC``), read by
     offset: the piece holding an offset is read from the source and inflated alone,
     and the last one kept."""
 
     def __init__(self, source: Source) -> None:
         self.source = source
-        entries, _ = payload.table_of(source.read)
+        entries, _ = form.table_of(source.read)
         self._deflated = [(at, n) for at, n, _, _ in entries]  # (offset in the source, length)
         self._starts = [0]
         for _, _, length, _ in entries:
@@ -113,7 +113,7 @@ class Packed:
         self.reader, self.offset, self.code, self.count = reader, offset, code, count
 
     def slices(self) -> Iterator[Any]:
-        width = payload.ITEM_BYTES[self.code]
+        width = form.ITEM_BYTES[self.code]
         step = SLICE_BYTES if self.code == "B" else SLICE_ITEMS
         for first in range(0, self.count, step):
             n = min(step, self.count - first)
@@ -123,7 +123,7 @@ class Packed:
             else:
                 packed = array(self.code)
                 packed.frombytes(data)
-                yield payload.flip_byte_order(packed)
+                yield form.flip_byte_order(packed)
 
     def text_slices(self) -> Iterator[str]:
         """The array's JSON text in slices."""
@@ -134,7 +134,7 @@ class Packed:
             return
         yield "["
         for i, packed in enumerate(self.slices()):
-            text = payload.format_array(packed)[1:-1]
+            text = form.format_array(packed)[1:-1]
             yield text if i == 0 else "," + text
         yield "]"
 
@@ -142,13 +142,13 @@ class Packed:
 def _opened(source: Source) -> tuple[str, list[tuple[int, Packed]]] | None:
     """The skeleton of a compact payload (as written now) and its arrays as
     ``(position, Packed)``; None for the other forms."""
-    if source.read(0, len(payload.MAGIC)) != payload.MAGIC:
+    if source.read(0, len(form.MAGIC)) != form.MAGIC:
         return None
     reader = PieceReader(source)
     head = reader.read(0, 4)
     (head_len,) = struct.unpack("<I", head)
     index = json.loads(reader.read(4, head_len))
-    offsets = payload.array_offsets(index, reader.length)
+    offsets = form.array_offsets(index, reader.length)
     start = 4 + head_len
     skeleton = reader.read(start, (offsets[0] if offsets else reader.length) - start)
     arrays = [
@@ -176,7 +176,7 @@ def json_chunks(stored: bytes | Source, chunk_bytes: int = CHUNK_BYTES) -> Itera
 def _json_chunks(source: Source, chunk_bytes: int) -> Iterator[bytes]:
     opened = _opened(source)
     if opened is None:
-        text = payload.unpack(source.read(0, source.length)).encode("utf-8")
+        text = form.unpack(source.read(0, source.length)).encode("utf-8")
         for at in range(0, len(text), chunk_bytes):
             yield text[at : at + chunk_bytes]
         return
@@ -209,7 +209,7 @@ def lazy_value(stored: bytes | Source) -> Any:
     opened = _opened(source)
     if opened is None:
         try:
-            return json.loads(payload.unpack(source.read(0, source.length)))
+            return json.loads(form.unpack(source.read(0, source.length)))
         finally:
             _closed(source)
     skeleton, arrays = opened

@@ -4,7 +4,7 @@ A parent that splits its work into child jobs (docs/protocol.md §13) answers th
 end to end: ``join_lists`` assembles that result, and ``without_list`` reads a child's
 small part (its summary) without its list.  Decoding a large compact payload to text and
 packing the whole again is the slow path (seconds for a 2000 x 2000 matrix), so this
-works on the stored forms (``payload``): the list is cut out of each child's skeleton,
+works on the stored forms (``form``): the list is cut out of each child's skeleton,
 arrays and all, and the pieces are compressed again as they are, or copied when a
 child's list holds its every array.  The result reads back exactly as the text one job
 producing the whole list would have stored.
@@ -21,7 +21,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
-from . import payload
+from . import form
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor, Future
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 _TOKEN = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")(\s*:\s*)?|[\[\]{}]')
 
 
-def _member_span(
+def member_span(
     text: str, field: str, holes: Collection[int] = (), opening: str = "["
 ) -> tuple[int, int] | None:
     """Where the top-level member ``field`` of an object's text (or skeleton, whose
@@ -79,7 +79,7 @@ class _Items:
         numbers: str | None = None,
     ) -> None:
         self.text, self.index, self.binary, self.numbers = text, index, binary, numbers
-        self.deflating: list[Future[payload.Deflated] | _Copied] | None = None
+        self.deflating: list[Future[form.Deflated] | _Copied] | None = None
 
     def joined(self) -> bytes | memoryview:
         """Its packed arrays' bytes in one buffer."""
@@ -90,7 +90,7 @@ class _Items:
         if self.numbers is None:
             return self
         _, code, count = self.index[0]
-        return _Items(payload.format_array(payload.array_at(self.joined(), 0, code, count))[1:-1])
+        return _Items(form.format_array(form.array_at(self.joined(), 0, code, count))[1:-1])
 
 
 class _Copied:
@@ -101,7 +101,7 @@ class _Copied:
     def __init__(self, deflated: bytes, length: int, checksum: int) -> None:
         self.piece = ([deflated], checksum, length)
 
-    def result(self) -> payload.Deflated:
+    def result(self) -> form.Deflated:
         return self.piece
 
 
@@ -110,16 +110,14 @@ def _list_items(blob: bytes, field: str) -> _Items:
     list holds every packed array of the payload (a child's rows), its compressed
     pieces are copied as they are, not even decompressed."""
     blob = bytes(blob)
-    if blob[: len(payload.MAGIC)] == payload.MAGIC:
-        skeleton, index, pieces = payload.read_head_piece(blob)
+    if blob[: len(form.MAGIC)] == form.MAGIC:
+        skeleton, index, pieces = form.read_head_piece(blob)
         positions = [position for position, _, _ in index]
-        span = _member_span(skeleton, field, set(positions))
+        span = member_span(skeleton, field, set(positions))
         if span is None:
             return _Items()
         start, end = span
-        large = (
-            sum(length for _, length, _ in pieces) >= payload.PIECE_BYTES
-        )  # never stored as text
+        large = sum(length for _, length, _ in pieces) >= form.PIECE_BYTES  # never stored as text
         if large and start != end and start < positions[0] and positions[-1] < end:
             items = _Items(
                 skeleton[start + 1 : end - 1],
@@ -127,16 +125,16 @@ def _list_items(blob: bytes, field: str) -> _Items:
             )
             items.deflating = [_Copied(*piece) for piece in pieces]
             return items
-    if not payload.is_compact(blob):
-        text = payload.unpack(blob)
-        span = _member_span(text, field)
+    if not form.is_compact(blob):
+        text = form.unpack(blob)
+        span = member_span(text, field)
         if span is None:
             return _Items()
-        skeleton, index, arrays = payload.cut_arrays(text[span[0] + 1 : span[1] - 1])
+        skeleton, index, arrays = form.cut_arrays(text[span[0] + 1 : span[1] - 1])
         return _Items(skeleton, index, b"".join(a.tobytes() for a in arrays))
-    skeleton, index, body, offsets = payload.read_compact(blob)
+    skeleton, index, body, offsets = form.read_compact(blob)
     positions = [position for position, _, _ in index]
-    span = _member_span(skeleton, field, set(positions))
+    span = member_span(skeleton, field, set(positions))
     if span is None:
         return _Items()
     start, end = span
@@ -146,13 +144,13 @@ def _list_items(blob: bytes, field: str) -> _Items:
         return _Items(
             "",
             [[0, code, count]],
-            body[offsets[i] : offsets[i] + payload.ITEM_BYTES[code] * count],
+            body[offsets[i] : offsets[i] + form.ITEM_BYTES[code] * count],
             code,
         )
     first, last = bisect_right(positions, start), bisect_right(positions, end - 1)
     inside = [[position - start - 1, code, count] for position, code, count in index[first:last]]
     binary = (
-        body[offsets[first] : offsets[last - 1] + payload.ITEM_BYTES[inside[-1][1]] * inside[-1][2]]
+        body[offsets[first] : offsets[last - 1] + form.ITEM_BYTES[inside[-1][1]] * inside[-1][2]]
         if inside
         else b""
     )
@@ -174,8 +172,8 @@ def _joined_numbers(items: Sequence[_Items]) -> _Items | None:
             binary.append(part.joined())
         else:
             binary.append(
-                payload.flip_byte_order(
-                    array(code, payload.array_at(part.joined(), 0, part_code, part_count))
+                form.flip_byte_order(
+                    array(code, form.array_at(part.joined(), 0, part_code, part_count))
                 )
             )
         count += part_count
@@ -187,7 +185,7 @@ def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes | bytear
     ``"<field>":[]``) with that list filled with the items of each stored part's own
     top-level list ``field``, in order: what one job producing the whole list would have
     stored, assembled without decoding the parts' packed arrays."""
-    span = _member_span(outer, field)
+    span = member_span(outer, field)
     if span is None or outer[span[0] : span[1]] != "[]":
         raise ValueError(f"outer has no top-level member {field!r} that is []")
     # imported here: a worker process imports this module to join its children's
@@ -202,10 +200,10 @@ def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes | bytear
             if part.text or part.index:
                 if part.numbers is None and part.index and part.deflating is None:
                     # its bytes go out as they are
-                    level = payload.deflate_level(part.joined())
+                    level = form.deflate_level(part.joined())
                     part.deflating = [
-                        pool.submit(payload.deflate_piece, piece, level)
-                        for piece in payload.pieces_of(part.joined())
+                        pool.submit(form.deflate_piece, piece, level)
+                        for piece in form.pieces_of(part.joined())
                     ]
                 items.append(part)
         return _joined(outer, span[0], items, pool)
@@ -217,16 +215,16 @@ def fill_list(
     text: str,
     index: Sequence[list],
     binary: bytes | memoryview | list[memoryview],
-    into: payload.Output = payload.IN_MEMORY,
+    into: form.Output = form.IN_MEMORY,
 ) -> bytes | bytearray | mmap.mmap:
     """The stored form of ``outer`` (as for ``join_lists``) with its list ``field`` holding
     items given in the store's form: their skeleton ``text`` (items joined by commas,
     without the brackets), the ``index`` of their packed arrays (positions in ``text``)
     and those arrays' little-endian bytes, in order (or the buffers that hold them, end to
     end: a matrix's rows are never joined into one buffer).  For a result made of numeric arrays
-    (``xruntime.author.tables``): no array is formatted as text, scanned or parsed.
-    Uncompressed, it is written into a buffer from ``into`` (``payload.compose_stored``)."""
-    span = _member_span(outer, field)
+    (``arrays``): no array is formatted as text, scanned or parsed.
+    Uncompressed, it is written into a buffer from ``into`` (``form.compose_stored``)."""
+    span = member_span(outer, field)
     if span is None or outer[span[0] : span[1]] != "[]":
         raise ValueError(f"outer has no top-level member {field!r} that is []")
     from concurrent.futures import ThreadPoolExecutor  # as in join_lists
@@ -240,7 +238,7 @@ def _joined(
     start: int,
     items: list[_Items],
     pool: Executor,
-    into: payload.Output = payload.IN_MEMORY,
+    into: form.Output = form.IN_MEMORY,
 ) -> bytes | bytearray | mmap.mmap:
     """``outer`` with the items at ``start`` (its ``[]``), their packed arrays kept."""
     numbers = _joined_numbers(items)
@@ -248,17 +246,17 @@ def _joined(
     pieces: list[tuple[str, Sequence[list], Sequence[array | _Items]]] = []
     if numbers is not None:  # the list is itself one packed array
         pieces += [
-            payload.cut_arrays(outer[:start]),
+            form.cut_arrays(outer[:start]),
             (numbers.text, numbers.index, [numbers]),
-            payload.cut_arrays(outer[start + 2 :]),
+            form.cut_arrays(outer[start + 2 :]),
         ]
     else:
-        pieces.append(payload.cut_arrays(outer[: start + 1]))
+        pieces.append(form.cut_arrays(outer[: start + 1]))
         for i, part in enumerate(items):
             part = part.as_text()
             pieces.append(("," if i else "", (), ()))
             pieces.append((part.text, part.index, [part]))
-        pieces.append(payload.cut_arrays(outer[start + 1 :]))
+        pieces.append(form.cut_arrays(outer[start + 1 :]))
     texts: list[str] = []
     index: list[list] = []
     binaries: list[array | _Items] = []
@@ -270,41 +268,41 @@ def _joined(
         length += len(text)
     skeleton = "".join(texts)
     shortest = len(skeleton) + sum(2 * count + 1 for _, _, count in index)
-    if not index or shortest <= payload.COMPRESS_ABOVE:  # nothing packed, or small: as pack does
+    if not index or shortest <= form.COMPRESS_ABOVE:  # nothing packed, or small: as pack does
         body = b"".join(bytes(_bytes_of(binary)) for binary in binaries)
         offsets, offset = [], 0
         for _, code, count in index:
             offsets.append(offset)
-            offset += payload.ITEM_BYTES[code] * count
-        return payload.pack(
-            payload.fill(
+            offset += form.ITEM_BYTES[code] * count
+        return form.pack(
+            form.fill(
                 skeleton,
                 [
-                    (position, payload.array_at(body, offset, code, count))
+                    (position, form.array_at(body, offset, code, count))
                     for (position, code, count), offset in zip(index, offsets, strict=True)
                 ],
             )
         )
     if not any(isinstance(b, _Items) and b.deflating is not None for b in binaries):
         sources = [source for binary in binaries for source in _sources_of(binary)]
-        if payload.level_of(sources) == 0:  # not worth compressing: copied once, as it is
-            return payload.compose_stored(skeleton, index, sources, into)
+        if form.level_of(sources) == 0:  # not worth compressing: copied once, as it is
+            return form.compose_stored(skeleton, index, sources, into)
     # Compressed in pieces at once, as pigz does (zlib releases the GIL, and compressing
     # tens of megabytes on one core is most of a join's time): raw deflate pieces that
     # each end on a byte boundary (a sync flush), an empty final block, and zlib's
     # header and Adler-32 of the whole around them.  zlib.decompress reads it as any.
-    deflating: list[Future[payload.Deflated] | _Copied] = [
-        pool.submit(payload.deflate_piece, payload.index_head(index) + skeleton.encode("utf-8"))
+    deflating: list[Future[form.Deflated] | _Copied] = [
+        pool.submit(form.deflate_piece, form.index_head(index) + skeleton.encode("utf-8"))
     ]
     for binary in binaries:
         if isinstance(binary, _Items) and binary.deflating is not None:
             deflating += binary.deflating
         else:
             deflating += [
-                pool.submit(payload.deflate_piece, piece)
-                for piece in payload.pieces_of(_bytes_of(binary))
+                pool.submit(form.deflate_piece, piece)
+                for piece in form.pieces_of(_bytes_of(binary))
             ]
-    return payload.write_pieces([future.result() for future in deflating])
+    return form.write_pieces([future.result() for future in deflating])
 
 
 def _bytes_of(binary: array | _Items) -> bytes | memoryview | array:
@@ -323,14 +321,14 @@ def without_list(blob: bytes, field: str) -> str:
     emptied: a child's summary, read without formatting its large list (or encoded
     arrays)."""
     blob = bytes(blob)
-    if not payload.is_compact(blob):
-        text = payload.unpack(blob)
-        span = _member_span(text, field, opening="[{")
+    if not form.is_compact(blob):
+        text = form.unpack(blob)
+        span = member_span(text, field, opening="[{")
         return text if span is None else text[: span[0] + 1] + text[span[1] - 1 :]
-    if blob[: len(payload.MAGIC)] == payload.MAGIC:  # every array in the list: one piece read
-        skeleton, index, _ = payload.read_head_piece(blob)
+    if blob[: len(form.MAGIC)] == form.MAGIC:  # every array in the list: one piece read
+        skeleton, index, _ = form.read_head_piece(blob)
         positions = [position for position, _, _ in index]
-        span = _member_span(skeleton, field, set(positions), "[{")
+        span = member_span(skeleton, field, set(positions), "[{")
         if (
             span is not None
             and span[0] != span[1]
@@ -339,17 +337,17 @@ def without_list(blob: bytes, field: str) -> str:
             and positions[-1] < span[1]
         ):
             return skeleton[: span[0] + 1] + skeleton[span[1] - 1 :]
-    skeleton, index, body, offsets = payload.read_compact(blob)
-    span = _member_span(skeleton, field, {position for position, _, _ in index}, "[{")
+    skeleton, index, body, offsets = form.read_compact(blob)
+    span = member_span(skeleton, field, {position for position, _, _ in index}, "[{")
     arrays = [
         (position, offset, code, count)
         for (position, code, count), offset in zip(index, offsets, strict=True)
     ]
     if span is None:
-        return payload.fill(
+        return form.fill(
             skeleton,
             [
-                (position, payload.array_at(body, offset, code, count))
+                (position, form.array_at(body, offset, code, count))
                 for position, offset, code, count in arrays
             ],
         )
@@ -360,12 +358,12 @@ def without_list(blob: bytes, field: str) -> str:
     else:
         skeleton = skeleton[: start + 1] + skeleton[end - 1 :]
         dropped, shift = range(start + 1, end), start + 2 - end
-    return payload.fill(
+    return form.fill(
         skeleton,
         [
             (
                 position + shift if position >= dropped.stop else position,
-                payload.array_at(body, offset, code, count),
+                form.array_at(body, offset, code, count),
             )
             for position, offset, code, count in arrays
             if position not in dropped
@@ -379,15 +377,15 @@ _KEY_BEFORE = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*$')
 def encoded_members(blob: bytes, field: str) -> dict[str, bytes]:
     """The bytes of the encoded arrays (item code ``B``) in the top-level object
     ``field`` of a stored payload, by member name: a parent joins its children's
-    encoded arrays from these, never decoding base64 (xruntime.author.tables)."""
+    encoded arrays from these, never decoding base64 (``arrays``)."""
     blob = bytes(blob)
-    if not payload.is_compact(blob):  # (written as text: decoded)
+    if not form.is_compact(blob):  # (written as text: decoded)
         import base64
 
-        members = json.loads(payload.unpack(blob)).get(field) or {}
+        members = json.loads(form.unpack(blob)).get(field) or {}
         return {k: base64.b64decode(v) for k, v in members.items() if isinstance(v, str)}
-    skeleton, index, body, offsets = payload.read_compact(blob)
-    span = _member_span(skeleton, field, opening="{")
+    skeleton, index, body, offsets = form.read_compact(blob)
+    span = member_span(skeleton, field, opening="{")
     found: dict[str, bytes] = {}
     if span is None:
         return found

@@ -1,4 +1,4 @@
-"""How the store keeps a JSON payload (request, result, fault, progress) as bytes.
+"""How a JSON payload (request, result, fault, progress) is kept as bytes in the store.
 
 Three stored forms, told apart by their first byte:
 
@@ -10,7 +10,7 @@ Three stored forms, told apart by their first byte:
   is the JSON text with every such array cut out; the index lists, for each array, the
   character position in the skeleton where it belongs, its item code (``i`` int32,
   ``q`` int64, ``d`` float64, little-endian; ``B``: bytes written as a JSON string of
-  their base64, an encoded array of ``xruntime.author.tables``) and its length.  A
+  their base64, an encoded array of ``payload.arrays``) and its length.  A
   number then takes 4 or 8 bytes before compression instead of its decimal text.
 
 The round trip is exact: ``unpack(pack(text)) == text``.  An array is packed only if
@@ -213,7 +213,7 @@ def write_pieces(pieces: Sequence[Deflated]) -> bytes:
 
 def table_of(read: Callable[[int, int], bytes]) -> tuple[list[tuple[int, int, int, int]], int]:
     """The table of a compact form as written now, read through ``read(offset, size)``
-    (the blob, or a stored result read by ranges: ``store.payload_stream``): [(where
+    (the blob, or a stored result read by ranges: ``payload.stream``): [(where
     the piece's deflated bytes start, their length, raw length, Adler-32)] and where
     its zlib stream starts."""
     (count,) = struct.unpack("<I", read(len(MAGIC), 4))
