@@ -22,7 +22,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 
-from . import schema as config_schema
+from . import model
 from .schema import TABLES, Key, Table, keys_of, refusals_of
 
 #: document (relative to the repository's root) → whether its table cites the sections
@@ -146,10 +146,10 @@ def markdown_table(cite_sections: bool = False, service_keys: ServiceKeys | None
 
 def block(cite_sections: bool = False, service_keys: ServiceKeys | None = None) -> str:
     """The table with its marker comments, as a document holds it."""
-    schema = config_schema.__name__.replace(".", "/") + ".py"
+    declared = model.__name__.replace(".", "/") + ".py"
     begin = (
         f"<!-- config-table:begin: generated from the schema by `{command()}`; "
-        f"edit {schema}, not this table -->"
+        f"edit {declared}, not this table -->"
     )
     return f"{begin}\n{markdown_table(cite_sections, service_keys)}\n{_END}"
 

@@ -1,49 +1,193 @@
-"""The settings a node runs with, and the questions the rest of the server asks of them.
+"""The settings a node runs with: each key of the administrator's file declared once, on
+the field it fills, and the questions the rest of the server asks of the settings.
 
 Plain frozen dataclasses, so that settings compare whole (a live reload applies an edit
 only when something changed), cross to the HTTP processes as they are, and read with
-their types.  Their defaults are not written here: each comes from the key's declaration
-in ``schema`` (a test checks that every declared key has its field here and every
-field its key).  What a combination of settings means (a service's own limits, a user's
-quota, the timeouts a request may shorten) is answered here, once.
+their types.  A field that a key of the file fills is declared with ``key``: its default
+as the file writes it, its kind of value (with its bounds, ``values``), its meaning, and
+when it is not plain, its table, its name in the file, whether a running node applies an
+edit of it, the tables that refuse it.  Everything else is derived from these fields:
+``schema`` lists the tables and their keys, ``config`` checks a file against them, and
+``docs`` writes the documentation's key table.  What a combination of settings means (a
+service's own limits, a user's quota, the timeouts a request may shorten) is answered
+here, once.
 """
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from .schema import defaults
+from .values import (
+    BOOLEAN,
+    CALLBACK_TARGETS,
+    DATABASE_URL,
+    HOSTS,
+    NODE_NAME,
+    ORIGINS,
+    PUBLIC_URL,
+    STRING,
+    TOKEN_SHA256,
+    WEBHOOK_SECRET,
+    Kind,
+    TomlValue,
+    choice,
+    duration,
+    integer,
+)
 
-_SERVER = {
-    **defaults("server"),
-    **defaults("database"),
-    **defaults("workers"),
-    **defaults("log"),
-}
-_JOBS = defaults("jobs")
-_SERVICE = defaults("services.NAME")
-_AUTH = defaults("auth")
-_USER = defaults("users.NAME")
-_CALLBACKS = defaults("callbacks")
+#: the field metadata that holds a field's key
+KEY = "key"
+_SERVICE = "services.NAME"
+_USER_SERVICE = "users.NAME.services.SERVICE"
+
+#: written where a key may not be set per service, since it bounds a user across all of them
+NOT_PER_SERVICE = (
+    "not per service: it bounds what a user stores across all services; "
+    "set it in [jobs], or for one user in [users.NAME]"
+)
+
+#: written where a held-watch bound is set per service: a watch is of no one service
+NOT_PER_SERVICE_WATCHES = (
+    "not per service: it bounds a user's held watches, whatever jobs they watch; "
+    "set it in [server], or for one user in [users.NAME]"
+)
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of the file."""
+
+    name: str  # as written in the file
+    kind: Kind
+    default: TomlValue | None  # as written in the file; None: see default_doc
+    tables: tuple[str, ...]  # where it may be written; the first is its home
+    doc: str  # its meaning, one line of the documentation table
+    attr: str = ""  # the settings field it fills; "": its name
+    live: bool = True  # a running node applies an edit of it (else: at restart)
+    refused: Mapping[str, str] = field(default_factory=dict)  # table → why not there
+    default_doc: str = ""  # the documented default when it is no plain value
+    missing: str = ""  # required: the error when a table lacks it
+    unique: str = ""  # one value per table of the family: the error of a repeat
+    section: str = ""  # where docs/protocol.md states its rules, e.g. "§5"
+
+    @property
+    def setting(self) -> str:
+        """The settings field this key fills."""
+        return self.attr or self.name
+
+    @property
+    def home(self) -> str:
+        """The table that documents it; the others override it there."""
+        return self.tables[0]
+
+    def default_value(self) -> object:
+        """The default as the settings hold it (None when it has no plain default)."""
+        return None if self.default is None else self.kind.check(self.default)
+
+
+def key(
+    default: TomlValue | None,
+    kind: Kind,
+    doc: str,
+    *,
+    table: str = "",
+    name: str = "",
+    **more: Any,
+) -> Any:
+    """A field that the key of the file declared here fills.  ``default`` is written as in
+    the file (None: no plain one, and with ``missing`` the field is required); ``table`` is
+    where it is written when that is not the first table ``schema`` names the class for;
+    ``name`` its name in the file when not the field's (nor, for a duration, the field's
+    without ``_ms``: a duration's field holds milliseconds).  ``more``: the rest of
+    ``Key`` (``live``, ``section``, ``refused``, ``default_doc``, ``missing``, ``unique``);
+    ``schema`` completes the declaration with the field's name and the key's tables."""
+    declared = Key(name, kind, default, (table,) if table else (), doc, **more)
+    if declared.missing:
+        return field(metadata={KEY: declared})
+    return field(default=declared.default_value(), metadata={KEY: declared})
 
 
 @dataclass(frozen=True)
 class JobSettings:
     """The [jobs] table, or one service's copy of it with its own values."""
 
-    unfetched_retention_ms: int = _JOBS["unfetched_retention_ms"]
-    fetched_retention_ms: int = _JOBS["fetched_retention_ms"]
-    queueing_timeout_ms: int = _JOBS["queueing_timeout_ms"]
-    computation_timeout_ms: int = _JOBS["computation_timeout_ms"]
-    #: the longest timeout a request may ask for (docs/protocol.md §15): past it InvalidValueFault
-    max_request_timeout_ms: int = _JOBS["max_request_timeout_ms"]
-    max_queued: int = _JOBS["max_queued"]
-    max_attempts: int = _JOBS["max_attempts"]
-    cleanup_interval_ms: int = _JOBS["cleanup_interval_ms"]
-    max_retries: int = _JOBS["max_retries"]  # retries of a transient failure (§11)
-    retry_backoff_ms: int = _JOBS["retry_backoff_ms"]  # the first retry's delay; doubled next
-    retry_max_delay_ms: int = _JOBS["retry_max_delay_ms"]  # the longest delay between two runs
-    #: the bytes one user may keep stored, all services together (docs/protocol.md §15); 0: no limit
-    max_stored_bytes: int = _JOBS["max_stored_bytes"]
+    unfetched_retention_ms: int = key(
+        "48h",
+        duration(),
+        "a finished job nobody fetched is erased this long after it finished; `0`: kept for ever",
+        section="§5",
+    )
+    fetched_retention_ms: int = key(
+        "15m",
+        duration(),
+        "a fetched job is erased this long after its first fetch; `0`: kept for ever",
+        section="§5",
+    )
+    queueing_timeout_ms: int = key(
+        "0",
+        duration(),
+        "a job queued longer fails with `RequestTimedOutFault`; `0`: no limit",
+        section="§5",
+    )
+    computation_timeout_ms: int = key(
+        "0",
+        duration(),
+        "a job running longer is stopped (intermediate result, or `RequestTimedOutFault`); "
+        "`0`: no limit",
+        section="§5",
+    )
+    max_request_timeout_ms: int = key(
+        "7d",
+        duration(positive=True),
+        "the longest `timeouts.queueingTimeout` / `computationTimeout` a request may ask "
+        "for; past it `InvalidValueFault` naming the field",
+        section="§15",
+    )
+    max_queued: int = key(
+        10_000,
+        integer(0),
+        "queued jobs at most; past it, start operations answer `QueueOverflowFault`; "
+        "`0`: no limit. A service's own value counts that service's queued jobs alone",
+        section="§5",
+    )
+    max_attempts: int = key(
+        3,
+        integer(1),
+        "runs of a job whose node died under it before it fails with `InternalErrorFault`",
+        section="§5",
+    )
+    cleanup_interval_ms: int = key(
+        "60s", duration(positive=True), "how often expired jobs are erased"
+    )
+    max_retries: int = key(
+        3,
+        integer(0, 1000),
+        "runs again of a job that failed with a `TransientFault` or asked `RetryLater`; "
+        "then it fails",
+        section="§11",
+    )
+    retry_backoff_ms: int = key(
+        "30s",
+        duration(),
+        "delay before the first retry of a `TransientFault`, doubled for each next one (±10 %)",
+        section="§11",
+    )
+    retry_max_delay_ms: int = key(
+        "1h", duration(), "the longest delay before a retry", section="§11"
+    )
+    max_stored_bytes: int = key(
+        4 * 1024**3,
+        integer(0),
+        "bytes one user's jobs not yet erased may keep stored (requests, results, faults, "
+        "progress, callbacks waiting; all services together; with accounts off, the "
+        "anonymous user's: the whole node's), each unfinished job counted with the largest "
+        "result its service bounds its request to; a start that could pass it answers "
+        "`QuotaExceededFault`, and a result that would pass it fails its job with that "
+        "fault instead of being stored; `0`: no limit",
+        section="§15",
+        refused={_SERVICE: NOT_PER_SERVICE},
+    )
 
     def retry_delay_ms(self, retry: int) -> int:
         """The delay before the ``retry``-th retry of a transient failure, without
@@ -70,7 +214,12 @@ def _shorter(configured: int, asked: int | None) -> int:
 class ServiceSettings:
     """One [services.NAME] table."""
 
-    enabled: bool = _SERVICE["enabled"]
+    enabled: bool = key(
+        True,
+        BOOLEAN,
+        "`false`: the service is not served (`ServiceNotConfiguredFault`, its WSDL answers 404)",
+        section="§7",
+    )
     jobs: JobSettings | None = None  # None: the [jobs] table
     overridden: frozenset = frozenset()  # the JobSettings fields this service sets for itself
     #: the settings the service declares for itself (``Service.setting``) as the file writes
@@ -82,8 +231,20 @@ class ServiceSettings:
 class Quota:
     """A user's limits for one service (0: none)."""
 
-    max_running: int = _USER["max_running"]  # more of the user's jobs wait while others' run
-    max_queued: int = _USER["max_queued"]  # past it, the user's starts answer QuotaExceededFault
+    max_running: int = key(
+        0,
+        integer(0, 100_000),
+        "per service: at most this many of the user's jobs run at once, on all nodes "
+        "together; `0`: no limit",
+        section="§10",
+    )
+    max_queued: int = key(
+        0,
+        integer(0),
+        "per service: past this many queued, the user's starts answer `QuotaExceededFault`; "
+        "`0`: no limit",
+        section="§10",
+    )
 
 
 @dataclass(frozen=True)
@@ -91,14 +252,51 @@ class User:
     """One ``[users.NAME]`` table: who the user is, and their shares (docs/protocol.md §10)."""
 
     name: str
-    token_sha256: str  # hex sha256 of the token; the token itself is never stored
-    admin: bool = _USER["admin"]
-    quota: Quota = Quota()
+    token_sha256: str = key(
+        None,
+        TOKEN_SHA256,
+        "sha256 of the user's token, hex (`xruntime token new NAME` prints it)",
+        default_doc="(required)",
+        section="§10",
+        missing="token_sha256 is missing (`xruntime token new NAME` prints it)",
+        unique="the same token as [{other}]: a token names one user",
+    )
+    admin: bool = key(False, BOOLEAN, "sees and manages every user's jobs", section="§10")
+    quota: Quota = Quota()  # its keys are written in [users.NAME] itself
     services: dict = field(default_factory=dict)  # service → Quota of [users.NAME.services.X]
-    max_stored_bytes: int | None = _USER["max_stored_bytes"]  # None: [jobs] max_stored_bytes
-    callback_secret: str = _USER["callback_secret"]  # signs the user's callbacks; "": none
-    max_held_watches: int | None = _USER["max_held_watches"]  # None: [server]'s
-    max_held_watched_ids: int | None = _USER["max_held_watched_ids"]  # None: [server]'s
+    max_stored_bytes: int | None = key(
+        None,
+        integer(0),
+        "the user's own bound on stored bytes, all services together; `0`: no limit",
+        default_doc="`[jobs] max_stored_bytes`",
+        refused={_USER_SERVICE: NOT_PER_SERVICE},
+        section="§15",
+    )
+    max_held_watches: int | None = key(
+        None,
+        integer(0, 10_000_000),
+        "the user's own bound on their held `watchJob`/`watchJobs` calls in one HTTP "
+        "process; `0`: no limit",
+        default_doc="`[server] max_held_watches`",
+        refused={_USER_SERVICE: NOT_PER_SERVICE_WATCHES},
+        section="§14",
+    )
+    max_held_watched_ids: int | None = key(
+        None,
+        integer(0, 1_000_000_000),
+        "the user's own bound on the job ids their held watches watch together in one HTTP "
+        "process; `0`: no limit",
+        default_doc="`[server] max_held_watched_ids`",
+        refused={_USER_SERVICE: NOT_PER_SERVICE_WATCHES},
+        section="§14",
+    )
+    callback_secret: str = key(
+        "",
+        WEBHOOK_SECRET,
+        "the secret the user's callbacks are signed with (`whsec_…`; `xruntime token "
+        "new-secret` prints one); empty: a start with a callback answers `InvalidValueFault`",
+        section="§14",
+    )
 
     def quota_for(self, service: str) -> Quota:
         """The user's quota for ``service``: their own for it, else their general one."""
@@ -109,21 +307,74 @@ class User:
 class AuthSettings:
     """The [auth] table."""
 
-    required: bool = _AUTH["required"]  # off: every caller is the anonymous user
-    public_wsdl: bool = _AUTH["public_wsdl"]  # ?wsdl answers without credentials
+    required: bool = key(
+        False,
+        BOOLEAN,
+        "`true`: every call needs a user's token (HTTP Basic or Bearer)",
+        section="§10",
+    )
+    public_wsdl: bool = key(
+        True,
+        BOOLEAN,
+        "`?wsdl` answers without credentials, so clients can be generated",
+        section="§10",
+    )
 
 
 @dataclass(frozen=True)
 class CallbackSettings:
     """The [callbacks] table (docs/protocol.md §14)."""
 
-    allowed: tuple = _CALLBACKS["allowed"]  # targets (normalised): URL prefixes, hosts, networks
-    secret: str = _CALLBACKS["secret"]  # with accounts off: signs every callback; "": none
-    max_attempts: int = _CALLBACKS["max_attempts"]
-    retry_delay_ms: int = _CALLBACKS["retry_delay_ms"]  # before the first retry; doubled next
-    retry_max_delay_ms: int = _CALLBACKS["retry_max_delay_ms"]
-    timeout_ms: int = _CALLBACKS["timeout_ms"]  # one attempt whole: connect, send, the answer
-    concurrency: int = _CALLBACKS["concurrency"]  # deliveries of one node at once
+    allowed: tuple = key(
+        [],
+        CALLBACK_TARGETS,
+        'where callbacks may go: URL prefixes (`"https://hooks.example.org/xr/"`), host '
+        'names (`".example.org"`: every name under it), IP addresses or networks; loopback, '
+        "private and link-local addresses only when an address or network listed holds them. "
+        "`[]`: callbacks are refused",
+        section="§14",
+    )
+    secret: str = key(
+        "",
+        WEBHOOK_SECRET,
+        "with accounts off, the secret callbacks are signed with (`whsec_…`); empty: a "
+        "start with a callback answers `InvalidValueFault`",
+        section="§14",
+    )
+    max_attempts: int = key(
+        12,
+        integer(1, 1000),
+        "attempts to deliver one callback (the first and its retries); then it is given up "
+        "and the job's events say so",
+        section="§14",
+    )
+    retry_delay_ms: int = key(
+        "5s",
+        duration(positive=True),
+        "delay before a callback's first retry, doubled for each next one",
+        section="§14",
+    )
+    retry_max_delay_ms: int = key(
+        "1h",
+        duration(positive=True),
+        "the longest delay between two attempts of a callback",
+        section="§14",
+    )
+    timeout_ms: int = key(
+        "10s",
+        duration(positive=True),
+        "one attempt of a callback, whole: connecting to the receiver, sending, and its "
+        "whole answer; past it the attempt failed (issue 32: a receiver answering a byte at a "
+        "time is cut)",
+        section="§14",
+    )
+    concurrency: int = key(
+        16,
+        integer(1, 1000),
+        "callbacks one node delivers at once (a slow receiver holds one of them); one "
+        "user, and one target (host:port), at most a quarter of them at once (at least one)",
+        section="§14",
+    )
 
     def retry_after_ms(self, attempts: int) -> int:
         """The delay after the ``attempts``-th failed attempt:
@@ -136,33 +387,183 @@ class Settings:
     """The whole file: [server], [database], [workers] and [log] as plain fields, the
     other tables as their own objects."""
 
-    host: str = _SERVER["host"]
-    port: int = _SERVER["port"]
-    public_url: str = _SERVER["public_url"]
-    threads: int = _SERVER["threads"]  # per HTTP process: for blocking work
-    processes: int = _SERVER["processes"]  # HTTP processes; 0: one per core
-    max_request_bytes: int = _SERVER["max_request_bytes"]
-    max_header_bytes: int = _SERVER["max_header_bytes"]  # request line and headers of one request
-    header_timeout_ms: int = _SERVER["header_timeout_ms"]  # first byte to the headers' end
-    keep_alive_timeout_ms: int = _SERVER["keep_alive_timeout_ms"]  # idle connection kept
-    body_timeout_ms: int = _SERVER["body_timeout_ms"]  # headers' end to the body's end
-    max_connections: int = _SERVER["max_connections"]  # per HTTP process
-    max_batch: int = _SERVER["max_batch"]  # JSON-RPC requests in one batch
-    max_batch_answer_bytes: int = _SERVER["max_batch_answer_bytes"]  # one batch's answer
-    max_watched_ids: int = _SERVER["max_watched_ids"]  # ids of one watchJobs
-    #: held watchJob/watchJobs calls of one user in one HTTP process (accounts on); 0: no limit
-    max_held_watches: int = _SERVER["max_held_watches"]
-    #: the ids those calls watch together; 0: no limit
-    max_held_watched_ids: int = _SERVER["max_held_watched_ids"]
-    allowed_origins: tuple = _SERVER["allowed_origins"]  # other origins whose pages may call
-    allowed_hosts: tuple = _SERVER["allowed_hosts"]  # host names served besides addresses
-    node_name: str = _SERVER["node_name"]  # in the store; "": hostname:port
-    database_url: str = _SERVER["database_url"]  # as written; config.load resolves it
-    auto_upgrade: bool = _SERVER["auto_upgrade"]
-    min_free_bytes: int = _SERVER["min_free_bytes"]
-    workers: int = _SERVER["workers"]
-    log_level: str = _SERVER["log_level"]  # [log] level: "debug", "info", "warning", "error"
-    log_format: str = _SERVER["log_format"]  # [log] format: "text" or "json" (at a restart)
+    host: str = key(
+        "127.0.0.1", STRING, 'address to listen on; `"0.0.0.0"` for every interface', live=False
+    )
+    port: int = key(50000, integer(1, 65535), "HTTP port of every binding", live=False)
+    node_name: str = key(
+        "",
+        NODE_NAME,
+        "the node's name in the database (how a restarted node finds its jobs); empty: "
+        "`hostname:port`. Hosts or containers that share a hostname need one each",
+        live=False,
+    )
+    public_url: str = key(
+        "",
+        PUBLIC_URL,
+        "base URL written into the WSDL's `soap:address` and the OGC API's links "
+        "(e.g. `https://host/xr`); empty: the address the client used",
+    )
+    processes: int = key(
+        0, integer(0, 256), "HTTP processes serving every binding; `0`: one per core", live=False
+    )
+    threads: int = key(
+        32,
+        integer(1, 10000),
+        "per HTTP process, the threads for blocking work (database, large payloads); "
+        "a held `watchJob` takes none",
+        live=False,
+    )
+    max_request_bytes: int = key(
+        10 * 1024 * 1024,
+        integer(1024),
+        "largest request body accepted; it also bounds parsing: a body denser in containers "
+        "than one per 16 bytes (JSON) or 12 (XML) is refused before it is parsed, and an "
+        "HTTP process parses at most this many bytes of large bodies at once (no key of "
+        "their own)",
+        section="§15",
+    )
+    max_header_bytes: int = key(
+        64 * 1024,
+        integer(1024, 1 << 30),
+        "request line and headers of one request; past it HTTP 431 and the connection is closed",
+        section="§15",
+    )
+    header_timeout_ms: int = key(
+        "10s",
+        duration(positive=True),
+        "from a request's first byte to the end of its headers (and from a new connection "
+        "to its first request); past it HTTP 408 and closed",
+        section="§15",
+    )
+    keep_alive_timeout_ms: int = key(
+        "75s",
+        duration(positive=True),
+        "an idle keep-alive connection is closed after this long (for connections opened "
+        "after an edit); keep it above a proxy's idle timeout in front, so that the proxy "
+        "never reuses a connection the node is closing",
+        section="§15",
+    )
+    body_timeout_ms: int = key(
+        "60s",
+        duration(positive=True),
+        "from the end of a request's headers to the end of its body; past it HTTP 408 and closed",
+        section="§15",
+    )
+    max_connections: int = key(
+        10_000,
+        integer(16, 10_000_000),
+        "connections per HTTP process (at most its open-file limit); past it a new "
+        "connection closes the one that has waited longest for its headers, or is "
+        "answered 503 when every one is serving a request",
+        section="§15",
+    )
+    max_batch: int = key(
+        100,
+        integer(1, 100_000),
+        "JSON-RPC requests in one batch; a larger batch is refused whole "
+        "(`-32600`, `InvalidRequestFault`)",
+        section="§15",
+    )
+    max_batch_answer_bytes: int = key(
+        16 * 1024 * 1024,
+        integer(1024),
+        "bytes one JSON-RPC batch's answer may hold; each item past it answers `-32001` "
+        "(`RejectedRequestFault`): fetch a large result on its own",
+        section="§15",
+    )
+    max_watched_ids: int = key(
+        1000,
+        integer(1, 10_000),
+        "job ids one `watchJobs` may watch; more are refused "
+        '(`InvalidValueFault { parameter: "ids" }`)',
+        section="§14",
+    )
+    max_held_watches: int = key(
+        1000,
+        integer(0, 10_000_000),
+        "`watchJob` and `watchJobs` calls one user may hold at once in one HTTP process "
+        "(with accounts on; a user's own in `[users.NAME]`); past it the user's next watch "
+        "answers `QuotaExceededFault` at once, until one of theirs ends; `0`: no limit",
+        section="§14",
+    )
+    max_held_watched_ids: int = key(
+        100_000,
+        integer(0, 1_000_000_000),
+        "job ids the held watches of one user watch together in one HTTP process (a "
+        "`watchJob` counts 1, a `watchJobs` its distinct ids; with accounts on; a user's own "
+        "in `[users.NAME]`); past it `QuotaExceededFault` at once; `0`: no limit",
+        section="§14",
+    )
+    allowed_origins: tuple = key(
+        [],
+        ORIGINS,
+        'origins (`"https://app.example"`, or `"*"`) whose web pages may call the '
+        "node; a request from another page's origin is refused (403, `AccessDeniedFault`)",
+        section="§15",
+    )
+    allowed_hosts: tuple = key(
+        [],
+        HOSTS,
+        "host names served besides IP addresses, `localhost` and this machine's name "
+        '(`".example.org"`: every name under it; `"*"`: any); another `Host` is '
+        "refused (`InvalidRequestFault`), against DNS rebinding. `[]` with accounts on: "
+        "any name",
+        section="§15",
+    )
+    #: as written; config.load resolves it against the file's folder
+    database_url: str = key(
+        "sqlite:///../data/xruntime.db",
+        DATABASE_URL,
+        "`data/` beside `config/`; `postgresql+psycopg://user@host/db` for several nodes",
+        table="database",
+        name="url",
+        live=False,
+    )
+    auto_upgrade: bool = key(
+        True,
+        BOOLEAN,
+        "a node brings a database behind its schema up to date when it starts; `false`: "
+        "it refuses to start, and `xruntime db upgrade` does it (docs/operations.md, "
+        "Upgrading)",
+        table="database",
+        live=False,
+    )
+    min_free_bytes: int = key(
+        268_435_456,
+        integer(0),
+        "a SQLite node refuses starts (`TemporarilyUnavailableFault`) while its "
+        "database's disk has less room than this, and `/readyz` answers 503; `0`: no floor "
+        "(PostgreSQL's disk is not measured)",
+        table="database",
+        section="§15",
+    )
+    workers: int = key(
+        2,
+        integer(1, 256),
+        "worker processes of this node; each runs one job at a time",
+        table="workers",
+        name="count",
+        live=False,
+    )
+    log_level: str = key(
+        "info",
+        choice("debug", "info", "warning", "error"),
+        "the least severe lines written, in every process of the node; "
+        '`"warning"`: warnings and errors alone',
+        table="log",
+        name="level",
+    )
+    log_format: str = key(
+        "text",
+        choice("text", "json"),
+        '`"text"`: `time LEVEL logger[pid]: message`; `"json"`: one JSON object a line '
+        "(`time`, `level`, `logger`, `process`, `message`, `exc`, `job`), for journald, "
+        'Loki or ELK (docs/operations.md, "The log")',
+        table="log",
+        name="format",
+        live=False,
+    )
     jobs: JobSettings = field(default_factory=JobSettings)
     services: dict = field(default_factory=dict)  # name → ServiceSettings
     auth: AuthSettings = AuthSettings()
