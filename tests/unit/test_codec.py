@@ -456,5 +456,14 @@ def test_job_state_fault_json_form():
 
 
 def test_faults_are_xserver_faults():
+    """What the codec decodes a stored fault as is always a protocol fault: each of
+    FAULTS as its own type, and a ``$type`` no service declares, or none at all, as
+    InternalErrorFault with the message kept and the fields it does not have dropped."""
     for fault in FAULTS:
-        assert isinstance(fault, XServerFault)
+        back = codec.decode_fault(codec.encode_fault(fault))
+        assert isinstance(back, XServerFault)
+        assert back.get_type_name() == fault.get_type_name()
+    for info in ({"$type": "NoSuchFault", "parameter": "x"}, {"parameter": "x"}, None):
+        back = codec.decode_fault({"message": "m", "faultInfo": info})
+        assert type(back) is InternalErrorFault and isinstance(back, XServerFault), info
+        assert back.message == "m" and "parameter" not in back.fields(), info
