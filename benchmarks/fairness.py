@@ -17,7 +17,7 @@ prints the jobs, the share of worker time (``finished_at - started_at``) in the
 share over the whole run, the queue wait (``started_at - queued_at``) p50 and p99,
 and when the user's last job finished (from the first job queued).
 
-Part 2, at the store alone (no HTTP, no node): one ``SqlJobStore.claim`` of bob's one
+Part 2, at the store alone (no HTTP, no node): one ``JobStore.claim`` of bob's one
 queued job, timed ``--claims`` times (each time bob's job is queued, claimed, finished
 and erased; only the claim is timed), with ``running_limits`` ``(("alice", None, 1),)``:
 (a) on an otherwise empty queue, and (b) with ``--queued`` jobs of alice queued while
@@ -68,7 +68,7 @@ from benchmarks.stats import percentile  # noqa: E402
 from tests.harness import Server  # noqa: E402
 from xruntime.operations.accounts import token_sha256  # noqa: E402
 from xruntime.payload.form import pack  # noqa: E402
-from xruntime.store import JobRecord, SqlJobStore, now_ms  # noqa: E402
+from xruntime.store import JobRecord, JobStore, now_ms  # noqa: E402
 from xruntime.store.schema import jobs, lane_of  # noqa: E402
 from xruntime.store.statements import INSERT_KEYS  # noqa: E402
 
@@ -337,7 +337,7 @@ def part_claims(args):
         tempfile.TemporaryDirectory() as folder,
         scratch_database(args.database_url, folder) as url,
     ):
-        store = SqlJobStore(url)
+        store = JobStore(url)
         try:
             timed_claims(store, (), 100)  # warm up: statements, pages
             timed_claims(store, limits, 100)

@@ -34,7 +34,7 @@ shared with the client and whatever else runs) falls on every size alike.  Per s
 - startSimulate (durationMs 0; the node's workers run the jobs meanwhile);
 - start → watch → fetch cycles (``--requests`` / 5), and from their events the time from
   queued to RUNNING (the claim, end to end, by the database's clock, in whole ms);
-- with the node stopped, in this process: ``SqlJobStore.claim`` of one newly queued job
+- with the node stopped, in this process: ``JobStore.claim`` of one newly queued job
   (the call itself), the ``create`` before it, a retention cleaner pass with nothing
   expired (``erase_expired``) and a ``create`` made while that pass runs (it waits if
   the pass holds the write lock).
@@ -104,7 +104,7 @@ from xruntime.payload.form import pack  # noqa: E402
 from xruntime.store import JobRecord, now_ms  # noqa: E402
 from xruntime.store.events import install_triggers  # noqa: E402
 from xruntime.store.schema import job_events, jobs, lane_of  # noqa: E402
-from xruntime.store.sql import SqlJobStore  # noqa: E402
+from xruntime.store.sql import JobStore  # noqa: E402
 
 DAY_MS = 86_400_000
 NODE = "vm:50000"  # the node the stored jobs ran on
@@ -318,7 +318,7 @@ class Fill:
             return conn.execute(select(func.count()).select_from(jobs)).scalar()
 
     def to(self, size: int):
-        SqlJobStore(self.url).close()  # the schema, as a node makes it
+        JobStore(self.url).close()  # the schema, as a node makes it
         engine = fill_engine(self.url)
         sqlite = engine.dialect.name == "sqlite"
         try:
@@ -571,7 +571,7 @@ def queued_to(store, job_ids, status="RUNNING", since="QUEUING"):
 
 def measure_store(url, n):
     """Store-level, the node stopped: create, claim, and a cleaner pass with nothing expired."""
-    store = SqlJobStore(url)
+    store = JobStore(url)
     found = {"create (store)": [], "claim (store)": []}
     warm = max(20, n // 10)
     try:
@@ -797,7 +797,7 @@ def cleanup(folder, port, url, database_url, recent, baseline_s, timeout_s):
                     f"{pct(ms_, 50):8.1f} {pct(ms_, 99):8.1f} {max(ms_):8.1f} "
                     f"{sum(m > STALL_MS for m in ms_):8d} {sum(st != 200 for _, st in got):7d}"
                 )
-        store = SqlJobStore(url)
+        store = JobStore(url)
         try:
             started = loops[1].answers
             for label, lo, hi in (("before", base_from, base_to), ("cleanup", start, end)):
@@ -897,7 +897,7 @@ def main():
                     found, made = measure_http(server, st["ids"], n, rng, firsts)
                 finally:
                     server.stop()
-                store = SqlJobStore(st["url"])
+                store = JobStore(st["url"])
                 try:
                     found["queued → RUNNING (events)"] = queued_to(store, made)
                 finally:

@@ -385,9 +385,9 @@ class Cluster:
         self.down()
         self.network.up()
         self.pg.start(self.pg_settings)
-        from xruntime.store.sql import SqlJobStore
+        from xruntime.store.sql import JobStore
 
-        SqlJobStore(self.pg.url).close()  # the schema, once, before the nodes start together
+        JobStore(self.pg.url).close()  # the schema, once, before the nodes start together
         self.nodes = {
             host: host_node(
                 self.folder, host, self.pg.url, self.extra, self.workers, offset, self.processes

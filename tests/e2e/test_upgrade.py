@@ -186,11 +186,11 @@ def serve_once(config):
 
 
 def test_serve_refuses_a_database_a_newer_release_made_in_one_line(tmp_path):
-    from xruntime.store import SqlJobStore
+    from xruntime.store import JobStore
 
     srv = Server(str(tmp_path / "node"))
     url = f"sqlite:///{tmp_path}/node/data/xruntime.db"
-    store = SqlJobStore(url)
+    store = JobStore(url)
     with store.engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '0099_from_the_future'"))
         conn.execute(text("DELETE FROM schema_readers"))
@@ -204,11 +204,11 @@ def test_serve_refuses_a_database_a_newer_release_made_in_one_line(tmp_path):
 
 
 def test_with_upgrades_left_to_the_command_serve_waits_for_db_upgrade(tmp_path):
-    from xruntime.store import SqlJobStore
+    from xruntime.store import JobStore
 
     srv = Server(str(tmp_path / "node"), database_keys={"auto_upgrade": False})
     url = f"sqlite:///{tmp_path}/node/data/xruntime.db"
-    store = SqlJobStore(url)
+    store = JobStore(url)
     with store.engine.begin() as conn:  # as the release before versions left it
         conn.execute(text("DROP TABLE alembic_version"))
     store.close()

@@ -1,7 +1,7 @@
 """Shared fixtures of the unit tests: a real job store, a real JobManager, XDemo.
 
 No HTTP, no subprocesses: the operation layer (``JobManager``) runs on a real
-``SqlJobStore`` (an SQLite file under ``tmp_path``; PostgreSQL too for the tests that
+``JobStore`` (an SQLite file under ``tmp_path``; PostgreSQL too for the tests that
 ask for ``any_store`` when ``XRUNTIME_TEST_DATABASE_URL`` is set) and a real in-process
 ``Notifier``.  Jobs are moved between states with the store's own guarded methods,
 the way the supervisor does.
@@ -13,7 +13,7 @@ import pytest
 
 from xruntime.engine.notifier import Notifier
 from xruntime.settings.config import Settings
-from xruntime.store import SqlJobStore
+from xruntime.store import JobStore
 
 from .helpers import BlockingJobs
 
@@ -24,7 +24,7 @@ def sqlite_url(tmp_path) -> str:
     return "sqlite:///" + str(tmp_path / "db")
 
 
-def fresh_postgres_store(url: str) -> SqlJobStore:
+def fresh_postgres_store(url: str) -> JobStore:
     """A store on an empty ``jobs`` table of the PostgreSQL database at ``url``."""
     from sqlalchemy import create_engine, text
 
@@ -38,13 +38,13 @@ def fresh_postgres_store(url: str) -> SqlJobStore:
         metadata.create_all(engine)
     finally:
         engine.dispose()
-    return SqlJobStore(url)
+    return JobStore(url)
 
 
 @pytest.fixture
 def store(tmp_path):
-    """A real SqlJobStore on an SQLite file of this test alone."""
-    s = SqlJobStore(sqlite_url(tmp_path))
+    """A real JobStore on an SQLite file of this test alone."""
+    s = JobStore(sqlite_url(tmp_path))
     yield s
     s.close()
 
@@ -53,7 +53,7 @@ def store(tmp_path):
 def any_store(request, tmp_path):
     """The store on SQLite, and on PostgreSQL when XRUNTIME_TEST_DATABASE_URL is set."""
     if request.param == "sqlite":
-        s = SqlJobStore(sqlite_url(tmp_path))
+        s = JobStore(sqlite_url(tmp_path))
     else:
         url = os.environ.get(PG_ENV)
         if not url:

@@ -19,7 +19,7 @@ from xruntime.operations.accounts import (
 )
 from xruntime.protocol.faults import QueueOverflowFault, QuotaExceededFault, UnknownJobFault
 from xruntime.settings import config
-from xruntime.store import SqlJobStore, now_ms
+from xruntime.store import JobStore, now_ms
 from xruntime.store.claims import claim_statement
 from xruntime.store.statements import Prepared
 
@@ -281,7 +281,7 @@ def test_nodes_never_run_more_than_max_running_together():
     over alice's jobs (max_running = 2): a job is held until another one is (or for a
     second), then finished; so two run together, and never three."""
     url = os.environ[PG_ENV]
-    stores = [fresh_postgres_store(url), SqlJobStore(url), SqlJobStore(url)]
+    stores = [fresh_postgres_store(url), JobStore(url), JobStore(url)]
     limits = (("alice", None, 2),)
     try:
         queue(stores[0], "alice", 60)
@@ -406,11 +406,11 @@ def test_a_flooded_lane_does_not_slow_a_claim(any_store):
 def test_an_old_database_is_upgraded_and_its_jobs_are_anonymous(tmp_path):
     url = sqlite_url(tmp_path)
     released_database(url, [dict(id="old-job", status="QUEUING", request=b"{}", queued_at=1)])
-    store = SqlJobStore(url)
+    store = JobStore(url)
     try:
         assert store.peek("old-job").owner == ""
         assert claim(store, (("alice", None, 1),)) == ("", "old-job")  # its lane is right too
-        SqlJobStore(url).close()  # a second open: nothing to do
+        JobStore(url).close()  # a second open: nothing to do
     finally:
         store.close()
 

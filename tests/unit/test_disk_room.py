@@ -13,7 +13,7 @@ import pytest
 from tests.unit.helpers import claim_exactly, fault_json, new_record
 from xruntime.protocol.faults import InternalErrorFault
 from xruntime.protocol.states import Status
-from xruntime.store import SqlJobStore, StoreFull, StoreUnavailable, now_ms
+from xruntime.store import JobStore, StoreFull, StoreUnavailable, now_ms
 from xruntime.store.disk_room import DiskRoom, of_store
 
 root_only = pytest.mark.skipif(
@@ -32,7 +32,7 @@ def small_disk(tmp_path):
 
 @root_only
 def test_a_result_with_no_room_raises_store_full_and_the_fault_is_written(small_disk):
-    store = SqlJobStore(f"sqlite:///{small_disk}/db")
+    store = JobStore(f"sqlite:///{small_disk}/db")
     try:
         rec = new_record()
         assert store.create(rec, 0)

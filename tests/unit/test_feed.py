@@ -11,7 +11,7 @@ import pytest
 
 import xruntime.store.feed as feed_module
 from tests.waiting import PATIENCE, until
-from xruntime.store import SqlJobStore
+from xruntime.store import JobStore
 from xruntime.store.changes import QUEUE
 from xruntime.store.feed import SocketFeed
 
@@ -52,7 +52,7 @@ def members_known(*processes):
 
 @pytest.fixture
 def processes(tmp_path):
-    store = SqlJobStore(sqlite_url(tmp_path))
+    store = JobStore(sqlite_url(tmp_path))
     made = []
 
     def make(origin):

@@ -19,7 +19,7 @@ from xruntime.protocol.faults import (
 )
 from xruntime.protocol.types import ListJobsRequest
 from xruntime.settings import config
-from xruntime.store import SqlJobStore, now_ms
+from xruntime.store import JobStore, now_ms
 from xruntime_services.xdemo.types import SimulateRequest
 
 from .conftest import sqlite_url
@@ -345,7 +345,7 @@ def test_a_database_of_the_previous_release_is_upgraded(tmp_path, simulate_op, n
     recorded."""
     url = sqlite_url(tmp_path)
     released_database(url, [dict(id="old-job", status="QUEUING", request=b"{}", queued_at=1)])
-    store = SqlJobStore(url)
+    store = JobStore(url)
     jobs = BlockingJobs(store, notifier, lambda: config.Settings())
     try:
         assert jobs.events("old-job").events == []

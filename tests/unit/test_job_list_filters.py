@@ -1,4 +1,4 @@
-"""The job store's list filters that the OGC API's job list reads (``SqlJobStore.
+"""The job store's list filters that the OGC API's job list reads (``JobStore.
 list_jobs``: operations, the time a job was first queued, its duration), and
 ``JobManager.job_page`` over them, on SQLite and (with XRUNTIME_TEST_DATABASE_URL)
 PostgreSQL.  Every time is given, none read from a clock."""

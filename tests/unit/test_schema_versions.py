@@ -12,7 +12,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, delete, insert, text
 
 from tests.unit.conftest import fresh_postgres_store
-from xruntime.store import SqlJobStore, schema_versions
+from xruntime.store import JobStore, schema_versions
 from xruntime.store.schema import metadata, schema_readers
 
 
@@ -30,7 +30,7 @@ def reopened(store):
     """The same database, opened again (as a node that starts)."""
     url = store.engine.url.render_as_string(hide_password=False)
     store.close()
-    return SqlJobStore(url)
+    return JobStore(url)
 
 
 def version_and_readers(store):
@@ -77,7 +77,7 @@ def test_a_newer_database_is_used_when_it_lists_this_release_and_refused_when_no
     url = store.engine.url.render_as_string(hide_password=False)
     store.close()
     with pytest.raises(schema_versions.SchemaTooNew) as caught:
-        SqlJobStore(url)
+        JobStore(url)
     message = str(caught.value)
     assert "0099_from_the_future" in message and schema_versions.HEAD in message
     assert "\n" not in message
@@ -102,10 +102,10 @@ def test_an_open_at_the_head_does_not_import_alembic(tmp_path):
     import sys
 
     url = f"sqlite:///{tmp_path}/db"
-    SqlJobStore(url).close()
+    JobStore(url).close()
     code = (
-        "import sys; from xruntime.store import SqlJobStore; "
-        f"SqlJobStore({url!r}).close(); print('alembic' in sys.modules)"
+        "import sys; from xruntime.store import JobStore; "
+        f"JobStore({url!r}).close(); print('alembic' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False", done.stderr

@@ -13,7 +13,7 @@ from xruntime.operations.storage_quota import StoredBytesQuota
 from xruntime.payload.form import COMPRESS_ABOVE, pack
 from xruntime.protocol.faults import QuotaExceededFault
 from xruntime.settings import config
-from xruntime.store import SqlJobStore, now_ms
+from xruntime.store import JobStore, now_ms
 
 from .conftest import sqlite_url
 from .helpers import LEASE_MS, NODE, new_record
@@ -85,12 +85,12 @@ def test_an_old_database_is_measured_too(tmp_path):
             )
         ],
     )
-    store = SqlJobStore(url)
+    store = JobStore(url)
     try:
         assert store.stored_bytes("") == len(b'{"a":1}') + len(b'{"b":22}')
         assert store.create(new_record(), 0)  # its request: "{}"
         assert store.stored_bytes("") == 17
-        SqlJobStore(url).close()  # opened again: nothing to add
+        JobStore(url).close()  # opened again: nothing to add
     finally:
         store.close()
 

@@ -77,9 +77,9 @@ def test_a_postgresql_store_reads_its_clock(dialect):
     url = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
     if not url:
         pytest.skip("XRUNTIME_TEST_DATABASE_URL is not set: no PostgreSQL to test against")
-    from xruntime.store import SqlJobStore
+    from xruntime.store import JobStore
 
-    store = SqlJobStore(url)
+    store = JobStore(url)
     try:
         assert store.clock is not None and abs(store.clock.offset_ms) < 1000  # one host here
         assert abs(store_clock.now_ms() - store._database_ms()) < 200

@@ -198,16 +198,16 @@ def test_opening_a_store_waits_for_a_writer_and_changes_no_schema(tmp_path):
     import threading
     import time as clock
 
-    from xruntime.store import SqlJobStore
+    from xruntime.store import JobStore
 
     path = str(tmp_path / "db")
-    SqlJobStore("sqlite:///" + path).close()
+    JobStore("sqlite:///" + path).close()
     writer = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     version = writer.execute("PRAGMA schema_version").fetchone()[0]
     writer.execute("BEGIN IMMEDIATE")
     threading.Timer(1.0, lambda: writer.execute("COMMIT")).start()
     began = clock.monotonic()
-    SqlJobStore("sqlite:///" + path).close()
+    JobStore("sqlite:///" + path).close()
     assert clock.monotonic() - began >= 0.9
     assert writer.execute("PRAGMA schema_version").fetchone()[0] == version
     writer.close()

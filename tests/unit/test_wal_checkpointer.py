@@ -10,7 +10,7 @@ import time
 from tests.unit.conftest import sqlite_url
 from tests.unit.test_result_reader import finished
 from xruntime.payload.form import pack, unpack
-from xruntime.store import SqlJobStore
+from xruntime.store import JobStore
 from xruntime.store.sqlite import WalCheckpointer
 
 PAGES_4K = 1000 * 4096  # SQLite's autocheckpoint: 1 000 pages of 4 kB
@@ -29,7 +29,7 @@ def sizes(tmp_path):
 
 def test_commits_leave_the_wal_to_the_checkpointer(tmp_path):
     blob = large_result()
-    store = SqlJobStore(sqlite_url(tmp_path), background_checkpoints=True)
+    store = JobStore(sqlite_url(tmp_path), background_checkpoints=True)
     try:
         job_id = finished(store, blob)
         database, wal = sizes(tmp_path)
@@ -52,7 +52,7 @@ def test_commits_leave_the_wal_to_the_checkpointer(tmp_path):
 
 def test_other_stores_checkpoint_at_commit_as_sqlite_does(tmp_path):
     blob = large_result()
-    store = SqlJobStore(sqlite_url(tmp_path))
+    store = JobStore(sqlite_url(tmp_path))
     try:
         finished(store, blob)
         assert sizes(tmp_path)[0] >= len(blob)

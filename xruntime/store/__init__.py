@@ -1,10 +1,11 @@
 """The job store: the only package that speaks SQL.
 
 The rest of xruntime uses what is exported here: ``open_store`` for a database URL,
-the ``JobStore`` interface it answers, the records it takes and gives, ``now_ms`` (the
-clock that decides between nodes) and ``StoreUnavailable``.
+the ``JobStore`` it answers (``sql.JobStore``, the one class, the type every caller
+names), the records it takes and gives, ``now_ms`` (the clock that decides between
+nodes) and ``StoreUnavailable``.
 
-``SqlJobStore`` (and SQLAlchemy with it) is imported when first asked for, not with the
+``JobStore`` (and SQLAlchemy with it) is imported when first asked for, not with the
 package: a worker process takes only the records from here, and SQLAlchemy is
 ~20 MB of every process that imports it (benchmarks/longpoll.py measures the node's
 memory).  The stored form of a payload, which the store keeps as bytes, is
@@ -14,7 +15,6 @@ memory).  The stored form of a payload, which the store keeps as bytes, is
 from typing import TYPE_CHECKING
 
 from .clock import now_ms
-from .interface import JobStore
 from .records import (
     CallbackAttempt,
     CallbackEvent,
@@ -28,22 +28,22 @@ from .records import (
 from .unavailable import StoreFull, StoreUnavailable
 
 if TYPE_CHECKING:
-    from .sql import SqlJobStore
+    from .sql import JobStore
 
 
-def open_store(url: str, background_checkpoints: bool = False) -> "SqlJobStore":
+def open_store(url: str, background_checkpoints: bool = False) -> "JobStore":
     """The store for a database URL (SQLite or PostgreSQL); ``background_checkpoints``:
     see ``Database``."""
-    from .sql import SqlJobStore
+    from .sql import JobStore
 
-    return SqlJobStore(url, background_checkpoints)
+    return JobStore(url, background_checkpoints)
 
 
 def __getattr__(name: str) -> type:
-    if name == "SqlJobStore":
-        from .sql import SqlJobStore
+    if name == "JobStore":
+        from .sql import JobStore
 
-        return SqlJobStore
+        return JobStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -60,6 +60,5 @@ __all__ = [
     "StoreFull",
     "StoreUnavailable",
     "now_ms",
-    "SqlJobStore",
     "open_store",
 ]

@@ -7,7 +7,7 @@ parent's progress counts them (``refresh_waiting_progress``); when all have, a n
 resumes the parent where it left off (``resume``) and hands it their outcomes
 (``children_of``).  Stopping or deleting a parent reaches its whole tree
 (``stop_children``, ``delete_children``).  These are the store's methods about
-parents and children, kept apart from those of any job (``sql.SqlJobStore``, which
+parents and children, kept apart from those of any job (``sql.JobStore``, which
 has them all).
 """
 

@@ -1,7 +1,7 @@
 """What the job store and the rest of xruntime hand each other: plain records.
 
 A job travels as a ``JobRecord``, a copy of its row taken by one read; changing a
-job is asking the store (``interface.JobStore``), which guards the change on the
+job is asking the store (``sql.JobStore``), which guards the change on the
 job's current state, never writing a record back.  The other records are the small
 arguments and answers of the store's methods.  Time stamps are integer milliseconds
 since the epoch, on the database's clock (``clock.now_ms``); statuses are
@@ -11,15 +11,8 @@ since the epoch, on the database's clock (``clock.now_ms``); statuses are
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..protocol.states import Status
-
 if TYPE_CHECKING:
     from .result_reader import ResultReader
-
-#: States in which a job has been taken by a node and not finished (here, not in
-#: ``statements``: the interface's defaults need it, and a worker process that imports
-#: the store package for ``payload`` must not load SQLAlchemy with it).
-ACTIVE_RUNNING = (Status.RUNNING, Status.STOPPING)
 
 
 @dataclass

@@ -1,11 +1,17 @@
 """The job store on SQLAlchemy Core, for SQLite (the embedded default) and PostgreSQL.
 
-``SqlJobStore`` is the one implementation of ``interface.JobStore``: a job's life in
-SQL, from its creation to its erasure, each change one short transaction guarded on
-the job's current state, so that of two actors racing on a job exactly one wins.  Its
-parts live beside it: the way to the database (``database``), the statements
-(``statements``, ``claims``), the operations on child jobs (``children``), SQLite's
-lock (``sqlite``) and what "unavailable" means (``unavailable``).
+``JobStore`` is what the rest of xruntime asks of the store: a job's life in SQL, from
+its creation to its erasure.  Every method that changes a job is one short transaction
+guarded on the job's current state, and answers whether it won, so that of two actors
+racing on a job exactly one wins; callers never read-modify-write a job themselves.  A
+write of a run names its ``Run`` and changes nothing once the job is no longer that
+run's.  Every method raises ``StoreUnavailable`` when the database cannot be reached
+for now.  Time stamps are milliseconds on the database's clock (``clock.now_ms``).
+
+Its parts live beside it: the way to the database (``database``), the statements
+(``statements``, ``claims``), the operations on child jobs (``children``) and on the
+callbacks' outbox (``outbox``), SQLite's lock (``sqlite``) and what "unavailable" means
+(``unavailable``).
 """
 
 import os
@@ -54,8 +60,8 @@ from .statements import (
 )
 
 
-class SqlJobStore(ChildJobs, CallbackOutbox):
-    """The JobStore on a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://…``)."""
+class JobStore(ChildJobs, CallbackOutbox):
+    """The job store on a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://…``)."""
 
     # ----------------------------------------------------------------- a job's start
 

@@ -31,13 +31,15 @@ from sqlalchemy.sql.dml import UpdateBase
 
 from ..payload.form import unpack
 from ..protocol.states import Status
-from .records import ACTIVE_RUNNING, JobRecord, Run
+from .records import JobRecord, Run
 from .schema import OUTBOX_BYTES, callback_outbox, job_results, jobs
 
 #: A statement the store compiles once (``Prepared``): a SELECT, or an INSERT, UPDATE
 #: or DELETE.
 Statement = Select | UpdateBase
 
+#: States in which a job has been taken by a node and not finished.
+ACTIVE_RUNNING = (Status.RUNNING, Status.STOPPING)
 #: States in which a job holds a worker (a deleted one until its worker lets go).
 HOLDING_WORKER = ACTIVE_RUNNING + (Status.DELETED,)
 #: States in which a child still has to finish (a deleted one until its worker lets go).
