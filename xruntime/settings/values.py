@@ -243,47 +243,43 @@ def _strings(value: TomlValue) -> list:
     return value
 
 
-def _listed(normal: Callable[[str], str], pattern: str, why: str) -> Callable[[TomlValue], tuple]:
-    """A check of a list of strings, each ``normal``-ised and either "*" or matching ``pattern``."""
+#: a host name; with a leading dot, that name and every name under it
+_HOST_NAME = r"\.?[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?)*"
+
+
+def _listed(name: str, trailing: str, pattern: str, why: str) -> Kind:
+    """A list of strings, each stripped and in lower case without a trailing
+    ``trailing``, and either "*" or matching ``pattern``; else ``why`` after the item."""
 
     def check(value: TomlValue) -> tuple:
         items = []
         for item in _strings(value):
-            normalised = normal(item)
+            normalised = item.strip().lower().rstrip(trailing)
             if normalised != "*" and not re.fullmatch(pattern, normalised):
                 raise ValueError(f"{item!r} {why}")
             items.append(normalised)
         return tuple(items)
 
-    return check
+    return Kind(name, check)
 
 
 #: Origins such as ``https://app.example:8443`` (scheme, host, port; no path), or "*".
-ORIGINS = Kind(
+ORIGINS = _listed(
     "list of origins",
-    _listed(
-        lambda item: item.strip().lower().rstrip("/"),
-        r"https?://[a-z0-9.\-]+(:[0-9]{1,5})?|https?://\[[0-9a-f:.]+\](:[0-9]{1,5})?",
-        "is no origin; write scheme://host[:port] without a path, e.g. "
-        '"https://app.example", or "*" for every origin',
-    ),
+    "/",
+    r"https?://[a-z0-9.\-]+(:[0-9]{1,5})?|https?://\[[0-9a-f:.]+\](:[0-9]{1,5})?",
+    'is no origin; write scheme://host[:port] without a path, e.g. "https://app.example", '
+    'or "*" for every origin',
 )
-
 #: Host names (``.example.org``: that name and every name under it), or "*".
-HOSTS = Kind(
+HOSTS = _listed(
     "list of host names",
-    _listed(
-        lambda item: item.strip().lower().rstrip("."),
-        r"\.?[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?)*",
-        "is no host name; write a name without scheme or port, e.g. "
-        '"xr.example.org", ".example.org" or "*"',
-    ),
+    ".",
+    _HOST_NAME,
+    'is no host name; write a name without scheme or port, e.g. "xr.example.org", '
+    '".example.org" or "*"',
 )
-
-
-_TARGET_HOST = re.compile(
-    r"\.?[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?)*"
-)
+_TARGET_HOST = re.compile(_HOST_NAME)
 _TARGET_URL = re.compile(r"(https?)://(\[[0-9a-f:.]+\]|[a-z0-9_.\-]+)(:[0-9]{1,5})?(/[^\s?#]*)?")
 
 
