@@ -13,7 +13,7 @@ the database lands in ``data/`` either way).
 
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import fields, replace
 from typing import Any
 
@@ -30,7 +30,15 @@ from .model import (
     Settings,
     User,
 )
-from .schema import RESTART_FIELDS, Key, Table, children_of, keys_of, refusals_of
+from .schema import (
+    RESTART_FIELDS,
+    Key,
+    ServiceKeys,
+    Table,
+    children_of,
+    keys_of,
+    refusals_of,
+)
 from .values import ANY_USER, USER_NAME, parse_duration
 
 __all__ = [
@@ -72,11 +80,6 @@ class ConfigError(Exception):
         self.path = path
         self.errors = errors
         super().__init__(f"{path}: " + "; ".join(errors))
-
-
-#: service name → the keys it declares for its own ``[services.NAME]`` table (the registry
-#: hands them over: this layer knows no service)
-ServiceKeys = Mapping[str, Sequence[Key]]
 
 
 def load(

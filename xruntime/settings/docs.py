@@ -20,17 +20,15 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from . import model
-from .schema import TABLES, Key, Table, keys_of, refusals_of
+from .schema import TABLES, Key, ServiceKeys, Table, keys_of, refusals_of
 
 #: document (relative to the repository's root) → whether its table cites the sections
 #: of docs/protocol.md
 DOCUMENTS = {"README.md": False, os.path.join("docs", "protocol.md"): True}
 
-#: service name → the keys it declares for its [services.NAME] table
-ServiceKeys = Mapping[str, Sequence[Key]]
 #: where the command finds the services' keys (``setting_keys()``): a layer above this
 #: one, so found by name when the command runs, never imported by this module
 REGISTRY = "xruntime.author.registry"
@@ -82,9 +80,9 @@ def _meaning(doc: str, section: str, cite: bool) -> str:
     return f"{doc} ({section})" if cite and section else doc
 
 
-def _own_row(declared: Table, key: Key, cite: bool) -> str:
+def _row(path: str, key: Key, cite: bool) -> str:
     return (
-        f"| `[{declared.path}] {key.name}` | {key.kind.name} | {_default(key)} "
+        f"| `[{path}] {key.name}` | {key.kind.name} | {_default(key)} "
         f"| {_applied([key])} | {_meaning(key.doc, key.section, cite)} |"
     )
 
@@ -113,13 +111,6 @@ def _override_row(declared: Table, home: str, keys: list[Key], cite: bool) -> st
     )
 
 
-def _service_row(service: str, key: Key) -> str:
-    return (
-        f"| `[services.{service}] {key.name}` | {key.kind.name} | {_default(key)} "
-        f"| {_applied([key])} | {key.doc} |"
-    )
-
-
 def markdown_table(cite_sections: bool = False, service_keys: ServiceKeys | None = None) -> str:
     """Every table and key: name, kind of value, default, whether a live reload applies
     it, and its meaning (with docs/protocol.md's section when ``cite_sections``); after
@@ -128,11 +119,11 @@ def markdown_table(cite_sections: bool = False, service_keys: ServiceKeys | None
     for declared in TABLES:
         held = keys_of(declared.path).values()
         rows += [
-            _own_row(declared, key, cite_sections) for key in held if key.home == declared.path
+            _row(declared.path, key, cite_sections) for key in held if key.home == declared.path
         ]
         if declared.path == "services.NAME":
             rows += [
-                _service_row(service, key)
+                _row(f"services.{service}", key, cite_sections)
                 for service, keys in sorted((service_keys or {}).items())
                 for key in keys
             ]

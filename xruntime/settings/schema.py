@@ -10,7 +10,7 @@ these, and the documentation's key tables (``docs``) are generated from them.
 A table path with an upper-case part (``services.NAME``) is a family: one table per name.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import Field, dataclass, fields, is_dataclass, replace
 
 from .model import (
@@ -29,6 +29,7 @@ from .values import NameRule, service_name, user_name
 __all__ = [
     "KEYS",
     "RESTART_FIELDS",
+    "ServiceKeys",
     "TABLES",
     "Key",
     "Table",
@@ -36,6 +37,10 @@ __all__ = [
     "keys_of",
     "refusals_of",
 ]
+
+#: service name → the keys it declares for its own ``[services.NAME]`` table (the registry
+#: hands them over: this layer knows no service)
+ServiceKeys = Mapping[str, Sequence[Key]]
 
 
 @dataclass(frozen=True)
