@@ -1,6 +1,6 @@
 """The configuration schema against everything that repeats it: the settings' dataclasses,
 the parser, the shipped config/xserver.toml and the documentation's key tables.  Each
-test fails on drift, so that a key is added in one place (xruntime/settings/schema.py)."""
+test fails on drift, so that a key is added in one place (xruntime/settings/model.py)."""
 
 import os
 import tomllib

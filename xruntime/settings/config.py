@@ -1,8 +1,8 @@
 """The administrator's file (``config/xserver.toml``): reading it into ``Settings``.
 
 The public face of the configuration: ``load`` and ``parse`` check a file against the
-declarations of ``schema`` (every table and key, its kind, default and where it
-may be written) with one walk over the file's tables, and build the settings of
+tables and keys of ``schema`` (each key's kind, default and where it may be written, as
+``model`` declares it) with one walk over the file's tables, and build the settings of
 ``model`` from what passed.  Every error names its line (``line 12: [jobs]
 fetched_retention: ...``, found by ``lines``); a file with errors is never half
 applied.  Durations are strings with a unit (``500ms``, ``30s``, ``15m``, ``48h``,

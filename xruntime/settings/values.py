@@ -1,6 +1,6 @@
 """The kinds of value a configuration key may hold, each a check and a name for the docs.
 
-The schema (``schema``) says which kind each key is; this module says what each
+Each key's declaration (``model``) says which kind it is; this module says what each
 kind accepts.  A check takes the value as TOML decoded it and returns it as the settings
 hold it (a duration as milliseconds, an origin in lower case), or raises ``ValueError``
 whose message is the reason an administrator reads after ``line N: [table] key:``.  Kept
