@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 from werkzeug.wrappers import Response
 
 from ..operations.failures import as_fault
-from ..payload.stream import json_chunks
+from ..payload.stream import Source, json_chunks
 from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, XServerFault
-from ..store.result_reader import ResultReader
 from ..support import metrics
 from ..support.blocking import sized
 from . import openapi, parsing
@@ -197,7 +196,7 @@ class JsonBinding:
             answer = await self.dispatcher.call(op, data, caller)
             if answer.large():  # a large result: written as it is read from its stored form
                 return Response(
-                    json_chunks(cast(ResultReader, answer.stored)),
+                    json_chunks(cast(Source, answer.stored)),
                     content_type=JSON_TYPE,
                 )
             # one Response for all the watchers sharing the answer

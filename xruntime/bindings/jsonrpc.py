@@ -18,7 +18,7 @@ from werkzeug.wrappers import Response
 
 from ..author.service import FETCH
 from ..operations.failures import as_fault
-from ..payload.stream import json_chunks
+from ..payload.stream import Source, json_chunks
 from ..protocol import codec
 from ..protocol.faults import (
     InvalidRequestFault,
@@ -26,7 +26,6 @@ from ..protocol.faults import (
     RejectedRequestFault,
     XServerFault,
 )
-from ..store.result_reader import ResultReader
 from ..support import metrics
 from ..support.blocking import sized
 from ..support.logs import OncePerPeriod
@@ -85,7 +84,7 @@ class _Streamed:
 
     __slots__ = ("request_id", "stored")
 
-    def __init__(self, request_id: str, stored: ResultReader) -> None:
+    def __init__(self, request_id: str, stored: Source) -> None:
         self.request_id, self.stored = request_id, stored
 
     def chunks(self) -> Iterator[bytes]:
@@ -266,7 +265,7 @@ class JsonRpcBinding:
                 op, params, caller, max_answer_bytes=None if budget is None else budget()
             )
             if called.large() and not notification:
-                return _Streamed(codec.dumps(request_id), cast(ResultReader, called.stored))
+                return _Streamed(codec.dumps(request_id), cast(Source, called.stored))
             result = called.text
         except Exception as exc:
             fault = as_fault(exc, f"JSON-RPC {service}.{item['method']}")

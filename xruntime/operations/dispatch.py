@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..author.service import CALL, FETCH, RUN, START, LongOperation, Operation, Service
 from ..payload.form import unpack
+from ..payload.stream import Source
 from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
 from ..protocol.types import XModel
-from ..store.result_reader import ResultReader
 from ..support import metrics
 from ..support.blocking import blocking
 
@@ -40,7 +40,7 @@ class Answer:
 
     __slots__ = ("_text", "stored", "_rendered")
 
-    def __init__(self, text: str | None = None, stored: ResultReader | None = None) -> None:
+    def __init__(self, text: str | None = None, stored: Source | None = None) -> None:
         assert (text is None) != (stored is None)
         self._text, self.stored = text, stored
         # binding → what its render() gave (each binding renders its own kind of answer)
@@ -51,7 +51,8 @@ class Answer:
         """The JSON text (of a stored result: read whole, blocking; bindings write a
         large one in pieces instead)."""
         if self._text is None:
-            self._text = unpack(cast(ResultReader, self.stored).read_all())
+            stored = cast(Source, self.stored)
+            self._text = unpack(stored.read(0, stored.length))
         return self._text
 
     def large(self) -> bool:
@@ -158,7 +159,7 @@ class Dispatcher:
         reader = self.jobs.fetch_stored(_long_operation(op), request.id, caller)
         if reader.length > STREAM_ABOVE:
             return Answer(stored=reader)
-        return Answer(unpack(reader.read_all()))
+        return Answer(unpack(reader.read(0, reader.length)))
 
     def call_json(
         self,

@@ -20,6 +20,7 @@ from .. import __version__
 from ..callbacks.targets import check_callback
 from ..engine.child_jobs import stop_children
 from ..payload.form import TooLarge
+from ..payload.stream import Source
 from ..protocol import codec, states
 from ..protocol.faults import (
     AccessDeniedFault,
@@ -50,7 +51,6 @@ from ..protocol.types import (
 )
 from ..protocol.watch import watch_periods
 from ..store import JobRecord, JobStore, disk_room, now_ms
-from ..store.result_reader import ResultReader
 from ..support.blocking import blocking
 from .accounts import ANONYMOUS, Caller
 from .storage_quota import StoredBytesQuota
@@ -219,9 +219,7 @@ class JobManager:
         assert result is not None  # a SUCCEEDED job is stored with its result
         return result
 
-    def fetch_stored(
-        self, op: "LongOperation", job_id: str, caller: Caller = ANONYMOUS
-    ) -> ResultReader:
+    def fetch_stored(self, op: "LongOperation", job_id: str, caller: Caller = ANONYMOUS) -> Source:
         """Like ``fetch_json``, but the result in the store's form, read by ranges, for
         an answer written as it is read (``payload.stream``): never whole."""
         stored = self._fetched(op, job_id, caller, None, stored=True).stored_result

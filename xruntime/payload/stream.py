@@ -42,11 +42,16 @@ CHUNK_BYTES = 1 << 20
 
 
 class Source(Protocol):
-    """A stored payload's bytes, read by ranges."""
+    """A stored payload's bytes, read by ranges (the store's ``ResultReader``, or
+    ``BytesSource``)."""
 
     length: int
 
     def read(self, offset: int, size: int) -> bytes: ...
+
+    def close(self) -> None:
+        """Let go of what is held once the payload is read."""
+        ...
 
 
 class BytesSource:
@@ -58,11 +63,8 @@ class BytesSource:
     def read(self, offset: int, size: int) -> bytes:
         return self.blob[offset : offset + size]
 
-
-def _closed(source: Source) -> None:
-    close = getattr(source, "close", None)
-    if close is not None:
-        close()
+    def close(self) -> None:
+        pass
 
 
 class PieceReader:
@@ -170,7 +172,7 @@ def json_chunks(stored: bytes | Source, chunk_bytes: int = CHUNK_BYTES) -> Itera
     try:
         yield from _json_chunks(source, chunk_bytes)
     finally:
-        _closed(source)
+        source.close()
 
 
 def _json_chunks(source: Source, chunk_bytes: int) -> Iterator[bytes]:
@@ -211,7 +213,7 @@ def lazy_value(stored: bytes | Source) -> Any:
         try:
             return json.loads(form.unpack(source.read(0, source.length)))
         finally:
-            _closed(source)
+            source.close()
     skeleton, arrays = opened
     marked, last = [], 0
     for i, (position, _) in enumerate(arrays):

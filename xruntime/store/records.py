@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .result_reader import ResultReader
+    from ..payload.stream import Source
 
 
 @dataclass
@@ -26,8 +26,9 @@ class JobRecord:
     status: str
     request: str = ""  # JSON text (codec form)
     result: str | None = None  # JSON text of the response
-    # the response in the store's form, read by ranges (``store.get(stored_result=True)``)
-    stored_result: "ResultReader | None" = None
+    # the response in the store's form, read by ranges (``store.get(stored_result=True)``:
+    # a ``result_reader.ResultReader``)
+    stored_result: "Source | None" = None
     fault: str | None = None  # JSON text of the fault
     progress: str | None = None  # JSON text of the JobProgress
     queued_at: int = 0

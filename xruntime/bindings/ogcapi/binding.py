@@ -41,7 +41,7 @@ from werkzeug.wrappers import Response
 
 from ...author.service import Service
 from ...operations.failures import as_fault
-from ...payload.stream import json_chunks
+from ...payload.stream import Source, json_chunks
 from ...protocol.faults import (
     InvalidRequestFault,
     InvalidValueFault,
@@ -51,7 +51,6 @@ from ...protocol.faults import (
 )
 from ...protocol.states import Status
 from ...store import JobRecord, now_ms
-from ...store.result_reader import ResultReader
 from ...support import metrics
 from ...support.blocking import blocking, sized
 from .. import parsing
@@ -532,9 +531,7 @@ class OgcApiBinding:
             )
         answer = await self.dispatcher.call(fetch, {"id": job_id}, caller)
         if answer.large():
-            return Response(
-                _document_chunks(cast(ResultReader, answer.stored)), content_type=JSON_TYPE
-            )
+            return Response(_document_chunks(cast(Source, answer.stored)), content_type=JSON_TYPE)
         text = answer.text
         return await sized(len(text), _result, text, True)
 
@@ -555,7 +552,7 @@ DOCUMENT_HEAD = b'{"result":{"value":'
 DOCUMENT_TAIL = b"}}"
 
 
-def _document_chunks(stored: ResultReader) -> Iterator[bytes]:
+def _document_chunks(stored: Source) -> Iterator[bytes]:
     """A large stored result in the results document, written as it is read."""
     yield DOCUMENT_HEAD
     yield from json_chunks(stored)
