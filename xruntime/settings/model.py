@@ -31,6 +31,7 @@ from .values import (
     WEBHOOK_SECRET,
     Kind,
     TomlValue,
+    Value,
     choice,
     duration,
     integer,
@@ -88,13 +89,13 @@ class Key:
 
 def key(
     default: TomlValue | None,
-    kind: Kind,
+    kind: Kind[Value],
     doc: str,
     *,
     table: str = "",
     name: str = "",
     **more: Any,
-) -> Any:
+) -> Value:
     """A field that the key of the file declared here fills.  ``default`` is written as in
     the file (None: no plain one, and with ``missing`` the field is required); ``table`` is
     where it is written when that is not the first table ``schema`` names the class for;
@@ -105,7 +106,8 @@ def key(
     declared = Key(name, kind, default, (table,) if table else (), doc, **more)
     if declared.missing:
         return field(metadata={KEY: declared})
-    return field(default=declared.default_value(), metadata={KEY: declared})
+    value: Any = declared.default_value()
+    return field(default=value, metadata={KEY: declared})
 
 
 @dataclass(frozen=True)

@@ -14,18 +14,23 @@ import ipaddress
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 #: what tomllib gives for a value: str, int, float, bool, list, dict, dates
 TomlValue = object
 
 
+#: what a kind's check gives: the settings' value (a duration's milliseconds: an int)
+Value = TypeVar("Value")
+
+
 @dataclass(frozen=True)
-class Kind:
+class Kind(Generic[Value]):
     """One kind of value: ``check`` turns a TOML value into the settings' value (or
     raises ValueError with the reason); ``name`` describes it in the docs."""
 
     name: str
-    check: Callable[[TomlValue], object]
+    check: Callable[[TomlValue], Value]
 
 
 # ------------------------------------------------------------------------ durations
@@ -74,7 +79,7 @@ def _no_unit(number: object) -> str:
     )
 
 
-def duration(positive: bool = False) -> Kind:
+def duration(positive: bool = False) -> Kind[int]:
     """A duration (``0`` meaning none), or with ``positive`` one longer than 0."""
     if not positive:
         return Kind("duration", parse_duration)
@@ -91,7 +96,7 @@ def duration(positive: bool = False) -> Kind:
 # ------------------------------------------------------------------------ plain values
 
 
-def integer(low: int, high: int | None = None) -> Kind:
+def integer(low: int, high: int | None = None) -> Kind[int]:
     """An integer from ``low`` to ``high`` (no upper bound when None)."""
 
     def check(value: TomlValue) -> int:
@@ -165,7 +170,7 @@ def _database_url(value: TomlValue) -> str:
     return url
 
 
-def choice(*options: str) -> Kind:
+def choice(*options: str) -> Kind[str]:
     """One of the strings ``options``, as written (``"info"``, not ``"INFO"``)."""
     quoted = [f'"{option}"' for option in options]
     name = ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else quoted[0]
@@ -247,7 +252,7 @@ def _strings(value: TomlValue) -> list:
 _HOST_NAME = r"\.?[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_\-]*[a-z0-9_])?)*"
 
 
-def _listed(name: str, trailing: str, pattern: str, why: str) -> Kind:
+def _listed(name: str, trailing: str, pattern: str, why: str) -> Kind[tuple]:
     """A list of strings, each stripped and in lower case without a trailing
     ``trailing``, and either "*" or matching ``pattern``; else ``why`` after the item."""
 
