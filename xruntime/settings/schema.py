@@ -94,10 +94,7 @@ TABLES: tuple[Table, ...] = (
 )
 
 #: settings class → its first table: where its keys are written unless they say otherwise
-_HOMES: dict[type, str] = {}
-for _declared in TABLES:
-    if _declared.model is not None:
-        _HOMES.setdefault(_declared.model, _declared.path)
+_HOMES = {table.model: table.path for table in reversed(TABLES) if table.model is not None}
 
 
 def _fields(model: type, home: str, path: str) -> Iterator[tuple[type, Field]]:
@@ -109,9 +106,8 @@ def _fields(model: type, home: str, path: str) -> Iterator[tuple[type, Field]]:
         if declared is not None:
             if (declared.tables or (home,))[0] == path:
                 yield model, found
-        elif isinstance(found.type, type) and is_dataclass(found.type):
-            if found.type not in _HOMES:
-                yield from _fields(found.type, home, path)
+        elif isinstance(found.type, type) and is_dataclass(found.type) and found.type not in _HOMES:
+            yield from _fields(found.type, home, path)
 
 
 def _key(owner: type, found: Field, home: str) -> Key:
