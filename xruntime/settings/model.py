@@ -96,11 +96,11 @@ def key(
     name: str = "",
     **more: Any,
 ) -> Value:
-    """A field that the key of the file declared here fills.  ``default`` is written as in
+    """A field filled by the key of the file declared here.  ``default`` is written as in
     the file (None: no plain one, and with ``missing`` the field is required); ``table`` is
-    where it is written when that is not the first table ``schema`` names the class for;
-    ``name`` its name in the file when not the field's (nor, for a duration, the field's
-    without ``_ms``: a duration's field holds milliseconds).  ``more``: the rest of
+    where the key is written when not in the first table ``schema`` names the class for;
+    ``name`` is its name in the file when that is not the field's name without ``_ms`` (a
+    duration's field, ``retry_backoff_ms``, holds milliseconds).  ``more``: the rest of
     ``Key`` (``live``, ``section``, ``refused``, ``default_doc``, ``missing``, ``unique``);
     ``schema`` completes the declaration with the field's name and the key's tables."""
     declared = Key(name, kind, default, (table,) if table else (), doc, **more)
