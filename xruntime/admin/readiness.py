@@ -23,13 +23,17 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..settings.model import Settings
-from ..store import JobStore, StoreUnavailable
+from ..store import StoreUnavailable
 from ..store.disk_room import DiskRoom
 from ..support.blocking import blocking
 from ..web.asgi import Page, answer, refuse_method
 from ..web.asgi_types import Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from ..store import JobStore
 
 #: s the database has to answer ``/readyz``'s question
 STORE_BOUND_S = 2.0

@@ -41,14 +41,18 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..protocol.states import SHOWS_PROGRESS, Status
 from ..settings.model import Settings
-from ..store import CallbackAttempt, CallbackEvent, JobStore, StoreUnavailable, now_ms
+from ..store import CallbackAttempt, CallbackEvent, StoreUnavailable, now_ms
 from .sending import Connections
 from .signing import signature
 from .targets import Refused, Resolver, resolve, target_of
+
+if TYPE_CHECKING:
+    from ..store import JobStore
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +187,7 @@ class CallbackDelivery:
 
     def __init__(
         self,
-        store: JobStore,
+        store: "JobStore",
         settings: Callable[[], Settings],
         node: str,
         resolver: Resolver = resolve,

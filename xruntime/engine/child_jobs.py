@@ -6,6 +6,8 @@ They sit here, below the operation layer, because the engine needs them on its o
 its tree); ``jobs.py`` (stopJob) uses the same ``stop_children`` from here.
 """
 
+from typing import TYPE_CHECKING
+
 from ..protocol import codec
 from ..protocol.faults import (
     QueueOverflowFault,
@@ -14,11 +16,14 @@ from ..protocol.faults import (
     XServerFault,
 )
 from ..protocol.types import BulkProgress
-from ..store import JobStore, QueueFull, now_ms
+from ..store import QueueFull, now_ms
 from .notifier import Notifier
 
+if TYPE_CHECKING:
+    from ..store import JobStore
 
-def stop_children(store: JobStore, notifier: Notifier, parent_id: str, why: str) -> None:
+
+def stop_children(store: "JobStore", notifier: Notifier, parent_id: str, why: str) -> None:
     """Stop a parent's tree: running children wind down and hand back what they have;
     those not started yet fail with RequestStoppedFault saying ``why``."""
     fault = codec.dumps(

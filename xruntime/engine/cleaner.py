@@ -28,10 +28,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..store import JobStore, now_ms
+from ..store import now_ms
 
 if TYPE_CHECKING:
     from ..settings.config import Settings
+    from ..store import JobStore
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ TICK_BUDGET_S = 4.0
 class RetentionCleaner:
     def __init__(
         self,
-        store: JobStore,
+        store: "JobStore",
         settings: Callable[[], "Settings"],
         batch: int = BATCH,
         pause_s: float = PAUSE_S,

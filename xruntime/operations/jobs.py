@@ -50,7 +50,7 @@ from ..protocol.types import (
     XModel,
 )
 from ..protocol.watch import watch_periods
-from ..store import JobRecord, JobStore, disk_room, now_ms
+from ..store import JobRecord, disk_room, now_ms
 from ..support.blocking import blocking
 from .accounts import ANONYMOUS, Caller
 from .storage_quota import StoredBytesQuota
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from ..author.service import LongOperation, Service
     from ..engine.notifier import Notifier
     from ..settings.model import Settings
+    from ..store import JobStore
     from .watching import Snapshot, Watches
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ def asked_timeouts(request: XModel, limit_ms: int) -> tuple[int | None, ...]:
 class JobManager:
     def __init__(
         self,
-        store: JobStore,
+        store: "JobStore",
         notifier: "Notifier",
         settings: "Callable[[], Settings]",
         node: str = "",
