@@ -3,6 +3,7 @@ the parser, the shipped config/xserver.toml and the documentation's key tables. 
 test fails on drift, so that a key is added in one place (xruntime/settings/model.py)."""
 
 import os
+import re
 import tomllib
 from dataclasses import fields
 
@@ -242,3 +243,34 @@ def test_write_rewrites_a_stale_table(tmp_path):
     assert config_docs.write(str(tmp_path)) == []
     text = (tmp_path / "README.md").read_text()
     assert text.startswith("intro\n\n") and text.endswith("\n\nrest\n") and "| old |" not in text
+
+
+def test_the_operations_guides_limits_state_the_declared_defaults():
+    """docs/operations.md's "Limits at the edges" names keys with their defaults by hand:
+    each default it states is the declared one (a bare name is a [server] key)."""
+    with open(os.path.join(ROOT, "docs", "operations.md"), encoding="utf-8") as f:
+        text = f.read()
+    rows = text[text.index("| key | default | past it |") :].split("\n\n")[0].splitlines()[2:]
+    assert rows, "docs/operations.md has no limits table"
+    for row in rows:
+        named, default = row.split(" | ")[:2]
+        names = re.findall(r"`(?:\[([a-z.]+)\] )?([a-z_]+)`", named)
+        values = re.findall(r"`([^`]+)`", default)
+        assert len(names) == len(values), row
+        for (home, name), value in zip(names, values, strict=True):
+            assert value == _toml(keys_of(home or "server")[name].default), (
+                f"docs/operations.md: {name} = {value}, declared {keys_of(home or 'server')[name]}"
+            )
+
+
+def test_the_operations_guide_names_every_key_applied_at_a_restart():
+    with open(os.path.join(ROOT, "docs", "operations.md"), encoding="utf-8") as f:
+        text = " ".join(f.read().split())
+    restart = text[text.index("The keys it marks `restart`") :]
+    restart = restart[: restart.index("until the next restart")]
+    for key in KEYS:
+        named = re.search(rf"[`\]] ?{key.name}`", restart) is not None
+        assert named == (not key.live), (
+            f"docs/operations.md, Configuration changes: [{key.home}] {key.name} is "
+            + ("restart" if not key.live else "live")
+        )
