@@ -12,6 +12,7 @@ import pytest
 
 from tests.clients import BINDINGS, RemoteFault, make_client, start, wait_done
 from tests.fixtures.released_schema import released_database
+from tests.waiting import until
 from xruntime.payload.form import pack
 
 RETRIES = """
@@ -36,6 +37,14 @@ def events(srv, job_id):
 
 def messages(srv, job_id):
     return [(e["status"], e["message"]) for e in events(srv, job_id)]
+
+
+def retry_planned(srv, job_id):
+    """Until the job's history tells of a retry planned."""
+    until(
+        lambda: any(m.startswith("retry") for _, m in messages(srv, job_id)),
+        f"a retry of {job_id} planned",
+    )
 
 
 def seconds(event) -> float:
@@ -99,10 +108,7 @@ def test_retry_later_waits_at_least_its_delay(node):
 
 def test_delete_during_the_retry_wait_erases_the_job(node):
     job = node.start_job(steps=1, retryLaterMs=60_000)
-    deadline = time.time() + 20
-    while not any(m.startswith("retry") for _, m in messages(node, job["id"])):
-        assert time.time() < deadline
-        time.sleep(0.05)
+    retry_planned(node, job["id"])
     # QUEUING for the minute it waits: a short poll answers it (a default one would wait)
     assert node.watch(job["id"], maximumPollingPeriod=500)["status"] == "QUEUING"
     r = node.post("XRuntime", "stopJob", {"id": job["id"]})
@@ -119,10 +125,7 @@ def test_a_retry_later_past_max_request_timeout_waits_that_long_only(fresh_serve
     what the database holds) is never stored."""
     srv = fresh_server(extra=RETRIES + 'max_request_timeout = "3s"\n').start()
     job = srv.start_job(steps=1, retryLaterMs=3_600_000)
-    deadline = time.time() + 20
-    while not any(m.startswith("retry") for _, m in messages(srv, job["id"])):
-        assert time.time() < deadline
-        time.sleep(0.05)
+    retry_planned(srv, job["id"])
     assert any(
         m.startswith("retry 1 of 3 planned in 3.0 s") for _, m in messages(srv, job["id"])
     ), messages(srv, job["id"])
@@ -132,10 +135,7 @@ def test_a_retry_later_past_max_request_timeout_waits_that_long_only(fresh_serve
 def test_sigkill_during_the_retry_wait_loses_nothing(fresh_server):
     srv = fresh_server(extra=RETRIES).start()
     job = srv.start_job(steps=1, retryLaterMs=6000)
-    deadline = time.time() + 20
-    while not any(m.startswith("retry") for _, m in messages(srv, job["id"])):
-        assert time.time() < deadline
-        time.sleep(0.05)
+    retry_planned(srv, job["id"])
     planned_at = time.time()
     srv.kill()
     srv = fresh_server(port=srv.port, extra=RETRIES).start()
@@ -156,7 +156,15 @@ def test_sigkill_during_the_retry_wait_loses_nothing(fresh_server):
 def test_history_of_a_stop_a_computation_timeout_and_a_fetch(node):
     stopped = node.start_job(steps=200, durationMs=20_000)
     node.wait_status(stopped["id"], "RUNNING")
-    time.sleep(0.5)  # a few steps done
+    until(  # a few steps done
+        lambda: (
+            node.watch(stopped["id"], progressUpdatePeriod=250)
+            .get("progress", {})
+            .get("successful", 0)
+            >= 2
+        ),
+        "two of the job's steps done",
+    )
     node.call("XRuntime", "stopJob", {"id": stopped["id"]})
     node.wait_done(stopped["id"])
     node.call("XDemo", "fetchSimulateResponse", {"id": stopped["id"]})
