@@ -56,8 +56,8 @@ def object_member_type(response_type: type[XModel], field: str) -> type[XModel]:
 
 
 def list_item_type(response_type: type[XModel], field: str) -> type[XModel]:
-    """The declared item type of the list ``field`` (a customised spyne class: ``original`` of it is
-    the one to instantiate)."""
+    """The declared item type of the list ``field`` (a customised spyne class:
+    ``original`` of it is the one to instantiate)."""
     for f in fields(response_type):
         if f.name == field and f.many and f.kind == OBJ:
             return f.type
