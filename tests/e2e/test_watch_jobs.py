@@ -86,6 +86,27 @@ def test_no_change_answers_every_job_as_it_stands(client, node):
     assert all(job["elapsedTime"] > 0 for job in jobs)
 
 
+@pytest.mark.parametrize(
+    "periods, least",
+    [
+        ({"progressUpdatePeriod": 0, "maximumPollingPeriod": 0}, 0.25),
+        ({"progressUpdatePeriod": -5, "maximumPollingPeriod": -9}, 0.25),
+        ({"progressUpdatePeriod": 600, "maximumPollingPeriod": 300}, 0.6),
+    ],
+)
+def test_the_periods_are_clamped_as_watchjobs_are(client, node, periods, least):
+    """watchJob's clamp (§4) holds for watchJobs (§14): a period under 250 ms is taken as
+    250, and the maximum polling period as at least the progress update period; with
+    no change, the answer comes no sooner (the time counted from before the call is
+    sent, so an upper bound of the node's)."""
+    ids = node.queued[-2:]
+    started = time.monotonic()
+    jobs = watch_jobs(client, ids, **periods)
+    took = time.monotonic() - started
+    assert took >= least, f"{periods} answered after {took * 1000:.0f} ms"
+    assert [(job["id"], job["status"]) for job in jobs] == [(i, "QUEUING") for i in ids]
+
+
 @pytest.fixture
 def quick_thread_switches():
     """The answer lands in a thread of this process while another holds the GIL: at
