@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.waiting import until
 from xruntime.operations import watching
 from xruntime.operations.accounts import Caller
 from xruntime.protocol.faults import InvalidValueFault, QuotaExceededFault
@@ -50,11 +51,8 @@ def hold(jobs, coro):
     return asyncio.run_coroutine_threadsafe(coro, jobs.loop)
 
 
-def wait_held(jobs, user, calls, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while jobs.watches.held_by(user)[0] != calls and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert jobs.watches.held_by(user)[0] == calls
+def wait_held(jobs, user, calls):
+    until(lambda: jobs.watches.held_by(user)[0] == calls, f"{user} holds {calls} watches")
 
 
 # --------------------------------------------------------------------------- settings

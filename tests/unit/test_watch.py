@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.waiting import PATIENCE, until
 from xruntime.operations import watching
 from xruntime.protocol import codec
 from xruntime.protocol.faults import InvalidValueFault, MissingParameterFault, ProcessingFault
@@ -302,9 +303,7 @@ def hold_watches(jobs, job_id, count):
     watchers = [threading.Thread(target=watch, daemon=True) for _ in range(count)]
     for w in watchers:
         w.start()
-    deadline = time.monotonic() + 2
-    while jobs.watches.waiting() < count and time.monotonic() < deadline:
-        time.sleep(0.01)
+    until(lambda: jobs.watches.waiting() >= count, f"{count} watches waiting")
     assert jobs.watches.waiting() == count
     return watchers, answers
 
@@ -394,11 +393,11 @@ def test_a_change_before_the_period_is_over_wakes_no_watcher_until_then():
     store = SimpleNamespace(peek=lambda job_id: store.rec, rec=running)
 
     async def until(condition):
-        for _ in range(500):
+        for _ in range(int(PATIENCE / 0.01)):
             if condition():
                 return
             await asyncio.sleep(0.01)
-        raise AssertionError("not within 5 s")
+        raise AssertionError(f"not within {PATIENCE:g} s")
 
     async def main():
         watches = watching.Watches(store, SimpleNamespace(listen=lambda changed, close: None))
@@ -427,13 +426,12 @@ def test_a_change_before_the_period_is_over_wakes_no_watcher_until_then():
 
 def read_once(jobs, job_id):
     """Wait until the held watches of the job have read it (and no read is under way)."""
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:
+
+    def read():
         watch = jobs.watches._jobs.get(job_id)
-        if watch is not None and watch.snapshot is not None and not watch._reading:
-            return
-        time.sleep(0.01)
-    raise AssertionError("the held watches never read their job")
+        return watch is not None and watch.snapshot is not None and not watch._reading
+
+    until(read, "the held watches read their job")
 
 
 def test_changes_missed_by_the_feed_are_read_again_at_once(jobs, simulate_op):
@@ -471,9 +469,7 @@ def test_a_feed_cut_off_from_an_unreachable_store_answers_watches_with_the_outag
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    deadline = time.monotonic() + 2
-    while jobs.watches.waiting() < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    until(lambda: jobs.watches.waiting() >= 1, "the watch waiting")
     read_once(jobs, job_id)
 
     def away(job_id):
