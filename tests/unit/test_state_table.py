@@ -214,7 +214,7 @@ def test_fetch_stamps_first_fetch_once(jobs, simulate_op, state):
     fetch()
     first = jobs.store.get(job_id).first_fetched_at
     assert first is not None and before <= first <= now_ms()
-    time.sleep(0.02)
+    time.sleep(0.02)  # (time passes: a later fetch that stamped would stamp later)
     fetch()
     assert jobs.store.get(job_id).first_fetched_at == first, "a later fetch keeps the first stamp"
 
@@ -440,7 +440,7 @@ def test_elapsed_time_is_frozen_after_finish(jobs, simulate_op, store, state):
     first = jobs.watch(job_id)
     assert first.status == state
     assert first.elapsedTime == 1234
-    time.sleep(0.05)
+    time.sleep(0.05)  # (time passes: a running clock would show it)
     assert jobs.watch(job_id).elapsedTime == 1234
     assert jobs.stop(job_id).elapsedTime == 1234
 
@@ -448,7 +448,7 @@ def test_elapsed_time_is_frozen_after_finish(jobs, simulate_op, store, state):
 def test_elapsed_time_runs_while_active(jobs, simulate_op, store):
     job_id = put_in_state(jobs, simulate_op, "RUNNING")
     queued_at = store.get(job_id).queued_at
-    time.sleep(0.06)
+    time.sleep(0.06)  # (the time that must show in elapsedTime)
     job = jobs.stop(job_id)
     assert job.elapsedTime >= 50
     assert job.elapsedTime <= now_ms() - queued_at
