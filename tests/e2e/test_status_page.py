@@ -120,7 +120,9 @@ def test_a_job_started_while_the_page_is_open_shows_and_its_bar_moves(browser, s
     screenshot(browser, "desktop.png")
 
     browser.set_window_size(390, 844)  # a phone
-    time.sleep(0.5)
+    wait_for(
+        lambda: browser.execute_script("return window.innerWidth <= 390"), 30, "a phone's width"
+    )
     assert browser.execute_script(
         "return document.documentElement.scrollWidth <= window.innerWidth"
     ), "no sideways scrolling"
