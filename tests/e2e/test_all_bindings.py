@@ -204,7 +204,7 @@ def test_watch_answers_at_once_when_terminal_or_unknown(client):
     t0 = time.monotonic()
     assert watch(client, job, progressUpdatePeriod=5000)["status"] == "SUCCEEDED"
     assert watch(client, str(uuid.uuid4()), progressUpdatePeriod=5000)["status"] == "UNKNOWN"
-    assert time.monotonic() - t0 < 0.5
+    assert time.monotonic() - t0 < 2.0  # (at once: the period asked for is 5 s)
 
 
 def test_watch_not_before_progress_update_period(client):

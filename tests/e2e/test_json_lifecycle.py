@@ -39,7 +39,7 @@ def test_start_watch_fetch_delete(server):
 def test_elapsed_time_is_frozen_when_finished(server):
     job = server.start_job(durationMs=300)
     done = server.wait_done(job["id"])
-    time.sleep(0.3)
+    time.sleep(0.3)  # (time passes: a running clock would show it)
     assert server.watch(job["id"])["elapsedTime"] == done["elapsedTime"]
     assert 300 <= done["elapsedTime"] < 3000
 
@@ -131,7 +131,7 @@ def test_unknown_job_answers_unknown_at_once(server):
         "elapsedTime": 0,
     }
     assert server.call("XRuntime", "deleteJob", {"id": job_id})["status"] == "UNKNOWN"
-    assert time.monotonic() - t0 < 0.5
+    assert time.monotonic() - t0 < 2.0  # (at once: the period asked for is 5 s)
 
 
 def test_watch_waits_for_progress_update_period(server):
