@@ -419,7 +419,8 @@ def test_an_old_database_is_upgraded_and_its_jobs_are_anonymous(tmp_path):
 
 
 def watched(jobs, job_id, caller):
-    """watchJob's answer and how long it took (s), held for at most 0.3 s."""
+    """watchJob's answer and how long it took (s), held for at most 1 s (the
+    maximumPollingPeriod of 300 is taken as the default progressUpdatePeriod, 1000)."""
     import time
 
     began = time.monotonic()
@@ -437,7 +438,7 @@ def test_another_users_job_is_an_id_never_used(jobs, settings, simulate_op):
     for caller in (bob,):
         for job_id in (job, never):
             status, took = watched(jobs, job_id, caller)
-            assert status == "UNKNOWN" and took < 0.2  # answered at once, as unknown ids are
+            assert status == "UNKNOWN" and took < 0.5  # answered at once, as unknown ids are
             assert jobs.delete(job_id, caller).status == "UNKNOWN"
             for act in (
                 partial(jobs.stop, job_id, caller),
