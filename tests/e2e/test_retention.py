@@ -164,7 +164,7 @@ def test_cleanup_runs_every_cleanup_interval(server):
     for _ in range(8):
         job_id, _, _, end_max = finished_job(server, durationMs=0)
         ends[job_id] = end_max
-        time.sleep(0.12)
+        time.sleep(0.12)  # (the jobs end at different moments, over two cleanup intervals)
     gone = watch_until_gone(server, list(ends), UNFETCHED + LATE + 3)
     assert set(gone) == set(ends), "some jobs were never erased"
     late = {job_id: gone[job_id] - ends[job_id] - UNFETCHED for job_id in ends}
@@ -238,7 +238,7 @@ def test_failed_jobs_are_kept_and_expire_the_same_way(server):
     after = time.time()
     assert r.status_code == 500 and r.json()["faultInfo"]["$type"] == "ProcessingFault", r.text
     fault = r.json()
-    # inside its fetched retention, the same fault again
+    # inside its fetched retention, the same fault again (half a second into it)
     time.sleep(0.5)
     assert fetch(server, fetched_id).json() == fault
     # the unfetched one: its fault is still there (watching is not fetching)

@@ -165,9 +165,9 @@ def test_postgresql_restarted_under_load_loses_nothing(tmp_path):
     try:
         before = postmaster_started(engine)
         with Users(srv, 4, durationMs=500, steps=5) as clients:
-            time.sleep(2.0)
+            time.sleep(2.0)  # (the users' load runs before the restart,)
             restart_postgresql()
-            time.sleep(3.0)
+            time.sleep(3.0)  # (and on after it: their calls across the outage are the test)
         engine.dispose()
         assert postmaster_started(engine) != before, "PostgreSQL was not restarted"
         print(f"{len(clients.ids)} jobs started, {clients.try_again} answers said try again")
