@@ -170,8 +170,12 @@ def test_a_page_closed_ends_its_stream():
         serving = asyncio.ensure_future(
             StatusEvents(feed).serve(scope, receive, send, lambda: True)
         )
-        while not any(b"data: " in m.get("body", b"") for m in sent):
+        for _ in range(3000):  # (30 s)
+            if any(b"data: " in m.get("body", b"") for m in sent):
+                break
             await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("no event was sent within 30 s")
         assert len(feed._streams) == 1
         gone.set()
         await asyncio.wait_for(serving, 30.0)
