@@ -2,6 +2,8 @@
 
 import time
 
+from tests.waiting import until
+
 
 def crash(server, mode, seconds=None):
     body = {"mode": mode}
@@ -58,8 +60,7 @@ def test_delete_stopping_job(server):
     if r.status_code == 409:  # still DELETED: stop refused with the state
         assert r.json()["faultInfo"]["status"] == "DELETED"
     t0 = time.monotonic()
-    while server.watch(job["id"])["status"] != "UNKNOWN":
-        time.sleep(0.05)
+    until(lambda: server.watch(job["id"])["status"] == "UNKNOWN", "the deleted job erased")
     assert time.monotonic() - t0 < 5.5, "a deleted job frees its worker within 5 s"
 
 
@@ -68,8 +69,7 @@ def test_delete_kills_an_operation_that_ignores_the_stop(server):
     server.wait_status(job["id"], "RUNNING")
     t0 = time.monotonic()
     server.call("XRuntime", "deleteJob", {"id": job["id"]})
-    while server.watch(job["id"])["status"] != "UNKNOWN":
-        time.sleep(0.05)
+    until(lambda: server.watch(job["id"])["status"] == "UNKNOWN", "the deleted job erased")
     assert time.monotonic() - t0 < 5.5
     assert "killed" in server.log()
     assert wait_worker_free(server, 30)
