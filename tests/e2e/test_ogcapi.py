@@ -24,6 +24,7 @@ import standardwebhooks
 from openapi_spec_validator import validate
 
 from tests.clients import make_client
+from tests.conftest import _database_of_worker
 from tests.harness import Server, write_config
 from tests.receiver import Receiver
 from xruntime.operations.accounts import new_token, token_sha256
@@ -48,18 +49,21 @@ PUBLIC_URL = "https://xr.example.org/base"
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    """The module's node: PostgreSQL when XRUNTIME_TEST_DATABASE_URL is set."""
-    if PG_URL:
+    """The module's node: PostgreSQL when XRUNTIME_TEST_DATABASE_URL is set, in a
+    database of its own (``<the worker's>_ogc``): the module's node runs through all
+    its tests, and no other test's node, nor any it left behind, may claim its jobs."""
+    url = _database_of_worker(PG_URL, "ogc") if PG_URL else None
+    if url:
         from sqlalchemy import create_engine, text
 
         from xruntime.store.schema import metadata
 
-        engine = create_engine(PG_URL)
+        engine = create_engine(url)
         metadata.drop_all(engine)
         with engine.begin() as conn:
             conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
         engine.dispose()
-    srv = Server(str(tmp_path_factory.mktemp("ogc")), database_url=PG_URL).start()
+    srv = Server(str(tmp_path_factory.mktemp("ogc")), database_url=url).start()
     yield srv
     srv.stop()
 
