@@ -30,7 +30,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from spyne.model import ModelBase
 
@@ -500,25 +500,26 @@ def document_bytes(document: dict[str, Any]) -> bytes:
     return (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-Build = Callable[["Iterable[Service]", "Settings"], dict[str, Any]]
+Made = TypeVar("Made")
 
 
-def made_once(build: Build) -> Callable[["Iterable[Service]", "Settings"], bytes]:
-    """``build(services, settings)``'s document as the bytes served and written, made
-    once per set of services and of what it states of the settings (``stated``): not at
-    every GET, and again after a live edit."""
-    made: dict[tuple[object, ...], bytes] = {}
+def made_once(
+    make: Callable[[list["Service"], "Settings"], Made],
+) -> Callable[["Iterable[Service]", "Settings"], Made]:
+    """``make(services, settings)`` made once per set of services and of what it states
+    of the settings (``stated``): not at every GET, and again after a live edit."""
+    made: dict[tuple[object, ...], Made] = {}
 
-    def served(services: "Iterable[Service]", settings: "Settings") -> bytes:
+    def found(services: "Iterable[Service]", settings: "Settings") -> Made:
         services = list(services)
         key = (tuple(s.name for s in services), stated(settings))
-        found = made.get(key)
-        if found is None:
-            found = made[key] = document_bytes(build(services, settings))
-        return found
+        if key not in made:
+            made[key] = make(services, settings)
+        return made[key]
 
-    return served
+    return found
 
 
-#: The served document of the services served under some settings, as bytes.
-served = made_once(build)
+#: The served document of the services served under some settings, as the bytes served
+#: and written.
+served = made_once(lambda services, settings: document_bytes(build(services, settings)))

@@ -24,6 +24,7 @@ from ..openapi import (
     SECURITY,
     SECURITY_SCHEMES,
     SchemaBook,
+    document_bytes,
     fault_statuses,
     made_once,
 )
@@ -592,4 +593,4 @@ def api_document(services: "Iterable[Service]", settings: "Settings") -> dict[st
 
 
 #: The served document (``/ogcapi/api``) of the services served under some settings, as bytes.
-served = made_once(api_document)
+served = made_once(lambda services, settings: document_bytes(api_document(services, settings)))

@@ -19,17 +19,14 @@ as that value); ``outputs`` may ask for ``result`` by value; ``response`` is ``r
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import __version__
 from ...author.service import LongOperation, Operation, Service
 from ...protocol.faults import InvalidRequestFault, InvalidValueFault, MissingParameterFault
 from ...protocol.typeinfo import OBJ, fields, original
-from ..openapi import SchemaBook, stated
+from ..openapi import SchemaBook, made_once
 from .jobs import JSON_MEDIA, REL_JOB_LIST, process_id
-
-if TYPE_CHECKING:
-    from ...settings.model import Settings
 
 REL_EXECUTE = "http://www.opengis.net/def/rel/ogc/1.0/execute"
 #: What every process allows: both execution modes, and DELETE of its jobs.
@@ -345,17 +342,6 @@ def _callback(subscriber: Any) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- made once
 
 
-#: Each process description's schemas by what they are made of (the services served, what
-#: of the settings they state, ``openapi.stated``): made once, not at every GET, and again
-#: after a live edit that changes them.
-_books: dict[tuple[object, ...], SchemaBook] = {}
-
-
-def book_of(services: "Iterable[Service]", settings: "Settings") -> SchemaBook:
-    """The SchemaBook of ``services`` under ``settings``, made once."""
-    services = list(services)
-    key = (tuple(s.name for s in services), stated(settings))
-    found = _books.get(key)
-    if found is None:
-        found = _books[key] = SchemaBook(services, settings)
-    return found
+#: The SchemaBook of the services served under some settings (each process
+#: description's schemas), made once, and again after a live edit that changes them.
+book_of = made_once(SchemaBook)
