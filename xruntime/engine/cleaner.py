@@ -5,15 +5,13 @@ run, so an administrator's edit applies to jobs already stored.  It deletes in s
 batches, each its own short transaction, and pauses after each one, so that a million
 expired jobs (with their events) never stall a request nor a claim:
 
-* a batch of ``BATCH`` jobs holds the database's write lock a few ms (1 000 jobs with
-  10 events each held SQLite's about 110 ms, half of it the WAL checkpoint at commit, which
-  a node now leaves to its WalCheckpointer;
-  100 jobs 6 ms, 36 ms at most, for as many jobs per second);
+* a batch of ``BATCH`` jobs holds the database's write lock a few ms (the WAL's
+  checkpoint is left to the node's ``WalCheckpointer``, not paid at the batch's commit);
 * after each batch the cleaner waits ``PAUSE_S`` before it takes the lock again, so
   that the writes that queued up meanwhile go first: this node's worker slots (same
   process, waiting for the store's lock) and its HTTP processes and other nodes
-  (``retry_while_busy`` tries every 2 ms at most).  With ``time.sleep(0)`` instead,
-  the slots' claims waited for the lock until the whole cleanup was done;
+  (``retry_while_busy`` tries every 2 ms at most); without a pause, the slots' claims
+  would wait for the lock until the whole cleanup was done;
 * one tick works at most ``TICK_BUDGET_S``; a cleanup that is not done by then goes on
   at the next tick (housekeeping runs every second) instead of after
   ``cleanup_interval``, so that the housekeeping thread renews this node's leases (30 s,

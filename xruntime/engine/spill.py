@@ -1,14 +1,13 @@
 """A large result crosses from its worker to the node's main process as a file in
 memory (tmpfs), not through their pipe.
 
-Through the pipe a 200 MB result (a 5 000² matrix) was copied five times: into bytes,
-into the pickle, through the pipe, out of it, out of the pickle; 1.3 s of the job's 6 s
-(measured with py-spy beside benchmarks/xdima.py).  Spilled, the worker writes its
+Through the pipe a result is copied five times: into bytes, into the pickle, through
+the pipe, out of it, out of the pickle.  Spilled, the worker writes its
 stored form once into a file of the supervisor's folder and sends the file's path; the
 main process maps the file and the store writes the mapped bytes (``spilled``), then
 the file is removed.  A stored form written uncompressed (a table's arrays, the usual
 large result) is written straight into the file, mapped (``Spill``): not composed in
-the worker's memory and copied into the file after (0.025 s of a 2 000² matrix).
+the worker's memory and copied into the file after.
 
 The folder is private (0700: it holds users' results), in
 ``/dev/shm`` where there is one (or, for a SQLite store, beside its result files:
@@ -146,7 +145,7 @@ class Spill:
     def written(self, upto: int) -> None:
         """Start writing out the bytes written so far (a file on disk: the store keeps
         it, store/result_files.py), so that the disk works while the rest is composed:
-        ``hand_over`` then waits for the last piece only (0.08 → 0.03 s at 32 MB)."""
+        ``hand_over`` then waits for the last piece only."""
         if self._fd is not None and upto > self._started:
             # (for a file's dirty pages: their writing out is started, nothing waits)
             os.posix_fadvise(self._fd, self._started, upto - self._started, _WRITE_OUT)

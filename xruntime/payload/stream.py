@@ -1,8 +1,8 @@
 """A stored payload read in pieces, for answers that are written as they are read.
 
-``form.unpack`` writes a payload's whole JSON text: for a 2 000 × 2 000 matrix
-that is 50 MB of text in an HTTP process, and for SOAP the text parsed again into
-Python objects (a few hundred MB).  Here the compact form (``form.MAGIC``) is read
+``form.unpack`` writes a payload's whole JSON text: for a large matrix that is tens
+of megabytes of text in an HTTP process, and for SOAP the text parsed again into
+Python objects, several times that.  Here the compact form (``form.MAGIC``) is read
 one piece of its zlib stream at a time (each piece inflates alone, its raw offset known
 from the table), and its packed arrays are formatted a slice at a time:
 

@@ -1,9 +1,9 @@
 """The documentation's tables of configuration keys, generated from ``schema``.
 
-The README and docs/protocol.md each list every key with its default.  Written by hand,
-those lists drifted from the code (the README once showed 7 of 10 ``[jobs]`` keys), so
-they are generated: each document holds its table between two marker comments, a test
-regenerates it and fails when the document differs, and
+The README and docs/protocol.md each list every key with its default.  Lists written
+by hand drift from the code, so they are generated: each document holds its table
+between two marker comments, a test regenerates it and fails when the document differs,
+and
 
     python -m xruntime.settings.docs --write      # in the repository's root
 

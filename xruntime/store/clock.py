@@ -2,7 +2,8 @@
 
 A lease written by one node is judged by another; a queueing timeout, a retention or a
 retry's due time is written on one node and acted on by another.  Judged by each node's
-own clock, a node 45 s ahead took over every job of a live node.  So every such time is
+own clock, a node whose clock runs ahead would take over every job of a live node.  So
+every such time is
 read from ``now_ms()``, which is the database's clock (PostgreSQL's
 ``clock_timestamp()``) as this process last measured it, carried forward by the
 process's monotonic clock: a node's wall clock may be wrong by minutes, or jump, without

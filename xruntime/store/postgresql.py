@@ -2,8 +2,8 @@
 
 A database the node cannot reach (a network cut, a host down) must be a
 ``StoreUnavailable`` within seconds, so that the node says so and answers
-``TemporarilyUnavailableFault``, instead of hanging in TCP retransmission for minutes:
-measured on a cut host, calls answered 503 after 5–15 s.  The store's engine and the
+``TemporarilyUnavailableFault``, instead of hanging in TCP retransmission for minutes.
+The store's engine and the
 change feed's LISTEN/NOTIFY connections (``channel``) use the same settings.
 """
 

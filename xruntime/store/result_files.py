@@ -1,19 +1,18 @@
 """Large results of a SQLite store kept as files beside the database, not in it.
 
-A 2 000² matrix's 32 MB written into SQLite cost its job 0.1-0.2 s after the
-arithmetic (each page copied into the cache, checksummed and written to the WAL, then
-copied again into the database by the checkpoint), and 5 000²'s 200 MB about a second.
-Here the worker's stored form, written once into a file of the node's spill folder
-(``engine/spill.py``), which a SQLite node keeps in this folder, is renamed into
-``<database>.results/`` when the job finishes, and ``job_results.result`` holds a
-reference to it (``REFERENCE`` + the file's name) while ``job_results.bytes`` keeps the
-result's length (quotas count it as before).
+Written into SQLite, a result's every page is copied into the cache, checksummed,
+written to the WAL and copied again by the checkpoint (docs/architecture.md, "Decisions
+of the implementation", has the figures).  Here the worker's stored form, written once
+into a file of the node's spill folder (``engine/spill.py``), which a SQLite node keeps
+in this folder, is renamed into ``<database>.results/`` when the job finishes, and
+``job_results.result`` holds a reference to it (``REFERENCE`` + the file's name) while
+``job_results.bytes`` keeps the result's length (quotas count it as any result).
 
 The rename and the reference are written under the database's write lock, in the
 transaction that ends the job; a transaction that fails renames the file back, so that
 the write can be tried again.  The file's bytes and its rename are on disk before that
 transaction commits (``fsync``; the worker starts writing the file out as it composes
-it, so the wait is short: 0.03 s of 32 MB here), so that a power loss
+it, so little is left to wait for), so that a power loss
 never leaves a finished job whose file is missing or partly written.
 
 Files are never removed by the writes that erase jobs (deleteJob, retention, a parent's

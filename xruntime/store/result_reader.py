@@ -1,7 +1,7 @@
 """A stored result read by byte ranges, never whole, for an answer written as it is read.
 
-A 5 000 × 5 000 matrix is stored in 200 MB; an HTTP process that read it whole to
-answer a fetch would grow by as much.  A ``ResultReader`` reads the ranges a writer
+A large result may take hundreds of megabytes stored; an HTTP process that read it
+whole to answer a fetch would grow by as much.  A ``ResultReader`` reads the ranges a writer
 asks for (``payload.stream``: the compact form's table, then one piece of its
 zlib stream at a time):
 
@@ -10,9 +10,9 @@ zlib stream at a time):
   time: ``substr`` would load the whole blob at each call; a handle kept open would hold
   a connection of the pool and a read snapshot (which stops the WAL from being
   checkpointed) for as long as a slow client takes to read the answer; and a new
-  handle walks the result's chain of overflow pages up to the offset (55 ms at 190 MB),
-  which one handle per 2 MiB piece paid a hundred times at 5 000² (2.8 s; 8 MiB windows
-  pay it 25 times, about 0.7 s, for 8 MiB more of the HTTP process);
+  handle walks the result's chain of overflow pages up to the offset, a cost paid once
+  per window: the larger the window the fewer walks, for that much more memory of the
+  HTTP process (docs/architecture.md has the figures);
 * on PostgreSQL, with ``substr(result, start, size)`` (an uncompressed out-of-line
   value is read by its slices);
 * from its file, when the row refers to one (``result_files``: SQLite's large results).

@@ -133,9 +133,9 @@ class WalCheckpointer(threading.Thread):
     the node's main process, so that no commit waits for it.
 
     By default SQLite checkpoints at the commit that takes the WAL past 1 000 pages:
-    that commit waits while the WAL is copied and the file synced.  After a 200 MB
-    result (a 5 000² matrix) that was 0.6 to 1 s of the job, before it was seen
-    SUCCEEDED, and any small commit could be the one that paid for the writes before it.
+    that commit waits while the WAL is copied and the file synced: after a large
+    result, most of a second of the job before it is seen SUCCEEDED, and any small
+    commit could be the one that pays for the writes before it.
     Here the checkpoints are PASSIVE: they never wait for, nor hold up, a reader or a
     writer; the next write after a complete one starts the WAL over, as before."""
 

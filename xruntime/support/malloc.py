@@ -4,13 +4,12 @@
 glibc gives each thread that allocates at the same time as another a heap of its own
 (an arena, up to 8 per core), and a heap keeps the large blocks freed in it for reuse
 by its own thread.  A streamed large answer reads 8 MiB windows of a stored result and
-makes 256 kB chunks in the pool's threads, which take turns: each thread's heap kept
-its own high-water mark, and an HTTP process that answered a 3 000² matrix after a few
-answers at once grew by +56 MB here and +110 MB in a CI run
-(tests/e2e/test_large_fetches.py).  With one heap, the blocks one thread freed are the
-ones the next reuses: +8 MB.  (Unmapping every large block when freed, the other cure,
-made every chunk a fresh mapping: fetches took 1.5 to 2.7 times as long.)  Python's
-small objects do not come from malloc, so the threads seldom wait for its lock.
+makes 256 kB chunks in the pool's threads, which take turns: with a heap each, every
+thread keeps its own high-water mark and an HTTP process grows by that many windows.
+With one heap, the blocks one thread freed are the ones the next reuses.  (Unmapping
+every large block when freed, the other cure, makes every chunk a fresh mapping, and
+fetches slower; docs/architecture.md has the figures.)  Python's small objects do not
+come from malloc, so the threads seldom wait for its lock.
 """
 
 import ctypes

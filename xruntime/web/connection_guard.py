@@ -2,18 +2,16 @@
 (docs/protocol.md §15): header bytes, the time to send the headers and the body, and a
 place among the process's connections.
 
-uvicorn's httptools protocol, as shipped, bounds none of them: a 100 MB header line
-cost ~12 s of CPU (the URL and headers are grown by concatenation), a connection that
-sends half a header and waits is kept for ever, and 1 100 of those locked every caller
-out of a node.  ``guarded_protocol`` is that protocol with the three bounds:
+uvicorn's httptools protocol bounds none of them (docs/architecture.md, "Decisions of
+the implementation", says what that cost); ``guarded_protocol`` is that protocol with
+the three bounds:
 
 - more than ``[server] max_header_bytes`` before the headers end: HTTP 431, closed;
 - no complete headers within ``[server] header_timeout`` of the connection's start (or
   of its previous answer): HTTP 408 when some were sent, else closed quietly (the
   keep-alive timeout's job, for a connection that never sent anything);
 - a body not complete within ``[server] body_timeout`` of the end of its headers: HTTP
-  408, closed (a body sent a byte a second held its connection and its buffer until
-  ``max_request_bytes`` came, days later);
+  408, closed (else a body sent a byte at a time holds its connection and its buffer);
 - an idle keep-alive connection is closed after ``[server] keep_alive_timeout`` (read
   at each new connection, where uvicorn takes one figure at start);
 - at ``[server] max_connections`` connections, a new one makes room by closing the
