@@ -1,11 +1,10 @@
 """An HTTP process's entry (the target ``node`` spawns it with), in a module of its own.
 
 A spawned process imports the module of its target before running it.  Here, that is
-this module alone: in ``node``, the target made every HTTP process import the main
-process's side too (the supervisor, worker slots, cleaner, reload: 0.8 MB an HTTP
-process, measured with benchmarks/longpoll.py's node); and ``node`` does not import
-``http_process`` either, so the main process never loads the HTTP side (uvicorn, the
-bindings).
+this module alone: a target in ``node`` would make every HTTP process import the main
+process's side too (the supervisor, worker slots, cleaner, reload); and ``node`` does
+not import ``http_process`` either, so the main process never loads the HTTP side
+(uvicorn, the bindings).
 """
 
 from typing import Any
