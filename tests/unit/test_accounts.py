@@ -244,7 +244,7 @@ def test_a_lane_whose_jobs_all_wait_for_a_retry_neither_hides_nor_doubles_the_ne
     store, limits = any_store, (("alice", None, 1), ("bob", None, 1))
     waiting = queue(store, "alice", 1)[0]
     assert claim(store, limits) == ("alice", waiting)
-    assert store.retry(waiting, now_ms() + 60_000, "later")
+    assert store.retry(waiting, 60_000, "later")
     bob = queue(store, "bob", 2)
     assert claim(store, limits) == ("bob", bob[0])
     assert claim(store, limits) is None  # bob at his limit, alice not due

@@ -189,8 +189,10 @@ def test_a_retry_waits_queued_until_it_is_due_then_runs_again(any_store):
     rec = new_record()
     store.create(rec, 0)
     claim_exactly(store, rec.id)
-    due = now_ms() + 60_000
-    assert store.retry(rec.id, due, "retry 1 of 3 planned in 60.0 s: TransientFault: down")
+    asked = now_ms()
+    assert store.retry(rec.id, 60_000, "retry 1 of 3 planned in 60.0 s: TransientFault: down")
+    due = store.peek(rec.id).not_before
+    assert due >= asked + 60_000
     assert store.peek(rec.id).status == "QUEUING" and store.peek(rec.id).retries == 1
     assert store.claim(NODE, now_ms(), LEASE_MS) is None  # not before its time
     assert store.claim(NODE, now_ms(), LEASE_MS, None, (("", None, 5),)) is None  # nor fairly
@@ -206,7 +208,7 @@ def test_a_waiting_retry_does_not_block_the_jobs_behind_it(any_store):
     store.create(first, 0)
     store.create(second, 0)
     claim_exactly(store, first.id)
-    store.retry(first.id, now_ms() + 60_000, "later")
+    store.retry(first.id, 60_000, "later")
     got = store.claim(NODE, now_ms(), LEASE_MS, None, (("alice", None, 1),))
     assert got.id == second.id  # the lane's first *due* job
 
@@ -217,7 +219,7 @@ def test_only_a_running_job_is_retried(any_store):
     store.create(rec, 0)
     claim_exactly(store, rec.id)
     store.request_stop(rec.id)
-    assert not store.retry(rec.id, now_ms(), "later")  # stopped: it is not run again
+    assert not store.retry(rec.id, 0, "later")  # stopped: it is not run again
 
 
 def test_node_deaths_and_retries_count_apart(any_store):
@@ -227,7 +229,7 @@ def test_node_deaths_and_retries_count_apart(any_store):
     store.create(rec, 0)
     for _ in range(3):  # three runs that each ended in a retry
         claim_exactly(store, rec.id)
-        store.retry(rec.id, now_ms(), "later")
+        store.retry(rec.id, 0, "later")
     claim_exactly(store, rec.id)
     assert [r.requeued for r in store.recover(NODE, now_ms(), 2, _died)] == [True]  # 1 run lost
     claim_exactly(store, rec.id)

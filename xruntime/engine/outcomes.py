@@ -205,11 +205,10 @@ class Outcomes:
         if retry > cfg.max_retries:
             log.info("job %s: no retry left (max_retries = %d); it fails", job.id, cfg.max_retries)
             return fault
-        due = now_ms() + delay_ms
         won = sup.persist(
             lambda: sup.store.retry(
                 job.id,
-                due,
+                delay_ms,
                 f"retry {retry} of {cfg.max_retries} planned in {delay_ms / 1000:.1f} s: {reason}",
                 sup.run_of(job),
             ),

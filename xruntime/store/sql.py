@@ -27,6 +27,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     or_,
     select,
     update,
@@ -39,7 +40,7 @@ from .children import ChildJobs
 from .claims import claim_statement
 from .clock import now_ms
 from .database import QUEUE_LOCK_KEY, guard_values
-from .events import fault_type, note_of
+from .events import NOW_MS, fault_type, note_of
 from .outbox import CallbackOutbox
 from .records import JobRecord, Recovered, Run
 from .result_files import ResultFile
@@ -333,8 +334,11 @@ class JobStore(ChildJobs, CallbackOutbox):
             referenced = {name for (blob,) in rows if (name := result_files.name_in(blob))}
             return result_files.sweep(self.result_folder, referenced)
 
-    def retry(self, job_id: str, not_before: int, note: str, run: Run | None = None) -> bool:
-        """A running job back to QUEUING until ``not_before`` (ms), its retry counted."""
+    def retry(self, job_id: str, delay_ms: int, note: str, run: Run | None = None) -> bool:
+        """A running job back to QUEUING for ``delay_ms`` from this write, its retry
+        counted.  Its due time (``not_before``) is taken from the database's clock in the
+        statement that writes the retry's event, so that the wait its history shows is
+        never shorter than the delay, however long the write waited for its lock."""
         with self._write() as conn:
             return (
                 conn.execute(
@@ -346,7 +350,7 @@ class JobStore(ChildJobs, CallbackOutbox):
                         started_at=None,
                         progress=None,
                         lease_until=None,
-                        not_before=not_before,
+                        not_before=literal_column(NOW_MS[self.dialect], BigInteger) + delay_ms,
                         retries=jobs.c.retries + 1,
                         event_note=note_of(note),
                     )
