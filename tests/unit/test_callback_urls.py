@@ -62,7 +62,9 @@ PUBLIC = {"hooks.example.org": ["93.184.216.34"]}
     ],
 )
 def test_what_http_client_cannot_send_as_written_is_refused(url, why):
-    with pytest.raises(targets.Refused, match="which a URL may not hold|starts no escape") as e:
+    with pytest.raises(
+        targets.TargetRefused, match="which a URL may not hold|starts no escape"
+    ) as e:
         targets.target_of(url, PREFIX, resolving(PUBLIC))
     assert why in str(e.value)
 
@@ -90,7 +92,7 @@ def test_what_http_client_cannot_send_as_written_is_refused(url, why):
     ],
 )
 def test_dot_segments_and_encoded_slashes_are_refused_before_the_prefix_rule(url):
-    with pytest.raises(targets.Refused, match="dot segments|encoded slash"):
+    with pytest.raises(targets.TargetRefused, match="dot segments|encoded slash"):
         targets.target_of(url, PREFIX, resolving(PUBLIC))
 
 
@@ -138,7 +140,7 @@ CARRIERS_OF_LOOPBACK = [
 
 @pytest.mark.parametrize("address", CARRIERS_OF_LOOPBACK)
 def test_a_name_resolving_to_an_ipv6_carrier_of_loopback_is_refused(address):
-    with pytest.raises(targets.Refused, match=r"which carries 127\.0\.0\.1"):
+    with pytest.raises(targets.TargetRefused, match=r"which carries 127\.0\.0\.1"):
         targets.target_of(
             "http://hooks.example.org/",
             allowed("hooks.example.org"),
@@ -156,7 +158,7 @@ def test_a_name_resolving_to_an_ipv6_carrier_of_loopback_is_refused(address):
     ],
 )
 def test_other_inside_addresses_carried_are_refused_too(address, carried):
-    with pytest.raises(targets.Refused, match=carried.replace(".", r"\.")):
+    with pytest.raises(targets.TargetRefused, match=carried.replace(".", r"\.")):
         targets.target_of(
             "http://hooks.example.org/",
             allowed(".example.org"),
@@ -165,7 +167,7 @@ def test_other_inside_addresses_carried_are_refused_too(address, carried):
 
 
 def test_nat64_s_local_use_prefix_is_judged_private():
-    with pytest.raises(targets.Refused, match="loopback, private or reserved"):
+    with pytest.raises(targets.TargetRefused, match="loopback, private or reserved"):
         targets.target_of(
             "http://hooks.example.org/",
             allowed("hooks.example.org"),
@@ -194,12 +196,12 @@ def test_an_ipv6_literal_carrying_loopback_is_judged_as_loopback(address):
     the IPv6 address must be listed as well."""
     url = f"http://[{address}]:9/hook"
     rules = allowed("::/0", "2002::/16", "64:ff9b::/96", "::ffff:0:0/96", "::ffff:0:0:0/96")
-    with pytest.raises(targets.Refused, match=r"which carries 127\.0\.0\.1\) is not among"):
+    with pytest.raises(targets.TargetRefused, match=r"which carries 127\.0\.0\.1\) is not among"):
         targets.target_of(url, rules, resolving({}))
     if ipaddress.ip_address(address).ipv4_mapped is not None:
         target = targets.target_of(url, allowed("127.0.0.0/8"), resolving({}))
     else:
-        with pytest.raises(targets.Refused, match=r"through a NAT64 or 6to4 gateway"):
+        with pytest.raises(targets.TargetRefused, match=r"through a NAT64 or 6to4 gateway"):
             targets.target_of(url, allowed("127.0.0.0/8"), resolving({}))
         target = targets.target_of(url, allowed("127.0.0.0/8", "::/0"), resolving({}))
     assert target.addresses == (address,)
@@ -208,7 +210,7 @@ def test_an_ipv6_literal_carrying_loopback_is_judged_as_loopback(address):
 def test_a_name_resolving_to_a_gateway_s_carrier_of_a_listed_address_is_refused():
     """127.0.0.1 listed, and a name listed that resolves to NAT64's 127.0.0.1: the
     connection would go to the gateway, not to 127.0.0.1."""
-    with pytest.raises(targets.Refused, match=r"through a NAT64 or 6to4 gateway"):
+    with pytest.raises(targets.TargetRefused, match=r"through a NAT64 or 6to4 gateway"):
         targets.target_of(
             "http://hooks.example.org/",
             allowed("hooks.example.org", "127.0.0.1"),

@@ -81,7 +81,7 @@ def test_a_target_not_listed_or_resolving_inside_is_refused(url, rules, why):
         "metadata.example.org": ["169.254.169.254"],
         "mixed.example.org": ["93.184.216.34", "192.168.1.1"],
     }
-    with pytest.raises(targets.Refused, match=why):
+    with pytest.raises(targets.TargetRefused, match=why):
         targets.target_of(url, allowed(*rules), resolving(table))
 
 

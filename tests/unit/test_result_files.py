@@ -19,7 +19,7 @@ from xruntime.store.result_files import ResultFile
 def spilled_file(store, blob, name="job-abc123"):
     """A worker's file of the stored form, in the spill folder inside the result folder
     (where a SQLite node keeps it, so that it is taken in by a rename)."""
-    folder = os.path.join(result_files.make_folder(store.result_folder), "spill")
+    folder = os.path.join(result_files.make_private_folder(store.result_folder), "spill")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, name)
     with open(path, "wb") as f:

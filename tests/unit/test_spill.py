@@ -61,7 +61,7 @@ def test_a_node_removes_the_folders_of_dead_nodes_only(tmp_path):
     for folder in (dead, alive):
         folder.mkdir()
         (folder / "job-1").write_bytes(b"result")
-    made = spill.make_folder(str(tmp_path))
+    made = spill.make_spill_folder(str(tmp_path))
     assert os.path.dirname(made) == str(tmp_path) and os.stat(made).st_mode & 0o777 == 0o700
     assert not dead.exists() and alive.exists()
     spill.remove_folder(made)

@@ -49,7 +49,7 @@ from ..settings.model import Settings
 from ..store import CallbackAttempt, CallbackEvent, StoreUnavailable, now_ms
 from .sending import Connections
 from .signing import signature
-from .targets import Refused, Resolver, resolve, target_of
+from .targets import Resolver, TargetRefused, resolve, target_of
 
 if TYPE_CHECKING:
     from ..store import JobStore
@@ -340,7 +340,7 @@ class CallbackDelivery:
         secret, key = settings.callback_secret(event.owner)
         try:
             if not secret:
-                raise Refused(f"{key} is not set: it cannot be signed")
+                raise TargetRefused(f"{key} is not set: it cannot be signed")
             target = target_of(event.url, rules.allowed, self.resolver)
             body = body_of(event)
             timestamp = now_ms() // 1000
@@ -355,7 +355,7 @@ class CallbackDelivery:
             outcome = f"HTTP {status}" + (
                 " (redirects are not followed)" if 300 <= status < 400 else ""
             )
-        except Refused as exc:
+        except TargetRefused as exc:
             outcome, final = f"refused: {exc}", True
         except (OSError, http.client.HTTPException) as exc:
             outcome = _error_text(exc)

@@ -45,7 +45,7 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], list[str]]
 
 
-class Refused(Exception):
+class TargetRefused(Exception):
     """The URL may not be called; the message says why."""
 
 
@@ -64,24 +64,24 @@ _LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
 
 
 def _spelling(url: str) -> None:
-    """Refused unless ``url`` is one ``http.client`` sends as written: characters RFC
+    """TargetRefused unless ``url`` is one ``http.client`` sends as written: characters RFC
     3986 allows (no space, control character or non-ASCII one; a ``%`` starts an
     escape), no dot segment in its path (``.``, ``..``, once its escapes are decoded,
     and with a ``;parameter`` dropped), and no encoded slash or backslash there."""
     if not _URL_CHARS.fullmatch(url):
         bad = next(c for c in url if not _URL_CHARS.fullmatch(c))
         at = url.index(bad)
-        raise Refused(
+        raise TargetRefused(
             f"it holds {_char_name(bad)} at character {at + 1}, which a URL may not hold "
             "(only the characters RFC 3986 allows: percent-encode the others, in UTF-8)"
         )
     if _ESCAPE.search(url):
-        raise Refused("a % in it starts no escape (%XX with two hex digits)")
+        raise TargetRefused("a % in it starts no escape (%XX with two hex digits)")
     path = url.split("#", 1)[0].split("?", 1)[0]
     _, _, path = path.partition("://")
     _, _, path = path.partition("/")
     if _ENCODED_SLASH.search(path):
-        raise Refused(
+        raise TargetRefused(
             "its path holds an encoded slash or backslash (%2F, %5C), which a receiver may "
             "read as a path separator"
         )
@@ -90,7 +90,7 @@ def _spelling(url: str) -> None:
         if decoded.split(";", 1)[0] in (".", "..") or any(
             ord(c) < 0x20 or c == "\x7f" for c in decoded
         ):
-            raise Refused(
+            raise TargetRefused(
                 f"its path holds the segment {segment!r}: dot segments (., .., %2e%2e) and "
                 "encoded control characters are not sent; write the path the receiver serves"
             )
@@ -199,8 +199,8 @@ def _through_gateway_unlisted(written: Address, rules: "_Rules") -> ipaddress.IP
     return None if rules.listed(written) else carried
 
 
-def _gateway_refusal(text: str, carried: ipaddress.IPv4Address) -> "Refused":
-    return Refused(
+def _gateway_refusal(text: str, carried: ipaddress.IPv4Address) -> "TargetRefused":
+    return TargetRefused(
         f"{text} carries {carried}, but is sent to {text} itself, through a NAT64 or 6to4 "
         "gateway: [callbacks] allowed must list that IPv6 address (or its network) as well"
     )
@@ -217,20 +217,20 @@ def _named(text: str, address: Address) -> str:
 
 
 def _parts(url: str) -> tuple[str, str, int, str]:
-    """(scheme, host in lower case, port, path with query) of an http(s) URL; Refused
+    """(scheme, host in lower case, port, path with query) of an http(s) URL; TargetRefused
     for anything else."""
     try:
         split = urlsplit(url.strip())
         port = split.port
     except ValueError as exc:
-        raise Refused(f"it is no URL ({exc})") from None
+        raise TargetRefused(f"it is no URL ({exc})") from None
     scheme = split.scheme.lower()
     if scheme not in ("http", "https"):
-        raise Refused("only http and https URLs may be called")
+        raise TargetRefused("only http and https URLs may be called")
     if not split.hostname:
-        raise Refused("it names no host")
+        raise TargetRefused("it names no host")
     if split.username is not None or split.password is not None:
-        raise Refused("credentials in the URL are not sent; leave them out")
+        raise TargetRefused("credentials in the URL are not sent; leave them out")
     path = (split.path or "/") + (f"?{split.query}" if split.query else "")
     host = split.hostname.lower().rstrip(".").strip("[]")
     return scheme, host, port or (443 if scheme == "https" else 80), path
@@ -244,9 +244,9 @@ def resolve(host: str, port: int) -> list[str]:
 
 def target_of(url: str, allowed: tuple[str, ...], resolver: Resolver = resolve) -> Target:
     """The target of ``url`` if the rules let it be called, its host resolved now;
-    Refused (with the reason) otherwise."""
+    TargetRefused (with the reason) otherwise."""
     if not allowed:
-        raise Refused("[callbacks] allowed lists no target: callbacks are off")
+        raise TargetRefused("[callbacks] allowed lists no target: callbacks are off")
     _spelling(url)
     scheme, host, port, path = _parts(url)
     rules = _rules(tuple(allowed))
@@ -256,7 +256,7 @@ def target_of(url: str, allowed: tuple[str, ...], resolver: Resolver = resolve) 
         carried = (
             f" (which carries {literal})" if literal is not None and str(literal) != host else ""
         )
-        raise Refused(
+        raise TargetRefused(
             f"{scheme}://{shown}:{port}{carried} is not among the targets [callbacks] allowed lists"
         )
     try:
@@ -268,18 +268,18 @@ def target_of(url: str, allowed: tuple[str, ...], resolver: Resolver = resolve) 
     try:
         addresses = resolver(host, port)
     except OSError as exc:
-        raise Refused(f"{host} does not resolve ({exc})") from None
+        raise TargetRefused(f"{host} does not resolve ({exc})") from None
     if not addresses:
-        raise Refused(f"{host} does not resolve")
+        raise TargetRefused(f"{host} does not resolve")
     # an address written in the URL matched an address, a network or a URL prefix
     # listed: that is the administrator's own word for it; a name never is
     literal = _address(host)
     for text in addresses:
         address = _address(text.split("%")[0])
         if address is None:
-            raise Refused(f"{host} resolves to {text}, which is no IP address")
+            raise TargetRefused(f"{host} resolves to {text}, which is no IP address")
         if not _public(address) and address != literal and not rules.listed(address):
-            raise Refused(
+            raise TargetRefused(
                 f"{host} resolves to {_named(text.split('%')[0], address)}, a loopback, "
                 "private or reserved address that no address or network in [callbacks] "
                 "allowed holds"
@@ -315,7 +315,7 @@ def check_callback(
     secret, key = settings.callback_secret(owner)
     try:
         target_of(url, settings.callbacks.allowed, resolver)
-    except Refused as exc:
+    except TargetRefused as exc:
         raise InvalidValueFault(
             f"invalid value for callback.url: {exc}",
             parameter="callback.url",

@@ -38,7 +38,7 @@ PREFIX = "xruntime-results-"
 _FOLDER = re.compile(re.escape(PREFIX) + r"(\d+)-")
 
 
-def make_folder(base: str | None = None) -> str:
+def make_spill_folder(base: str | None = None) -> str:
     """A new private folder for this process's spilled results, in ``base`` (by default
     /dev/shm, else the temporary folder); the stale ones there are removed."""
     if base is None:

@@ -114,8 +114,8 @@ class Supervisor:
         # beside the result files a SQLite store keeps, so that a worker's file is
         # taken in by a rename (store.result_files); else in /dev/shm
         folder = self.store.result_folder
-        self.spill_folder = spill.make_folder(
-            None if folder is None else result_files.make_folder(folder)
+        self.spill_folder = spill.make_spill_folder(
+            None if folder is None else result_files.make_private_folder(folder)
         )
         self.slots = [WorkerSlot(self, i) for i in range(self.settings().workers)]
         for slot in self.slots:

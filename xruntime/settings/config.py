@@ -32,9 +32,9 @@ from .model import (
 )
 from .schema import (
     RESTART_FIELDS,
+    FileTable,
     Key,
     ServiceKeys,
-    Table,
     children_of,
     keys_of,
     refusals_of,
@@ -201,7 +201,7 @@ class _Reader:
             if owner != where:
                 self.error(where, key.name, key.unique.format(other=owner))
 
-    def nested(self, declared: Table, where: str, name: str, value: object) -> dict | None:
+    def nested(self, declared: FileTable, where: str, name: str, value: object) -> dict | None:
         """The checked values of the table(s) written under ``name`` in ``where``."""
         inside = f"{where}.{name}" if where else name
         name_rule = declared.names

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from . import model
-from .schema import TABLES, Key, ServiceKeys, Table, keys_of, refusals_of
+from .schema import TABLES, FileTable, Key, ServiceKeys, keys_of, refusals_of
 
 #: document (relative to the repository's root) → whether its table cites the sections
 #: of docs/protocol.md
@@ -87,7 +87,7 @@ def _row(path: str, key: Key, cite: bool) -> str:
     )
 
 
-def _override_row(declared: Table, home: str, keys: list[Key], cite: bool) -> str:
+def _override_row(declared: FileTable, home: str, keys: list[Key], cite: bool) -> str:
     """One row for the keys ``declared`` takes from their ``home`` table."""
     refused = refusals_of(declared.path)
     everything = [

@@ -32,7 +32,7 @@ __all__ = [
     "ServiceKeys",
     "TABLES",
     "Key",
-    "Table",
+    "FileTable",
     "children_of",
     "keys_of",
     "refusals_of",
@@ -44,7 +44,7 @@ ServiceKeys = Mapping[str, Sequence[Key]]
 
 
 @dataclass(frozen=True)
-class Table:
+class FileTable:
     """One table of the file (or a family of them: ``users.NAME``)."""
 
     path: str
@@ -61,13 +61,15 @@ class Table:
         return self.names is not None
 
 
-TABLES: tuple[Table, ...] = (
-    Table("server", "how the node serves HTTP", Settings),
-    Table("database", "where the jobs are stored", Settings),
-    Table("workers", "the processes that run jobs", Settings),
-    Table("log", "what the node's processes write to stderr, and in which form", Settings),
-    Table("jobs", "retention, timeouts, queue bounds and retries, for every service", JobSettings),
-    Table(
+TABLES: tuple[FileTable, ...] = (
+    FileTable("server", "how the node serves HTTP", Settings),
+    FileTable("database", "where the jobs are stored", Settings),
+    FileTable("workers", "the processes that run jobs", Settings),
+    FileTable("log", "what the node's processes write to stderr, and in which form", Settings),
+    FileTable(
+        "jobs", "retention, timeouts, queue bounds and retries, for every service", JobSettings
+    ),
+    FileTable(
         "services.NAME",
         "one service's own settings",
         ServiceSettings,
@@ -76,9 +78,9 @@ TABLES: tuple[Table, ...] = (
         override_default="the `[jobs]` value",
         override_doc="that setting for this service alone",
     ),
-    Table("auth", "accounts", AuthSettings),
-    Table("users.NAME", "one user: their token, rights and shares", User, names=user_name),
-    Table(
+    FileTable("auth", "accounts", AuthSettings),
+    FileTable("users.NAME", "one user: their token, rights and shares", User, names=user_name),
+    FileTable(
         "users.NAME.services.SERVICE",
         "one user's shares of one service",
         names=service_name,
@@ -86,7 +88,7 @@ TABLES: tuple[Table, ...] = (
         override_default="the user's",
         override_doc="the user's value for one service",
     ),
-    Table(
+    FileTable(
         "callbacks",
         "where completion callbacks may go, how they are signed and retried",
         CallbackSettings,
@@ -144,7 +146,7 @@ def refusals_of(path: str) -> dict[str, str]:
     return {key.name: key.refused[path] for key in KEYS if path in key.refused}
 
 
-def children_of(path: str) -> dict[str, Table]:
+def children_of(path: str) -> dict[str, FileTable]:
     """The tables nested right under ``path`` ("" for the file's top), by the name they
     are written under: ``services`` for ``services.NAME``, ``server`` for ``server``."""
     depth = len(path.split(".")) if path else 0

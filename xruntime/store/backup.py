@@ -48,7 +48,7 @@ def backup(database_path: str, target: str) -> tuple[int, int, float]:
     copy_path = os.path.join(target, DATABASE)
     sqlite.make_private_file(copy_path)
     source_folder = result_files.folder_of(database_path)
-    copy_folder = result_files.make_folder(os.path.join(target, RESULTS))
+    copy_folder = result_files.make_private_folder(os.path.join(target, RESULTS))
     lock = sqlite3.connect(database_path, timeout=sqlite.BUSY_TIMEOUT_S, isolation_level=None)
     source = sqlite3.connect(database_path, isolation_level=None)
     copy = sqlite3.connect(copy_path, isolation_level=None)

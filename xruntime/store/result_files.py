@@ -43,7 +43,7 @@ def folder_of(database_path: str) -> str:
     return os.path.abspath(database_path) + SUFFIX
 
 
-def make_folder(folder: str) -> str:
+def make_private_folder(folder: str) -> str:
     """The folder, made if needed, private (0700: it holds users' results)."""
     os.makedirs(folder, mode=0o700, exist_ok=True)
     return folder

@@ -301,7 +301,7 @@ class JobStore(ChildJobs, CallbackOutbox):
         back when the transaction fails (so that the write can be tried again)."""
         if self.result_folder is None:
             raise ValueError("this store keeps no result files")
-        folder = result_files.make_folder(self.result_folder)
+        folder = result_files.make_private_folder(self.result_folder)
         name = result_files.name_for(job_id, run.attempt if run is not None else 0, file.path)
         target: str | None = None  # (the file's path once taken in)
         try:
