@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..payload.form import unpack
 from ..payload.list_join import encoded_members, without_list
@@ -37,13 +37,31 @@ from ..settings.model import Settings
 
 if TYPE_CHECKING:
     from ..store.records import FinishedChild
-    from .service import LongOperation
 
 RAISE, RETURN = "raise", "return"
 
-#: (service name, operation name) → its LongOperation, or None: the registry's
+
+class ChildOperation(Protocol):
+    """What this module reads of a child's long operation: a ``service.LongOperation``,
+    named by what it offers because ``service`` imports this module (``Child``,
+    ``ChildOutcome``, ``Joined``) and sits above it."""
+
+    @property
+    def service(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def request(self) -> type[XModel]: ...
+    @property
+    def response(self) -> type[XModel]: ...
+    @property
+    def fetch_type(self) -> str: ...
+    def check(self, request: XModel, settings: Settings) -> None: ...
+
+
+#: (service name, operation name) → its long operation, or None: the registry's
 #: ``find_long_operation``, handed in by the worker (this module sits below the registry).
-FindOperation = Callable[[str, str], "LongOperation | None"]
+FindOperation = Callable[[str, str], "ChildOperation | None"]
 
 
 @dataclass
@@ -124,7 +142,7 @@ class Joined:
     parts: list[ChildOutcome]
 
 
-def _operation(find: FindOperation, service: str, name: str) -> LongOperation:
+def _operation(find: FindOperation, service: str, name: str) -> ChildOperation:
     """The long operation ``name`` of ``service``; ValueError when there is none."""
     op = find(service, name)
     if op is None:

@@ -325,7 +325,11 @@ def serve(settings: Settings, services: Sequence[str], reload_path: str | None =
             node.start()
         if reload_path and not stop.is_set():
             reloader = ConfigReloader(
-                node, reload_path, services, [lambda new: children.send(("settings", new))]
+                node.settings,
+                node.replace_settings,
+                reload_path,
+                services,
+                [lambda new: children.send(("settings", new))],
             )
             reloader.start()
             signal.signal(signal.SIGHUP, lambda *_: reloader.wake.set())

@@ -15,14 +15,10 @@ import threading
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from ..author.registry import setting_keys
 from ..settings import config
 from ..support.logs import set_level
-
-if TYPE_CHECKING:
-    from .node import Node
 
 log = logging.getLogger(__name__)
 
@@ -30,18 +26,21 @@ CHECK_PERIOD = 0.5
 
 
 class ConfigReloader(threading.Thread):
-    """The thread that applies the edits of the file at ``path`` to ``node``; each of
-    ``listeners`` is then called with the new settings."""
+    """The thread that applies the edits of the file at ``path`` to the node's settings
+    (``settings`` answers those in force, ``replace_settings`` swaps them: the node's
+    own); each of ``listeners`` is then called with the new settings."""
 
     def __init__(
         self,
-        node: Node,
+        settings: Callable[[], config.Settings],
+        replace_settings: Callable[[config.Settings], None],
         path: str,
         known_services: Sequence[str],
         listeners: Iterable[Callable[[config.Settings], None]] = (),
     ) -> None:
         super().__init__(name="config-reloader", daemon=True)
-        self.node = node
+        self.settings = settings
+        self.replace_settings = replace_settings
         self.path = path
         self.known_services = known_services
         self.listeners = list(listeners)  # called with the new settings after a reload
@@ -70,7 +69,7 @@ class ConfigReloader(threading.Thread):
         """Apply the file as it is now; False (and nothing changed) when it is invalid,
         empty or gone: an editor that truncates before it writes shows an empty file
         for a moment, and that is no request for every default."""
-        old = self.node.settings()
+        old = self.settings()
         try:
             with open(self.path, "rb") as f:
                 empty = _holds_no_setting(f.read())
@@ -111,7 +110,7 @@ class ConfigReloader(threading.Thread):
         if new == old:
             log.info("%s: re-read; nothing that applies live has changed", self.path)
             return True
-        self.node.replace_settings(new)
+        self.replace_settings(new)
         set_level(new.log_level, "main process")  # first: its line and the next obey it
         log.info("%s: reloaded; %s", self.path, ", ".join(_changes(old, new)) or "no change")
         for listener in self.listeners:

@@ -35,10 +35,7 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ..protocol.faults import XServerFault
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -224,8 +221,9 @@ def operation_named(name: str) -> None:
         record.operations += (name,)
 
 
-def fault_answered(fault: XServerFault) -> None:
-    """A fault is being sent to the client of the current request."""
+def fault_answered(fault: Exception) -> None:
+    """A fault (a ``protocol.faults.XServerFault``, a layer above this one: only its
+    class's name is kept) is being sent to the client of the current request."""
     record = _current.get()
     if record is not None:
         record.faults += (type(fault).__name__,)
