@@ -2,12 +2,25 @@
 memory (tmpfs), not through their pipe.
 
 Through the pipe a result is copied five times: into bytes, into the pickle, through
-the pipe, out of it, out of the pickle.  Spilled, the worker writes its
-stored form once into a file of the supervisor's folder and sends the file's path; the
-main process maps the file and the store writes the mapped bytes (``spilled``), then
-the file is removed.  A stored form written uncompressed (a table's arrays, the usual
-large result) is written straight into the file, mapped (``Spill``): not composed in
-the worker's memory and copied into the file after.
+the pipe, out of it, out of the pickle.  Spilled, the worker writes its stored form
+once into a file of the supervisor's folder and sends the file's path; the main
+process maps the file and the store writes the mapped bytes (``spilled``), then the
+file is removed.
+
+So a result takes one of three routes (``engine.worker``'s ``_result_message`` picks),
+and each has its reason:
+
+1. **the file it was made in** (``Spill``): a stored form written uncompressed (a
+   table's arrays, the usual large result) is composed straight into a mapped file,
+   never in the worker's memory, so nothing is copied on the way;
+2. **a file written after** (``spill``): a large form that had to be made in memory (a
+   compressed one: its length is known only at the end) is written once into a file;
+3. **the pipe** (``Result``): a small form (``SPILL_ABOVE`` bytes at most, nearly every
+   result), whose copies cost less than a file; and any form when no file can be
+   made (``/dev/shm`` full, or a run given no spill folder), so a job never fails for
+   the lack of a faster route.  Where the folder is the store's own disk (a SQLite
+   store's), no room fails the job instead (``NoRoom``): the store would need the room
+   too.
 
 The folder is private (0700: it holds users' results), in
 ``/dev/shm`` where there is one (or, for a SQLite store, beside its result files:

@@ -285,8 +285,8 @@ def _result_message(
     job_id: str,
 ) -> Result | SpilledResult:
     """How a stored form goes to the main process: as the file it was written into, as
-    a file it is written into now (a large form made in memory: a compressed one), or
-    through the pipe."""
+    a file it is written into now, or through the pipe (``engine.spill`` gives the
+    reason for each route)."""
     if spilling is not None and spilling.holds(stored):
         return SpilledResult(spilling.hand_over())
     if run.spill_folder is not None and len(stored) > spill.SPILL_ABOVE:
