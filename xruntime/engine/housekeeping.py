@@ -14,19 +14,19 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
 from ..protocol.states import Status
 from ..store import Recovered, StoreUnavailable, now_ms
 from ..support.logs import OncePerPeriod
 from .child_jobs import stop_children
-from .outcomes import fault_json
+from .outcomes import Outcomes, fault_json
+from .shared import Shared
 from .supervisor_log import log, outage_log
 
 if TYPE_CHECKING:
     from ..settings.config import Settings
-    from .supervisor import Supervisor
 
 LEASE_MS = 30_000  # a running job's lease; another node may recover it after that
 LEASE_RENEW_PERIOD = 5.0  # s between renewals of the leases this node's slots hold
@@ -43,12 +43,25 @@ step_failure_logs: collections.defaultdict = collections.defaultdict(
 )
 
 
+class Signals(Protocol):
+    """What the lease renewal asks of the node's supervisor (``engine.supervisor``): the
+    jobs its slots hold, and the stop or the abort of the run of one of them."""
+
+    def held(self) -> list[str]: ...
+
+    def stop(self, job_id: str) -> bool: ...
+
+    def abort(self, job_id: str, why: str = ...) -> bool: ...
+
+
 class Housekeeping(threading.Thread):
     """The housekeeping thread of one node's supervisor."""
 
-    def __init__(self, supervisor: "Supervisor") -> None:
+    def __init__(self, shared: Shared, outcomes: Outcomes, signals: Signals) -> None:
         super().__init__(name="housekeeping", daemon=True)
-        self.sup = supervisor
+        self.sup = shared  # the supervisor's
+        self.outcomes = outcomes
+        self.signals = signals
 
     def run(self) -> None:
         sup = self.sup
@@ -99,16 +112,17 @@ class Housekeeping(threading.Thread):
         holds must run out of lease to be recovered), and act on stops and deletes
         asked for on other nodes (or between a claim and the start of the run)."""
         sup = self.sup
-        held = [job_id for job_id in (slot.current for slot in sup.slots) if job_id]
+        signals = self.signals
+        held = signals.held()
         found = sup.store.renew_leases(sup.node, now_ms() + LEASE_MS, held)
         for job_id, status in found:
             if status == Status.STOPPING:
-                sup.stop(job_id)
-            elif status == Status.DELETED and not sup.abort(job_id):
-                sup.outcomes.erase_deleted(job_id)
+                signals.stop(job_id)
+            elif status == Status.DELETED and not signals.abort(job_id):
+                self.outcomes.erase_deleted(job_id)
         for job_id in set(held) - {job_id for job_id, _ in found}:
             # erased meanwhile (with its parent), or its lease ran out and another run took it
-            sup.abort(job_id, "its job was erased or taken over by another run")
+            signals.abort(job_id, "its job was erased or taken over by another run")
 
     def recover(self, node: str | None) -> None:
         """Queue again (or fail, past ``max_attempts``) the jobs that were running on

@@ -7,8 +7,8 @@ the job SUCCEEDS or FAILS, is queued again for a retry (docs/protocol.md §11), 
 for its children (§13), or, when it was deleted meanwhile or another run took it
 over, is let go of.  A finished child also updates its parent.
 
-Every write here must not be lost: it waits for the store (``Supervisor.persist``)
-and is fenced by the run (``Supervisor.run_of``), so that a run that lost its job
+Every write here must not be lost: it waits for the store (``Supervisor.persist``,
+handed in) and is fenced by the run (``Shared.run_of``), so that a run that lost its job
 changes nothing.  The slot (``engine.slot``) decides when and how a run ended; these
 rules never touch its process.
 """
@@ -16,8 +16,9 @@ rules never touch its process.
 import json
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from ..protocol.codec import dumps, encode_fault
 from ..protocol.faults import (
@@ -42,10 +43,19 @@ from .messages import (
     SpilledResult,
     Transient,
 )
+from .shared import Shared
 from .supervisor_log import log, outage_log
 
-if TYPE_CHECKING:
-    from .supervisor import Supervisor
+Answer = TypeVar("Answer")
+
+
+class Persist(Protocol):
+    """``Supervisor.persist``: ``write()``, a store write that must not be lost, tried
+    again while the store is unreachable; its answer, or None when the node gave up."""
+
+    def __call__(
+        self, write: Callable[[], Answer], what: str, full_is_final: bool = False
+    ) -> Answer | None: ...
 
 
 def fault_json(fault: XServerFault) -> str:
@@ -84,8 +94,9 @@ Ending = Returned | Died | Killed
 class Outcomes:
     """The outcome rules of one node (the supervisor's store, notifier and settings)."""
 
-    def __init__(self, supervisor: "Supervisor") -> None:
-        self.sup = supervisor
+    def __init__(self, shared: Shared, persist: Persist) -> None:
+        self.sup = shared
+        self.persist = persist
 
     def conclude(self, job: JobRecord, ending: Ending, deleted: bool) -> None:
         """The run of ``job`` ended: apply the rule of the way it ended.  A job
@@ -135,7 +146,7 @@ class Outcomes:
         else:
             status, result, fault = Status.FAILED, None, outcome.fault
         try:
-            won = sup.persist(
+            won = self.persist(
                 lambda: sup.store.finish(
                     job.id,
                     status,
@@ -205,7 +216,7 @@ class Outcomes:
         if retry > cfg.max_retries:
             log.info("job %s: no retry left (max_retries = %d); it fails", job.id, cfg.max_retries)
             return fault
-        won = sup.persist(
+        won = self.persist(
             lambda: sup.store.retry(
                 job.id,
                 delay_ms,
@@ -268,7 +279,7 @@ class Outcomes:
             )
             for service in sorted({c.service for c in children})
         ]
-        status = sup.persist(
+        status = self.persist(
             lambda: sup.store.suspend(
                 job.id,
                 sup.node,
@@ -315,7 +326,7 @@ class Outcomes:
         whether it was still running (False: deleted meanwhile; None: given up at
         shutdown)."""
         sup = self.sup
-        won = sup.persist(
+        won = self.persist(
             lambda: sup.store.finish(
                 job.id,
                 Status.FAILED,
@@ -368,7 +379,7 @@ class Outcomes:
         """Give the job back to the queue untouched (its attempt not counted): the node
         shuts down, or the run could not start."""
         sup = self.sup
-        handed = sup.persist(
+        handed = self.persist(
             lambda: sup.store.hand_back(job.id, sup.node, sup.run_of(job)),
             f"the hand-back of job {job.id}",
         )
@@ -413,7 +424,7 @@ class Outcomes:
     def erase_deleted(self, job_id: str) -> None:
         """Erase a DELETED job no run holds any more."""
         sup = self.sup
-        sup.persist(
+        self.persist(
             lambda: sup.store.erase(job_id, (Status.DELETED,)), f"the erasure of job {job_id}"
         )
         sup.notifier.notify(job_id)

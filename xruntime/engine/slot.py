@@ -33,13 +33,13 @@ from ..store import JobRecord, StoreUnavailable, now_ms
 from ..support import metrics
 from .housekeeping import LEASE_MS
 from .messages import Done, Progress, RunJob, StopReason
-from .outcomes import Died, Ending, Killed, Returned
+from .outcomes import Died, Ending, Killed, Outcomes, Returned
 from .process import START_ATTEMPTS, CannotStart, WorkerProcess
+from .shared import Shared
 from .supervisor_log import log, outage_log
 
 if TYPE_CHECKING:
     from ..settings.config import Limits
-    from .supervisor import Supervisor
 
 DELETE_GRACE = 3.0  # s a deleted job's function gets before its process is killed
 STOP_GRACE = 5.0  # s a timed-out job's function gets to return its result
@@ -50,9 +50,10 @@ FAILED_SLOT_PAUSE = 0.5  # s a slot whose loop failed waits before it starts aga
 class WorkerSlot(threading.Thread):
     """One worker process and the thread in the server that drives it."""
 
-    def __init__(self, supervisor: "Supervisor", index: int) -> None:
+    def __init__(self, shared: Shared, outcomes: Outcomes, index: int) -> None:
         super().__init__(name=f"worker-slot-{index}", daemon=True)
-        self.sup = supervisor
+        self.sup = shared  # the supervisor's, which owns this slot
+        self.outcomes = outcomes
         self.index = index
         self.worker: WorkerProcess | None = None
         self._lock = threading.Lock()
@@ -201,7 +202,7 @@ class WorkerSlot(threading.Thread):
     def _failed_here(self, job: JobRecord) -> None:
         """A bug in this slot broke off the job's run: fail the job rather than leave
         it running for ever (a deleted one is erased)."""
-        outcomes = self.sup.outcomes
+        outcomes = self.outcomes
         fault = InternalErrorFault("the server failed while running this job; see its log")
         if outcomes.fail(job, fault, "server error") is False:
             outcomes.let_go(job)
@@ -223,7 +224,7 @@ class WorkerSlot(threading.Thread):
                 f"the job waited {queued_for} ms in the queue, longer than its queueing timeout "
                 f"of {limits.queueing_timeout_ms} ms"
             )
-            sup.outcomes.fail(job, fault, "queueing timeout")
+            self.outcomes.fail(job, fault, "queueing timeout")
             return
         with sup.signal_lock:
             with self._lock:
@@ -246,7 +247,7 @@ class WorkerSlot(threading.Thread):
             outage_log.warning("job %s: its child jobs cannot be read: %s", job.id, exc)
             with self._lock:
                 self.current = None
-            sup.outcomes.hand_back(job, "its child jobs could not be read")
+            self.outcomes.hand_back(job, "its child jobs could not be read")
             return
         log.info(
             "job %s %s.%s %s%s on worker %d (attempt %d%s)",
@@ -276,7 +277,7 @@ class WorkerSlot(threading.Thread):
             )
             ending = self._drive(job, limits)
             if ending is not None:
-                sup.outcomes.conclude(job, ending, deleted=self.discard)
+                self.outcomes.conclude(job, ending, deleted=self.discard)
         finally:
             with self._lock:
                 self.current = None
@@ -318,7 +319,7 @@ class WorkerSlot(threading.Thread):
                 return self._died(job)
             if sup.closing:
                 worker.kill()
-                sup.outcomes.hand_back(job, "node shutting down")
+                self.outcomes.hand_back(job, "node shutting down")
                 return None
             now = time.monotonic()
             if self.kill_at is not None and now >= self.kill_at:

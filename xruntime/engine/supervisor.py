@@ -1,8 +1,9 @@
 """The supervisor: one per node; claims queued jobs and runs them in worker processes.
 
-It is what the node sees of the engine, and what its parts share: the store, the
-notifier, the settings in force, the node's name, the "work may be waiting" event,
-whether the node is closing.  The work itself is split by idea:
+It is what the node sees of the engine, and what its parts share (``engine.shared``,
+which the parts are handed): the store, the notifier, the settings in force, the
+node's name, the "work may be waiting" event, whether the node is closing.  The work
+itself is split by idea:
 
 * ``engine.slot``: a ``WorkerSlot`` thread per worker process claims jobs and drives
   their runs, enforcing stop, delete and the computation timeout;
@@ -21,25 +22,24 @@ leases of jobs a slot holds are renewed, so a job no slot holds any more runs ou
 lease and is recovered.
 """
 
-import multiprocessing
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, NamedTuple, Optional, TypeVar
+from typing import TYPE_CHECKING, Optional, TypeVar
 
 from ..protocol.states import Status
-from ..store import JobRecord, Run, StoreFull, StoreUnavailable, result_files
+from ..store import StoreFull, StoreUnavailable, result_files
 from ..store.changes import MISSED
 from . import spill
 from .housekeeping import Housekeeping
 from .messages import StopReason
 from .outcomes import Outcomes
+from .shared import PendingSignal, Shared
 from .slot import WorkerSlot
 from .supervisor_log import log
 
 if TYPE_CHECKING:
-    from ..settings.config import Limits, Settings
+    from ..settings.config import Settings
     from ..store import JobStore
     from .cleaner import RetentionCleaner
     from .notifier import Notifier
@@ -55,16 +55,8 @@ def default_node_name(port: int) -> str:
     return f"{socket.gethostname()}:{port}"
 
 
-class PendingSignal(NamedTuple):
-    """A stop or delete no slot took yet: the job may be between its claim and its run."""
-
-    reason: StopReason
-    why: str
-    at: float  # time.monotonic() when it came
-
-
-class Supervisor:
-    """Runs the node's worker slots and its housekeeping."""
+class Supervisor(Shared):
+    """Runs the node's worker slots and its housekeeping (what they share: ``Shared``)."""
 
     def __init__(
         self,
@@ -75,37 +67,10 @@ class Supervisor:
         cleaner: Optional["RetentionCleaner"] = None,
         services: Iterable[str] = (),
     ) -> None:
-        self.store = store
-        self.notifier = notifier
-        self.settings = settings  # a callable answering the settings in force
-        self.node = node
-        self.cleaner = cleaner
-        self.services = list(services)  # the names of every service found (the registry's)
-        self.mp = multiprocessing.get_context("spawn")
-        self.work = threading.Event()
-        self.closing = False
-        self.signal_lock = threading.Lock()
-        self.pending_signals: dict[str, PendingSignal] = {}  # by job id
+        super().__init__(store, notifier, settings, node, cleaner, services)
         self.slots: list[WorkerSlot] = []
-        self.outcomes = Outcomes(self)
-        self.housekeeping = Housekeeping(self)
-        #: where workers write their large results (engine.spill), while the node runs
-        self.spill_folder: str | None = None
-        #: why the node must stop (a worker that cannot start: ``fail``); None while it may run
-        self.failure: str | None = None
-
-    # ---------------------------------------------------------------- settings
-
-    def limits_for(self, job: JobRecord) -> "Limits":
-        return self.settings().limits_for(
-            job.service, job.queueing_timeout, job.computation_timeout
-        )
-
-    def served_services(self) -> list[str] | None:
-        """The services whose jobs this node runs; None when it runs every service's."""
-        cfg = self.settings()
-        served = [name for name in self.services if cfg.service_enabled(name)]
-        return None if len(served) == len(self.services) else served
+        self.outcomes = Outcomes(self, self.persist)
+        self.housekeeping = Housekeeping(self, self.outcomes, signals=self)
 
     # ---------------------------------------------------------------- life
 
@@ -117,17 +82,10 @@ class Supervisor:
         self.spill_folder = spill.make_spill_folder(
             None if folder is None else result_files.make_private_folder(folder)
         )
-        self.slots = [WorkerSlot(self, i) for i in range(self.settings().workers)]
+        self.slots = [WorkerSlot(self, self.outcomes, i) for i in range(self.settings().workers)]
         for slot in self.slots:
             slot.start()
         self.housekeeping.start()
-
-    def fail(self, why: str) -> None:
-        """A part of the node cannot go on (``why``: which, and its error, in one line):
-        the node stops with it (``serving.node.serve`` looks at ``failure``).  The
-        first reason stays."""
-        if self.failure is None:
-            self.failure = why
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop taking jobs, hand running jobs back to the queue, end the workers."""
@@ -164,6 +122,10 @@ class Supervisor:
         elif rec.status == Status.STOPPING:
             self.stop(job_id)
 
+    def held(self) -> list[str]:
+        """The jobs the slots hold now (the only ones whose leases are renewed)."""
+        return [job_id for job_id in (slot.current for slot in self.slots) if job_id]
+
     def stop(self, job_id: str) -> bool:
         return self._signal(job_id, StopReason.STOPPED)
 
@@ -178,13 +140,6 @@ class Supervisor:
                 return True
             self.pending_signals[job_id] = PendingSignal(reason, why, time.monotonic())
             return False
-
-    def forget_old_signals(self, older_than: float) -> None:
-        """Drop the signals no slot took within ``older_than`` s: their job runs elsewhere."""
-        with self.signal_lock:
-            limit = time.monotonic() - older_than
-            for job_id in [j for j, pending in self.pending_signals.items() if pending.at < limit]:
-                del self.pending_signals[job_id]
 
     # ---------------------------------------------------------------- for the slots
 
@@ -222,7 +177,3 @@ class Supervisor:
             if waited:
                 log.info("%s written: the job store answers again", what)
             return answer
-
-    def run_of(self, job: JobRecord) -> Run:
-        """The run of ``job`` that this node's slot holds: its writes are fenced by it."""
-        return Run(self.node, job.attempts)
