@@ -53,7 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Check the file; when valid, show the settings the services declare, as in force."""
-    from .author.registry import discover, origin_of
+    from .operations.runtime_service import origin_of, served_services
 
     try:
         settings = config.load(
@@ -73,10 +73,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         except DatabaseUnusable as exc:
             print(f"[database] url: {exc}")
             return 1
-    for name in discover():
+    for name in served_services():
         served = "" if settings.service(name).enabled else "  (not served: enabled = false)"
         print(f"service {name}: {origin_of(name)}{served}")
-    for name, service in discover().items():
+    for name, service in served_services().items():
         written = settings.service(name).declared
         for key, value in service.settings_in_force(settings).items():
             origin = "" if key in written else "  (default)"
@@ -170,14 +170,14 @@ def cmd_wsdl(args: argparse.Namespace) -> int:
     ogcapi.json), as a node with the default settings serves them."""
     import os
 
-    from .author.registry import discover
     from .bindings import openapi
     from .bindings.ogcapi import document as ogcapi_document
     from .bindings.soap import wsdl_for
     from .bindings.wsdl import ALL_SERVICES_FILE, SCHEMA_FOLDER, build_all_wsdl, schema_documents
+    from .operations.runtime_service import served_services
 
     base = args.base_url.rstrip("/")
-    services = discover()
+    services = served_services()
     os.makedirs(os.path.join(args.out, SCHEMA_FOLDER), exist_ok=True)
     written = {
         f"{name}.wsdl": wsdl_for(service, f"{base}/services/ws/{name}")
@@ -251,9 +251,9 @@ def cmd_token_new_secret(args: argparse.Namespace) -> int:
 
 
 def _service_names() -> list[str]:
-    from .author.registry import discover
+    from .operations.runtime_service import served_services
 
-    return list(discover())
+    return list(served_services())
 
 
 def _service_keys() -> dict:

@@ -257,11 +257,11 @@ def test_the_api_document_is_valid_openapi_30_of_every_process(node):
     assert "callback" not in inputs and inputs["steps"]["maximum"] == 1_000_000
     # what `xruntime wsdl --out` writes: api_document of the same services
     from tests.fixtures.crashy import service as crashy
-    from xruntime.author.registry import discover
     from xruntime.bindings.ogcapi.document import api_document
+    from xruntime.operations.runtime_service import served_services
     from xruntime.settings.model import Settings
 
-    served = {**discover(), crashy.name: crashy}.values()
+    served = {**served_services(), crashy.name: crashy}.values()
     assert document == json.loads(json.dumps(api_document(served, Settings())))
 
 

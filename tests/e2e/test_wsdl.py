@@ -16,16 +16,16 @@ from lxml import etree
 
 from tests.clients import wsdl_documents
 from tests.harness import ROOT, Server
-from xruntime.author.registry import discover
+from xruntime.operations.runtime_service import served_services
 
 # every service of the repository (services/ and XRuntime), as `xruntime wsdl` sees them
-SERVICES = tuple(discover())
+SERVICES = tuple(served_services())
 WSDL_NS = "http://schemas.xmlsoap.org/wsdl/"
 SOAP_BIND_NS = "http://schemas.xmlsoap.org/wsdl/soap/"
 XSD_NS = "http://www.w3.org/2001/XMLSchema"
 TYPES_NS = "http://xruntime.org/xserver/types"
 NS = {"wsdl": WSDL_NS, "soap": SOAP_BIND_NS, "xs": XSD_NS}
-SERVICE_NS = {name: service.namespace for name, service in discover().items()}
+SERVICE_NS = {name: service.namespace for name, service in served_services().items()}
 PUBLIC_URL = "https://example.org/xr"
 CHECKED_IN = os.path.join(ROOT, "wsdl")
 DEFAULT_BASE = "http://localhost:50000"
@@ -84,7 +84,7 @@ def soap_address(document: bytes) -> str:
 def test_zeep_accepts_the_served_wsdl(server, service, query):
     client = zeep.Client(f"{server.base}/services/ws/{service}?{query}")
     operations = set(client.service._operations)
-    assert operations == set(discover()[service].operations())
+    assert operations == set(served_services()[service].operations())
     if service == "XDemo":
         assert operations == {"startSimulate", "fetchSimulateResponse", "simulate"}
     if service == "XRuntime":
@@ -426,7 +426,7 @@ def test_global_elements_are_only_operations_and_faults(server):
     optional field is not ``nillable`` (JAXB would wrap it in JAXBElement)."""
     operations = {
         (SERVICE_NS[name], element)
-        for name, service in discover().items()
+        for name, service in served_services().items()
         for op in service.operations()
         for element in (op, op + "Response")
     }

@@ -20,9 +20,9 @@ from xml.sax.saxutils import escape, quoteattr
 
 from hypothesis import strategies as st
 
-from xruntime.author.runtime_service import xruntime
 from xruntime.author.service import RUN
 from xruntime.bindings.xml_codec import XSI, plan
+from xruntime.operations.runtime_service import xruntime
 from xruntime.protocol.typeinfo import BOOL, ENUM, FLOAT, INT, OBJ, fields
 from xruntime.protocol.types import NAMESPACE as TYPES_NS
 from xruntime_services.xdemo import service as xdemo

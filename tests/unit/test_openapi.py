@@ -7,8 +7,8 @@ sentence. The served document is tested end to end in tests/e2e/test_openapi_*.p
 from openapi_spec_validator import validate
 
 from xruntime.author import Long, RequestBase, ResponseBase, Service, Unicode, XModel, required
-from xruntime.author.registry import discover
 from xruntime.bindings import openapi
+from xruntime.operations.runtime_service import served_services
 from xruntime.settings.model import Settings
 
 
@@ -48,7 +48,7 @@ def a_service(name):
 
 
 def test_an_operation_id_is_prefixed_only_where_two_services_share_its_name():
-    runtime = discover()["XRuntime"]
+    runtime = served_services()["XRuntime"]
     first, second = a_service("XFirst"), a_service("XSecond")
     ids = openapi.operation_ids([runtime, first, second])
     assert ids["XRuntime", "watchJob"] == "watchJob"
@@ -59,7 +59,7 @@ def test_an_operation_id_is_prefixed_only_where_two_services_share_its_name():
 
 def test_a_subtype_declared_where_it_travels_bare_has_an_optional_type():
     service = a_service("XShapes")
-    document = openapi.build([discover()["XRuntime"], service], Settings())
+    document = openapi.build([served_services()["XRuntime"], service], Settings())
     validate(document)
     schemas = document["components"]["schemas"]
     request = schemas["CountRequest"]["properties"]
@@ -83,7 +83,7 @@ def test_a_body_is_required_where_the_request_has_a_required_field():
 
 def test_the_runtime_bounds_follow_the_settings():
     settings = Settings(max_watched_ids=5)
-    document = openapi.build([discover()["XRuntime"]], settings)
+    document = openapi.build([served_services()["XRuntime"]], settings)
     ids = document["components"]["schemas"]["WatchJobsRequest"]
     assert ids["required"] == ["ids"]
     assert (ids["properties"]["ids"]["minItems"], ids["properties"]["ids"]["maxItems"]) == (1, 5)

@@ -1,4 +1,4 @@
-"""Finds the services a node serves: XRuntime, plus every ``service`` named in the
+"""Finds the services written with the author's API: every ``service`` named in the
 entry-point group ``xruntime.services`` of the installed distributions (the Python
 convention for plug-ins; the shipped XDemo, XTour and XDima are declared the same way in
 setup.cfg).  ``XRUNTIME_SERVICE_MODULES`` (comma-separated modules, e.g.
@@ -6,7 +6,9 @@ setup.cfg).  ``XRUNTIME_SERVICE_MODULES`` (comma-separated modules, e.g.
 for development; they go through the same checks.
 
 Every command (``serve``, ``check-config``, ``wsdl``) and every process of a node asks
-``discover()``, so all see the same services.  A broken plug-in is a ``PluginError``:
+``discover()``, so all see the same services; those that serve them ask
+``operations.runtime_service.served_services()``, which puts XRuntime, the operation
+layer's own service, in front of them.  A broken plug-in is a ``PluginError``:
 one line naming the entry point and the distribution it came from, and nothing starts.
 """
 
@@ -22,7 +24,6 @@ from ..protocol.typeinfo import complex_types, is_protocol_type, subclasses
 from ..protocol.types import NAMESPACE as FRAMEWORK_NAMESPACE
 from ..protocol.types import JobProgress
 from ..settings.schema import Key
-from .runtime_service import xruntime
 from .service import LongOperation, Service
 
 #: The entry-point group a distribution names its services in.
@@ -97,8 +98,8 @@ def plugins() -> list[Plugin]:
 
 
 def discover() -> dict[str, Service]:
-    """Every service by name, XRuntime first (loaded once per process); ``PluginError``
-    when a plug-in cannot be loaded or two services collide."""
+    """Every service found, by name (loaded once per process); ``PluginError`` when a
+    plug-in cannot be loaded or two services collide."""
     return _loaded()[0]
 
 
@@ -109,8 +110,8 @@ def origin_of(name: str) -> str:
 
 @cache
 def _loaded() -> tuple[dict[str, Service], dict[str, str]]:
-    found = {xruntime.name: xruntime}
-    origins = {xruntime.name: "xruntime itself"}
+    found: dict[str, Service] = {}
+    origins: dict[str, str] = {}
     for plugin in plugins():
         service = plugin.load()
         if found.get(service.name) is service:
@@ -134,8 +135,6 @@ def check_type_names(services: dict[str, Service], origins: dict[str, str]) -> N
     JSON's ``$type`` names a type without its namespace."""
     owners: dict[tuple[str, str], tuple[str, type[ComplexModelBase]]] = {}
     for name, service in services.items():
-        if service is xruntime:
-            continue
         for cls in types_of(service):
             key = (cls.get_namespace(), cls.get_type_name())
             if key[0] == FRAMEWORK_NAMESPACE:

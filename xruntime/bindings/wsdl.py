@@ -87,18 +87,18 @@ def _visible(cls: type, service: "Service") -> bool:
         return True
     if not (service.shows_all_progress and issubclass(cls, JobProgress)):
         return False
-    from ..author.registry import discover
+    from ..operations.runtime_service import served_services
 
-    return cls.__dict__.get("__namespace__") in {s.namespace for s in discover().values()}
+    return cls.__dict__.get("__namespace__") in {s.namespace for s in served_services().values()}
 
 
 # --------------------------------------------------------------------------- schemas
 
 
 def _services() -> "dict[str, Service]":
-    from ..author.registry import discover
+    from ..operations.runtime_service import served_services
 
-    return discover()
+    return served_services()
 
 
 def schema_file(namespace: str) -> str:

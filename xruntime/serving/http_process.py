@@ -31,7 +31,6 @@ from ..admin.node_status import Snapshot, snapshot
 from ..admin.readiness import Liveness, NodeHealth, Readiness
 from ..admin.status_page import StatusPage, ToStatus
 from ..admin.status_stream import StatusEvents, StatusFeed, StatusJson
-from ..author.registry import discover
 from ..bindings.json_binding import JsonBinding
 from ..bindings.jsonrpc import JsonRpcBinding
 from ..bindings.ogcapi.binding import OgcApiBinding
@@ -39,6 +38,7 @@ from ..bindings.soap import SoapBinding
 from ..engine.notifier import Notifier
 from ..operations.dispatch import Dispatcher
 from ..operations.jobs import JobManager
+from ..operations.runtime_service import served_services
 from ..operations.watching import Watches
 from ..store import open_store
 from ..store.changes import QUEUE
@@ -94,7 +94,7 @@ class HttpProcess:
         self._settings = settings
         self.control = control
         self.index = index
-        services = discover()
+        services = served_services()
         self.store = open_store(settings.database_url, background_checkpoints=True)
         self.notifier = Notifier()
         self.watches = Watches(self.store, self.notifier)

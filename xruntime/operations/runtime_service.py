@@ -1,7 +1,17 @@
-"""XRuntime: the job operations every client uses (docs/protocol.md §4, §11, §12, §14)."""
+"""XRuntime: the job operations every client uses (docs/protocol.md §4, §11, §12, §14).
+
+A service declared with the author's API whose calls are the operation layer's own
+(``JobManager``): an adapter from one to the other, so it sits here, above both.  The
+registry (``author.registry``) finds the services written with that API, the shipped
+ones and any outside one; ``served_services`` puts XRuntime in front of them, and every
+binding, command and process of a node that serves them asks it.
+"""
 
 from typing import TYPE_CHECKING
 
+from ..author.registry import PluginError, discover
+from ..author.registry import origin_of as plugin_origin
+from ..author.service import Service
 from ..protocol.faults import (
     AccessDeniedFault,
     InvalidRequestFault,
@@ -22,17 +32,37 @@ from ..protocol.types import (
     WatchJobsRequest,
     WatchRequest,
 )
-from .service import Service
 
-if TYPE_CHECKING:  # the operation layer, above this one, calls these
-    from ..operations.accounts import Caller
-    from ..operations.jobs import JobManager
+if TYPE_CHECKING:  # for the annotations: a command listing the services loads no store
+    from .accounts import Caller
+    from .jobs import JobManager
 
 xruntime = Service(
     "XRuntime",
     "Watch, stop and delete jobs; information about this server.",
     shows_all_progress=True,
 )
+
+#: where XRuntime comes from, as ``check-config`` shows it
+ORIGIN = "xruntime itself"
+
+
+def served_services() -> dict[str, Service]:
+    """Every service a node serves, by name: XRuntime first, then those the registry
+    discovers; ``PluginError`` when one of those is named XRuntime too."""
+    found = discover()
+    if xruntime.name in found:
+        raise PluginError(
+            f"two services named {xruntime.name!r}: {plugin_origin(xruntime.name)} and "
+            f"{ORIGIN}; uninstall or rename one"
+        )
+    return {xruntime.name: xruntime, **found}
+
+
+def origin_of(name: str) -> str:
+    """Where the service ``name`` came from, as ``check-config`` shows it."""
+    return ORIGIN if name == xruntime.name else plugin_origin(name)
+
 
 _REQUEST_FAULTS = (InvalidRequestFault, InvalidValueFault, MissingParameterFault)
 
