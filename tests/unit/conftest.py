@@ -7,6 +7,7 @@ ask for ``any_store`` when ``XRUNTIME_TEST_DATABASE_URL`` is set) and a real in-
 the way the supervisor does.
 """
 
+import functools
 import os
 
 import pytest
@@ -22,6 +23,17 @@ PG_ENV = "XRUNTIME_TEST_DATABASE_URL"
 
 def sqlite_url(tmp_path) -> str:
     return "sqlite:///" + str(tmp_path / "db")
+
+
+@functools.cache
+def own_postgres_database(url: str) -> str:
+    """The URL of a database beside ``url``'s for the store fixtures alone
+    (``<database>_unit``, created if missing).  An end-to-end test of the same worker
+    starts nodes on ``url``'s database; a node that outlives its test by a moment would
+    claim the queued jobs a store test waits to claim itself."""
+    from tests.conftest import _database_of_worker
+
+    return _database_of_worker(url, "unit")
 
 
 def fresh_postgres_store(url: str) -> JobStore:
@@ -58,7 +70,7 @@ def any_store(request, tmp_path):
         url = os.environ.get(PG_ENV)
         if not url:
             pytest.skip(f"{PG_ENV} is not set: no PostgreSQL to test against")
-        s = fresh_postgres_store(url)
+        s = fresh_postgres_store(own_postgres_database(url))
     yield s
     s.close()
 
