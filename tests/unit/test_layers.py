@@ -1,7 +1,11 @@
 """The layers of docs/architecture.md, checked: which part of xruntime may import which,
-and no circle between modules.  Every import that runs counts, at module level or inside
-a function (a function-level import hides a circle; it does not remove it); those under
-``if TYPE_CHECKING:`` are for the type checker and never run."""
+and no circle between modules.  Every import counts, at module level or inside a
+function (a function-level import hides a circle; it does not remove it), and those under
+``if TYPE_CHECKING:`` too: they never run, but a type-only import still ties the two
+modules together for a reader, who must know the one to read the other.
+
+``python -m tests.unit.test_layers`` prints the count: modules, import edges and
+circles, for the imports that run and for all of them."""
 
 import ast
 from pathlib import Path
@@ -54,12 +58,14 @@ def modules():
 MODULES = modules()
 
 
-def imported(name: str, path: Path) -> set:
+def imported(name: str, path: Path, run_time_only: bool = False) -> set:
     """The xruntime modules ``name`` imports (a package's ``__init__`` for a name taken
-    from a package; the module itself for a submodule taken with ``from P import m``)."""
+    from a package; the module itself for a submodule taken with ``from P import m``);
+    ``run_time_only``: not those under ``if TYPE_CHECKING:``."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets = set()
-    for node in _run_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in _run_time_nodes(tree) if run_time_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -79,7 +85,7 @@ def imported(name: str, path: Path) -> set:
 
 def _run_time_nodes(tree):
     """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (imports for the type
-    checker alone, which never run)."""
+    checker alone, which never run): for the count of the imports that run."""
     pending = [tree]
     while pending:
         node = pending.pop()
@@ -125,24 +131,28 @@ def test_imports_go_down_only(name):
     )
 
 
-def test_no_circles_between_modules():
-    graph = {name: imported(name, path) for name, path in MODULES.items()}
-    # a package's __init__ re-exporting its modules is not a circle with them
-    graph = {
+def import_graph(run_time_only: bool = False) -> dict[str, set]:
+    """Module → the modules it imports (``imported``), but for a package's ``__init__``
+    re-exporting its own modules, which is no circle with them."""
+    return {
         name: {
             t
-            for t in targets
+            for t in imported(name, path, run_time_only)
             if not (name.startswith(t + ".") and MODULES[t].name == "__init__.py")
         }
-        for name, targets in graph.items()
+        for name, path in MODULES.items()
     }
-    circles, state = [], {}
+
+
+def circles(graph: dict[str, set]) -> list[list]:
+    """The import circles of ``graph``, each as the trail that closes it (a → b → a)."""
+    found, state = [], {}
 
     def visit(node, trail):
         state[node] = "open"
         for target in sorted(graph[node]):
             if state.get(target) == "open":
-                circles.append(trail[trail.index(target) :] + [target])
+                found.append(trail[trail.index(target) :] + [target])
             elif target not in state:
                 visit(target, trail + [target])
         state[node] = "done"
@@ -150,7 +160,12 @@ def test_no_circles_between_modules():
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
-    assert not circles, "import circles:\n" + "\n".join(" → ".join(c) for c in circles)
+    return found
+
+
+def test_no_circles_between_modules():
+    found = circles(import_graph())
+    assert not found, "import circles:\n" + "\n".join(" → ".join(c) for c in found)
 
 
 def test_loggers_are_named_after_their_module():
@@ -222,3 +237,19 @@ def test_the_framework_does_not_import_the_shipped_services():
         )
     ]
     assert wrong == []
+
+
+def main() -> None:
+    """Print the house's count: modules, import edges and circles, for the imports that
+    run and for all of them (type-only ones too, as the tests count them)."""
+    for title, run_time_only in (("imports that run", True), ("all imports", False)):
+        graph = import_graph(run_time_only)
+        found = circles(graph)
+        edges = sum(len(targets) for targets in graph.values())
+        print(f"{title}: {len(graph)} modules, {edges} import edges, {len(found)} circles")
+        for circle in found:
+            print("  " + " → ".join(circle))
+
+
+if __name__ == "__main__":
+    main()
