@@ -29,7 +29,7 @@ from ..settings.model import Settings
 from ..store import StoreUnavailable
 from ..store.disk_room import DiskRoom
 from ..support.blocking import blocking
-from ..web.asgi import Page, answer, refuse_method
+from ..web.asgi import FixedPage, Page, answer, refuse_method
 from ..web.asgi_types import Receive, Scope, Send
 
 if TYPE_CHECKING:
@@ -48,23 +48,12 @@ class NodeHealth:
     closing: bool = False
 
 
-class Liveness(Page):
+class Liveness(FixedPage):
     """``/healthz``: 200 ``ok`` while the process answers."""
 
     admin_only = False
     needs_login = False
-
-    async def serve(
-        self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
-    ) -> None:
-        if not await refuse_method(scope, send):
-            await answer(
-                scope,
-                send,
-                200,
-                "text/plain; charset=utf-8",
-                b"ok\n",
-            )
+    body = b"ok\n"
 
 
 class Readiness(Page):

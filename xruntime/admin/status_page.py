@@ -9,51 +9,16 @@ elapsed times on by itself.  One column under 600 px wide, for a phone.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from ..web.asgi import Page, answer, refuse_method
-from ..web.asgi_types import Receive, Scope, Send
+from ..web.asgi import FixedPage
 
 
-class StatusPage(Page):
-    """``/status``: the page; its data arrive over ``/status/events``."""
-
-    async def serve(
-        self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
-    ) -> None:
-        if not await refuse_method(scope, send):
-            await answer(
-                scope,
-                send,
-                200,
-                "text/html; charset=utf-8",
-                HTML.encode("utf-8"),
-                [
-                    (
-                        b"content-security-policy",
-                        b"default-src 'self'; style-src 'unsafe-inline'; "
-                        b"script-src 'unsafe-inline'",
-                    )
-                ],
-            )
-
-
-class ToStatus(Page):
+class ToStatus(FixedPage):
     """``/``: a redirect to the status page (relative, so it works behind a proxy's
     path prefix too)."""
 
-    async def serve(
-        self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
-    ) -> None:
-        if not await refuse_method(scope, send):
-            await answer(
-                scope,
-                send,
-                303,
-                "text/plain; charset=utf-8",
-                b"see status\n",
-                [(b"location", b"status")],
-            )
+    status = 303
+    body = b"see status\n"
+    headers = ((b"location", b"status"),)
 
 
 HTML = """<!doctype html>
@@ -261,3 +226,16 @@ connect();
 </body>
 </html>
 """
+
+
+class StatusPage(FixedPage):
+    """``/status``: the page; its data arrive over ``/status/events``."""
+
+    content_type = "text/html; charset=utf-8"
+    body = HTML.encode("utf-8")
+    headers = (
+        (
+            b"content-security-policy",
+            b"default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'",
+        ),
+    )

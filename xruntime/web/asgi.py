@@ -145,6 +145,22 @@ async def refuse_method(scope: Scope, send: Send) -> bool:
     return True
 
 
+class FixedPage(Page):
+    """A page whose answer never changes, stated by its class: to GET and HEAD
+    ``status``, ``content_type``, ``body`` and ``headers`` (to any other method 405)."""
+
+    status = 200
+    content_type = "text/plain; charset=utf-8"
+    body = b""
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+    async def serve(
+        self, scope: Scope, receive: Receive, send: Send, admitted: Callable[[], bool]
+    ) -> None:
+        if not await refuse_method(scope, send):
+            await answer(scope, send, self.status, self.content_type, self.body, self.headers)
+
+
 class XRuntimeApp:
     """ASGI application over the three bindings (``bindings``: path prefix → binding)
     and the operator's pages (``pages``: exact path → Page)."""
