@@ -20,7 +20,7 @@ from ..payload.form import pack, unpack
 from ..protocol.states import FINISHED, Status
 from .claims import resume_statement
 from .database import QUEUE_LOCK_KEY, Database
-from .events import fault_type, note_of
+from .events import note_of
 from .records import FinishedChild, JobRecord, QueueFull, QueueLimit, Run
 from .schema import WAITING_LANE, jobs, lane_of
 from .statements import (
@@ -29,6 +29,7 @@ from .statements import (
     QUEUED,
     RESULT,
     WITH_RESULTS,
+    failed_by_store,
     fence,
     of_services,
     record_of,
@@ -218,13 +219,9 @@ class ChildJobs(Database):
                             update(jobs)
                             .where(child, jobs.c.status == Status.QUEUING)
                             .values(
-                                status=Status.FAILED,
-                                finished_at=now,
-                                fault=pack(fault),
-                                event_note=note_of(
-                                    f"failed: {fault_type(fault)} (its parent "
-                                    "was stopped before it started)"
-                                ),
+                                **failed_by_store(
+                                    now, fault, "its parent was stopped before it started"
+                                )
                             )
                         )
                     else:

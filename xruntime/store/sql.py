@@ -52,6 +52,8 @@ from .statements import (
     INSERT_KEYS,
     LIGHT_COLUMNS,
     LIGHT_NAMES,
+    REQUEUED,
+    failed_by_store,
     fence,
     guarded_statements,
     insert_below,
@@ -345,11 +347,7 @@ class JobStore(ChildJobs, CallbackOutbox):
                     update(jobs)
                     .where(jobs.c.id == job_id, jobs.c.status == Status.RUNNING, *fence(run))
                     .values(
-                        status=Status.QUEUING,
-                        node=None,
-                        started_at=None,
-                        progress=None,
-                        lease_until=None,
+                        **REQUEUED,
                         not_before=literal_column(NOW_MS[self.dialect], BigInteger) + delay_ms,
                         retries=jobs.c.retries + 1,
                         event_note=note_of(note),
@@ -371,11 +369,7 @@ class JobStore(ChildJobs, CallbackOutbox):
                     *fence(run),
                 )
                 .values(
-                    status=Status.QUEUING,
-                    node=None,
-                    started_at=None,
-                    progress=None,
-                    lease_until=None,
+                    **REQUEUED,
                     attempts=jobs.c.attempts - 1,
                     event_note="handed back: its node shut down",
                 )
@@ -442,14 +436,10 @@ class JobStore(ChildJobs, CallbackOutbox):
                         update(jobs)
                         .where(jobs.c.id == job_id)
                         .values(
-                            status=Status.FAILED,
-                            finished_at=now,
-                            lease_until=None,
-                            fault=pack(fault),
-                            event_note=note_of(
-                                f"failed: {fault_type(fault)} (its node {on} died; "
-                                f"{lost_runs} runs lost)"
+                            **failed_by_store(
+                                now, fault, f"its node {on} died; {lost_runs} runs lost"
                             ),
+                            lease_until=None,
                         )
                     )
                     found.append(Recovered(job_id, False, lost_runs))
@@ -458,11 +448,7 @@ class JobStore(ChildJobs, CallbackOutbox):
                         update(jobs)
                         .where(jobs.c.id == job_id)
                         .values(
-                            status=Status.QUEUING,
-                            node=None,
-                            started_at=None,
-                            progress=None,
-                            lease_until=None,
+                            **REQUEUED,
                             event_note=note_of(f"queued again: its node {on} died"),
                         )
                     )
@@ -491,12 +477,7 @@ class JobStore(ChildJobs, CallbackOutbox):
                 conn.execute(
                     update(jobs)
                     .where(jobs.c.id.in_(ids), jobs.c.status == Status.QUEUING)
-                    .values(
-                        status=Status.FAILED,
-                        finished_at=now,
-                        fault=pack(fault),
-                        event_note=f"failed: {fault_type(fault)} (queueing timeout)",
-                    )
+                    .values(**failed_by_store(now, fault, "queueing timeout"))
                 )
         return ids
 

@@ -29,8 +29,9 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.dml import UpdateBase
 
-from ..payload.form import unpack
+from ..payload.form import pack, unpack
 from ..protocol.states import Status
+from .events import fault_type, note_of
 from .records import JobRecord, Run
 from .schema import OUTBOX_BYTES, callback_outbox, job_results, jobs
 
@@ -44,6 +45,22 @@ ACTIVE_RUNNING = (Status.RUNNING, Status.STOPPING)
 HOLDING_WORKER = ACTIVE_RUNNING + (Status.DELETED,)
 #: States in which a child still has to finish (a deleted one until its worker lets go).
 UNFINISHED = (Status.QUEUING,) + HOLDING_WORKER
+#: A job's columns as it goes back to the queue: no node, run, progress or lease.
+REQUEUED: dict[str, Any] = dict(
+    status=Status.QUEUING, node=None, started_at=None, progress=None, lease_until=None
+)
+
+
+def failed_by_store(now: int, fault: str, why: str) -> dict[str, Any]:
+    """A job's columns as the store fails it (no worker does): FAILED at ``now`` with
+    ``fault`` (the codec's JSON), its event naming the fault's type and ``why``."""
+    return dict(
+        status=Status.FAILED,
+        finished_at=now,
+        fault=pack(fault),
+        event_note=note_of(f"failed: {fault_type(fault)} ({why})"),
+    )
+
 
 _PAYLOADS = ("request", "result", "fault", "progress")
 #: Columns the store keeps for itself: never part of a JobRecord.
