@@ -68,9 +68,7 @@ class ChildJobs(Database):
                 jobs.c.status.in_(ACTIVE_RUNNING),
                 *fence(run),
             )
-            if self.dialect == "postgresql":
-                query = query.with_for_update()
-            row = conn.execute(query).first()
+            row = conn.execute(self._locking(query)).first()
             if row is None:
                 return False
             status, owner = row
@@ -177,9 +175,7 @@ class ChildJobs(Database):
             query = select(jobs.c.waiting_for, jobs.c.fail_fast).where(
                 jobs.c.id == parent_id, jobs.c.waiting_for.is_not(None)
             )
-            if self.dialect == "postgresql":
-                query = query.with_for_update()
-            row = conn.execute(query).first()
+            row = conn.execute(self._locking(query)).first()
             if row is None:
                 return None
             stage, fail_fast = row
@@ -210,9 +206,7 @@ class ChildJobs(Database):
                 query = select(jobs.c.id, jobs.c.status, jobs.c.waiting_for).where(
                     jobs.c.parent_id == parent, jobs.c.status.in_((Status.QUEUING, Status.RUNNING))
                 )
-                if self.dialect == "postgresql":
-                    query = query.with_for_update()
-                for child_id, status, waiting_for in conn.execute(query).all():
+                for child_id, status, waiting_for in conn.execute(self._locking(query)).all():
                     child = jobs.c.id == child_id
                     if status == Status.QUEUING:
                         conn.execute(

@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.sql import Select
 
 from . import result_files, sqlite
 from .clock import DatabaseClock
@@ -149,6 +150,14 @@ class Database:
             if self.dialect == "sqlite":  # other processes write too: take the lock first
                 sqlite.begin_immediate(conn.exec_driver_sql, deadline)
             yield conn
+
+    def _locking(self, query: Select, skip_locked: bool = False) -> Select:
+        """``query`` taking the rows it reads for this write transaction: FOR UPDATE on
+        PostgreSQL (``skip_locked``: passing over rows another holds); on SQLite the
+        transaction's write lock holds every other writer already."""
+        if self.dialect == "postgresql":
+            return query.with_for_update(skip_locked=skip_locked)
+        return query
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:

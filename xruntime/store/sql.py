@@ -424,9 +424,8 @@ class JobStore(ChildJobs, CallbackOutbox):
             query = select(
                 jobs.c.id, jobs.c.status, jobs.c.attempts, jobs.c.retries, jobs.c.node
             ).where(held, lost)
-            if self.dialect == "postgresql":
-                query = query.with_for_update(skip_locked=True)
-            for job_id, status, attempts, retries, on in conn.execute(query).all():
+            rows = conn.execute(self._locking(query, skip_locked=True)).all()
+            for job_id, status, attempts, retries, on in rows:
                 lost_runs = attempts - retries
                 if status == Status.DELETED:
                     conn.execute(delete(jobs).where(jobs.c.id == job_id))
