@@ -9,7 +9,7 @@ path's and its heaviest statements; their shapes were chosen by measurement
 two nodes claiming at once skip each other's rows (``FOR UPDATE SKIP LOCKED``).
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sqlalchemy import (
     FromClause,
@@ -43,12 +43,8 @@ def claim_statement(
     if running_limits or between_owners:
         oldest = _fair_oldest(dialect, services, running_limits, between_owners)
     else:
-        oldest = select(jobs.c.seq).where(jobs.c.status == Status.QUEUING, _due(jobs))
-        if services is not None:
-            oldest = oldest.where(jobs.c.service.in_([literal(name) for name in services]))
-        oldest = oldest.order_by(jobs.c.seq).limit(1)
-        if dialect == "postgresql":
-            oldest = oldest.with_for_update(skip_locked=True, of=jobs)
+        queued = select(jobs.c.seq).where(jobs.c.status == Status.QUEUING, _due(jobs))
+        oldest = _first_to_take(dialect, queued, jobs, services)
     return (
         update(jobs)
         .where(jobs.c.seq == oldest.scalar_subquery(), jobs.c.status == Status.QUEUING)
@@ -79,15 +75,10 @@ def resume_statement(dialect: str, services: Iterable[str] | None = None) -> Sta
         in_states(ACTIVE_RUNNING, parent),
         ~unfinished,
     )
-    if services is not None:
-        ready = ready.where(parent.c.service.in_([literal(name) for name in services]))
-    ready = ready.order_by(parent.c.seq).limit(1)
-    if dialect == "postgresql":
-        ready = ready.with_for_update(skip_locked=True, of=parent)
     return (
         update(jobs)
         .where(
-            jobs.c.seq == ready.scalar_subquery(),
+            jobs.c.seq == _first_to_take(dialect, ready, parent, services).scalar_subquery(),
             jobs.c.waiting_for.is_not(None),
             jobs.c.node.is_(None),
         )
@@ -100,6 +91,20 @@ def resume_statement(dialect: str, services: Iterable[str] | None = None) -> Sta
         )
         .returning(*jobs.c)
     )
+
+
+def _first_to_take(
+    dialect: str, query: Select, table: FromClause, services: Iterable[str] | None
+) -> Select:
+    """The first by ``seq`` of the rows of ``table`` that ``query`` selects, of
+    ``services`` only (None: of all); on PostgreSQL locked for this claim, passing over
+    a row another claim holds."""
+    if services is not None:
+        query = query.where(table.c.service.in_([literal(name) for name in services]))
+    query = query.order_by(table.c.seq).limit(1)
+    if dialect == "postgresql":
+        query = query.with_for_update(skip_locked=True, of=table)
+    return query
 
 
 def _due(table: FromClause) -> ColumnElement:
@@ -117,6 +122,21 @@ def _lane_busy(lane: ColumnElement) -> ColumnElement:
         .where(in_states(HOLDING_WORKER, busy), busy.c.lane == lane)
         .scalar_subquery()
     )
+
+
+def _under_max_running(
+    running_limits: tuple,
+    lane: ColumnElement,
+    matches: Callable[[str, str | None], ColumnElement],
+) -> ColumnElement:
+    """True where ``lane`` holds fewer workers than the ``max_running`` of the first of
+    ``running_limits`` (owner, service or None, max_running) its job ``matches``; a job
+    no limit matches has none."""
+    limit = case(
+        *[(matches(owner, service), literal(most)) for owner, service, most in running_limits],
+        else_=literal(0),
+    )
+    return (limit == 0) | (_lane_busy(lane) < limit)
 
 
 def _fair_oldest(
@@ -161,7 +181,6 @@ def _fair_oldest(
         .scalar_subquery()
     )
     lanes = lanes.union_all(select(following).where(lanes.c.lane.is_not(None)))
-    held = jobs.alias("held")
     if dialect != "postgresql":
         head = jobs.alias("head")
         first = (
@@ -177,27 +196,19 @@ def _fair_oldest(
             .subquery("heads")
         )
         lane = heads.c.lane
-        limit = case(
-            *[
-                (
-                    lane == literal(lane_of(service, owner))
-                    if service is not None
-                    else func.substr(lane, -len(owner) - 1) == literal("/" + owner),
-                    literal(most),
-                )
-                for owner, service, most in running_limits
-            ],
-            else_=literal(0),
-        )
-        running = (
-            select(func.count())
-            .select_from(held)
-            .where(in_states(HOLDING_WORKER, held), held.c.lane == lane)
-            .scalar_subquery()
-        )
         oldest = select(heads.c.seq).where(heads.c.seq.is_not(None))
         if running_limits:
-            oldest = oldest.where((limit == 0) | (running < limit))
+            oldest = oldest.where(
+                _under_max_running(
+                    running_limits,
+                    lane,
+                    lambda owner, service: (
+                        lane == literal(lane_of(service, owner))
+                        if service is not None
+                        else func.substr(lane, -len(owner) - 1) == literal("/" + owner)
+                    ),
+                )
+            )
         if services is not None:
             oldest = oldest.where(
                 func.substr(lane, 1, func.instr(lane, "/") - 1).in_(
@@ -216,27 +227,19 @@ def _fair_oldest(
         first_of_lane.where(lanes.c.lane.is_not(None)).order_by(*order).subquery("heads")
     )  # the LATERAL below runs in this order
     job = jobs.alias("candidate")
-    limit = case(
-        *[
-            (
-                (job.c.owner == literal(owner)) & (job.c.service == literal(service))
-                if service is not None
-                else job.c.owner == literal(owner),
-                literal(most),
-            )
-            for owner, service, most in running_limits
-        ],
-        else_=literal(0),
-    )
-    running = (
-        select(func.count())
-        .select_from(held)
-        .where(in_states(HOLDING_WORKER, held), held.c.lane == job.c.lane)
-        .scalar_subquery()
-    )
     taken = select(job.c.seq).where(job.c.seq == heads.c.seq, job.c.status == Status.QUEUING)
     if running_limits:
-        taken = taken.where((limit == 0) | (running < limit))
+        taken = taken.where(
+            _under_max_running(
+                running_limits,
+                job.c.lane,
+                lambda owner, service: (
+                    (job.c.owner == literal(owner)) & (job.c.service == literal(service))
+                    if service is not None
+                    else job.c.owner == literal(owner)
+                ),
+            )
+        )
     if services is not None:
         taken = taken.where(job.c.service.in_([literal(name) for name in services]))
     locked = taken.with_for_update(skip_locked=True).lateral("taken")
