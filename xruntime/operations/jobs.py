@@ -12,7 +12,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -370,9 +370,7 @@ class JobManager:
 
     def stop(self, job_id: str, caller: Caller = ANONYMOUS) -> Job:
         for _ in range(RACE_RETRIES):
-            rec = self._seen(self.store.peek(job_id), caller)
-            status = Status(rec.status) if rec else states.UNKNOWN
-            decision = states.STOP[status]
+            rec, status, decision = self._decided(job_id, caller, states.STOP)
             if decision == states.UNKNOWN_JOB or rec is None:  # (STOP[UNKNOWN] is UNKNOWN_JOB)
                 raise UnknownJobFault(f"there is no job with id {job_id}", jobId=job_id)
             self._refuse_child(rec, "stopped")
@@ -400,9 +398,7 @@ class JobManager:
 
     def delete(self, job_id: str, caller: Caller = ANONYMOUS) -> Job:
         for _ in range(RACE_RETRIES):
-            rec = self._seen(self.store.peek(job_id), caller)
-            status = Status(rec.status) if rec else states.UNKNOWN
-            decision = states.DELETE[status]
+            rec, status, decision = self._decided(job_id, caller, states.DELETE)
             if decision == states.UNCHANGED or rec is None:  # (DELETE[UNKNOWN] is UNCHANGED)
                 return self.unknown_job(job_id) if rec is None else self._deleted_view(rec)
             self._refuse_child(rec, "deleted")
@@ -425,6 +421,16 @@ class JobManager:
                     log.info("job %s: %d running child jobs aborted with it", job_id, len(children))
                 return self._deleted_view(rec)
         raise AssertionError("deleteJob lost too many races")
+
+    def _decided(
+        self, job_id: str, caller: Caller, table: Mapping[Status, str]
+    ) -> tuple[JobRecord | None, Status, str]:
+        """The job as ``caller`` may know it now (None: unknown to them), its status
+        (UNKNOWN for None), and what ``table`` (``states.STOP``, ``states.DELETE``)
+        decides for that status."""
+        rec = self._seen(self.store.peek(job_id), caller)
+        status = Status(rec.status) if rec else states.UNKNOWN
+        return rec, status, table[status]
 
     @staticmethod
     def _refuse_child(rec: JobRecord | None, what: str) -> None:
