@@ -31,20 +31,22 @@ def cached(function: F) -> F:
 INT, FLOAT, STR, BOOL, ENUM, OBJ = range(6)
 
 
+#: Each kind's spyne base class, in the order they are tried.
+_KIND_BASES = (
+    (ComplexModelBase, OBJ),
+    (Boolean, BOOL),
+    (Integer, INT),
+    (Decimal, FLOAT),
+    (EnumBase, ENUM),
+    (Unicode, STR),
+)
+
+
 def kind(spyne_type: type[ModelBase]) -> int:
     """The kind of a field's spyne type; TypeError for one the codecs cannot carry."""
-    if issubclass(spyne_type, ComplexModelBase):
-        return OBJ
-    if issubclass(spyne_type, Boolean):
-        return BOOL
-    if issubclass(spyne_type, Integer):
-        return INT
-    if issubclass(spyne_type, Decimal):
-        return FLOAT
-    if issubclass(spyne_type, EnumBase):
-        return ENUM
-    if issubclass(spyne_type, Unicode):
-        return STR
+    for base, its_kind in _KIND_BASES:
+        if issubclass(spyne_type, base):
+            return its_kind
     raise TypeError(f"the JSON codec does not know the spyne type {spyne_type!r}")
 
 
