@@ -24,8 +24,9 @@ lease and is recovered.
 
 import socket
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Optional, TypeVar
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import TypeVar
 
 from ..protocol.states import Status
 from ..store import StoreFull, StoreUnavailable, result_files
@@ -37,12 +38,6 @@ from .outcomes import Outcomes
 from .shared import PendingSignal, Shared
 from .slot import WorkerSlot
 from .supervisor_log import log
-
-if TYPE_CHECKING:
-    from ..settings.config import Settings
-    from ..store import JobStore
-    from .cleaner import RetentionCleaner
-    from .notifier import Notifier
 
 STORE_RETRY_MAX = 2.0  # s between tries of a write that waits for the store
 CLOSING_PATIENCE = 5.0  # s a node shutting down keeps trying such a write
@@ -56,21 +51,19 @@ def default_node_name(port: int) -> str:
 
 
 class Supervisor(Shared):
-    """Runs the node's worker slots and its housekeeping (what they share: ``Shared``)."""
+    """Runs the node's worker slots and its housekeeping (what they share: ``Shared``,
+    whose constructor it takes as it is)."""
 
-    def __init__(
-        self,
-        store: "JobStore",
-        notifier: "Notifier",
-        settings: Callable[[], "Settings"],
-        node: str,
-        cleaner: Optional["RetentionCleaner"] = None,
-        services: Iterable[str] = (),
-    ) -> None:
-        super().__init__(store, notifier, settings, node, cleaner, services)
-        self.slots: list[WorkerSlot] = []
-        self.outcomes = Outcomes(self, self.persist)
-        self.housekeeping = Housekeeping(self, self.outcomes, signals=self)
+    #: one per ``[workers] count``, made at ``start``
+    slots: Sequence[WorkerSlot] = ()
+
+    @cached_property
+    def outcomes(self) -> Outcomes:
+        return Outcomes(self, self.persist)
+
+    @cached_property
+    def housekeeping(self) -> Housekeeping:
+        return Housekeeping(self, self.outcomes, signals=self)
 
     # ---------------------------------------------------------------- life
 
