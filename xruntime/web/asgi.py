@@ -34,7 +34,7 @@ from ..support import metrics
 from ..support.blocking import blocking
 from ..support.logs import OncePerPeriod
 from . import browser_guard
-from .asgi_types import Headers, Message, Receive, Scope, Send
+from .asgi_types import Headers, Message, Receive, Scope, Send, header
 
 if TYPE_CHECKING:
     from ..settings.config import Settings
@@ -292,7 +292,7 @@ class XRuntimeApp:
         stream asks this at each event)."""
         try:  # (with accounts off: ANONYMOUS, who sees every page)
             return self._may_see(
-                page, authenticate(_header(scope, b"authorization"), self.settings())
+                page, authenticate(header(scope, b"authorization"), self.settings())
             )
         except NotAuthenticated:
             return False
@@ -317,7 +317,7 @@ class XRuntimeApp:
         if not settings.auth.required:
             return ANONYMOUS
         try:
-            return authenticate(_header(scope, b"authorization"), settings)
+            return authenticate(header(scope, b"authorization"), settings)
         except NotAuthenticated as exc:
             _refusal_log.warning(
                 "refused %s %s from %s: %s",
@@ -340,7 +340,7 @@ class XRuntimeApp:
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.settings().max_request_bytes
-        length = _header(scope, b"content-length")
+        length = header(scope, b"content-length")
         if length is not None:
             try:
                 declared = int(length)
@@ -387,13 +387,6 @@ def _adding_headers(send: Send, headers: Headers) -> Send:
         await send(message)
 
     return sending
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return None
 
 
 def _request(scope: Scope, prefix: str, body: bytes) -> BodyRequest:

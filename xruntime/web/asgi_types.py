@@ -1,4 +1,5 @@
-"""The shapes of ASGI, named once for the annotations of the web, admin and serving code.
+"""The shapes of ASGI, named once for the annotations of the web, admin and serving code,
+and the one reading of a request's header (``header``).
 
 uvicorn hands an application a *scope* (what the request is), *receive* (awaited for
 the request's body messages) and *send* (awaited with each message of the answer);
@@ -19,3 +20,11 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 #: Raw headers as ASGI carries them: (lower-case name, value) byte pairs.
 Headers = list[tuple[bytes, bytes]]
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """The first value of the header ``name`` (lower case) of the request, or None."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None

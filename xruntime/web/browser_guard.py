@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..protocol.faults import AccessDeniedFault, InvalidRequestFault, XServerFault
-from .asgi_types import Headers, Scope
+from .asgi_types import Headers, Scope, header
 
 if TYPE_CHECKING:
     from ..settings.config import Settings
@@ -56,7 +56,7 @@ class Refusal(Exception):
 def check(scope: Scope, settings: Settings) -> bytes | None:
     """Refusal when the request's ``Host`` or ``Origin`` may not be served; else the
     origin to answer with CORS headers (a permitted other origin), or None."""
-    host = _header(scope, b"host")
+    host = header(scope, b"host")
     if host is not None and not host_allowed(host, settings):
         raise Refusal(
             InvalidRequestFault(
@@ -65,7 +65,7 @@ def check(scope: Scope, settings: Settings) -> bytes | None:
                 "the name to [server] allowed_hosts.",
             )
         )
-    origin = _header(scope, b"origin")
+    origin = header(scope, b"origin")
     if origin is None or same_origin(origin, host, settings.public_url):
         return None
     if _listed(origin, settings.allowed_origins):
@@ -130,8 +130,7 @@ def cors_headers(origin: bytes, preflight: bool) -> Headers:
 
 def is_preflight(scope: Scope) -> bool:
     return (
-        scope["method"] == "OPTIONS"
-        and _header(scope, b"access-control-request-method") is not None
+        scope["method"] == "OPTIONS" and header(scope, b"access-control-request-method") is not None
     )
 
 
@@ -182,13 +181,6 @@ def _is_ip(name: str) -> bool:
 def _own_names() -> frozenset[str]:
     """This machine's names: no rebinding page can be served under them."""
     return frozenset({socket.gethostname().lower()})  # (no DNS look-up: it may hang)
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return None
 
 
 def _shown(text: str) -> str:
