@@ -62,3 +62,17 @@ def test_every_file_and_name_of_the_table_exists():
             f"{question}: {name} is in none of {files}" for name in names if name not in known
         ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_module_is_named_in_the_architecture():
+    """A module no page names is one a reader cannot find from the docs (Alembic's
+    migrations and ``python -m xruntime`` aside: they are found by their place)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    unnamed = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if path.name in ("__init__.py", "__main__.py") or "migrations/" in relative:
+            continue
+        if relative not in text and f"`{path.name}`" not in text:
+            unnamed.append(relative)
+    assert not unnamed, f"modules docs/architecture.md never names: {unnamed}"
