@@ -153,6 +153,25 @@ def test_resume_only_after_every_child_finished(any_store):
     ]
 
 
+def test_work_waiting_tells_a_slot_what_it_may_find(any_store):
+    """(A worker slot tries the claim and the resume, each a write, only where this read
+    says something is there.)"""
+    store = any_store
+    assert store.work_waiting() == (False, False)
+    parent = running_parent(store)
+    assert store.work_waiting() == (False, False)  # the parent runs: nothing queued
+    kids = fan_out(store, parent, 2)
+    assert store.work_waiting() == (True, True)  # its children queued, the parent waits
+    for kid in kids:
+        claim_exactly(store, kid)
+    assert store.work_waiting() == (False, True)
+    for kid in kids:
+        succeed(store, kid)
+    assert store.work_waiting() == (False, True)  # waits to be resumed
+    assert store.resume(NODE, now_ms(), LEASE_MS).id == parent
+    assert store.work_waiting() == (False, False)
+
+
 def test_a_stopped_waiting_parent_resumes_stopping(any_store):
     store = any_store
     parent = running_parent(store)

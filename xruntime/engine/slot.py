@@ -106,16 +106,18 @@ class WorkerSlot(threading.Thread):
                 sup.work.clear()
                 self.claiming = True
                 claimed_at = now_ms()
-                # a parent whose children are done goes first: it is running already
-                job = sup.store.resume(
-                    sup.node,
-                    claimed_at,
-                    LEASE_MS,
-                    sup.served_services(),
-                    f"resumed on worker {self.index}: its child jobs are done",
-                )
+                queued, waiting = sup.store.work_waiting()  # (no write where none can win)
+                job = None
+                if waiting:  # a parent whose children are done goes first: it runs already
+                    job = sup.store.resume(
+                        sup.node,
+                        claimed_at,
+                        LEASE_MS,
+                        sup.served_services(),
+                        f"resumed on worker {self.index}: its child jobs are done",
+                    )
                 resumed = job is not None
-                if job is None:
+                if job is None and queued:
                     settings = sup.settings()
                     job = sup.store.claim(
                         sup.node,
@@ -128,7 +130,7 @@ class WorkerSlot(threading.Thread):
                     )
                 if job is None:
                     self.claiming = False
-                    sup.work.wait(self._idle_wait(claimed_at))
+                    sup.work.wait(self._idle_wait(claimed_at) if queued else IDLE_CLAIM_PERIOD)
                     continue
                 self.execute(job, resumed)
             except StoreUnavailable as exc:  # the claim: nothing is held, wait for the store

@@ -17,7 +17,7 @@ from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.engine import Connection
 
 from ..payload.form import pack, unpack
-from ..protocol.states import FINISHED, Status
+from ..protocol.states import Status
 from .claims import resume_statement
 from .database import QUEUE_LOCK_KEY, Database
 from .events import note_of
@@ -27,8 +27,6 @@ from .statements import (
     ACTIVE_RUNNING,
     INSERT_KEYS,
     QUEUED,
-    RESULT,
-    WITH_RESULTS,
     failed_by_store,
     fence,
     of_services,
@@ -130,24 +128,7 @@ class ChildJobs(Database):
     def children_of(self, parent_id: str) -> list[FinishedChild]:
         """Every finished child of the parent, in the order its function asked for them
         (stage, then place)."""
-        query = (
-            select(
-                jobs.c.id,
-                jobs.c.child_stage,
-                jobs.c.child_index,
-                jobs.c.service,
-                jobs.c.operation,
-                jobs.c.status,
-                RESULT,
-                jobs.c.fault,
-                jobs.c.finished_at,
-            )
-            .select_from(WITH_RESULTS)
-            .where(jobs.c.parent_id == parent_id, jobs.c.status.in_(sorted(FINISHED)))
-            .order_by(jobs.c.child_stage, jobs.c.child_index)
-        )
-        with self._read() as conn:
-            rows = conn.execute(query).all()
+        rows = self._rows("children_of", parent_id=parent_id)
         return [
             FinishedChild(
                 id=r[0],

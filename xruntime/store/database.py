@@ -211,6 +211,13 @@ class Database:
             rows = cur.fetchall()  # to its end: the statement is done
             return cur.rowcount, (dict(zip(p.columns, rows[0], strict=True)) if rows else None)
 
+    def _rows(self, key: str | Prepared, **params: Any) -> list[tuple]:
+        """Run a prepared read; answers all its rows."""
+        p = key if isinstance(key, Prepared) else self._prepared[key]
+        with self._cursor(False) as cur:
+            cur.execute(p.sql, p.args(params))
+            return cur.fetchall()
+
     def _count(self, key: str, **params: Any) -> int:
         """Run a prepared count (its one row's ``n``)."""
         _, row = self._run(key, False, **params)

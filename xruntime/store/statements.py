@@ -19,6 +19,7 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
+    exists,
     func,
     insert,
     literal_column,
@@ -30,7 +31,7 @@ from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.dml import UpdateBase
 
 from ..payload.form import pack, unpack
-from ..protocol.states import Status
+from ..protocol.states import FINISHED, Status
 from .events import fault_type, note_of
 from .records import JobRecord, Run
 from .schema import OUTBOX_BYTES, callback_outbox, job_results, jobs
@@ -259,6 +260,37 @@ def prepared_statements() -> dict[str, tuple[Callable[[], Statement], list | Non
                 )
             ),
             ["n"],
+            None,
+        ),
+        # a parent's finished children, in the order its function asked for them
+        "children_of": (
+            lambda: (
+                select(
+                    jobs.c.id,
+                    jobs.c.child_stage,
+                    jobs.c.child_index,
+                    jobs.c.service,
+                    jobs.c.operation,
+                    jobs.c.status,
+                    RESULT,
+                    jobs.c.fault,
+                    jobs.c.finished_at,
+                )
+                .select_from(WITH_RESULTS)
+                .where(jobs.c.parent_id == bindparam("parent_id"), in_states(FINISHED))
+                .order_by(jobs.c.child_stage, jobs.c.child_index)
+            ),
+            ["id", "stage", "index", "service", "operation", "status", "result", "fault", "at"],
+            None,
+        ),
+        # whether a slot has anything to try (two index lookups, no write): a queued job
+        # (due or not), a parent waiting for its children (done or not)
+        "work_waiting": (
+            lambda: select(
+                exists().where(jobs.c.status == Status.QUEUING).label("queued"),
+                exists().where(jobs.c.waiting_for.is_not(None)).label("waiting"),
+            ),
+            ["queued", "waiting"],
             None,
         ),
         "mark_fetched": (
