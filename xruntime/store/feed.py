@@ -3,10 +3,14 @@
 A node serves HTTP in several processes and runs its jobs from one more (the
 supervisor's); each must learn at once of the job changes the others make.  Every
 process binds a Unix datagram socket (in Linux's abstract namespace: no file) and
-lists its address in the table ``feed_members``.  ``publish(job_id)`` hands the id to
-a sender thread, which sends what is pending, batched, to every other member: a held
-watch wakes within a fraction of a millisecond, and the feed costs the database no
-write and no polling at all, whatever the number of watches.  A receiver thread hands
+lists its address in the table ``feed_members``.  ``publish(job_id)`` sends the id to
+every other member from the caller's thread when the feed is quiet (no send under way,
+none pending, none in the last ``INLINE_GAP_S``): waking another thread costs more
+than the send.  Otherwise it hands the id to a sender thread, which sends what is
+pending, batched: a burst costs a few datagrams per member, not one per change (a
+member's socket takes a few hundred at most).  A held watch wakes within a fraction
+of a millisecond, and the feed costs the database no write and no polling at all,
+whatever the number of watches.  A receiver thread hands
 what arrives to ``on_job(job_id)`` (the process's watches; in the supervisor's
 process, the Supervisor) and, for new work (``QUEUE``), to ``on_queue()``.  Nodes
 sharing one SQLite file on one host are members of one feed.  PostgreSQL uses
@@ -52,6 +56,9 @@ HELLO = "*hello*"
 REFRESH_PERIOD = 1.0
 #: How long an unreachable member is left out before it is tried again (s).
 UNREACHABLE_FOR = 60.0
+#: A change published sooner than this after the last one sent from a caller's thread
+#: goes to the sender thread, batched with the others of its burst (s).
+INLINE_GAP_S = 0.0005
 #: Largest datagram sent; more ids go in several.
 DATAGRAM_BYTES = 32 * 1024
 
@@ -94,6 +101,8 @@ class SocketFeed:
         self._closed = False
         self._outbox: list[str] = []  # job ids to publish
         self._outbox_ready = threading.Condition()
+        self._sending = threading.Lock()  # held by whoever sends to the members now
+        self._sent_inline_at = 0.0  # time.monotonic() of the last send from a caller
         self._receiver = threading.Thread(
             target=self._receive_loop, name="change-feed", daemon=True
         )
@@ -134,8 +143,22 @@ class SocketFeed:
     # ------------------------------------------------------------------ sending
 
     def publish(self, job_id: str) -> None:
-        """Tell the other members.  The caller does not wait: a thread sends what is
-        pending, so a burst of changes costs one datagram per member."""
+        """Tell the other members: from this thread when the feed is quiet (see the
+        module's docstring), else through the sender thread.  The caller never waits for
+        another's send."""
+        now = time.monotonic()
+        if (
+            not self._outbox
+            and now - self._sent_inline_at >= INLINE_GAP_S
+            and self._sending.acquire(blocking=False)
+        ):
+            try:
+                if not self._outbox:  # (else: it goes after the pending ones, batched)
+                    self._sent_inline_at = now
+                    self._send(_one_datagram(self.origin, job_id))
+                    return
+            finally:
+                self._sending.release()
         with self._outbox_ready:
             self._outbox.append(job_id)
             self._outbox_ready.notify()
@@ -151,8 +174,9 @@ class SocketFeed:
                 refreshed = time.monotonic()
                 self._read_members()
             if pending:
-                for datagram in _datagrams(self.origin, pending):
-                    self._send(datagram)
+                with self._sending:
+                    for datagram in _datagrams(self.origin, pending):
+                        self._send(datagram)
             elif self._closed:
                 break
 
@@ -267,3 +291,8 @@ def _datagrams(origin: str, ids: Iterable[str]) -> Iterator[bytes]:
         size += len(job_id) + 1
     if batch:
         yield "\n".join([origin] + batch).encode("utf-8")
+
+
+def _one_datagram(origin: str, job_id: str) -> bytes:
+    """``origin`` and one id (a job id or a mark: far shorter than DATAGRAM_BYTES)."""
+    return f"{origin}\n{job_id}".encode()
