@@ -30,11 +30,11 @@ For each size n (random points in Germany; n starts, the same n as destinations)
 
 A table of every figure beside the issue's targets ends the run.
 
-With ``--parallel`` it times the same matrix (``--size``, default 2000) with
-``parallelism`` 1 and 2 on a node of 2 workers (docs/protocol.md §13: the row blocks are
-child jobs), checks that both answer the same matrix, and prints the ratio; with
-``--database-url`` (default: the environment's XRUNTIME_TEST_DATABASE_URL) also on two
-PostgreSQL nodes of one worker each.
+With ``--parallel`` it times the same matrix (``--size``, default 2000; ``--threads``
+a job, default XDima's) with ``parallelism`` 1 and 2 on a node of 2 workers
+(docs/protocol.md §13: the row blocks are child jobs), checks that both answer the
+same matrix, and prints the ratio; with ``--database-url`` (default: the environment's
+XRUNTIME_TEST_DATABASE_URL) also on two PostgreSQL nodes of one worker each.
 """
 
 import argparse
@@ -827,12 +827,25 @@ def same_matrix(a, b):
     return a["rows"] == b["rows"] and sa == sb
 
 
-def parallel(size, repeat, database_url=None):
+def xdima_settings(size, threads=None):
+    """``[services.XDima]`` for a matrix of ``size``² (``max_cells`` raised past its
+    default) computed with ``threads`` threads a job (None: the default)."""
+    keys = []
+    if size * size > DEFAULT_MAX_CELLS:
+        keys.append(f"max_cells = {size * size}")
+    if threads is not None:
+        keys.append(f"threads = {threads}")
+    return "\n[services.XDima]\n" + "\n".join(keys) + "\n" if keys else ""
+
+
+def parallel(size, repeat, database_url=None, threads=None):
     """parallelism 1 and 2 on 2 workers (one SQLite node), and on two PostgreSQL nodes
-    of one worker each when ``database_url`` is given."""
+    of one worker each when ``database_url`` is given; ``threads`` a job (issue 36
+    measures with 1, so that parallelism is the only way to use both cores)."""
     points = random_points(size)
+    extra = xdima_settings(size, threads)
     with tempfile.TemporaryDirectory() as folder:
-        server = Server(folder).start()
+        server = Server(folder, extra=extra).start()
         try:
             times = {1: [], 2: []}
             for _ in range(repeat):
@@ -845,7 +858,8 @@ def parallel(size, repeat, database_url=None):
                         assert same_matrix(single, result), "parallelism 2 gave another matrix"
                     del result
             best = {p: min(t) for p, t in times.items()}
-            print(f"{size} × {size}, one node (SQLite), 2 workers, best of {repeat}:")
+            each = "the default threads" if threads is None else f"{threads} thread(s)"
+            print(f"{size} × {size}, one node (SQLite), 2 workers, {each} a job, best of {repeat}:")
             for parallelism in (1, 2):
                 runs = ", ".join(f"{t:.2f}" for t in times[parallelism])
                 print(f"  parallelism {parallelism}: {best[parallelism]:.2f} s   (runs: {runs})")
@@ -856,7 +870,9 @@ def parallel(size, repeat, database_url=None):
         return
     with tempfile.TemporaryDirectory() as folder:
         nodes = [
-            Server(os.path.join(folder, name), database_url=database_url, workers=1).start()
+            Server(
+                os.path.join(folder, name), database_url=database_url, workers=1, extra=extra
+            ).start()
             for name in ("a", "b")
         ]
         try:
@@ -900,6 +916,9 @@ def main():
     )
     parser.add_argument("--size", type=int, default=2000, help="with --parallel: the matrix")
     parser.add_argument(
+        "--threads", type=int, help="with --parallel: [services.XDima] threads (default: its)"
+    )
+    parser.add_argument(
         "--database-url",
         default=os.environ.get("XRUNTIME_TEST_DATABASE_URL"),
         help="with --parallel: also two nodes on this PostgreSQL database",
@@ -914,7 +933,7 @@ def main():
     # a SIGTERM unwinds like an exception, so every node is stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.parallel:
-        parallel(args.size, args.repeat, args.database_url)
+        parallel(args.size, args.repeat, args.database_url, args.threads)
         return
     results = []
     for size in args.sizes:
