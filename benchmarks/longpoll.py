@@ -54,15 +54,28 @@ Every loop is bounded (counts, per-call and per-phase timeouts); the script talk
 RLIMIT_NOFILE to the hard limit; the node keeps the limit it was started with (printed).
 The client processes share the machine's cores with the node (said in the output).
 
+The floor (``--floor``, on by default; ``--no-floor`` leaves it out): each round also
+starts ``benchmarks/longpoll_floor.py``, a bare uvicorn app of the node's default shape
+(2 HTTP processes with httptools and uvloop on one listening socket, a bare ASGI app, the
+same URLs and JSON shapes, jobs in memory, a job's end told to both processes by Unix
+datagrams), and runs every client count against it with the same client code, measuring
+its process tree the same way.  Its figures are printed like a node's (headed "floor",
+without the node's targets), and at the end every figure of each tree beside the floor's
+(medians of the rounds) with tree ÷ floor, and issue 36's targets at 10 000 held: all
+answered after the job ended at p99 <= 1.2 × the floor's, node RSS <= 400 MB, other
+calls p99 <= 20 ms.  It costs one more server start and one more run per client count.
+
     python benchmarks/longpoll.py [--clients 2000 10000] [--job-seconds 60]
                                   [--processes 0] [--database-url URL] [--rounds R]
                                   [--baseline-tree PATH [--baseline-python PYTHON]]
+                                  [--floor | --no-floor]
 
 To compare against another commit on a shared, noisy machine, measure both in one
 invocation: ``git worktree add --detach /tmp/base COMMIT`` (with its own ``.venv``), then
 ``--baseline-tree /tmp/base --rounds 2``.  Each round starts one node of each tree in
-turn (the order alternating between rounds), each on its own shipped configuration and
-its own SQLite database, runs every client count against it, and stops it; at the end
+turn, and the floor (the order of all three reversed every other round), each node on
+its own shipped configuration and its own SQLite database, runs every client count
+against it, and stops it; at the end
 each figure is printed per round and as the median of the rounds for both trees, with
 this tree's median over the baseline's.  Only figures of the same invocation are
 compared: the machine's other load moves them from one invocation to the next.
@@ -510,7 +523,9 @@ def note(text):
 # ---------------------------------------------------------------- one client count
 
 
-def run(server, n, args):
+def run(server, n, args, name="node"):
+    """One client count against ``server`` (a node, or the floor: ``name`` "floor", whose
+    figures are printed the same way, without the node's targets)."""
     port, pid = server.port, server.proc.pid
     control = Connection(port, args.stop_timeout)
     # a finished no-op job for the first cycle of the other calls
@@ -670,16 +685,16 @@ def run(server, n, args):
     )
     print(
         f"  held: {sent}/{n} watch requests sent in {connect_seconds:.1f} s ({not_sent} not sent, "
-        f"{retried} connects retried); {args.settle:g} s later the node had accepted {accepted} "
+        f"{retried} connects retried); {args.settle:g} s later the {name} had accepted {accepted} "
         f"connections and {backlog} waited in its listen backlog"
     )
     print(
-        f"  node while held: RSS {rss:.0f} MB, PSS {pss:.0f} MB, {procs} processes "
+        f"  {name} while held: RSS {rss:.0f} MB, PSS {pss:.0f} MB, {procs} processes "
         f"(before the clients: RSS {rss0:.0f} MB, PSS {pss0:.0f} MB, {procs0} processes)"
     )
     per_watch = 1e6 / max(1, sent)
     print(
-        f"  node CPU (all its processes): {connect_cpu:.2f} s while the watches connected and "
+        f"  {name} CPU (all its processes): {connect_cpu:.2f} s while the watches connected and "
         f"settled ({connect_cpu * per_watch:.0f} µs a watch); {answer_cpu * 1000:.0f} ms from "
         f"stopJob until the client processes had every answer ({answer_cpu * per_watch:.0f} µs "
         f"a watch)"
@@ -719,10 +734,10 @@ def run(server, n, args):
     print(f"    ({'; '.join(detail)})")
     print(
         f"  summary: {n} held: other calls {figures(latencies)}; answered after the job ended "
-        f"{figures(after_end)} ({len(terminal)}/{n} answered); node RSS {rss:.0f} MB "
+        f"{figures(after_end)} ({len(terminal)}/{n} answered); {name} RSS {rss:.0f} MB "
         f"(PSS {pss:.0f} MB, {procs} processes)"
     )
-    target = TARGETS.get(n)
+    target = TARGETS.get(n) if name == "node" else None
     if target:
         checks = []
         partly = (
@@ -834,6 +849,14 @@ def main():
         "one, else this one)",
     )
     parser.add_argument(
+        "--floor",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure benchmarks/longpoll_floor.py (a bare uvicorn app of the node's "
+        "shape) each round, by the same client, and print the nodes' figures over its "
+        "(issue 36's targets); --no-floor: the nodes only (default: on)",
+    )
+    parser.add_argument(
         "--rounds",
         type=int,
         default=1,
@@ -861,9 +884,26 @@ def main():
         )
     database = args.database_url.split(":")[0] if args.database_url else "SQLite"
     measured = collections.defaultdict(list)  # (tree label, n) → figures per round
+    servers = ([None] if args.floor else []) + trees  # None: the floor
     for turn in range(args.rounds):
-        for tree in trees if turn % 2 == 0 else trees[::-1]:
-            if len(trees) > 1 or args.rounds > 1:
+        for tree in servers if turn % 2 == 0 else servers[::-1]:
+            if tree is None:
+                print(f"=== round {turn + 1}/{args.rounds}: floor ({FLOOR_DESCRIPTION})")
+                with tempfile.TemporaryDirectory() as folder:
+                    floor = Floor(folder).start()
+                    try:
+                        print(
+                            f"floor: benchmarks/longpoll_floor.py, its open-files limit "
+                            f"{open_files_limit(floor.proc.pid)}; clients and floor share this "
+                            f"machine's {os.cpu_count()} cores"
+                        )
+                        sys.stdout.flush()
+                        for n in args.clients:
+                            measured["floor", n].append(run(floor, n, args, name="floor"))
+                    finally:
+                        floor.stop()
+                continue
+            if len(servers) > 1 or args.rounds > 1:
                 print(f"=== round {turn + 1}/{args.rounds}: {tree.label} ({tree.describe()})")
             with tempfile.TemporaryDirectory() as folder:
                 server = start_node(tree, folder, args.database_url)
@@ -881,6 +921,47 @@ def main():
                     server.stop()
     if len(trees) > 1:
         compare(trees[0], trees[1], args.clients, measured)
+    if args.floor:
+        against_floor(trees, args.clients, measured)
+
+
+FLOOR = os.path.join(ROOT, "benchmarks", "longpoll_floor.py")
+FLOOR_DESCRIPTION = (
+    "benchmarks/longpoll_floor.py: 2 uvicorn/httptools/uvloop processes on one listening "
+    "socket, a bare ASGI app, jobs in memory, ends told by Unix datagrams"
+)
+
+
+class Floor:
+    """benchmarks/longpoll_floor.py in a subprocess, started and stopped as a node is (its
+    process tree is measured the same way)."""
+
+    def __init__(self, folder):
+        self.folder, self.port = folder, free_port()
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, FLOOR, "--port", str(self.port), "--folder", self.folder],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline()  # once both HTTP processes serve
+        if not line.startswith("longpoll floor: serving"):
+            self.stop()
+            raise RuntimeError(f"the floor did not start: {line!r}")
+        return self
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+            self.proc.stdout.close()
+            self.proc = None
 
 
 class Tree:
@@ -965,6 +1046,67 @@ def compare(base, this, counts, measured):
                 f"({per_round})"
             )
     sys.stdout.flush()
+
+
+#: Issue 36's targets against the floor, at 10 000 held, with the default config.
+FLOOR_TARGETS = {10000: {"answered_ratio": 1.2, "rss": 400, "others_p99": 20}}
+
+
+def against_floor(trees, counts, measured):
+    """Each tree's figures beside the floor's (medians of the rounds), with the ratio
+    tree ÷ floor, and issue 36's targets: answered after the end p99 ≤ 1.2× the floor's,
+    node RSS ≤ 400 MB, other calls' p99 ≤ 20 ms (at 10 000 held)."""
+    print(f"\n=== against the floor ({FLOOR_DESCRIPTION})")
+    for n in counts:
+        rounds = len(measured["floor", n])
+        print(f"{n} held, median of {rounds} round(s); the floor → each tree (× tree ÷ floor)")
+        floor = {key: _median([m[key] for m in measured["floor", n]]) for key, _, _ in COMPARED}
+        for key, label, unit in COMPARED:
+            cells = []
+            for tree in trees:
+                value = _median([m[key] for m in measured[tree.label, n]])
+                ratio = (
+                    f"{value / floor[key]:.2f}"
+                    if floor[key] and not math.isnan(floor[key]) and not math.isnan(value)
+                    else "?"
+                )
+                cells.append(f"{tree.label} {_shown(value):>7} {unit:<2} × {ratio:<5}")
+            print(
+                f"  {label.replace('node ', 'server '):<40} floor {_shown(floor[key]):>7} "
+                f"{unit:<2} → " + "; ".join(cells)
+            )
+        target = FLOOR_TARGETS.get(n)
+        if not target:
+            continue
+        for tree in trees:
+            figures_ = {
+                key: _median([m[key] for m in measured[tree.label, n]]) for key, _, _ in COMPARED
+            }
+            ratio = (
+                figures_["answered_p99"] / floor["answered_p99"]
+                if floor["answered_p99"] and not math.isnan(floor["answered_p99"])
+                else math.nan
+            )
+            checks = [
+                f"answered p99 {_shown(figures_['answered_p99'])} ms ÷ floor's "
+                f"{_shown(floor['answered_p99'])} ms = "
+                + (f"{ratio:.2f}" if not math.isnan(ratio) else "n/a")
+                + f" (≤ {target['answered_ratio']}: "
+                + _verdict(ratio, target["answered_ratio"])
+                + ")",
+                f"node RSS {_shown(figures_['rss'])} MB (≤ {target['rss']}: "
+                + _verdict(figures_["rss"], target["rss"])
+                + ")",
+                f"other calls p99 {_shown(figures_['others_p99'])} ms (≤ {target['others_p99']}: "
+                + _verdict(figures_["others_p99"], target["others_p99"])
+                + ")",
+            ]
+            print(f"  issue 36, {tree.label}: " + "; ".join(checks))
+    sys.stdout.flush()
+
+
+def _verdict(value, limit):
+    return "not measured" if math.isnan(value) else "met" if value <= limit else "MISSED"
 
 
 def _median(values):
