@@ -50,6 +50,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.floor import FloorProcess  # noqa: E402
 from benchmarks.longpoll import Tree, start_node  # noqa: E402
 from benchmarks.roundtrip import Client, cpu_seconds, cycle, process_names  # noqa: E402
 from benchmarks.stats import percentile  # noqa: E402
@@ -59,30 +60,9 @@ FLOOR = os.path.join(ROOT, "benchmarks", "floor.py")
 KINDS = ("http", "main", "worker")
 
 
-class Floor:
+def Floor(folder):
     """benchmarks/floor.py in a subprocess, started and stopped as a node is."""
-
-    def __init__(self, folder):
-        self.folder, self.port = folder, free_port()
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen(
-            [sys.executable, FLOOR, "--port", str(self.port), "--folder", self.folder],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        line = self.proc.stdout.readline()  # "floor: serving on …" once both HTTP processes do
-        if not line.startswith("floor: serving"):
-            self.stop()
-            raise RuntimeError(f"the floor did not start: {line!r}")
-        return self
-
-    def stop(self):
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(20)
-            self.proc = None
+    return FloorProcess(FLOOR, "floor: serving", folder, free_port())
 
 
 def start(tree, folder):

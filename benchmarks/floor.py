@@ -48,6 +48,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -98,7 +99,35 @@ class Fault(Exception):
     pass
 
 
-class App:
+class JsonApp:
+    """A bare ASGI application answering POSTed JSON at its ``routes`` (path → async
+    handler of the request's data); a fault is a 400 in the JSON binding's form.  The
+    floors' applications (this one's ``App``, ``longpoll_floor.App``) are these."""
+
+    routes: dict
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        handler = self.routes.get(scope["path"])
+        try:
+            if scope["method"] != "POST" or handler is None:
+                raise Fault(f"no operation at {scope['method']} {scope['path']}")
+            status, answer = 200, await handler(json.loads(body or b"{}"))
+        except (Fault, ValueError, KeyError, TypeError, AttributeError) as e:
+            status, answer = 400, {"faultInfo": {"$type": "InvalidRequestFault", "message": str(e)}}
+        data = json.dumps(answer).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
+
+class App(JsonApp):
     """The bare ASGI application of one HTTP process."""
 
     def __init__(self, folder, notices):
@@ -127,27 +156,6 @@ class App:
             for future in self.held.pop(job_id, ()):
                 if not future.done():
                     future.set_result(job)
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-        handler = self.routes.get(scope["path"])
-        try:
-            if scope["method"] != "POST" or handler is None:
-                raise Fault(f"no operation at {scope['method']} {scope['path']}")
-            request = json.loads(body)
-            status, answer = 200, await handler(request)
-        except (Fault, ValueError, KeyError, TypeError, AttributeError) as e:
-            status, answer = 400, {"faultInfo": {"$type": "InvalidRequestFault", "message": str(e)}}
-        data = json.dumps(answer).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
 
     async def start(self, request):
         if not isinstance(request.get("durationMs", 0), int):
@@ -228,18 +236,24 @@ class Server(uvicorn.Server):
             self.up.send("up")
 
 
-def http_main(listener, index, folder, up):
+def http_main(listener, index, folder, up, app_class=None):
+    """One HTTP process: ``app_class(folder, notices)`` (default ``App``), its notices
+    read on this process's datagram socket, served by uvicorn as the node's are."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it (SIGTERM)
     notices = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notices.bind(notice_path(folder, index))
-    app = App(folder, notices)
+    app = (app_class or App)(folder, notices)
     config = uvicorn.Config(
         app,
         http="httptools",
         loop="uvloop",
         lifespan="off",
+        log_config=None,
         access_log=False,
         log_level="warning",
         timeout_graceful_shutdown=1,
+        server_header=False,
+        proxy_headers=False,
     )
     server = Server(config, up)
 
@@ -280,43 +294,39 @@ def worker_main(wake, folder):
 # ------------------------------------------------------------------ the parent
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=50100)
-    parser.add_argument("--folder", help="for the database and sockets (default: temporary)")
-    args = parser.parse_args()
-    folder = args.folder or tempfile.mkdtemp(prefix="floor-")
+def run(title, args, app_class=None, backlog=2048, prepare=None):
+    """Serve ``app_class`` (``http_main``) in HTTP_PROCESSES processes on one listening
+    socket of ``args.host``/``args.port``, with the processes ``prepare(ctx, folder)``
+    answers (and the sockets it opened, closed once the HTTP processes serve); print
+    "``title``: serving on …" then, and stop on SIGTERM or SIGINT, or when a process ends.
+    The folder (``args.folder``, else a temporary one, removed at the end) holds the
+    datagram sockets."""
+    folder = args.folder or tempfile.mkdtemp(prefix=title.replace(" ", "-") + "-")
     os.makedirs(folder, exist_ok=True)
     for index in range(HTTP_PROCESSES):
         if os.path.exists(notice_path(folder, index)):
             os.unlink(notice_path(folder, index))
-    if os.path.exists(wake_path(folder)):
-        os.unlink(wake_path(folder))
-    db = connect(folder)
-    db.executescript(SCHEMA)
-    db.close()
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((args.host, args.port))
-    listener.listen(2048)
-    wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    wake.bind(wake_path(folder))
+    listener.listen(backlog)
     ctx = multiprocessing.get_context("spawn")
     procs, ups, senders = [], [], []
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
+        others, opened = prepare(ctx, folder) if prepare is not None else ([], [])
         for index in range(HTTP_PROCESSES):
             receiver, sender = ctx.Pipe(duplex=False)
             procs.append(
-                ctx.Process(target=http_main, args=(listener, index, folder, sender), name="http")
+                ctx.Process(
+                    target=http_main,
+                    args=(listener, index, folder, sender, app_class),
+                    name="http",
+                )
             )
             ups.append(receiver)
             senders.append(sender)
-        procs += [
-            ctx.Process(target=worker_main, args=(wake, folder), name="worker")
-            for _ in range(WORKERS)
-        ]
+        procs += others
         for proc in procs:
             proc.start()
         for sender in senders:
@@ -324,8 +334,9 @@ def main():
         for receiver in ups:
             receiver.recv()
         listener.close()  # only the HTTP processes hold it now
-        wake.close()
-        print(f"floor: serving on http://{args.host}:{args.port}/services/rs", flush=True)
+        for opened_socket in opened:
+            opened_socket.close()
+        print(f"{title}: serving on http://{args.host}:{args.port}/services/rs", flush=True)
         multiprocessing.connection.wait([proc.sentinel for proc in procs])
     except KeyboardInterrupt:
         pass
@@ -339,6 +350,68 @@ def main():
                 proc.join(5)
         if not args.folder:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def arguments(description, folder_help):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=50100)
+    parser.add_argument("--folder", help=folder_help)
+    return parser.parse_args()
+
+
+def _database_and_workers(ctx, folder):
+    """This floor's own part: the database made, the workers' wake-up socket bound, the
+    worker processes."""
+    if os.path.exists(wake_path(folder)):
+        os.unlink(wake_path(folder))
+    db = connect(folder)
+    db.executescript(SCHEMA)
+    db.close()
+    wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    wake.bind(wake_path(folder))
+    workers = [
+        ctx.Process(target=worker_main, args=(wake, folder), name="worker") for _ in range(WORKERS)
+    ]
+    return workers, [wake]
+
+
+class FloorProcess:
+    """A floor script in a subprocess, started and stopped as a node is (its process
+    tree measured the same way): ``banner`` is the start of the line it prints once both
+    HTTP processes serve."""
+
+    def __init__(self, script, banner, folder, port):
+        self.script, self.banner, self.folder, self.port = script, banner, folder, port
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, self.script, "--port", str(self.port), "--folder", self.folder],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line.startswith(self.banner):
+            self.stop()
+            raise RuntimeError(f"{self.script} did not start: {line!r}")
+        return self
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+            self.proc.stdout.close()
+            self.proc = None
+
+
+def main():
+    args = arguments(__doc__.splitlines()[0], "for the database and sockets (default: temporary)")
+    run("floor", args, prepare=_database_and_workers)
 
 
 if __name__ == "__main__":

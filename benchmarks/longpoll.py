@@ -104,6 +104,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.floor import FloorProcess  # noqa: E402
 from benchmarks.stats import percentile  # noqa: E402
 from tests.harness import ROOT, Server, default_config, descendants, free_port  # noqa: E402
 from tests.processes import tcp_sockets  # noqa: E402
@@ -932,36 +933,10 @@ FLOOR_DESCRIPTION = (
 )
 
 
-class Floor:
-    """benchmarks/longpoll_floor.py in a subprocess, started and stopped as a node is (its
-    process tree is measured the same way)."""
-
-    def __init__(self, folder):
-        self.folder, self.port = folder, free_port()
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen(
-            [sys.executable, FLOOR, "--port", str(self.port), "--folder", self.folder],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        line = self.proc.stdout.readline()  # once both HTTP processes serve
-        if not line.startswith("longpoll floor: serving"):
-            self.stop()
-            raise RuntimeError(f"the floor did not start: {line!r}")
-        return self
-
-    def stop(self):
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-            self.proc.stdout.close()
-            self.proc = None
+def Floor(folder):
+    """benchmarks/longpoll_floor.py in a subprocess, started and stopped as a node is
+    (its process tree is measured the same way)."""
+    return FloorProcess(FLOOR, "longpoll floor: serving", folder, free_port())
 
 
 class Tree:

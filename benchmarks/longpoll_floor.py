@@ -43,35 +43,28 @@ stops on SIGTERM or SIGINT, or when one of its processes ends.  The datagram soc
 in ``--folder`` (default: a temporary folder, removed at the end).
 """
 
-import argparse
 import asyncio
-import json
-import multiprocessing
-import multiprocessing.connection
 import os
-import shutil
-import signal
 import socket
 import sys
-import tempfile
 import time
 import uuid
 
-import uvicorn
-import uvloop
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.floor import (  # noqa: E402
+    HTTP_PROCESSES,
+    Fault,
+    JsonApp,
+    _expire,
+    _ms,
+    arguments,
+    notice_path,
+    run,
+)
 
-HTTP_PROCESSES = 2
 BACKLOG = 4096  # the node's (xruntime.serving.node.BACKLOG)
 RUNTIME = {"name": "longpoll floor", "version": "0", "processes": HTTP_PROCESSES}
 RESULT = {"stepsDone": 1, "payload": ""}
-
-
-def notice_path(folder, index):
-    return os.path.join(folder, f"http{index}.sock")
-
-
-class Fault(Exception):
-    pass
 
 
 class Job:
@@ -85,7 +78,7 @@ class Job:
         return {"id": job_id, "status": self.status, "elapsedTime": elapsed}
 
 
-class App:
+class App(JsonApp):
     """The bare ASGI application of one HTTP process."""
 
     def __init__(self, folder, notices):
@@ -153,26 +146,6 @@ class App:
 
     # ---------------------------------------------------------- HTTP
 
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-        handler = self.routes.get(scope["path"])
-        try:
-            if scope["method"] != "POST" or handler is None:
-                raise Fault(f"no operation at {scope['method']} {scope['path']}")
-            status, answer = 200, await handler(json.loads(body or b"{}"))
-        except (Fault, ValueError, KeyError, TypeError, AttributeError) as e:
-            status, answer = 400, {"faultInfo": {"$type": "InvalidRequestFault", "message": str(e)}}
-        data = json.dumps(answer).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
-
     async def start(self, request):
         duration = request.get("durationMs", 0)
         if not isinstance(duration, int) or duration < 0:
@@ -232,101 +205,9 @@ class App:
         return RUNTIME
 
 
-def _expire(future):
-    if not future.done():
-        future.set_result(None)
-
-
-def _ms(seconds):
-    return max(0, round(seconds * 1000))
-
-
-class Server(uvicorn.Server):
-    """uvicorn's server, saying "up" on a pipe once it accepts connections."""
-
-    def __init__(self, config, up):
-        super().__init__(config)
-        self.up = up
-
-    async def startup(self, sockets=None):
-        await super().startup(sockets=sockets)
-        if self.started:
-            self.up.send("up")
-
-
-def http_main(listener, index, folder, up):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it (SIGTERM)
-    notices = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    notices.bind(notice_path(folder, index))
-    app = App(folder, notices)
-    config = uvicorn.Config(
-        app,
-        http="httptools",
-        loop="uvloop",
-        lifespan="off",
-        log_config=None,
-        access_log=False,
-        log_level="warning",
-        timeout_graceful_shutdown=1,
-        server_header=False,
-        proxy_headers=False,
-    )
-    server = Server(config, up)
-
-    async def serve():
-        app.listen_for_notices()
-        await server.serve(sockets=[listener])
-
-    uvloop.run(serve())
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=50100)
-    parser.add_argument("--folder", help="for the datagram sockets (default: temporary)")
-    args = parser.parse_args()
-    folder = args.folder or tempfile.mkdtemp(prefix="longpoll-floor-")
-    os.makedirs(folder, exist_ok=True)
-    for index in range(HTTP_PROCESSES):
-        if os.path.exists(notice_path(folder, index)):
-            os.unlink(notice_path(folder, index))
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((args.host, args.port))
-    listener.listen(BACKLOG)
-    ctx = multiprocessing.get_context("spawn")
-    procs, ups, senders = [], [], []
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        for index in range(HTTP_PROCESSES):
-            receiver, sender = ctx.Pipe(duplex=False)
-            procs.append(
-                ctx.Process(target=http_main, args=(listener, index, folder, sender), name="http")
-            )
-            ups.append(receiver)
-            senders.append(sender)
-        for proc in procs:
-            proc.start()
-        for sender in senders:
-            sender.close()  # so that an HTTP process ending before it serves is an EOFError
-        for receiver in ups:
-            receiver.recv()
-        listener.close()  # only the HTTP processes hold it now
-        print(f"longpoll floor: serving on http://{args.host}:{args.port}/services/rs", flush=True)
-        multiprocessing.connection.wait([proc.sentinel for proc in procs])
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop is enough
-        for proc in procs:
-            if proc.pid is not None:
-                proc.terminate()
-        for proc in procs:
-            if proc.pid is not None:
-                proc.join(5)
-        if not args.folder:
-            shutil.rmtree(folder, ignore_errors=True)
+    args = arguments(__doc__.splitlines()[0], "for the datagram sockets (default: temporary)")
+    run("longpoll floor", args, app_class=App, backlog=BACKLOG)
 
 
 if __name__ == "__main__":
