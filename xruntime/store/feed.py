@@ -155,7 +155,7 @@ class SocketFeed:
             try:
                 if not self._outbox:  # (else: it goes after the pending ones, batched)
                     self._sent_inline_at = now
-                    self._send(_one_datagram(self.origin, job_id))
+                    self._send(next(_datagrams(self.origin, (job_id,))))
                     return
             finally:
                 self._sending.release()
@@ -291,8 +291,3 @@ def _datagrams(origin: str, ids: Iterable[str]) -> Iterator[bytes]:
         size += len(job_id) + 1
     if batch:
         yield "\n".join([origin] + batch).encode("utf-8")
-
-
-def _one_datagram(origin: str, job_id: str) -> bytes:
-    """``origin`` and one id (a job id or a mark: far shorter than DATAGRAM_BYTES)."""
-    return f"{origin}\n{job_id}".encode()
