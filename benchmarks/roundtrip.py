@@ -87,13 +87,16 @@ class Client:
         return json.loads(data)
 
 
-def cycle(client):
-    job = client.call("XDemo", "startSimulate", {"durationMs": 0})
+def cycle(
+    client, service="XDemo", start="startSimulate", fetch="fetchSimulateResponse", request=None
+):
+    """``start`` → watchJob until SUCCEEDED → ``fetch`` (by default the no-op job)."""
+    job = client.call(service, start, {"durationMs": 0} if request is None else request)
     while job["status"] != "SUCCEEDED":
         job = client.call("XRuntime", "watchJob", {"id": job["id"], "progressUpdatePeriod": 250})
         if job["status"] in ("FAILED", "DELETED", "UNKNOWN"):
             raise RuntimeError(f"job ended {job['status']}")
-    client.call("XDemo", "fetchSimulateResponse", {"id": job["id"]})
+    client.call(service, fetch, {"id": job["id"]})
 
 
 def cycle_step(port):
