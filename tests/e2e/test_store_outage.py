@@ -292,3 +292,46 @@ def test_sqlite_locked_for_a_while_answers_try_again_and_loses_nothing(tmp_path)
         no_internal_errors(srv)
     finally:
         srv.stop()
+
+
+def test_a_start_waiting_for_a_locked_database_holds_up_no_other_call(tmp_path):
+    """A start's store work runs on the HTTP process's event loop when nothing makes it
+    wait; while another program holds SQLite's write lock, the start waits in the pool
+    (and answers "try again" after the busy timeout), and the same process answers
+    every other call meanwhile."""
+    folder = tmp_path / "node"
+    srv = Server(str(folder)).start()  # one HTTP process: one event loop for all calls
+    try:
+        done = srv.start_job(durationMs=0, steps=1)
+        assert srv.wait_done(done["id"])["status"] == "SUCCEEDED"
+        locker = sqlite3.connect(str(folder / "data" / "xruntime.db"), isolation_level=None)
+        locker.execute("BEGIN IMMEDIATE")
+        try:
+            start = {}
+
+            def ask():
+                start["sent"] = time.monotonic()
+                start["answer"] = srv.post("XDemo", "startSimulate", {"durationMs": 0})
+                start["answered"] = time.monotonic()
+
+            asker = threading.Thread(target=ask)
+            asker.start()
+            watched = []  # when each watch sent well after the start was answered
+            while asker.is_alive():
+                sent = time.monotonic()
+                job = srv.watch(done["id"], maximumPollingPeriod=0)
+                assert job["status"] == "SUCCEEDED"
+                if sent > start["sent"] + 1.0:  # the start is at the server by then
+                    watched.append(time.monotonic())
+            asker.join()
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+        assert start["answer"].status_code == 503, start["answer"].text
+        assert fault_type(start["answer"]) == TRY_AGAIN
+        # the start waited about the busy timeout; watches were answered all along
+        assert len([t for t in watched if t < start["answered"]]) >= 5
+        assert srv.call("XDemo", "startSimulate", {"durationMs": 0})["status"] == "QUEUING"
+        no_internal_errors(srv)
+    finally:
+        srv.stop()

@@ -192,8 +192,9 @@ class JsonBinding:
             data = await parsing.parse(
                 request.content_length, limit, read_json_body, request, limit, empty={}
             )
+            size = request.content_length
             del request  # a held watch keeps nothing of the request
-            answer = await self.dispatcher.call(op, data, caller)
+            answer = await self.dispatcher.call(op, data, caller, size=size)
             if answer.large():  # a large result: written as it is read from its stored form
                 return Response(
                     json_chunks(cast(Source, answer.stored)),

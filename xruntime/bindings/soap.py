@@ -178,8 +178,9 @@ class SoapBinding:
             op, (data, sent) = await parsing.parse(
                 request.content_length, self.settings().max_request_bytes, self._read, request, soap
             )
+            size = request.content_length
             del request  # a held watch keeps nothing of the request
-            answer = await self.dispatcher.call(op, data, caller, sent)
+            answer = await self.dispatcher.call(op, data, caller, sent, size=size)
         except Exception as exc:
             return self._fault(soap, as_fault(exc, f"SOAP {name}"))
         if answer.large() or len(answer.text) > INLINE_BYTES:  # streamed from the pool

@@ -18,7 +18,7 @@ from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
 from ..protocol.types import XModel
 from ..support import metrics
-from ..support.blocking import blocking
+from ..support.blocking import INLINE_BYTES, blocking
 
 if TYPE_CHECKING:
     from .accounts import Caller
@@ -119,20 +119,34 @@ class Dispatcher:
         caller: "Caller",
         sent: dict[str, str] | None = None,
         max_answer_bytes: int | None = None,
+        size: int | None = None,
     ) -> Answer:
         """Plain request data of any binding, from ``caller`` (``accounts.Caller``) →
         the Answer.  Validation is the codec's, so every binding refuses the same input
         the same way (``sent``: see ``codec.decode``; ``max_answer_bytes``: see
-        ``call_json``)."""
+        ``call_json``; ``size``: the request body's bytes, where the binding knows them).
+
+        The job cycle's calls run on the event loop where the store answers them at
+        once (``JobManager.soon``): a fetch, and a start or a synchronous call of a
+        small request (``size`` at most INLINE_BYTES); the rest in the pool."""
         metrics.operation_named(op.name)
         if op.kind == FETCH and max_answer_bytes is None:
-            return await blocking(self._fetched, op, data, caller, sent)
+            return await self.jobs.soon(self._fetched, op, data, caller, sent)
+        small = size is not None and size <= INLINE_BYTES
+        if op.kind == START and small:
+            self.check_enabled(op.service)
+            request = codec.decode(data, op.request, sent=sent)
+            job = await self.jobs.start_soon(_long_operation(op), request, caller, size)
+            return Answer(codec.dumps(codec.encode(job, op.response)))
         if not op.waits:
             return Answer(await blocking(self.call_json, op, data, caller, sent, max_answer_bytes))
         self.check_enabled(op.service)
         if op.kind == RUN:
-            request = await blocking(codec.decode, data, op.request, sent=sent)
-            return Answer(await self.jobs.run(_long_operation(op), request, caller))
+            if small:
+                request = codec.decode(data, op.request, sent=sent)
+            else:
+                request = await blocking(codec.decode, data, op.request, sent=sent)
+            return Answer(await self.jobs.run(_long_operation(op), request, caller, size))
         waiting = cast(Callable[..., Awaitable[XModel]], op.target)  # watchJob
         response = await waiting(self.jobs, codec.decode(data, op.request, sent=sent), caller)
         return self._answer_once(response, op)

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from .. import __version__
 from ..callbacks.targets import check_callback
@@ -50,8 +50,8 @@ from ..protocol.types import (
     XModel,
 )
 from ..protocol.watch import watch_periods
-from ..store import JobRecord, disk_room, now_ms
-from ..support.blocking import blocking
+from ..store import JobRecord, WouldWait, disk_room, now_ms
+from ..support.blocking import INLINE_BYTES, blocking
 from .accounts import ANONYMOUS, Caller
 from .storage_quota import StoredBytesQuota
 
@@ -62,6 +62,8 @@ if TYPE_CHECKING:
     from ..store import JobStore
     from .watching import Snapshot, Watches
 
+P = ParamSpec("P")
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 RACE_RETRIES = 10
@@ -138,6 +140,31 @@ class JobManager:
         """The job's record, without its payloads, as ``caller`` may know it: None for
         an id the store does not hold and for another user's job alike."""
         return self._seen(self.store.peek(job_id), caller)
+
+    # ------------------------------------------------------------------ the event loop's calls
+
+    async def soon(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(*args, **kwargs)``, a call's store work: on the event loop itself when
+        the store answers it without waiting (SQLite, no lock to wait for: a hop to the
+        pool and back costs more than the work), else in the pool for blocking work.
+        Only for small work: a few indexed reads and at most one short write."""
+        if self.store.answers_at_once:
+            try:
+                with self.store.at_once():
+                    return fn(*args, **kwargs)
+            except WouldWait:
+                pass  # nothing was written: the pool's thread may wait
+        return await blocking(fn, *args, **kwargs)
+
+    async def start_soon(
+        self, op: "LongOperation", request: XModel, caller: Caller, size: int | None
+    ) -> Job:
+        """``start``, on the event loop when it may be (``soon``): a request of ``size``
+        bytes (known and small: it is encoded and stored here) without a callback (whose
+        check resolves the target's host name, which may wait); else in the pool."""
+        if size is None or size > INLINE_BYTES or getattr(request, "callback", None) is not None:
+            return await blocking(self.start, op, request, caller)
+        return await self.soon(self.start, op, request, caller)
 
     # ------------------------------------------------------------------ long operations
 
@@ -279,19 +306,26 @@ class JobManager:
             raise codec.decode_fault(json.loads(rec.fault), op.response.get_namespace())
         return rec
 
-    async def run(self, op: "LongOperation", request: XModel, caller: Caller = ANONYMOUS) -> str:
+    async def run(
+        self,
+        op: "LongOperation",
+        request: XModel,
+        caller: Caller = ANONYMOUS,
+        size: int | None = None,
+    ) -> str:
         """The synchronous form: the same job, waited for (holding no thread), fetched
-        and erased; the response as stored JSON text, as ``fetch_json`` answers it."""
+        and erased; the response as stored JSON text, as ``fetch_json`` answers it
+        (``size``: the request's bytes, where known; see ``start_soon``)."""
         assert self.watches is not None  # an HTTP process's manager holds its watches
-        job_id = (await blocking(self.start, op, request, caller)).id
+        job_id = (await self.start_soon(op, request, caller, size)).id
         await self.watches.until_final(job_id)
-        return await blocking(self._fetch_and_erase, op, job_id)
-
-    def _fetch_and_erase(self, op: "LongOperation", job_id: str) -> str:
         try:
-            return self.fetch_json(op, job_id)
-        finally:
-            self.store.erase(job_id, states.FINISHED)
+            try:  # a small result on the event loop; a larger one is read in the pool
+                return await self.soon(self.fetch_json, op, job_id, ANONYMOUS, INLINE_BYTES)
+            except RejectedRequestFault:  # longer than INLINE_BYTES: not marked fetched
+                return await blocking(self.fetch_json, op, job_id)
+        finally:  # fetched or failed, the job is the caller's answer only
+            await self.soon(self.store.erase, job_id, states.FINISHED)
 
     # ------------------------------------------------------------------ XRuntime
 

@@ -25,7 +25,7 @@ from .records import (
     Recovered,
     Run,
 )
-from .unavailable import StoreFull, StoreUnavailable
+from .unavailable import StoreFull, StoreUnavailable, WouldWait
 
 if TYPE_CHECKING:
     from .sql import JobStore
@@ -59,6 +59,7 @@ __all__ = [
     "Run",
     "StoreFull",
     "StoreUnavailable",
+    "WouldWait",
     "now_ms",
     "open_store",
 ]

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy import create_engine, event, text
@@ -106,11 +106,16 @@ class Database:
         self._compiled_cache: dict[tuple, Prepared] = {}
 
     def _as_stored(self, blob: bytes | memoryview) -> bytes | memoryview:
-        """A result as the store read it: a reference to a file is that file's bytes."""
+        """A result as the store read it: a reference to files is their bytes."""
+        located = self._located(blob)
+        return blob if located is None else located.read()
+
+    def _located(self, blob: bytes | memoryview) -> result_files.Located | None:
+        """Where a result kept in result files is (None: it is in ``blob`` itself)."""
         if self.result_folder is None:
-            return blob
-        name = result_files.name_in(blob)
-        return blob if name is None else result_files.read(self.result_folder, name)
+            return None
+        spans = result_files.spans_in(blob, self.result_folder)
+        return None if spans is None else result_files.Located(self.result_folder, spans)
 
     def _make_schema(self) -> None:
         """Create the tables (or bring an older database up to date:
@@ -150,6 +155,7 @@ class Database:
             if self.dialect == "sqlite":  # other processes write too: take the lock first
                 sqlite.begin_immediate(conn.exec_driver_sql, deadline)
             yield conn
+        sqlite.written()
 
     def _locking(self, query: Select, skip_locked: bool = False) -> Select:
         """``query`` taking the rows it reads for this write transaction: FOR UPDATE on
@@ -158,6 +164,19 @@ class Database:
         if self.dialect == "postgresql":
             return query.with_for_update(skip_locked=skip_locked)
         return query
+
+    @property
+    def answers_at_once(self) -> bool:
+        """Whether a small call's store work may run ``at_once`` (an event loop's own
+        thread): on SQLite, where it is a few local reads and one short write, and what
+        would wait raises WouldWait; never on PostgreSQL, where every statement waits
+        for the network."""
+        return self.dialect == "sqlite"
+
+    @staticmethod
+    def at_once() -> AbstractContextManager[None]:
+        """``sqlite.at_once``: the store work within waits for no lock before it writes."""
+        return sqlite.at_once()
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -178,6 +197,8 @@ class Database:
                 cur = sqlite.PatientCursor(conn.cursor(), deadline)
                 yield cur
                 conn.commit()
+                if write:
+                    sqlite.written()
             except BaseException:
                 try:
                     conn.rollback()

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
 
-from .unavailable import StoreUnavailable
+from .unavailable import StoreUnavailable, WouldWait
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +41,43 @@ def write_deadline() -> float:
     return time.monotonic() + BUSY_TIMEOUT_S
 
 
+_this_thread = threading.local()  # .at_once: None, QUICK or WROTE (``at_once``)
+QUICK, WROTE = "quick", "wrote"
+
+
+@contextmanager
+def at_once() -> Iterator[None]:
+    """The store work of this thread within, with no wait for a lock until it has
+    written: where it would wait for this process's turn to write or for the database's
+    lock first, it raises WouldWait instead, and nothing of it was written.  An HTTP
+    process's event loop runs a call's small store work so (``JobManager.soon``), and
+    hands the work to its pool when it would wait.  Once a statement has written, the
+    work waits as anywhere else: what is written must not be written twice."""
+    _this_thread.at_once = QUICK
+    try:
+        yield
+    finally:
+        _this_thread.at_once = None
+
+
+def _instead_of_waiting() -> None:
+    """Raise WouldWait where ``at_once`` forbids waiting now."""
+    if getattr(_this_thread, "at_once", None) == QUICK:
+        raise WouldWait
+
+
+def written() -> None:
+    """This thread's work wrote: under ``at_once``, from now on it waits as usual."""
+    if getattr(_this_thread, "at_once", None) == QUICK:
+        _this_thread.at_once = WROTE
+
+
 def retry_while_busy(action: Callable[[], T], deadline: float | None = None) -> T:
     """``action()``, tried again while SQLite answers "database is locked" (another
     process holds the write lock).  The tries come after 50 µs, doubling up to 2 ms,
     until ``deadline`` (time.monotonic), by default BUSY_TIMEOUT_S after the first
-    refusal.  ``action`` may run on the DBAPI connection or through SQLAlchemy, which
-    wraps the driver's error in its own."""
+    refusal; ``at_once``, WouldWait instead of the first wait.  ``action`` may run on
+    the DBAPI connection or through SQLAlchemy, which wraps the driver's error in its own."""
     delay = 0.00005
     while True:
         try:
@@ -54,6 +85,7 @@ def retry_while_busy(action: Callable[[], T], deadline: float | None = None) -> 
         except (sqlite3.OperationalError, sa_exc.OperationalError) as error:
             if not _busy(getattr(error, "orig", error)):
                 raise
+            _instead_of_waiting()
             now = time.monotonic()
             deadline = deadline or now + BUSY_TIMEOUT_S
             if now > deadline:
@@ -100,8 +132,10 @@ class WriterTurns:
     def turn(self, deadline: float) -> Iterator[None]:
         """This process's turn to write, waited for until ``deadline``: requests queued
         behind a locked database each fail at their own deadline, not one after the other."""
-        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise StoreUnavailable(f"the database stayed locked for {BUSY_TIMEOUT_S:g} s")
+        if not self._lock.acquire(blocking=False):
+            _instead_of_waiting()
+            if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise StoreUnavailable(f"the database stayed locked for {BUSY_TIMEOUT_S:g} s")
         try:
             yield
         finally:

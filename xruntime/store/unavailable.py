@@ -27,6 +27,12 @@ class StoreUnavailable(Exception):
     moment.  Every store method raises it, and only it, for such conditions."""
 
 
+class WouldWait(Exception):
+    """Raised in place of a wait, in work run ``at_once`` (``sqlite.at_once``): the
+    store would have waited for a lock before it wrote anything.  Nothing is wrong and
+    nothing was written: the caller runs the same work again where it may wait."""
+
+
 class StoreFull(StoreUnavailable):
     """The database's disk (or a PostgreSQL server's) is full: a small write may pass
     once anything is freed; the write that needed the room may never."""
