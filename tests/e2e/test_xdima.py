@@ -1,7 +1,9 @@
 """XDima end to end: a real node (tests/harness.py), over JSON, SOAP (zeep) and JSON-RPC."""
 
 import math
+import os
 import random
+import time
 
 import pytest
 
@@ -302,3 +304,46 @@ def test_a_stopped_parallel_matrix_answers_the_rows_of_the_blocks_done(server):
         {"startLocations": starts[:done], "destinationLocations": destinations},
     )
     assert result["rows"] == whole["rows"]  # the first rows, in order
+
+
+def test_a_parallel_matrix_refers_to_its_childrens_result_files_without_copying_them(tmp_path):
+    """Blocks whose results are result files (SQLite, each over a piece of the stored
+    form): the parent's result is the head and tail of its form in a small file of its
+    own and its children's pieces where they are (store/result_files.py, spans).  It
+    answers what one job does, over every binding; a backup copies every file it needs;
+    once the parent (and so its children) is deleted, no file is left."""
+    from xruntime.store import backup, result_files
+
+    node = Server(str(tmp_path), extra="\n[services.XDima]\nmax_cells = 1000000\n").start()
+    try:
+        starts, destinations = _grid(800, 800)  # children of 400 × 800 × 8 B: 2.56 MB each
+        request = {"startLocations": starts, "destinationLocations": destinations}
+        single = node.call("XDima", "startCreateDistanceMatrix", request)
+        job = node.call("XDima", "startCreateDistanceMatrix", dict(request, parallelism=2))
+        for started in (single, job):
+            assert node.wait_done(started["id"])["status"] == "SUCCEEDED"
+        (database,) = [str(p) for p in tmp_path.rglob("xruntime.db")]
+        folder = result_files.folder_of(database)
+        sizes = {
+            name: os.path.getsize(os.path.join(folder, name))
+            for name in os.listdir(folder)
+            if name.endswith(".result")
+        }
+        (own,) = [size for name, size in sizes.items() if name.startswith(job["id"])]
+        assert own < 64 * 1024 and len(sizes) == 4  # one job's, two children's, the parent's
+        expected = node.call("XDima", "fetchDistanceMatrixResponse", {"id": single["id"]})
+        for binding in BINDINGS:
+            result = make_client(binding, node.base).call(
+                "XDima", "fetchDistanceMatrixResponse", {"id": job["id"]}
+            )
+            assert plain(_without_time(result)) == plain(_without_time(expected))
+        copy = tmp_path / "backup"
+        assert backup.backup(database, str(copy))[1] == 4
+        for started in (single, job):
+            node.call("XRuntime", "deleteJob", {"id": started["id"]})
+        deadline = time.monotonic() + 60  # swept every RESULT_SWEEP_PERIOD (10 s)
+        while any(name.endswith(".result") for name in os.listdir(folder)):
+            assert time.monotonic() < deadline, os.listdir(folder)
+            time.sleep(0.1)
+    finally:
+        node.stop()

@@ -359,3 +359,36 @@ def test_a_joined_list_of_incompressible_parts_reads_back():
     expected = json.loads(outer)
     expected["rows"] = [row for part in parts for row in json.loads(unpack(part))["rows"]]
     assert json.loads(unpack(joined)) == expected
+
+
+def test_large_children_lists_given_their_origins_are_referred_to_not_copied():
+    """Given where each child's stored result is (its ``origin``: a child's result files,
+    in a worker), a join refers to its compressed pieces there (``form.Ref``, one span
+    per child) instead of copying them: its own bytes and the spans end to end are the
+    very bytes the copying join writes.  Parts may be mapped files (memoryviews)."""
+    parts = [matrix_part(0, 160, 2000), matrix_part(160, 150, 2000)]
+    for part in parts:
+        del part["summary"]["perRow"]  # every array in the rows
+    blobs = [pack(dump(part)) for part in parts]
+    outer = dump({"rows": [], "summary": {"numberOfRowsComputed": 310}})
+    copied = join_lists(outer, "rows", blobs)
+    origins = ["first child", "second child"]
+    composite = join_lists(outer, "rows", [memoryview(b) for b in blobs], origins)
+    assert isinstance(composite, payload.Composite)
+    refs = [s for s in composite.segments if isinstance(s, payload.Ref)]
+    assert [ref.origin for ref in refs] == origins
+    by_origin = dict(zip(origins, blobs, strict=True))
+    whole = b"".join(
+        by_origin[s.origin][s.offset : s.offset + s.length] if isinstance(s, payload.Ref) else s
+        for s in composite.segments
+    )
+    assert whole == copied and len(composite) == len(copied)
+    assert len(composite.own()) < 64 * 1024  # the head and the tail of the form
+    assert unpack(whole) == text_join(outer, "rows", blobs)
+
+
+def test_small_children_lists_given_their_origins_are_still_copied():
+    blobs = [pack(dump(matrix_part(0, 3))), pack(dump(matrix_part(3, 2)))]
+    outer = dump({"rows": [], "summary": {}})
+    joined = join_lists(outer, "rows", blobs, ["a", "b"])
+    assert isinstance(joined, bytes) and joined == join_lists(outer, "rows", blobs)

@@ -13,7 +13,7 @@ from xruntime.payload import stream as payload_stream
 from xruntime.payload.form import unpack
 from xruntime.protocol.states import Status
 from xruntime.store import Run, now_ms, result_files
-from xruntime.store.result_files import ResultFile
+from xruntime.store.result_files import ComposedFile, ResultFile, Span
 
 
 def spilled_file(store, blob, name="job-abc123"):
@@ -113,3 +113,44 @@ def test_the_files_of_erased_jobs_are_swept_and_nothing_else(store):
     assert result_names(store) == [n for n in names if n.startswith(kept)]
     assert os.path.exists(other) and os.path.isdir(os.path.join(store.result_folder, "spill"))
     assert store.get(kept).result == unpack(large_result())
+
+
+def composed(store, child_name, child_length):
+    """A parent's result made of spans (``ComposedFile``): its own file's "head" and
+    "tail" around the whole of its child's file, as a join that refers to its child's
+    pieces makes it (engine.worker)."""
+    file = spilled_file(store, b"headtail", name="job-parent1")
+    spans = (Span(None, 0, 4), Span(child_name, 0, child_length), Span(None, 4, 4))
+    return ComposedFile(file.path, spans)
+
+
+def test_a_result_of_spans_reads_back_whole_and_by_ranges_and_keeps_the_files_it_names(store):
+    blob = large_result()
+    child, child_run = running(store)
+    assert store.finish(
+        child, Status.SUCCEEDED, now_ms(), result=spilled_file(store, blob), run=child_run
+    )
+    (child_name,) = result_names(store)
+    parent, parent_run = running(store)
+    result = composed(store, child_name, len(blob))
+    assert store.finish(parent, Status.SUCCEEDED, now_ms(), result=result, run=parent_run)
+    assert not os.path.exists(result.path) and len(result_names(store)) == 2  # taken in
+    whole = b"head" + blob + b"tail"
+    reader = store.get(parent, stored_result=True).stored_result
+    assert reader.length == len(whole) == result.length
+    assert reader.read(0, 10) == whole[:10]
+    assert reader.read(len(whole) - 70_000, 70_000) == whole[-70_000:]  # across two spans
+    assert store.stored_bytes("") >= len(whole) + len(blob)  # quotas count both
+    assert store.erase(child, [Status.SUCCEEDED])
+    assert store.sweep_result_files() == 0  # the child's file: the parent's result still needs it
+    assert store.get(parent, stored_result=True).stored_result.read(0, len(whole)) == whole
+    assert store.erase(parent, [Status.SUCCEEDED])
+    assert store.sweep_result_files() == 2 and result_names(store) == []
+
+
+def test_a_result_of_spans_whose_files_are_gone_is_refused_and_its_file_left(store):
+    parent, run = running(store)
+    result = composed(store, "gone-1-abc.result", 1000)
+    with pytest.raises(LookupError):
+        store.finish(parent, Status.SUCCEEDED, now_ms(), result=result, run=run)
+    assert os.path.exists(result.path) and result_names(store) == []

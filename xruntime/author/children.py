@@ -34,6 +34,7 @@ from ..protocol.faults import XServerFault
 from ..protocol.states import Status
 from ..protocol.types import XModel
 from ..settings.model import Settings
+from ..store.result_files import Located
 
 if TYPE_CHECKING:
     from ..store.records import FinishedChild
@@ -92,10 +93,21 @@ class ChildOutcome:
         self.id = finished.id
         self.status = finished.status
         self.finished_at = finished.finished_at
-        self.stored = finished.result  # the result in the store's form (bytes)
+        #: where its result files hold its result (a large one of a SQLite store), or None
+        self.location = finished.result if isinstance(finished.result, Located) else None
+        self._stored: bytes | memoryview | None = (
+            None if isinstance(finished.result, Located) else finished.result
+        )
         self._fault_json = finished.fault
         self._response_type = response_type
         self._result: XModel | None = None
+
+    @property
+    def stored(self) -> bytes | memoryview | None:
+        """The result in the store's form: bytes, or its file mapped (``location``)."""
+        if self._stored is None and self.location is not None:
+            self._stored = self.location.mapped()
+        return self._stored
 
     @property
     def succeeded(self) -> bool:

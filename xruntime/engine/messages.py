@@ -21,7 +21,7 @@ from enum import IntEnum
 
 from ..settings.model import Settings
 from ..store import FinishedChild
-from ..store.result_files import ResultFile
+from ..store.result_files import ComposedFile, ResultFile, Span
 
 
 class StopReason(IntEnum):
@@ -93,8 +93,9 @@ class Progress:
 class Result:
     """The function returned: its response, already in the store's form."""
 
-    # (a SpilledResult's file: mapped, or as it is for a store that takes it in)
-    stored: bytes | memoryview | ResultFile
+    # (a SpilledResult's file: mapped, or as it is for a store that takes it in; a
+    # ComposedResult's spans)
+    stored: bytes | memoryview | ResultFile | ComposedFile
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,17 @@ class SpilledResult:
     ``path`` (engine.spill), which the main process removes once it is written."""
 
     path: str
+
+
+@dataclass(frozen=True, slots=True)
+class ComposedResult:
+    """The function returned a parent's result joined from its children's result files
+    without copying them: the result is ``spans`` end to end, those of no name in the
+    spilled file at ``path`` (its own bytes), the others in the children's files
+    (store.result_files.ComposedFile); the store takes the file in."""
+
+    path: str
+    spans: tuple[Span, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +150,7 @@ class ChildrenAsked:
     children: list
 
 
-Outcome = Result | SpilledResult | Failure | Transient | RetryAsked | ChildrenAsked
+Outcome = Result | SpilledResult | ComposedResult | Failure | Transient | RetryAsked | ChildrenAsked
 
 
 @dataclass(frozen=True, slots=True)

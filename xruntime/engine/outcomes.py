@@ -30,12 +30,13 @@ from ..protocol.faults import (
 )
 from ..protocol.states import Status
 from ..store import JobRecord, QueueFull, QueueLimit, StoreFull, StoreUnavailable, now_ms
-from ..store.result_files import ResultFile
+from ..store.result_files import ComposedFile, ResultFile
 from ..support import metrics
 from . import spill
 from .child_jobs import bulk_progress, queue_full_fault, stop_children
 from .messages import (
     ChildrenAsked,
+    ComposedResult,
     Failure,
     Outcome,
     Result,
@@ -108,6 +109,12 @@ class Outcomes:
             with spill.spilled(ending.outcome.path, as_file=taken) as stored:
                 self.conclude(job, Returned(Result(stored), ending.progress), deleted)
             return
+        if isinstance(ending, Returned) and isinstance(ending.outcome, ComposedResult):
+            # (only a store that keeps files refers to its files: its file is taken in)
+            composed = ComposedFile(ending.outcome.path, ending.outcome.spans)
+            with spill.spilled(composed.path, as_file=True):  # (removed unless taken)
+                self.conclude(job, Returned(Result(composed), ending.progress), deleted)
+            return
         if deleted:
             self.let_go(job)
         elif isinstance(ending, Returned):
@@ -135,7 +142,7 @@ class Outcomes:
             if fault is None:
                 return
             outcome = Failure(fault)
-        assert not isinstance(outcome, SpilledResult)  # (``conclude`` mapped its file)
+        assert not isinstance(outcome, (SpilledResult, ComposedResult))  # (see ``conclude``)
         if isinstance(outcome, Result):
             refused = self._past_stored_limit(job, outcome)
             if refused is not None:
@@ -431,8 +438,8 @@ class Outcomes:
         log.info("job %s erased (deleted, worker let go)", job_id)
 
 
-def _size_of(stored: "bytes | bytearray | memoryview | ResultFile") -> int:
-    return stored.length if isinstance(stored, ResultFile) else len(stored)
+def _size_of(stored: "bytes | bytearray | memoryview | ResultFile | ComposedFile") -> int:
+    return stored.length if isinstance(stored, (ResultFile, ComposedFile)) else len(stored)
 
 
 def _fault_summary(fault: str) -> str:

@@ -244,7 +244,8 @@ class WorkerSlot(threading.Thread):
             self.signal(job.id, StopReason.TIMED_OUT if over else StopReason.STOPPED)
         sup.notifier.notify(job.id)
         try:
-            children = sup.store.children_of(job.id)  # what its earlier runs started (§13)
+            # what its earlier runs started (§13); a result file: where it is, not its bytes
+            children = sup.store.children_of(job.id, located=True)
         except StoreUnavailable as exc:  # claimed, not started: back to the queue
             outage_log.warning("job %s: its child jobs cannot be read: %s", job.id, exc)
             with self._lock:

@@ -37,7 +37,7 @@ from ..author.registry import discover, find_long_operation, long_operation
 from ..author.service import LongOperation, RetryLater
 from ..author.tables import Table, encoded, table
 from ..payload.arrays import stored_table
-from ..payload.form import IN_MEMORY, Output, pack
+from ..payload.form import IN_MEMORY, Composite, Output, Ref, pack
 from ..payload.list_join import join_lists
 from ..protocol import codec
 from ..protocol.faults import (
@@ -50,11 +50,13 @@ from ..protocol.faults import (
 from ..protocol.types import IntermediateResponseLimitation, JobProgress, XModel
 from ..settings.model import Settings
 from ..store import FinishedChild
+from ..store.result_files import Located, Span, fits
 from ..support.logs import one_line, set_level, setup_logging
 from ..support.parent_death import die_with_parent
 from . import spill
 from .messages import (
     ChildrenAsked,
+    ComposedResult,
     Done,
     Exit,
     Failure,
@@ -260,10 +262,11 @@ def mark_intermediate(response: XModel, job: WorkerJobContext) -> XModel:
 
 def stored_result(
     response: XModel | Joined | Table, op: LongOperation, into: Output = IN_MEMORY
-) -> bytes | bytearray | mmap.mmap:
+) -> bytes | bytearray | mmap.mmap | Composite:
     """The response in the store's form, made here, in the worker (a ``Joined`` one
-    from its parts, which are never decoded; a ``Table`` from its arrays, written into a
-    buffer from ``into``)."""
+    from its parts, which are never decoded, and whose pieces kept in result files are
+    referred to there, not copied: a ``Composite``; a ``Table`` from its arrays,
+    written into a buffer from ``into``)."""
     if isinstance(response, Table):
         return stored_table(response, op.response, into)
     if isinstance(response, Joined):
@@ -274,19 +277,50 @@ def stored_result(
             response.field,
             # the successful children's: each has its result
             cast(list[bytes], [part.stored for part in response.parts]),
+            [part.location for part in response.parts],
         )
     return pack(codec.dumps(codec.encode(response, op.response)))
 
 
+def _composed_message(
+    stored: Composite, run: RunJob, job_id: str
+) -> ComposedResult | Result | SpilledResult:
+    """A result that refers to its children's result files (``Composite``): its own
+    bytes (the head and tail of its form, a few KB) go into a file of the spill folder,
+    and the main process is told where the rest is (``ComposedResult``); the store
+    takes the file in and refers to them all.  Written whole, as any result, when
+    there is no file to write or its spans are too many to refer to."""
+    spans: list[Span] = []
+    at = 0
+    for segment in stored.segments:
+        if isinstance(segment, Ref):
+            spans += cast(Located, segment.origin).spans_of(segment.offset, segment.length)
+        else:
+            spans.append(Span(None, at, len(segment)))
+            at += len(segment)
+    if run.spill_folder is not None and fits(spans):
+        path = spill.spill(run.spill_folder, job_id, stored.own(), run.spill_is_final)
+        if path is not None:
+            return ComposedResult(path, tuple(spans))
+    whole = b"".join(
+        cast(Located, s.origin).read(s.offset, s.length) if isinstance(s, Ref) else s
+        for s in stored.segments
+    )
+    return _result_message(whole, None, run, job_id)
+
+
 def _result_message(
-    stored: bytes | bytearray | mmap.mmap,
+    stored: bytes | bytearray | mmap.mmap | Composite,
     spilling: spill.Spill | None,
     run: RunJob,
     job_id: str,
-) -> Result | SpilledResult:
+) -> Result | SpilledResult | ComposedResult:
     """How a stored form goes to the main process: as the file it was written into, as
     a file it is written into now, or through the pipe (``engine.spill`` gives the
-    reason for each route)."""
+    reason for each route); one that refers to others, as its own bytes' file and
+    where the others are (``_composed_message``)."""
+    if isinstance(stored, Composite):
+        return _composed_message(stored, run, job_id)
     if spilling is not None and spilling.holds(stored):
         return SpilledResult(spilling.hand_over())
     if run.spill_folder is not None and len(stored) > spill.SPILL_ABOVE:

@@ -35,7 +35,8 @@ import sys
 import zlib
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, overload
+from dataclasses import dataclass
+from typing import Protocol, cast, overload
 
 COMPRESS_ABOVE = 4096
 #: Arrays shorter than this stay as text.
@@ -46,9 +47,43 @@ MAGIC = b"\x00XJP2"
 #: The compact form as written before (one zlib stream); still read.
 MAGIC_V1 = b"\x00XJP1"
 _PIECE = struct.Struct("<III")  # a piece's deflated length, raw length, Adler-32
+
+
+@dataclass(frozen=True)
+class Ref:
+    """``length`` bytes from ``offset`` of another stored payload, ``origin`` (what it
+    is, a child's result files, is its caller's business): a piece a join refers to
+    instead of copying it (``list_join``)."""
+
+    origin: object
+    offset: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+
+@dataclass(frozen=True)
+class Composite:
+    """A stored form as its ``segments`` end to end: bytes of its own, and ``Ref``s to
+    bytes of others (``write_pieces`` of pieces that refer to others)."""
+
+    segments: tuple[bytes | Ref, ...]
+
+    def __len__(self) -> int:
+        return sum(len(segment) for segment in self.segments)
+
+    def own(self) -> bytes:
+        """Its own bytes, end to end."""
+        return b"".join(s for s in self.segments if not isinstance(s, Ref))
+
+
 #: A piece of the compact form's zlib stream as ``deflate_piece`` makes it and
 #: ``write_pieces`` writes it: its raw deflate parts, its Adler-32 and its raw length.
 Deflated = tuple[list[bytes], int, int]
+#: A piece as ``write_pieces`` takes it: a ``Deflated``, or one whose raw deflate parts
+#: are another payload's bytes (a ``Ref`` to them, or a view of them).
+Piece = tuple[Sequence[bytes | memoryview | Ref], int, int]
 
 # A JSON string (skipped whole), or an array of at least 64 characters of number text.
 _SCAN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|\[([0-9eE.+\-,]{64,})\]')
@@ -193,25 +228,43 @@ def compose(
         return compose_stored(skeleton, index, binaries, into)
     pieces = [deflate_piece(index_head(index) + skeleton.encode("utf-8"))]
     pieces += [deflate_piece(piece) for piece in pieces_of(b"".join(binaries))]
-    return write_pieces(pieces)
+    return cast(bytes, write_pieces(pieces))  # (no piece refers to another payload)
 
 
-def write_pieces(pieces: Sequence[Deflated]) -> bytes:
+def write_pieces(pieces: Sequence[Piece]) -> bytes | Composite:
     """MAGIC, the table of pieces, and a zlib stream of the pieces: zlib's header, the
     raw deflate pieces (each ends on a byte boundary, a sync flush, and refers to no
     other), an empty final block and the Adler-32 of the whole, so that
-    zlib.decompress reads the stream as any, and a piece can be read or copied alone."""
+    zlib.decompress reads the stream as any, and a piece can be read or copied alone.
+    A ``Composite`` when pieces are ``Ref``s: those of one origin that follow on there
+    are one segment."""
     table = [struct.pack("<I", len(pieces))]
-    out, checksum = [b"\x78\x01"], 1  # the header zlib writes at level 1
+    out: list[bytes | memoryview | Ref] = [b"\x78\x01"]  # the header zlib writes at level 1
+    checksum = 1
     for deflated, piece_checksum, length in pieces:
         table.append(_PIECE.pack(sum(len(d) for d in deflated), length, piece_checksum))
         out += deflated
         checksum = _adler32_combine(checksum, piece_checksum, length)
     out += [_FINAL_BLOCK, struct.pack(">I", checksum)]
-    return b"".join([MAGIC] + table + out)
+    if not any(isinstance(part, Ref) for part in out):
+        return b"".join([MAGIC, *table, *cast(list[bytes], out)])
+    segments: list[bytes | Ref] = [b"".join([MAGIC, *table])]
+    for part in out:
+        last = segments[-1]
+        if isinstance(part, Ref) and isinstance(last, Ref):
+            if last.origin is part.origin and last.offset + last.length == part.offset:
+                segments[-1] = Ref(last.origin, last.offset, last.length + part.length)
+                continue
+        elif not isinstance(part, Ref) and not isinstance(last, Ref):
+            segments[-1] = last + part
+            continue
+        segments.append(part if isinstance(part, Ref) else bytes(part))
+    return Composite(tuple(segments))
 
 
-def table_of(read: Callable[[int, int], bytes]) -> tuple[list[tuple[int, int, int, int]], int]:
+def table_of(
+    read: Callable[[int, int], bytes | memoryview],
+) -> tuple[list[tuple[int, int, int, int]], int]:
     """The table of a compact form as written now, read through ``read(offset, size)``
     (the blob, or a stored result read by ranges: ``payload.stream``): [(where
     the piece's deflated bytes start, their length, raw length, Adler-32)] and where
@@ -227,7 +280,9 @@ def table_of(read: Callable[[int, int], bytes]) -> tuple[list[tuple[int, int, in
     return entries, stream
 
 
-def read_table(blob: bytes) -> tuple[list[tuple[bytes, int, int]], int]:
+def read_table(
+    blob: bytes | memoryview,
+) -> tuple[list[tuple[bytes | memoryview, int, int]], int]:
     """The pieces of a compact blob as written now: [(deflated, raw length, Adler-32)]
     and where its zlib stream starts."""
     entries, stream = table_of(lambda at, size: blob[at : at + size])
@@ -235,12 +290,14 @@ def read_table(blob: bytes) -> tuple[list[tuple[bytes, int, int]], int]:
     return pieces, stream
 
 
-def is_compact(blob: bytes) -> bool:
+def is_compact(blob: bytes | memoryview) -> bool:
     """Whether a stored payload is in the compact form (either version)."""
     return blob[: len(MAGIC)] in (MAGIC, MAGIC_V1)
 
 
-def read_head_piece(blob: bytes) -> tuple[str, list, list[tuple[bytes, int, int]]]:
+def read_head_piece(
+    blob: bytes | memoryview,
+) -> tuple[str, list, list[tuple[bytes | memoryview, int, int]]]:
     """The skeleton, index and other pieces of a compact blob as written now (MAGIC),
     with only its first piece (index and skeleton) decompressed."""
     pieces, _ = read_table(blob)
@@ -261,12 +318,12 @@ class TooLarge(Exception):
 
 
 @overload
-def unpack(blob: bytes, max_bytes: int | None = None) -> str: ...
+def unpack(blob: bytes | memoryview, max_bytes: int | None = None) -> str: ...
 @overload
 def unpack(blob: None, max_bytes: int | None = None) -> None: ...
 @overload
-def unpack(blob: bytes | None, max_bytes: int | None = None) -> str | None: ...
-def unpack(blob: bytes | None, max_bytes: int | None = None) -> str | None:
+def unpack(blob: bytes | memoryview | None, max_bytes: int | None = None) -> str | None: ...
+def unpack(blob: bytes | memoryview | None, max_bytes: int | None = None) -> str | None:
     """The JSON text of a stored payload, whichever of the three forms it is in; with
     ``max_bytes``, TooLarge for a longer text, found without writing the text whole
     where the form allows (a batch weighs a 100 MiB result against what its answer may
@@ -314,7 +371,7 @@ def _unpack_compact(blob: bytes, max_bytes: int | None = None) -> str:
     )
 
 
-def read_compact(blob: bytes) -> tuple[str, list, memoryview, list[int]]:
+def read_compact(blob: bytes | memoryview) -> tuple[str, list, memoryview, list[int]]:
     """A compact blob's skeleton, index, decompressed body and where each array's bytes
     start in it."""
     stream = len(MAGIC_V1) if blob[: len(MAGIC)] == MAGIC_V1 else read_table(blob)[1]

@@ -94,22 +94,25 @@ class _Items:
 
 
 class _Copied:
-    """A piece copied as it is, answering as a deflating piece does."""
+    """A piece copied as it is (or referred to: ``form.Ref``), answering as a
+    deflating piece does."""
 
     __slots__ = ("piece",)
 
-    def __init__(self, deflated: bytes, length: int, checksum: int) -> None:
-        self.piece = ([deflated], checksum, length)
+    def __init__(self, deflated: bytes | memoryview | form.Ref, length: int, checksum: int) -> None:
+        self.piece: form.Piece = ([deflated], checksum, length)
 
-    def result(self) -> form.Deflated:
+    def result(self) -> form.Piece:
         return self.piece
 
 
-def _list_items(blob: bytes, field: str) -> _Items:
+def _list_items(blob: bytes | memoryview, field: str, origin: object = None) -> _Items:
     """The items of a stored payload's top-level list ``field``, not decoded; when the
     list holds every packed array of the payload (a child's rows), its compressed
-    pieces are copied as they are, not even decompressed."""
-    blob = bytes(blob)
+    pieces are copied as they are, not even decompressed, or, given the payload's
+    ``origin``, referred to there (``form.Ref``), not copied at all."""
+    if not isinstance(blob, bytes):
+        blob = memoryview(blob).cast("B")  # (a mapped file: read where needed, not copied)
     if blob[: len(form.MAGIC)] == form.MAGIC:
         skeleton, index, pieces = form.read_head_piece(blob)
         positions = [position for position, _, _ in index]
@@ -123,8 +126,16 @@ def _list_items(blob: bytes, field: str) -> _Items:
                 skeleton[start + 1 : end - 1],
                 [[position - start - 1, code, count] for position, code, count in index],
             )
-            items.deflating = [_Copied(*piece) for piece in pieces]
+            if origin is None:
+                items.deflating = [_Copied(*piece) for piece in pieces]
+            else:
+                entries = form.table_of(lambda at, size: bytes(blob[at : at + size]))[0][1:]
+                items.deflating = [
+                    _Copied(form.Ref(origin, at, n), length, checksum)
+                    for at, n, length, checksum in entries
+                ]
             return items
+    blob = bytes(blob)
     if not form.is_compact(blob):
         text = form.unpack(blob)
         span = member_span(text, field)
@@ -180,11 +191,19 @@ def _joined_numbers(items: Sequence[_Items]) -> _Items | None:
     return _Items("", [[0, code, count]], b"".join(binary), code)
 
 
-def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes | bytearray | mmap.mmap:
+def join_lists(
+    outer: str,
+    field: str,
+    parts: Iterable[bytes | memoryview],
+    origins: Sequence[object] | None = None,
+) -> bytes | bytearray | mmap.mmap | form.Composite:
     """The stored form of ``outer`` (compact JSON text of an object holding the member
     ``"<field>":[]``) with that list filled with the items of each stored part's own
     top-level list ``field``, in order: what one job producing the whole list would have
-    stored, assembled without decoding the parts' packed arrays."""
+    stored, assembled without decoding the parts' packed arrays.  ``origins``: each
+    part's, when it has one (a child's result files), or None: a part's pieces taken
+    whole are then referred to there (``form.Ref``) and the form is a
+    ``form.Composite``."""
     span = member_span(outer, field)
     if span is None or outer[span[0] : span[1]] != "[]":
         raise ValueError(f"outer has no top-level member {field!r} that is []")
@@ -193,7 +212,10 @@ def join_lists(outer: str, field: str, parts: Iterable[bytes]) -> bytes | bytear
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        reading = [pool.submit(_list_items, blob, field) for blob in parts]
+        reading = [
+            pool.submit(_list_items, blob, field, origins[i] if origins else None)
+            for i, blob in enumerate(parts)
+        ]
         items = []
         for future in reading:
             part = future.result()
@@ -230,7 +252,9 @@ def fill_list(
     from concurrent.futures import ThreadPoolExecutor  # as in join_lists
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        return _joined(outer, span[0], [_Items(text, index, binary)], pool, into)
+        joined = _joined(outer, span[0], [_Items(text, index, binary)], pool, into)
+        assert not isinstance(joined, form.Composite)  # (no item refers to another payload)
+        return joined
 
 
 def _joined(
@@ -239,7 +263,7 @@ def _joined(
     items: list[_Items],
     pool: Executor,
     into: form.Output = form.IN_MEMORY,
-) -> bytes | bytearray | mmap.mmap:
+) -> bytes | bytearray | mmap.mmap | form.Composite:
     """``outer`` with the items at ``start`` (its ``[]``), their packed arrays kept."""
     numbers = _joined_numbers(items)
     # (skeleton text, index, binaries: packed arrays, or items whose bytes are kept)
@@ -316,11 +340,12 @@ def _sources_of(binary: array | _Items) -> list:
     return [binary]
 
 
-def without_list(blob: bytes, field: str) -> str:
+def without_list(blob: bytes | memoryview, field: str) -> str:
     """The JSON text of a stored payload with its top-level list (or object) ``field``
     emptied: a child's summary, read without formatting its large list (or encoded
-    arrays)."""
-    blob = bytes(blob)
+    arrays), nor copying it (a mapped file is read where needed)."""
+    if not isinstance(blob, bytes):
+        blob = memoryview(blob).cast("B")
     if not form.is_compact(blob):
         text = form.unpack(blob)
         span = member_span(text, field, opening="[{")
@@ -374,7 +399,7 @@ def without_list(blob: bytes, field: str) -> str:
 _KEY_BEFORE = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*$')
 
 
-def encoded_members(blob: bytes, field: str) -> dict[str, bytes]:
+def encoded_members(blob: bytes | memoryview, field: str) -> dict[str, bytes]:
     """The bytes of the encoded arrays (item code ``B``) in the top-level object
     ``field`` of a stored payload, by member name: a parent joins its children's
     encoded arrays from these, never decoding base64 (``arrays``)."""

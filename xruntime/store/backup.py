@@ -75,7 +75,7 @@ def _referenced(conn: sqlite3.Connection) -> list[str]:
         f"SELECT result FROM {job_results.name} WHERE length(result) <= ?",
         (result_files.LONGEST_REFERENCE,),
     ).fetchall()
-    return [name for (blob,) in rows if (name := result_files.name_in(blob))]
+    return sorted({name for (blob,) in rows for name in result_files.names_in(blob)})
 
 
 def _copy_file(source: str, target: str) -> None:

@@ -22,6 +22,7 @@ from .claims import resume_statement
 from .database import QUEUE_LOCK_KEY, Database
 from .events import note_of
 from .records import FinishedChild, JobRecord, QueueFull, QueueLimit, Run
+from .result_files import Located
 from .schema import WAITING_LANE, jobs, lane_of
 from .statements import (
     ACTIVE_RUNNING,
@@ -125,9 +126,10 @@ class ChildJobs(Database):
             self._run(p, True, node=node, lease_until=now + lease_ms, note=note_of(note))[1]
         )
 
-    def children_of(self, parent_id: str) -> list[FinishedChild]:
+    def children_of(self, parent_id: str, located: bool = False) -> list[FinishedChild]:
         """Every finished child of the parent, in the order its function asked for them
-        (stage, then place)."""
+        (stage, then place); ``located``: a result kept in result files as where it is
+        (``Located``, for the parent's worker), not read."""
         rows = self._rows("children_of", parent_id=parent_id)
         return [
             FinishedChild(
@@ -137,12 +139,21 @@ class ChildJobs(Database):
                 service=r[3],
                 operation=r[4],
                 status=r[5],
-                result=None if r[6] is None else bytes(self._as_stored(r[6])),
+                result=None if r[6] is None else self._child_result(r[6], located),
                 fault=unpack(r[7]),
                 finished_at=r[8],
             )
             for r in rows
         ]
+
+    def _child_result(self, blob: bytes | memoryview, located: bool) -> bytes | Located:
+        """A child's result as stored; ``located``: where its files are, when it is kept
+        in result files (the parent's worker maps them: a large result is not read here,
+        sent through the pipe and joined by copying)."""
+        where = self._located(blob)
+        if where is None:
+            return bytes(blob)
+        return where if located else where.read()
 
     def refresh_waiting_progress(
         self, parent_id: str, make_progress: Callable[[int, int, int], str]

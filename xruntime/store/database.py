@@ -106,11 +106,16 @@ class Database:
         self._compiled_cache: dict[tuple, Prepared] = {}
 
     def _as_stored(self, blob: bytes | memoryview) -> bytes | memoryview:
-        """A result as the store read it: a reference to a file is that file's bytes."""
+        """A result as the store read it: a reference to files is their bytes."""
+        located = self._located(blob)
+        return blob if located is None else located.read()
+
+    def _located(self, blob: bytes | memoryview) -> result_files.Located | None:
+        """Where a result kept in result files is (None: it is in ``blob`` itself)."""
         if self.result_folder is None:
-            return blob
-        name = result_files.name_in(blob)
-        return blob if name is None else result_files.read(self.result_folder, name)
+            return None
+        spans = result_files.spans_in(blob, self.result_folder)
+        return None if spans is None else result_files.Located(self.result_folder, spans)
 
     def _make_schema(self) -> None:
         """Create the tables (or bring an older database up to date:

@@ -11,6 +11,8 @@ since the epoch, on the database's clock (``clock.now_ms``); statuses are
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .result_files import Located
+
 if TYPE_CHECKING:
     from ..payload.stream import Source
 
@@ -61,7 +63,8 @@ class JobRecord:
 @dataclass
 class FinishedChild:
     """How a child job ended, as its parent is given it: ``result`` in the stored form
-    (bytes, ``payload.form``), ``fault`` as JSON text."""
+    (bytes, ``payload.form``), or where its result files hold it (``Located``: a large
+    result of a SQLite store), ``fault`` as JSON text."""
 
     id: str
     stage: int
@@ -69,7 +72,7 @@ class FinishedChild:
     service: str
     operation: str
     status: str
-    result: bytes | None
+    result: bytes | Located | None
     fault: str | None
     finished_at: int | None
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import result_files
-
 if TYPE_CHECKING:
     import sqlite3  # (not loaded in worker processes: 0.8 MB each)
 
@@ -85,13 +83,13 @@ class ResultReader:
                 if len(blob) == self.length:
                     blob.seek(offset)
                     return blob.read(size)
-                name = result_files.name_in(blob.read())  # (a reference: a few bytes)
+                reference = blob.read()  # (a reference: a few bytes)
         finally:
             connection.close()  # back to the pool
-        folder = self._database.result_folder
-        if name is None or folder is None:
+        located = self._database._located(reference)
+        if located is None:
             raise LookupError(f"job {self._job_id}'s stored result is not {self.length} bytes")
-        return result_files.read(folder, name, offset, size)
+        return located.read(offset, size)
 
     def read_all(self) -> bytes:
         """The whole stored result (a small one)."""

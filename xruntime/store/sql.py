@@ -43,7 +43,7 @@ from .database import QUEUE_LOCK_KEY, guard_values
 from .events import NOW_MS, fault_type, note_of
 from .outbox import CallbackOutbox
 from .records import JobRecord, Recovered, Run
-from .result_files import ResultFile
+from .result_files import ComposedFile, ResultFile, Span
 from .result_reader import ResultReader
 from .schema import RESULT_ROW_ABOVE, job_events, job_results, jobs, lane_of
 from .statements import (
@@ -241,7 +241,7 @@ class JobStore(ChildJobs, CallbackOutbox):
         status: str,
         now: int,
         *,
-        result: str | bytes | bytearray | memoryview | ResultFile | None = None,
+        result: str | bytes | bytearray | memoryview | ResultFile | ComposedFile | None = None,
         fault: str | None = None,
         progress: str | None = None,
         from_states: Iterable[str] = ACTIVE_RUNNING,
@@ -253,18 +253,19 @@ class JobStore(ChildJobs, CallbackOutbox):
         <fault type>" and ``note``.  A large result goes into a row of its own
         (``schema.job_results``), in the same transaction; a ``ResultFile`` (SQLite, a
         file in ``result_folder``) is renamed into ``result_folder`` and that row refers
-        to it (``result_files``)."""
+        to it (``result_files``); a ``ComposedFile`` too, the row then referring to its
+        spans (its own file's and the result files' it names)."""
         message = "succeeded" if status == Status.SUCCEEDED else f"failed: {fault_type(fault)}"
         blob = pack(result) if result is None or isinstance(result, str) else result
         values = dict(
             new_status=status,
             now=now,
-            result_blob=None if isinstance(blob, ResultFile) else blob,
+            result_blob=None if isinstance(blob, (ResultFile, ComposedFile)) else blob,
             fault_blob=pack(fault),
             progress_blob=pack(progress),
             note=note_of(f"{message} ({note})" if note else message),
         )
-        if isinstance(blob, ResultFile):
+        if isinstance(blob, (ResultFile, ComposedFile)):
             return self._finish_with_file(job_id, blob, values, from_states, run)
         if blob is None or len(blob) <= RESULT_ROW_ABOVE:
             return self._guarded("finish", job_id, from_states, run, **values)
@@ -302,13 +303,16 @@ class JobStore(ChildJobs, CallbackOutbox):
     def _finish_with_file(
         self,
         job_id: str,
-        file: ResultFile,
+        file: ResultFile | ComposedFile,
         values: dict,
         from_states: Iterable[str],
         run: Run | None,
     ) -> bool:
         """The job's end with a result file taken in: renamed under the write lock, and
-        back when the transaction fails (so that the write can be tried again)."""
+        back when the transaction fails (so that the write can be tried again).  The
+        files a ``ComposedFile`` names are there then, or LookupError (their jobs were
+        erased, and swept, meanwhile): under the lock no sweep can remove them before
+        the row that refers to them commits."""
         if self.result_folder is None:
             raise ValueError("this store keeps no result files")
         folder = result_files.make_private_folder(self.result_folder)
@@ -316,8 +320,17 @@ class JobStore(ChildJobs, CallbackOutbox):
         target: str | None = None  # (the file's path once taken in)
         try:
             with self._write() as conn:
+                if isinstance(file, ComposedFile):
+                    result_files.check_named(folder, file.spans)
                 target = result_files.take_in(file.path, folder, name)
-                reference = result_files.reference(name)
+                reference = (
+                    result_files.reference(name)
+                    if isinstance(file, ResultFile)
+                    else result_files.spans_reference(
+                        Span(name if s.name is None else s.name, s.offset, s.length)
+                        for s in file.spans
+                    )
+                )
                 if not self._finish_with_row(
                     conn, job_id, values, from_states, run, reference, file.length
                 ):
@@ -341,7 +354,7 @@ class JobStore(ChildJobs, CallbackOutbox):
                     func.length(job_results.c.result) <= result_files.LONGEST_REFERENCE
                 )
             ).all()
-            referenced = {name for (blob,) in rows if (name := result_files.name_in(blob))}
+            referenced = {name for (blob,) in rows for name in result_files.names_in(blob)}
             return result_files.sweep(self.result_folder, referenced)
 
     def retry(self, job_id: str, delay_ms: int, note: str, run: Run | None = None) -> bool:
