@@ -183,6 +183,7 @@ class JsonBinding:
                     ),
                 )
             op = self.dispatcher.find(*parts)
+            del parts  # (nor its path)
             if request.method != "POST":
                 raise InvalidRequestFault(
                     f"{request.method} is not allowed; POST the request", hint="POST a JSON object."
@@ -194,7 +195,9 @@ class JsonBinding:
             )
             size = request.content_length
             del request  # a held watch keeps nothing of the request
-            answer = await self.dispatcher.call(op, data, caller, size=size)
+            call = self.dispatcher.call(op, data, caller, size=size)
+            del data  # (nor its body, parsed: the call has it)
+            answer = await call
             if answer.large():  # a large result: written as it is read from its stored form
                 return Response(
                     json_chunks(cast(Source, answer.stored)),

@@ -148,7 +148,9 @@ class Dispatcher:
                 request = await blocking(codec.decode, data, op.request, sent=sent)
             return Answer(await self.jobs.run(_long_operation(op), request, caller, size))
         waiting = cast(Callable[..., Awaitable[XModel]], op.target)  # watchJob
-        response = await waiting(self.jobs, codec.decode(data, op.request, sent=sent), caller)
+        request = codec.decode(data, op.request, sent=sent)
+        del data  # a held watch keeps its request, not the data it was decoded from
+        response = await waiting(self.jobs, request, caller)
         return self._answer_once(response, op)
 
     def _answer_once(self, response: XModel, op: Operation) -> Answer:
