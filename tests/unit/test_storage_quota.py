@@ -3,6 +3,7 @@ bytes (SQLite and PostgreSQL), ``max_stored_bytes`` in the file, and the start r
 past it (``storage_quota``)."""
 
 import json
+import os
 
 import pytest
 
@@ -247,3 +248,59 @@ def test_every_start_is_measured_with_its_own_bound():
     quota.check("alice", 1000, 0)  # (a bound of 0 adds nothing)
     quota.check("bob", 0, 10**12)
     assert store.measured == 5  # 0: no bound, nothing measured
+
+
+def test_sqlite_keeps_each_owners_figure_equal_to_the_sum_of_their_rows(store):
+    """SQLite reads an owner's figure from a running total its triggers keep
+    (``store.owner_bytes``); through every kind of change it equals the sum over the
+    owner's rows, which PostgreSQL reads (and which this test computes alike)."""
+    from xruntime.store import CallbackAttempt
+    from xruntime.store.schema import RESULT_ROW_ABOVE
+
+    owners = ("alice", "bob", "")
+
+    def agree():
+        for owner in owners:
+            assert store.stored_bytes(owner) == store._count("stored_bytes", owner=owner), owner
+
+    jobs = []
+    for owner in owners:
+        for bound in (0, 70_000):
+            rec = new_record(owner=owner, result_bound=bound, callback_url="http://127.0.0.1:9/x")
+            rec.request = json.dumps({"note": owner * 40 or "n"})
+            assert store.create(rec, 0)
+            jobs.append(rec)
+            agree()
+    assert store.stored_bytes("alice") > 70_000  # a bound counts while unfinished
+    big = json.dumps(os.urandom(RESULT_ROW_ABOVE).hex())  # (incompressible) a row of its own
+    for index in range(len(jobs)):
+        claimed = store.claim(NODE, now_ms(), LEASE_MS)
+        assert store.set_progress(claimed.id, json.dumps({"message": "p" * 30}))
+        agree()
+        result = big if index % 2 else '{"small":1}'
+        assert store.finish(claimed.id, "SUCCEEDED", now_ms(), result=result)
+        agree()
+    assert store.pending_callbacks() > 0  # their ends wait in the outbox
+    taken = store.claim_callbacks(NODE, now_ms(), LEASE_MS, 100)
+    assert store.callbacks_attempted(
+        NODE, [CallbackAttempt(event, lease, "delivered", None) for event, lease in taken[:3]]
+    )
+    agree()
+    store.mark_fetched(jobs[0].id, now_ms())
+    assert store.erase(jobs[1].id, ("SUCCEEDED",))  # its large result goes with it
+    agree()
+    running = new_record(owner="bob", result_bound=5_000)
+    assert store.create(running, 0)
+    assert store.claim(NODE, now_ms(), LEASE_MS).id == running.id
+    assert store.mark_deleted(running.id)  # deleted while running: its bound still counts
+    agree()
+    assert store.erase(running.id, ("DELETED",))
+    for rec in [jobs[0]] + jobs[2:]:
+        assert store.erase(rec.id, ("SUCCEEDED",))
+    agree()
+    taken = store.claim_callbacks(NODE, now_ms() + LEASE_MS + 1, LEASE_MS, 100)
+    assert store.callbacks_attempted(
+        NODE, [CallbackAttempt(event, lease, "delivered", None) for event, lease in taken]
+    )
+    for owner in owners:  # nothing left of theirs
+        assert store.stored_bytes(owner) == 0, owner

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, insert, inspect, select, text
 from sqlalchemy.engine import Connection
 
-from . import migrate
+from . import migrate, owner_bytes
 from .callbacks import install_callback_triggers
 from .events import install_triggers
 from .schema import metadata, schema_readers
@@ -243,3 +243,5 @@ def _set_readers(conn: Connection, readers: list[str]) -> None:
 def _install_triggers(conn: Connection) -> None:
     install_triggers(conn, conn.dialect.name)
     install_callback_triggers(conn, conn.dialect.name)
+    if conn.dialect.name == "sqlite":
+        owner_bytes.install(conn)
