@@ -399,14 +399,19 @@ class FloorProcess:
 
     def stop(self):
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+            end(self.proc)
             self.proc.stdout.close()
             self.proc = None
+
+
+def end(proc):
+    """Stop a server's process: SIGTERM, and SIGKILL if it has not ended 20 s later."""
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 def main():

@@ -25,10 +25,10 @@ Processes server; pygeoapi is the Python one.  Its setup here:
   durable: one JSON file that every job operation reads whole and writes back whole
   under a ``filelock.FileLock``, and ``output_dir`` beside it, where each job's result is
   written as a file (the results GET reads it).  The file grows by one job a cycle, so a
-  cycle costs more the more jobs it holds (a 12 s measure at 1 client leaves ~200; the
-  8-client measure after it on the same file: 24–27 cycles/s and 26–33 ms of CPU a cycle,
-  against 33–37 and ~16 from an empty file): ``cycle.py`` starts it anew for each
-  measure.  Logging at ERROR, pygeoapi's shipped default;
+  cycle costs more the more jobs it holds (8 clients, 12 s: 26–33 ms of server CPU a
+  cycle on the file the 1-client measure left, ~200 jobs, against 19–23 from an empty
+  one; 4 s from an empty file: 33–37 cycles/s against 24–27 over 12 s): ``cycle.py``
+  starts it anew for each measure.  Logging at ERROR, pygeoapi's shipped default;
 - the process is pygeoapi's own ``hello-world`` (``{"name": "x"}`` → ``Hello x!``), a
   no-op.  pygeoapi runs an asynchronous job in a thread of the HTTP worker process that
   took the POST (``multiprocessing.dummy.Process``): there are no worker processes.
@@ -53,6 +53,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from benchmarks.floor import end
 
 PINS = ("pygeoapi==0.21.0", "gunicorn==27.0.1", "starlette==1.10.0", "uvicorn==0.54.0")
 HTTP_PROCESSES = 2
@@ -191,12 +193,7 @@ class Peer:
 
     def stop(self):
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+            end(self.proc)
             self.proc = None
             self.log.close()
 
