@@ -623,6 +623,9 @@ def run(server, n, args, name="node"):
     note("stopJob")
     cpu_at_stop = node_cpu(pid)
     stop_error = None
+    # a new connection: the one that started the job has been idle since, longer than
+    # the floor's keep-alive timeout (uvicorn's 5 s) under load (stopJob: BrokenPipeError)
+    control.close()
     try:
         stopped = control.call("XRuntime", "stopJob", {"id": job["id"]})
         stop_status = stopped["status"]
