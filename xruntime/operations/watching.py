@@ -374,7 +374,9 @@ class Watches:
 
     # ------------------------------------------------------------------ per user
 
-    def held(self, user: str, ids: int, limits: tuple[int, int]) -> contextlib.AbstractContextManager[None]:
+    def held(
+        self, user: str, ids: int, limits: tuple[int, int]
+    ) -> contextlib.AbstractContextManager[None]:
         """One watch call of ``user`` over ``ids`` jobs, counted while it is held;
         QuotaExceededFault at once when it would pass ``limits`` ((calls, ids); 0: no
         limit) in this HTTP process (on the event loop: no lock).  Not counted when
