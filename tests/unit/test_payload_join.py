@@ -392,3 +392,22 @@ def test_small_children_lists_given_their_origins_are_still_copied():
     outer = dump({"rows": [], "summary": {}})
     joined = join_lists(outer, "rows", blobs, ["a", "b"])
     assert isinstance(joined, bytes) and joined == join_lists(outer, "rows", blobs)
+
+
+@pytest.mark.parametrize("quote", ["", "a [quoted] {text}", 'an \\"escaped\\" ] quote'])
+def test_a_long_member_ends_where_the_token_scan_ends_it(monkeypatch, quote):
+    """A long list's end is found in NumPy's passes (list_join._closing), never
+    elsewhere than one token after another finds it: brackets in strings and nested
+    ones are not its end; a text with a backslash is scanned token by token."""
+    from xruntime.payload import list_join
+
+    rows = [{"d": [i, [i, {"q": quote}]], "k": f"{quote}{i}"} for i in range(2000)]
+    text = dump({"rows": rows, "after": {"x": [1, quote]}, "n": 2})
+    fast = list_join.member_span(text, "rows"), list_join.member_span(text, "after", opening="{")
+    monkeypatch.setattr(list_join, "_SCANNED_BELOW", len(text) + 1)
+    assert fast == (
+        list_join.member_span(text, "rows"),
+        list_join.member_span(text, "after", opening="{"),
+    )
+    start, end = fast[0]
+    assert json.loads(text[start:end]) == rows

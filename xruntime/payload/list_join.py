@@ -18,8 +18,8 @@ import os
 import re
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from . import form
 
@@ -51,6 +51,9 @@ def member_span(
                 return start, start
             if not opens:
                 raise ValueError(f"member {field!r} is not {_WHAT[opening]}")
+            closing = _closing(text, start)
+            if closing is not None:
+                return start, closing
             depth = 0
             for m in tokens:
                 depth += _NESTING.get(text[m.start()], 0)
@@ -58,6 +61,29 @@ def member_span(
                     return start, m.end()
             break
     raise ValueError("unbalanced JSON text")
+
+
+#: Texts shorter than this are scanned token by token (``_closing`` costs more there).
+_SCANNED_BELOW = 16 * 1024
+
+
+def _closing(text: str, start: int) -> int | None:
+    """Where the list or object opened at ``start`` ends (after its bracket), found in
+    NumPy's passes over the characters rather than one Python step per token (a
+    matrix's skeleton holds one object per row: 10 ms for 3 000 rows, paid by each read
+    of a child's rows or summary); None where the token scan decides: a short text, one
+    with a backslash (an escaped quote is not a string's end), an unbalanced one."""
+    if len(text) - start < _SCANNED_BELOW or "\\" in text:
+        return None
+    import numpy as np  # (as form.integers_text: loaded where a large text is scanned)
+
+    codes = np.frombuffer(text[start:].encode("utf-32-le"), dtype="<u4")  # one per character
+    in_string = np.cumsum(codes == ord('"')) % 2 == 1  # (a bracket is never a quote)
+    step = (codes == ord("[")).astype(np.int8) + (codes == ord("{"))
+    step -= (codes == ord("]")).astype(np.int8) + (codes == ord("}"))
+    step[in_string] = 0
+    ends = np.flatnonzero(np.cumsum(step, dtype=np.int64) == 0)
+    return start + int(ends[0]) + 1 if len(ends) else None
 
 
 _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
@@ -211,7 +237,8 @@ def join_lists(
     # lists, which most never do (concurrent.futures: 0.5 MB of each worker process)
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+    referred = origins is not None and all(origin is not None for origin in origins)
+    with _Inline() if referred else ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         reading = [
             pool.submit(_list_items, blob, field, origins[i] if origins else None)
             for i, blob in enumerate(parts)
@@ -229,6 +256,26 @@ def join_lists(
                     ]
                 items.append(part)
         return _joined(outer, span[0], items, pool)
+
+
+class _Inline:
+    """An executor that runs each task at once, in its caller's thread: for a join whose
+    parts all have an origin, that has little to do but read their heads (its parts'
+    pieces are referred to, not compressed), where starting threads took longer than
+    the work (10 ms each on a busy machine)."""
+
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def submit(self, task: Callable[..., Any], *args: Any) -> Future:
+        from concurrent.futures import Future
+
+        done: Future = Future()
+        done.set_result(task(*args))
+        return done
 
 
 def fill_list(
@@ -261,7 +308,7 @@ def _joined(
     outer: str,
     start: int,
     items: list[_Items],
-    pool: Executor,
+    pool: Executor | _Inline,
     into: form.Output = form.IN_MEMORY,
 ) -> bytes | bytearray | mmap.mmap | form.Composite:
     """``outer`` with the items at ``start`` (its ``[]``), their packed arrays kept."""
