@@ -411,3 +411,20 @@ def test_a_long_member_ends_where_the_token_scan_ends_it(monkeypatch, quote):
     )
     start, end = fast[0]
     assert json.loads(text[start:end]) == rows
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"locations": [{"longitude": 6.5 + i / 7, "latitude": 50 - i / 9} for i in range(400)]},
+        {"text": "[" + "1," * 40 + "1]", "pad": "x" * 5000},  # numbers in a string only
+        {"ids": list(range(1000, 1400)), "pad": "x" * 5000},
+    ],
+)
+def test_a_text_without_a_long_array_of_numbers_is_not_scanned_and_packs_as_before(
+    monkeypatch, data
+):
+    text = dump(data)
+    before = pack(text)
+    monkeypatch.setattr(payload, "_NUMBERS", payload.re.compile(r""))  # (matches any text)
+    assert pack(text) == before and unpack(before) == text

@@ -87,6 +87,10 @@ Piece = tuple[Sequence[bytes | memoryview | Ref], int, int]
 
 # A JSON string (skipped whole), or an array of at least 64 characters of number text.
 _SCAN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|\[([0-9eE.+\-,]{64,})\]')
+#: What every array ``_SCAN`` packs holds: a text without it has none, and is not
+#: scanned (one search in C instead of one Python step per string: a child's request of
+#: 4 500 locations, 18 000 strings, took 5 ms to find nothing).
+_NUMBERS = re.compile(r"\[[0-9eE.+\-,]{64}")
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 _SWAP = sys.byteorder != "little"
 
@@ -164,6 +168,8 @@ def pack(text: str | None) -> bytes | None:
 
 
 def _pack_compact(text: str) -> bytes | None:
+    if _NUMBERS.search(text) is None:  # no array that could be packed: no scan
+        return None
     skeleton, index, arrays = cut_arrays(text)
     return bytes(compose(skeleton, index, arrays)) if index else None
 
