@@ -94,6 +94,11 @@ class Database:
                 connect_args=postgresql_connect_args(parsed.query),
             )
             self._writers = None  # row locks keep PostgreSQL's writers apart
+        #: each thread's own connection for the prepared statements, on an SQLite file
+        #: (a database in memory is one per connection; PostgreSQL's come from the pool)
+        self._own: sqlite.ThreadConnections | None = None
+        if self.result_folder is not None:
+            self._own = sqlite.ThreadConnections(self._detached)
         self._make_schema()
         self.clock: DatabaseClock | None = None
         if self.dialect == "postgresql":  # several hosts: the database's clock decides
@@ -186,13 +191,15 @@ class Database:
 
     @contextmanager
     def _cursor(self, write: bool) -> Iterator[sqlite.PatientCursor]:
-        """A DBAPI cursor on a pooled connection, committed at the end.  On SQLite the
+        """A DBAPI cursor, committed at the end: on this thread's own connection to an
+        SQLite file (``sqlite.ThreadConnections``), else on a pooled one.  On SQLite the
         connection commits each statement itself (every hot-path write is a single
         statement), so the database's write lock is held only while SQLite runs it,
         never while Python waits for its GIL."""
         deadline = sqlite.write_deadline()
         with unavailable_as_store_error(), self._writing(deadline) if write else nullcontext():
-            conn = self.engine.raw_connection()
+            own = self._own
+            conn = own.get() if own is not None else self.engine.raw_connection()
             try:
                 cur = sqlite.PatientCursor(conn.cursor(), deadline)
                 yield cur
@@ -203,10 +210,21 @@ class Database:
                 try:
                     conn.rollback()
                 except Exception:  # the connection is lost (a cut, a restart): the pool
-                    conn.invalidate()  # drops it, rather than fail its reset with a traceback
+                    if own is not None:  # drops it, rather than fail its reset with a
+                        own.drop()  # traceback (this thread's own: a new one next time)
+                    else:
+                        conn.invalidate()
                 raise
             finally:
-                conn.close()
+                if own is None:
+                    conn.close()
+
+    def _detached(self) -> Any:
+        """A connection set up as the pool's are (its ``connect`` events), taken out of
+        the pool for good: closing it closes it."""
+        connection = self.engine.raw_connection()
+        connection.detach()
+        return connection
 
     def _compiled(
         self, key: tuple, build: Callable[[], Statement], columns: list | None = None
@@ -286,4 +304,6 @@ class Database:
         if self.clock is not None:
             self.clock.close()
             stop_using_clock(self.clock)
+        if self._own is not None:
+            self._own.close()
         self.engine.dispose()

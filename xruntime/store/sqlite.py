@@ -16,6 +16,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -140,6 +141,63 @@ class WriterTurns:
             yield
         finally:
             self._lock.release()
+
+
+class _Own:
+    """One thread's connection (``ThreadConnections``), closed with its holder."""
+
+    __slots__ = ("connection", "__weakref__")
+
+    def __init__(self, connection: Any) -> None:
+        self.connection: Any = connection
+
+    def close(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            try:
+                connection.close()
+            except Exception:  # (closing a broken connection: nothing to keep)
+                pass
+
+    def __del__(self) -> None:  # its thread ended
+        self.close()
+
+
+class ThreadConnections:
+    """Each thread's own connection to the SQLite file, kept from one statement to the
+    next (``Database._cursor``): taking a connection from SQLAlchemy's pool and giving
+    it back cost about as much as the hot path's statements themselves.  A thread's
+    connection is closed when the thread ends, or by ``close``; ``connect`` makes one
+    (set up as the pool's are, but no longer the pool's)."""
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self._mine = threading.local()
+        self._all: weakref.WeakSet[_Own] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        """This thread's connection, made at its first statement."""
+        own = getattr(self._mine, "own", None)
+        if own is None or own.connection is None:
+            own = self._mine.own = _Own(self._connect())
+            with self._lock:
+                self._all.add(own)
+        return own.connection
+
+    def drop(self) -> None:
+        """Close this thread's connection (it may be broken); the next is new."""
+        own = getattr(self._mine, "own", None)
+        if own is not None:
+            own.close()
+            self._mine.own = None
+
+    def close(self) -> None:
+        """Close every thread's connection (the store closes)."""
+        with self._lock:
+            owns = list(self._all)
+        for own in owns:
+            own.close()
 
 
 def set_up_connection(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
