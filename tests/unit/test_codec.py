@@ -467,3 +467,36 @@ def test_faults_are_xserver_faults():
         back = codec.decode_fault({"message": "m", "faultInfo": info})
         assert type(back) is InternalErrorFault and isinstance(back, XServerFault), info
         assert back.message == "m" and "parameter" not in back.fields(), info
+
+
+LOCATIONS = [
+    {"longitude": 6.5, "latitude": 50.25},
+    {"longitude": 7, "latitude": 50.5},  # an int: decode's own path
+    {"latitude": 51.0},  # a required field missing
+    {"longitude": 181.0, "latitude": 50.0},  # out of its bounds
+    {"longitude": 6.5, "latitude": 50.0, "altitude": 3},  # no such field
+    {"$type": "Location", "longitude": 6.5, "latitude": 50.0},
+    {"longitude": "6.5", "latitude": 50.0},
+    {"longitude": True, "latitude": 50.0},
+    [6.5, 50.0],
+    None,
+]
+
+
+@pytest.mark.parametrize("location", LOCATIONS)
+def test_a_list_of_number_objects_decodes_as_each_item_alone_would(monkeypatch, location):
+    """The loop for lists of objects of number fields (codec._decode_numbers_objects)
+    answers what decoding each item through ``decode`` answers: the same values, or the
+    same fault naming the same path."""
+    data = {"startLocations": [{"longitude": 8.0, "latitude": 49.0}, location]}
+
+    def outcome():
+        try:
+            request = codec.decode(data, CreateDistanceMatrixRequest)
+        except Exception as exc:  # the fault, compared as the client would read it
+            return type(exc).__name__, str(exc), getattr(exc, "fields", lambda: {})()
+        return codec.encode(request, CreateDistanceMatrixRequest)
+
+    fast = outcome()
+    monkeypatch.setattr(codec, "_numbers_plan", lambda cls: None)
+    assert fast == outcome()

@@ -138,11 +138,71 @@ def decode(
         if f.many:
             if not isinstance(raw, list):
                 raise _invalid(fpath, raw, "a list is expected")
-            value = [_decode_value(item, f, f"{fpath}[{i}]", sent) for i, item in enumerate(raw)]
+            plan = _numbers_plan(f.type) if f.kind == OBJ else None
+            if plan is not None:
+                value = _decode_numbers_objects(raw, f.type, plan, fpath, sent)
+            else:
+                value = [
+                    _decode_value(item, f, f"{fpath}[{i}]", sent) for i, item in enumerate(raw)
+                ]
         else:
             value = _decode_value(raw, f, fpath, sent)
         setattr(obj, f.name, value)
     return obj
+
+
+#: How ``_decode_numbers_objects`` reads a class of number fields: the class, its
+#: fields' names, and per field its name, whether it is required and its bounds.
+NumbersPlan = tuple[type, frozenset[str], tuple[tuple[str, bool, tuple], ...]]
+
+
+@cached
+def _numbers_plan(cls: type[XModel]) -> NumbersPlan | None:
+    """The plan of a class whose fields are all single numbers of kind FLOAT (a
+    location: longitude, latitude), made as ``_blank`` makes it; None for any other."""
+    cls = original(cls)
+    declared = fields(cls)
+    if not declared or not _plainly_made(cls):
+        return None
+    if any(f.kind != FLOAT or f.many for f in declared):
+        return None
+    plan = tuple((f.name, bool(f.required), _bounds(f.attrs)) for f in declared)
+    return cls, _field_names(cls), plan
+
+
+def _decode_numbers_objects(
+    raw: list, declared: type[XModel], plan: NumbersPlan, path: str, sent: Mapping[str, str] | None
+) -> list:
+    """A list of objects of number fields (``_numbers_plan``), decoded as ``decode``
+    decodes each, in one loop: an item that is a plain object of finite floats within
+    their bounds is made here; any other (an int, a missing field, ``$type``, a value
+    out of range...) goes through ``decode``, which answers it or its fault.  A request
+    of 3 000 locations: 3 µs an item through ``decode``, several times that on a busy
+    machine; a parent of child jobs and its children decode theirs three times over."""
+    cls, names, numbers = plan
+    isfinite, new, out = math.isfinite, object.__new__, []
+    for i, item in enumerate(raw):
+        if type(item) is dict and item.keys() <= names:
+            obj: Any = new(cls)
+            for name, required, bounds in numbers:
+                v = item.get(name)
+                if type(v) is not float or not isfinite(v):
+                    if v is None and not required:
+                        setattr(obj, name, None)
+                        continue
+                    break
+                for b, holds, _ in bounds:
+                    if not holds(v, b):
+                        break
+                else:
+                    setattr(obj, name, v)
+                    continue
+                break  # (out of its bounds)
+            else:
+                out.append(obj)
+                continue
+        out.append(decode(item, declared, f"{path}[{i}]", sent))
+    return out
 
 
 @cached
