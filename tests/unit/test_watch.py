@@ -390,7 +390,7 @@ def test_a_change_before_the_period_is_over_wakes_no_watcher_until_then():
     answered when the period is over, with the change, as before."""
     running = SimpleNamespace(status="RUNNING", progress=None, owner=None)
     stopping = SimpleNamespace(status="STOPPING", progress=None, owner=None)
-    store = SimpleNamespace(peek=lambda job_id: store.rec, rec=running)
+    store = SimpleNamespace(peek=lambda job_id: store.rec, rec=running, answers_at_once=False)
 
     async def until(condition):
         for _ in range(int(PATIENCE / 0.01)):

@@ -19,6 +19,7 @@ from ..protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
 from ..protocol.types import XModel
 from ..support import metrics
 from ..support.blocking import INLINE_BYTES, blocking
+from .soon import soon
 
 if TYPE_CHECKING:
     from .accounts import Caller
@@ -127,11 +128,11 @@ class Dispatcher:
         ``call_json``; ``size``: the request body's bytes, where the binding knows them).
 
         The job cycle's calls run on the event loop where the store answers them at
-        once (``JobManager.soon``): a fetch, and a start or a synchronous call of a
+        once (``soon.soon``): a fetch, and a start or a synchronous call of a
         small request (``size`` at most INLINE_BYTES); the rest in the pool."""
         metrics.operation_named(op.name)
         if op.kind == FETCH and max_answer_bytes is None:
-            return await self.jobs.soon(self._fetched, op, data, caller, sent)
+            return await soon(self.jobs.store, self._fetched, op, data, caller, sent)
         small = size is not None and size <= INLINE_BYTES
         if op.kind == START and small:
             self.check_enabled(op.service)

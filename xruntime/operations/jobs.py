@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..callbacks.targets import check_callback
@@ -50,9 +50,10 @@ from ..protocol.types import (
     XModel,
 )
 from ..protocol.watch import watch_periods
-from ..store import JobRecord, WouldWait, disk_room, now_ms
+from ..store import JobRecord, disk_room, now_ms
 from ..support.blocking import INLINE_BYTES, blocking
 from .accounts import ANONYMOUS, Caller
+from .soon import soon
 from .storage_quota import StoredBytesQuota
 
 if TYPE_CHECKING:
@@ -62,8 +63,6 @@ if TYPE_CHECKING:
     from ..store import JobStore
     from .watching import Snapshot, Watches
 
-P = ParamSpec("P")
-T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 RACE_RETRIES = 10
@@ -143,28 +142,15 @@ class JobManager:
 
     # ------------------------------------------------------------------ the event loop's calls
 
-    async def soon(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """``fn(*args, **kwargs)``, a call's store work: on the event loop itself when
-        the store answers it without waiting (SQLite, no lock to wait for: a hop to the
-        pool and back costs more than the work), else in the pool for blocking work.
-        Only for small work: a few indexed reads and at most one short write."""
-        if self.store.answers_at_once:
-            try:
-                with self.store.at_once():
-                    return fn(*args, **kwargs)
-            except WouldWait:
-                pass  # nothing was written: the pool's thread may wait
-        return await blocking(fn, *args, **kwargs)
-
     async def start_soon(
         self, op: "LongOperation", request: XModel, caller: Caller, size: int | None
     ) -> Job:
-        """``start``, on the event loop when it may be (``soon``): a request of ``size``
+        """``start``, on the event loop when it may be (``soon.soon``): a request of ``size``
         bytes (known and small: it is encoded and stored here) without a callback (whose
         check resolves the target's host name, which may wait); else in the pool."""
         if size is None or size > INLINE_BYTES or getattr(request, "callback", None) is not None:
             return await blocking(self.start, op, request, caller)
-        return await self.soon(self.start, op, request, caller)
+        return await soon(self.store, self.start, op, request, caller)
 
     # ------------------------------------------------------------------ long operations
 
@@ -321,11 +307,11 @@ class JobManager:
         await self.watches.until_final(job_id)
         try:
             try:  # a small result on the event loop; a larger one is read in the pool
-                return await self.soon(self.fetch_json, op, job_id, ANONYMOUS, INLINE_BYTES)
+                return await soon(self.store, self.fetch_json, op, job_id, ANONYMOUS, INLINE_BYTES)
             except RejectedRequestFault:  # longer than INLINE_BYTES: not marked fetched
                 return await blocking(self.fetch_json, op, job_id)
         finally:  # fetched or failed, the job is the caller's answer only
-            await self.soon(self.store.erase, job_id, states.FINISHED)
+            await soon(self.store, self.store.erase, job_id, states.FINISHED)
 
     # ------------------------------------------------------------------ XRuntime
 

@@ -50,6 +50,7 @@ from ..protocol.faults import QuotaExceededFault
 from ..store.changes import MISSED
 from ..support import metrics
 from ..support.blocking import blocking
+from .soon import soon
 
 if TYPE_CHECKING:
     from ..engine.notifier import Notifier
@@ -130,7 +131,8 @@ class JobWatch:
         try:
             while True:
                 self._again = False
-                rec = await blocking(self.watches.store.peek, self.job_id)
+                store = self.watches.store
+                rec = await soon(store, store.peek, self.job_id)  # (a read: never waits)
                 self._publish(Snapshot(rec))
                 if not self._again:
                     break

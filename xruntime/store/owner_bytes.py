@@ -18,7 +18,9 @@ writer.  PostgreSQL sums instead (``statements``' ``stored_bytes``): a running t
 would be one row that every write of the owner locks until its commit, across nodes.
 """
 
-from sqlalchemy import bindparam, column, func, select, table, text
+from collections.abc import Callable
+
+from sqlalchemy import Select, bindparam, column, func, select, table, text
 from sqlalchemy.engine import Connection
 
 from .schema import OUTBOX_ROW_BYTES
@@ -28,9 +30,7 @@ from .triggers import install_sqlite_triggers
 TABLE = "owner_bytes"
 owner_bytes = table(TABLE, column("owner"), column("bytes"))
 
-_CREATE = (
-    f"CREATE TABLE {TABLE} (owner VARCHAR(100) NOT NULL PRIMARY KEY, bytes BIGINT NOT NULL)"
-)
+_CREATE = f"CREATE TABLE {TABLE} (owner VARCHAR(100) NOT NULL PRIMARY KEY, bytes BIGINT NOT NULL)"
 
 
 def _job_bytes(row: str) -> str:
@@ -59,7 +59,7 @@ def _result_bytes(row: str) -> str:
 _COUNTED = {"jobs": _job_bytes, "job_results": _result_bytes, "callback_outbox": _outbox_bytes}
 
 
-def _add(row: str, bytes_of, sign: str = "") -> str:
+def _add(row: str, bytes_of: Callable[[str], str], sign: str = "") -> str:
     return (
         f"INSERT INTO {TABLE} (owner, bytes) VALUES ({row}.owner, {sign}({bytes_of(row)})) "
         "ON CONFLICT (owner) DO UPDATE SET bytes = bytes + excluded.bytes;"
@@ -111,7 +111,7 @@ def install(conn: Connection) -> None:
     install_sqlite_triggers(conn, _triggers())
 
 
-def kept_statement():
+def kept_statement() -> Select:
     """An owner's figure (0 for an owner with no row), as the ``stored_bytes`` count."""
     return select(
         func.coalesce(

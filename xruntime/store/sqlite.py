@@ -51,7 +51,7 @@ def at_once() -> Iterator[None]:
     """The store work of this thread within, with no wait for a lock until it has
     written: where it would wait for this process's turn to write or for the database's
     lock first, it raises WouldWait instead, and nothing of it was written.  An HTTP
-    process's event loop runs a call's small store work so (``JobManager.soon``), and
+    process's event loop runs a call's small store work so (``operations.soon``), and
     hands the work to its pool when it would wait.  Once a statement has written, the
     work waits as anywhere else: what is written must not be written twice."""
     _this_thread.at_once = QUICK
