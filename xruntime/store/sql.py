@@ -220,14 +220,9 @@ class JobStore(ChildJobs, CallbackOutbox):
 
     def next_due(self, now: int) -> int | None:
         """When the first job waiting for its retry may run (ms), or None."""
-        with self._read() as conn:
-            return conn.execute(
-                select(func.min(jobs.c.not_before)).where(
-                    jobs.c.not_before.is_not(None),
-                    jobs.c.not_before > now,
-                    jobs.c.status == Status.QUEUING,
-                )
-            ).scalar()
+        _, row = self._run("next_due", False, now=now)
+        assert row is not None  # an aggregate answers a row
+        return row["n"]
 
     def set_progress(self, job_id: str, progress: str, run: Run | None = None) -> bool:
         """Store a running job's progress (JSON text); False when it no longer runs (as ``run``)."""

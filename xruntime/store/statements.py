@@ -237,6 +237,16 @@ def prepared_statements() -> dict[str, tuple[Callable[[], Statement], list | Non
             None,
         ),
         "insert": (lambda: insert(jobs), None, INSERT_KEYS),
+        # when the first job waiting for its retry may run (an idle slot's wait)
+        "next_due": (
+            lambda: select(func.min(jobs.c.not_before).label("n")).where(
+                jobs.c.not_before.is_not(None),
+                jobs.c.not_before > bindparam("now"),
+                jobs.c.status == Status.QUEUING,
+            ),
+            ["n"],
+            None,
+        ),
         "stored_bytes": (  # (each sum from its index on owner alone)
             lambda: select(
                 _outbox_bytes()  # the callbacks waiting to be delivered
