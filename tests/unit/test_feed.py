@@ -164,3 +164,44 @@ def test_malformed_datagrams_and_other_users_are_dropped_quietly(processes, capl
     assert a.jobs == ["job-ok"]
     assert "Traceback" not in caplog.text and "could not be handled" not in caplog.text
     assert caplog.text.count("the change feed dropped") == 1  # one line a minute
+
+
+def test_an_event_loop_receives_the_changes_itself(tmp_path):
+    """An HTTP process's feed receives on its event loop, where its watches wait: a
+    change reaches ``on_job`` in the loop's thread, and closing the feed stops it."""
+    import asyncio
+
+    store = JobStore(sqlite_url(tmp_path))
+    sender = Process(store, "node/main")
+    sender.feed.start()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        heard = loop.create_future()
+        threads = []
+
+        def on_job(job_id):
+            threads.append(threading.get_ident())
+            if not heard.done():
+                heard.set_result(job_id)
+
+        receiver = SocketFeed(store, "node/http0", on_job, lambda: None)
+        receiver.start(loop)
+        try:
+            assert not receiver._receiver.is_alive()  # no thread of its own
+            for _ in range(int(PATIENCE / 0.01)):  # until the sender knows it
+                if receiver.address in sender.feed._members:
+                    break
+                await asyncio.sleep(0.01)
+            sender.feed.publish("job-1")
+            assert await asyncio.wait_for(heard, PATIENCE) == "job-1"
+            assert threads == [threading.get_ident()]  # the loop's own thread
+        finally:
+            receiver.close()
+        assert receiver._loop is None  # no longer reading its socket
+
+    try:
+        asyncio.run(main())
+    finally:
+        sender.feed.close()
+        store.close()

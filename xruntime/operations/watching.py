@@ -591,7 +591,10 @@ class Watches:
             if self._scheduled:
                 return
             self._scheduled = True
-        self._loop.call_soon_threadsafe(self._deliver)
+        if _running_loop() is self._loop:  # the feed receives on the loop: no wake-up
+            self._loop.call_soon(self._deliver)
+        else:
+            self._loop.call_soon_threadsafe(self._deliver)
 
     def _deliver(self) -> None:
         with self._lock:
@@ -631,3 +634,11 @@ class Watches:
         job.members -= 1
         if job.members == 0 and self._jobs.get(job.job_id) is job:
             del self._jobs[job.job_id]
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

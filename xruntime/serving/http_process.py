@@ -168,7 +168,7 @@ class HttpProcess:
         # walk it again each time.
         gc.freeze()
         self.server = _Server(config, self._up)
-        self.feed.start()
+        self.feed.start(loop)  # changes are received on the loop, where the watches wait
         try:
             await self.server.serve(sockets=[self.sock])
         finally:

@@ -9,6 +9,7 @@ here so that the feeds and their users (the notifier, the HTTP processes) share 
 without importing each other.
 """
 
+import asyncio
 from typing import Protocol
 
 #: The id published for "a job was queued".
@@ -23,8 +24,10 @@ class ChangeFeed(Protocol):
     """One process's membership in its database's change feed.  It hands what the other
     processes publish to the ``on_job(job_id)`` and ``on_queue()`` it was opened with."""
 
-    def start(self) -> None:
-        """Join the feed: from now on, changes published elsewhere are handed over."""
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Join the feed: from now on, changes published elsewhere are handed over
+        (by ``loop``'s thread, where the feed can receive on an event loop, else by a
+        thread of its own)."""
 
     def publish(self, job_id: str) -> None:
         """Tell the other processes that the job changed (``QUEUE``: work was queued)."""

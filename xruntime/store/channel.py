@@ -9,6 +9,7 @@ anywhere, a stop or delete asked anywhere reaches the worker at once, and idle
 workers everywhere claim new jobs at once.
 """
 
+import asyncio
 import logging
 import threading
 import time
@@ -55,8 +56,9 @@ class PostgresChannel:
         self._closed = False
         self._listener = threading.Thread(target=self._listen, name="pg-listen", daemon=True)
 
-    def start(self) -> None:
-        """Start listening."""
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Start listening (in a thread of its own: its connection blocks; ``loop`` is
+        not used)."""
         self._listener.start()
 
     def forget(self, origin_prefix: str) -> None:

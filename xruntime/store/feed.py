@@ -10,9 +10,11 @@ than the send.  Otherwise it hands the id to a sender thread, which sends what i
 pending, batched: a burst costs a few datagrams per member, not one per change (a
 member's socket takes a few hundred at most).  A held watch wakes within a fraction
 of a millisecond, and the feed costs the database no write and no polling at all,
-whatever the number of watches.  A receiver thread hands
-what arrives to ``on_job(job_id)`` (the process's watches; in the supervisor's
-process, the Supervisor) and, for new work (``QUEUE``), to ``on_queue()``.  Nodes
+whatever the number of watches.  What arrives goes to ``on_job(job_id)`` (the
+process's watches; in the supervisor's process, the Supervisor) and, for new work
+(``QUEUE``), to ``on_queue()``: received by an HTTP process's event loop itself, where
+its watches wait (a thread of the feed's own took the GIL from the loop at every
+change, and woke it after), and by a receiver thread in the other processes.  Nodes
 sharing one SQLite file on one host are members of one feed.  PostgreSQL uses
 LISTEN/NOTIFY instead (``store.channel``); ``open_feed`` picks the one for a database.
 
@@ -25,6 +27,7 @@ they answer at their maximum polling period, and the supervisor also looks for w
 every 0.5 s.
 """
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -59,6 +62,8 @@ UNREACHABLE_FOR = 60.0
 #: A change published sooner than this after the last one sent from a caller's thread
 #: goes to the sender thread, batched with the others of its burst (s).
 INLINE_GAP_S = 0.0005
+#: Datagrams an event loop receives in one turn at most.
+RECEIVED_AT_ONCE = 64
 #: Largest datagram sent; more ids go in several.
 DATAGRAM_BYTES = 32 * 1024
 
@@ -103,6 +108,7 @@ class SocketFeed:
         self._outbox_ready = threading.Condition()
         self._sending = threading.Lock()  # held by whoever sends to the members now
         self._sent_inline_at = 0.0  # time.monotonic() of the last send from a caller
+        self._loop: asyncio.AbstractEventLoop | None = None  # receiving on it (``start``)
         self._receiver = threading.Thread(
             target=self._receive_loop, name="change-feed", daemon=True
         )
@@ -110,14 +116,22 @@ class SocketFeed:
 
     # ------------------------------------------------------------------ life
 
-    def start(self) -> None:
-        """List this process among the members, and start sending and receiving."""
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """List this process among the members, and start sending and receiving: on
+        ``loop`` when given (an HTTP process: its watches wait there, and a thread of
+        the feed's own would take the GIL from the loop at every change), else in a
+        thread of its own."""
         self._write(
             insert(feed_members).values(
                 address=self.address, origin=self.origin, since=int(time.time() * 1000)
             )
         )
-        self._receiver.start()
+        if loop is None:
+            self._receiver.start()
+        else:
+            self._inbox.setblocking(False)
+            self._loop = loop
+            loop.add_reader(self._inbox.fileno(), self._receive_ready)
         self._sender.start()
         self._read_members()
         self.publish(HELLO)  # the others read the members again: us too
@@ -138,6 +152,7 @@ class SocketFeed:
             self._write(delete(feed_members).where(feed_members.c.address == self.address))
         except Exception as exc:  # the database is closed or away: the others
             log.debug("could not leave the change feed: %s", exc)  # drop us on their own
+        self._stop_receiving()
         self._inbox.close()  # ends the receiver
 
     # ------------------------------------------------------------------ sending
@@ -227,13 +242,39 @@ class SocketFeed:
                 )
             except OSError:
                 break  # closed
-            if not _from_this_user(ancillary):
-                _dropped("a datagram from another user")
-                continue
+            self._take(datagram, ancillary)
+
+    def _receive_ready(self):
+        """(On the loop) the datagrams waiting, up to RECEIVED_AT_ONCE: the loop's
+        other work comes between bursts."""
+        for _ in range(RECEIVED_AT_ONCE):
             try:
-                self._received(datagram)
-            except Exception:
-                log.exception("a change from the feed could not be handled")
+                datagram, ancillary, _, _ = self._inbox.recvmsg(
+                    65536, socket.CMSG_SPACE(_CREDENTIALS.size)
+                )
+            except BlockingIOError:
+                return
+            except OSError:  # closed
+                self._stop_receiving()
+                return
+            self._take(datagram, ancillary)
+
+    def _stop_receiving(self):
+        if self._loop is not None:
+            loop, self._loop = self._loop, None
+            try:
+                loop.remove_reader(self._inbox.fileno())
+            except (ValueError, OSError, RuntimeError):  # closed already, or the loop is
+                pass
+
+    def _take(self, datagram: bytes, ancillary: list) -> None:
+        if not _from_this_user(ancillary):
+            _dropped("a datagram from another user")
+            return
+        try:
+            self._received(datagram)
+        except Exception:
+            log.exception("a change from the feed could not be handled")
 
     def _received(self, datagram: bytes):
         try:
