@@ -513,3 +513,17 @@ def test_a_list_of_number_objects_encodes_as_each_item_alone_would(monkeypatch):
     monkeypatch.setattr(codec, "_numbers_plan", lambda cls: None)
     assert fast == codec.dumps(codec.encode(request, CreateDistanceMatrixRequest))
     assert '{"longitude":7.0}' in fast
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"a": [1.5, -0.0, 0.1, 2.0, 1e15, 1e16, 1e-7, 0.0001, True, False, None, 5, -7]},
+        {"s": "".join(chr(i) for i in range(0x100)) + "\u2028\U0001f600", "k\n": {"x": []}},
+        {"big": 2**70, "nan": float("nan"), "inf": [float("inf"), -float("inf")]},
+        {"lone": "\ud800", 3: "an int key"},
+        [{"longitude": 6.123456789, "latitude": 50.5}] * 50,
+    ],
+)
+def test_dumps_writes_what_json_dumps_writes(data):
+    assert codec.dumps(data) == json.dumps(data, separators=(",", ":"), ensure_ascii=False)
