@@ -18,7 +18,7 @@ from ..protocol import codec
 from ..protocol.faults import InvalidRequestFault, ServiceNotConfiguredFault
 from ..protocol.types import XModel
 from ..support import metrics
-from ..support.blocking import INLINE_BYTES, blocking
+from ..support.blocking import INLINE_BYTES, blocking, sized
 from .soon import soon
 
 if TYPE_CHECKING:
@@ -143,10 +143,7 @@ class Dispatcher:
             return Answer(await blocking(self.call_json, op, data, caller, sent, max_answer_bytes))
         self.check_enabled(op.service)
         if op.kind == RUN:
-            if small:
-                request = codec.decode(data, op.request, sent=sent)
-            else:
-                request = await blocking(codec.decode, data, op.request, sent=sent)
+            request = await sized(size, codec.decode, data, op.request, sent=sent)
             return Answer(await self.jobs.run(_long_operation(op), request, caller, size))
         waiting = cast(Callable[..., Awaitable[XModel]], op.target)  # watchJob
         request = codec.decode(data, op.request, sent=sent)
