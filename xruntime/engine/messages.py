@@ -50,7 +50,9 @@ class RunJob:
     children: Sequence[FinishedChild] = ()
     #: the services' own settings in force when the run starts (``Settings.services_own``:
     #: ``job.settings`` and the ``validate`` of the children it starts read them); None:
-    #: the defaults
+    #: the same as the worker process's last run was given (the defaults before any).
+    #: Sent only when they changed (a reload, a new process): their pickle cost more
+    #: than all the rest of the message, and they change rarely.
     settings: Settings | None = None
     #: where a result larger than ``spill.SPILL_ABOVE`` is written (``SpilledResult``);
     #: None: every result goes through the pipe

@@ -11,12 +11,17 @@ to the terminal's Ctrl-C (``support.parent_death``: the slot's thread, which sta
 lives as long as the node).
 """
 
+import dataclasses
 from multiprocessing.context import SpawnContext
+from typing import TYPE_CHECKING
 
 from ..support.parent_death import start_child
 from .messages import Exit, FromWorker, Ready, RunJob, StartFailed, StopReason
 from .supervisor_log import log
 from .worker import worker_main
+
+if TYPE_CHECKING:
+    from ..settings.model import Settings
 
 WORKER_START_TIMEOUT = 120.0  # s a new worker process gets to import the services
 #: Starts in a row a node's process (a worker, an HTTP process) gets: when this many
@@ -49,6 +54,7 @@ class WorkerProcess:
         )
         self._child_conn = child
         self._killed = False
+        self._settings_sent: object = None  # the node's settings whose own part it has
 
     def start(self) -> None:
         """Start the process and wait until it has imported the services; ``CannotStart``
@@ -85,7 +91,12 @@ class WorkerProcess:
         self._stop_event.clear()
         self._stop_reason.value = StopReason.NOT_STOPPED
 
-    def run(self, job: RunJob) -> None:
+    def run(self, job: RunJob, settings: "Settings") -> None:
+        """Send the run, with the services' own part of ``settings`` (the node's, in
+        force) only when the process was not given it yet: a new process, a reload."""
+        if settings is not self._settings_sent:
+            job = dataclasses.replace(job, settings=settings.services_own())
+            self._settings_sent = settings
         self.conn.send(job)
 
     def receive(self) -> FromWorker | None:

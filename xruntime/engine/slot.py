@@ -21,10 +21,12 @@ How the run ended is handed to the outcome rules (``engine.outcomes``); the proc
 itself is ``engine.process``.
 """
 
+import math
 import multiprocessing
+import select
 import threading
 import time
-from multiprocessing.connection import wait as wait_for_ready
+from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
@@ -45,6 +47,11 @@ DELETE_GRACE = 3.0  # s a deleted job's function gets before its process is kill
 STOP_GRACE = 5.0  # s a timed-out job's function gets to return its result
 IDLE_CLAIM_PERIOD = 0.5  # s between an idle slot's looks for work (other nodes' jobs)
 FAILED_SLOT_PAUSE = 0.5  # s a slot whose loop failed waits before it starts again
+#: s a progress message waits before it is written: an outcome that follows within it
+#: carries it instead (one write, one change, not two: most short jobs report progress
+#: just before they return).  Watches answer progress no sooner than 250 ms after
+#: they arrive (docs/protocol.md §4), so none answers later for it.
+PROGRESS_SETTLE = 0.01
 
 
 class WorkerSlot(threading.Thread):
@@ -273,10 +280,11 @@ class WorkerSlot(threading.Thread):
                     job.attempts,
                     job.retries,
                     children,
-                    sup.settings().services_own(),
+                    None,  # (the services' own settings: the process sends them if new)
                     sup.spill_folder,
                     sup.store.result_folder is not None,
-                )
+                ),
+                sup.settings(),
             )
             ending = self._drive(job, limits)
             if ending is not None:
@@ -299,16 +307,20 @@ class WorkerSlot(threading.Thread):
                 + (job.started_at + limits.computation_timeout_ms - now_ms()) / 1000
             )
         progress = None  # progress not yet written (the outcome may follow)
+        progress_due = None  # when it is written, unless the outcome comes first
+        ready = _Ready(worker.conn, worker.sentinel, self._wake_r)
         while True:
-            if progress is not None and not worker.conn.poll(0):
-                progress = self._write_progress(job, progress)
-            due = [t for t in (deadline, self.kill_at) if t is not None]
+            if progress is not None and progress_due is not None:
+                if time.monotonic() >= progress_due:
+                    progress = self._write_progress(job, progress)
+                    progress_due = None
+            due = [t for t in (deadline, self.kill_at, progress_due) if t is not None]
             timeout = max(0.0, min(due) - time.monotonic()) if due else None
-            ready = wait_for_ready([worker.conn, worker.sentinel, self._wake_r], timeout)
-            if self._wake_r in ready:
+            message_in, ended, woken = ready.wait(timeout)
+            if woken:
                 while self._wake_r.poll():
                     self._wake_r.recv_bytes()
-            if worker.conn in ready:
+            if message_in:
                 message = worker.receive()
                 if message is None:
                     return self._died(job)
@@ -316,9 +328,11 @@ class WorkerSlot(threading.Thread):
                 # so a stream of them cannot hold off a shutdown, a kill or a timeout
                 if isinstance(message, Progress):
                     progress = message.progress
+                    if progress_due is None:
+                        progress_due = time.monotonic() + PROGRESS_SETTLE
                 elif isinstance(message, Done):
                     return Returned(message.outcome, progress)
-            elif worker.sentinel in ready:
+            elif ended:
                 return self._died(job)
             if sup.closing:
                 worker.kill()
@@ -379,3 +393,23 @@ class WorkerSlot(threading.Thread):
             self.kill_reason,
         )
         return Killed(self.kill_grace)
+
+
+class _Ready:
+    """What a running job's slot waits on: a message from the worker, the end of its
+    process, a poke.  One ``poll`` object for the run, registered once, rather than
+    ``multiprocessing.connection.wait``, which builds and tears down a selector on every
+    call (a few per job)."""
+
+    def __init__(self, conn: Connection, sentinel: int, wake: Connection) -> None:
+        self._message, self._ended, self._wake = conn.fileno(), sentinel, wake.fileno()
+        self._poll = select.poll()
+        for fd in (self._message, self._ended, self._wake):
+            self._poll.register(fd, select.POLLIN)
+
+    def wait(self, timeout: float | None) -> tuple[bool, bool, bool]:
+        """(a message came, the process ended, a poke came) within ``timeout`` s (None:
+        until one of them).  Any event counts: a hang-up too, as for ``wait``."""
+        events = self._poll.poll(None if timeout is None else math.ceil(timeout * 1000))
+        fds = {fd for fd, _ in events}
+        return self._message in fds, self._ended in fds, self._wake in fds

@@ -330,8 +330,15 @@ def _result_message(
     return Result(bytes(stored) if isinstance(stored, (bytearray, mmap.mmap)) else stored)
 
 
-def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run: RunJob) -> None:
-    """Run one job and send its outcome (``Done``)."""
+def run_one(
+    conn: Connection,
+    stop_event: Event,
+    stop_reason: ctypes.c_int,
+    run: RunJob,
+    settings: Settings | None = None,
+) -> None:
+    """Run one job and send its outcome (``Done``); ``settings``: the services' own
+    settings in force (``run.settings``, or the last ones the process was given)."""
     job_id, service, operation = run.job_id, run.service, run.operation
     job = WorkerJobContext(
         conn,
@@ -341,7 +348,7 @@ def run_one(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int, run:
         run.attempt,
         run.retries,
         run.children,
-        run.settings,
+        settings if run.settings is None else run.settings,
         service,
     )
     outcome: Outcome
@@ -405,6 +412,7 @@ def worker_main(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int) 
         send(conn, StartFailed(one_line(exc)))
         raise
     send(conn, Ready())
+    settings: Settings | None = None  # the services' own, as last sent (RunJob.settings)
     while True:
         try:
             message = conn.recv()
@@ -412,9 +420,10 @@ def worker_main(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int) 
             return
         match message:
             case RunJob():
-                if message.settings is not None:  # [log] level as in force (a reload)
-                    set_level(message.settings.log_level, "worker process")
-                run_one(conn, stop_event, stop_reason, message)
+                if message.settings is not None:  # changed: [log] level as in force
+                    settings = message.settings
+                    set_level(settings.log_level, "worker process")
+                run_one(conn, stop_event, stop_reason, message, settings)
             case Exit():
                 return
             case _:
