@@ -236,6 +236,10 @@ class Node:
 
     def __init__(self, folder, size):
         config = default_config(folder, free_port())
+        with open(config, encoding="utf-8") as f:  # every job's RUNNING line: DEBUG
+            shipped = f.read()
+        with open(config, "w", encoding="utf-8") as f:  # (``worker_of`` reads it)
+            f.write(shipped.replace('\nlevel = "info"', '\nlevel = "debug"', 1))
         if size * size > DEFAULT_MAX_CELLS:
             with open(config, "a", encoding="utf-8") as f:
                 f.write(f"\n[services.XDima]\nmax_cells = {size * size}\n")
@@ -871,7 +875,11 @@ def parallel(size, repeat, database_url=None, threads=None):
     with tempfile.TemporaryDirectory() as folder:
         nodes = [
             Server(
-                os.path.join(folder, name), database_url=database_url, workers=1, extra=extra
+                os.path.join(folder, name),
+                database_url=database_url,
+                workers=1,
+                # (DEBUG: every job's RUNNING line, which says that both nodes ran some)
+                extra=extra + '\n[log]\nlevel = "debug"\n',
             ).start()
             for name in ("a", "b")
         ]

@@ -157,7 +157,8 @@ def srv(tmp_path_factory):
     """The module's node: [auth] required, USERS, 2 workers; the harness calls as root."""
     node = Server(
         str(tmp_path_factory.mktemp("accounts")),
-        extra=accounts_toml(USERS),
+        # (DEBUG: every start's QUEUING line, which names its user)
+        extra=accounts_toml(USERS) + '\n[log]\nlevel = "debug"\n',
         auth=creds("root"),
         server_keys={"processes": 2},
     ).start()  # races across both

@@ -15,7 +15,12 @@ PG_URL = os.environ.get("XRUNTIME_TEST_DATABASE_URL")
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    srv = Server(str(tmp_path_factory.mktemp("children")), env=MODULES, workers=2).start()
+    srv = Server(
+        str(tmp_path_factory.mktemp("children")),
+        env=MODULES,
+        workers=2,
+        extra='[log]\nlevel = "debug"\n',  # (every job's end, a success too, is logged)
+    ).start()
     yield srv
     srv.stop()
 

@@ -312,7 +312,6 @@ def test_sighup_rereads_at_once_and_keeps_the_workers(server):
     assert set(_children(srv.proc.pid)) == helpers
     done = srv.wait_done(job["id"])
     assert done["status"] == "SUCCEEDED" and done["progress"]["successful"] == 5, done
-    assert f"job {job['id']} XDemo.simulate SUCCEEDED" in srv.log()
 
     # SIGHUP without a change: re-read, nothing changes, nothing dies
     with open(srv.config, "r+") as f:

@@ -62,7 +62,9 @@ def text_lines(text):
 
 
 def test_a_json_node_writes_one_object_a_line_from_every_process(tmp_path):
-    srv = Server(str(tmp_path / "node"), workers=1, extra='[log]\nformat = "json"\n').start()
+    srv = Server(
+        str(tmp_path / "node"), workers=1, extra='[log]\nformat = "json"\nlevel = "debug"\n'
+    ).start()
     try:
         main_pid = srv.proc.pid
         job = srv.start_job(durationMs=50)["id"]
@@ -151,13 +153,13 @@ def test_the_level_is_applied_live_in_every_process_and_the_format_at_a_restart(
         )
         assert said("WARNING", waits) == main_pid
 
-        # a job now: its lines are written again, by the HTTP process and the main
-        # process; the worker applies the level with the job
+        # a job now: its lines (DEBUG: every job's) are written again, by the HTTP
+        # process and the main process; the worker applies the level with the job
         job = srv.start_job(durationMs=0)["id"]
         assert srv.wait_done(job)["status"] == "SUCCEEDED"
-        wait_for(srv, lambda: said("INFO", f"job {job} XDemo.simulate SUCCEEDED"), "the job")
-        assert said("INFO", f"job {job} XDemo.simulate QUEUING") == http_pid
-        assert said("INFO", f"job {job} XDemo.simulate RUNNING on worker 0 (attempt 1)") == (
+        wait_for(srv, lambda: said("DEBUG", f"job {job} XDemo.simulate SUCCEEDED"), "the job")
+        assert said("DEBUG", f"job {job} XDemo.simulate QUEUING") == http_pid
+        assert said("DEBUG", f"job {job} XDemo.simulate RUNNING on worker 0 (attempt 1)") == (
             main_pid
         )
         worker_said = "worker process: log level debug (was warning)"

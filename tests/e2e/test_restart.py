@@ -3,9 +3,12 @@
 import signal
 import time
 
+#: Every job's RUNNING line (with its attempt) is written at DEBUG.
+DEBUG_LOG = '[log]\nlevel = "debug"\n'
+
 
 def test_sigkill_mid_job_then_restart_completes_the_job(fresh_server):
-    srv = fresh_server().start()
+    srv = fresh_server(extra=DEBUG_LOG).start()
     job = srv.start_job(durationMs=20000, steps=20)
     running = srv.wait_status(job["id"], "RUNNING")
     done_before = srv.start_job(durationMs=0)
@@ -14,7 +17,7 @@ def test_sigkill_mid_job_then_restart_completes_the_job(fresh_server):
     assert running["status"] == "RUNNING"
     srv.kill()
 
-    srv = fresh_server(port=srv.port)
+    srv = fresh_server(port=srv.port, extra=DEBUG_LOG)
     srv.start()
     # the same node finds its lost job at start and runs it again from the start
     assert srv.call("XDemo", "fetchSimulateResponse", {"id": done_before["id"]})["stepsDone"] == 1
@@ -54,14 +57,14 @@ def test_after_max_attempts_the_job_fails_with_internal_error(fresh_server):
 
 
 def test_sigterm_hands_running_jobs_back_and_exits_quickly(fresh_server):
-    srv = fresh_server().start()
+    srv = fresh_server(extra=DEBUG_LOG).start()
     job = srv.start_job(durationMs=1500, steps=3)
     srv.wait_status(job["id"], "RUNNING")
     t0 = time.monotonic()
     assert srv.stop(signal.SIGTERM) == 0
     assert time.monotonic() - t0 < 10
     assert "handed back to the queue" in srv.log()
-    srv = fresh_server(port=srv.port).start()
+    srv = fresh_server(port=srv.port, extra=DEBUG_LOG).start()
     done = srv.wait_done(job["id"])
     assert done["status"] == "SUCCEEDED"
     assert srv.call("XDemo", "fetchSimulateResponse", {"id": job["id"]})["stepsDone"] == 3

@@ -211,7 +211,8 @@ async def _read_answer(reader):
 def test_sigterm_answers_1000_held_watches_and_hands_the_job_back(tmp_path):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
-    srv = Server(str(tmp_path / "node")).start()
+    # (DEBUG: every job's RUNNING line, with its attempt)
+    srv = Server(str(tmp_path / "node"), extra='[log]\nlevel = "debug"\n').start()
     try:
         job = srv.start_job(durationMs=60000, steps=1)
         srv.wait_status(job["id"], "RUNNING")

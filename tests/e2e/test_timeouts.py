@@ -25,6 +25,9 @@ def queue_server(tmp_path_factory):
         [jobs]
         queueing_timeout = "1s"
 
+        [log]
+        level = "debug"             # (every job's RUNNING line: a job that ran says so)
+
         [services.XCrashy]
         queueing_timeout = "3s"
         """,

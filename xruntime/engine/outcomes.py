@@ -14,6 +14,7 @@ rules never touch its process.
 """
 
 import json
+import logging
 import random
 import uuid
 from collections.abc import Callable
@@ -353,7 +354,10 @@ class Outcomes:
         sup = self.sup
         if won:
             assert job.started_at is not None  # it was claimed: it started
-            log.info(
+            # a success is every job's end: at DEBUG, not paid for on every job (its
+            # history keeps it); a failure is news to an administrator: at INFO
+            log.log(
+                logging.DEBUG if status == Status.SUCCEEDED else logging.INFO,
                 "job %s %s.%s %s",
                 job.id,
                 job.service,

@@ -259,7 +259,7 @@ class WorkerSlot(threading.Thread):
                 self.current = None
             self.outcomes.hand_back(job, "its child jobs could not be read")
             return
-        log.info(
+        log.debug(  # every job's: at DEBUG, not paid for on every run (its history keeps it)
             "job %s %s.%s %s%s on worker %d (attempt %d%s)",
             job.id,
             job.service,

@@ -202,7 +202,7 @@ class JobManager:
                 f"{max_queued} jobs are queued already; this one was refused",
                 hint="Try again later, when fewer jobs are waiting.",
             )
-        log.info(
+        log.debug(  # every job's: at DEBUG, not paid for on every start (its history keeps it)
             "job %s %s.%s QUEUING%s",
             rec.id,
             op.service,
