@@ -24,6 +24,18 @@ from ..store import FinishedChild
 from ..store.result_files import ComposedFile, ResultFile, Span
 
 
+class _Pickled:
+    """A message pickles as its class and its fields' values in order: a slotted
+    dataclass's own pickling runs Python code per field on each side (its
+    ``__getstate__`` and ``__setstate__``), for the few messages of every job."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple:
+        names: tuple[str, ...] = self.__slots__  # (the dataclass's: its fields, in order)
+        return type(self), tuple([getattr(self, name) for name in names])
+
+
 class StopReason(IntEnum):
     """Why the slot asked the function to stop (the value of a shared ``"i"`` integer)."""
 
@@ -37,7 +49,7 @@ class StopReason(IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class RunJob:
+class RunJob(_Pickled):
     """Run one job: the request as the codec's JSON text; ``children``: how the
     children earlier runs of the job started have ended (docs/protocol.md §13)."""
 
@@ -63,7 +75,7 @@ class RunJob:
 
 
 @dataclass(frozen=True, slots=True)
-class Exit:
+class Exit(_Pickled):
     """The worker process is idle and the node shuts down: end the process."""
 
 
@@ -71,12 +83,12 @@ class Exit:
 
 
 @dataclass(frozen=True, slots=True)
-class Ready:
+class Ready(_Pickled):
     """The worker process has imported the services and waits for its first job."""
 
 
 @dataclass(frozen=True, slots=True)
-class StartFailed:
+class StartFailed(_Pickled):
     """Instead of ``Ready``: the worker process could not import the services (it exits
     next); ``error`` is the exception in one line, ``ValueError: …``."""
 
@@ -84,7 +96,7 @@ class StartFailed:
 
 
 @dataclass(frozen=True, slots=True)
-class Progress:
+class Progress(_Pickled):
     """The job's latest progress, as the codec's JSON text (coalesced in the worker)."""
 
     job_id: str
@@ -92,7 +104,7 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
-class Result:
+class Result(_Pickled):
     """The function returned: its response, already in the store's form."""
 
     # (a SpilledResult's file: mapped, or as it is for a store that takes it in; a
@@ -101,7 +113,7 @@ class Result:
 
 
 @dataclass(frozen=True, slots=True)
-class SpilledResult:
+class SpilledResult(_Pickled):
     """The function returned a large response: its store's form is in the file at
     ``path`` (engine.spill), which the main process removes once it is written."""
 
@@ -109,7 +121,7 @@ class SpilledResult:
 
 
 @dataclass(frozen=True, slots=True)
-class ComposedResult:
+class ComposedResult(_Pickled):
     """The function returned a parent's result joined from its children's result files
     without copying them: the result is ``spans`` end to end, those of no name in the
     spilled file at ``path`` (its own bytes), the others in the children's files
@@ -120,21 +132,21 @@ class ComposedResult:
 
 
 @dataclass(frozen=True, slots=True)
-class Failure:
+class Failure(_Pickled):
     """The function raised a fault (or a bug, as InternalErrorFault): the job fails."""
 
     fault: str  # the fault as the codec's JSON text
 
 
 @dataclass(frozen=True, slots=True)
-class Transient:
+class Transient(_Pickled):
     """The function raised a TransientFault: the job is retried, or fails with it."""
 
     fault: str  # the fault as the codec's JSON text
 
 
 @dataclass(frozen=True, slots=True)
-class RetryAsked:
+class RetryAsked(_Pickled):
     """The function raised RetryLater: run the job again after ``after_ms``."""
 
     after_ms: int
@@ -142,7 +154,7 @@ class RetryAsked:
 
 
 @dataclass(frozen=True, slots=True)
-class ChildrenAsked:
+class ChildrenAsked(_Pickled):
     """The function called ``run_children``: store these children (dicts of service,
     operation, fetch_type, request, queueing_timeout, computation_timeout) and let the
     job wait for them."""
@@ -156,7 +168,7 @@ Outcome = Result | SpilledResult | ComposedResult | Failure | Transient | RetryA
 
 
 @dataclass(frozen=True, slots=True)
-class Done:
+class Done(_Pickled):
     """The run is over; nothing more comes for this job."""
 
     job_id: str
