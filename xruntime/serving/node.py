@@ -33,7 +33,7 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import TYPE_CHECKING, cast
 
-from ..admin.readiness import NodeHealth
+from ..admin.node_health import NodeHealth
 from ..callbacks.process import delivery_main
 from ..engine.cleaner import RetentionCleaner
 from ..engine.notifier import Notifier
