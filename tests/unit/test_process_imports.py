@@ -35,3 +35,15 @@ def test_the_main_process_does_not_load_the_http_side():
         )
         == []
     )
+
+
+def test_a_new_database_is_made_without_alembic(tmp_path):
+    # (Alembic, Mako and Pygments would stay in the main process for one row written once)
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    assert (
+        imported_after(
+            f"from xruntime.store import open_store; open_store({url!r}).close()",
+            ["alembic", "mako", "pygments"],
+        )
+        == []
+    )
