@@ -27,11 +27,19 @@ def imported_after(statement: str, names: list[str]) -> list[str]:
 
 
 def test_the_main_process_does_not_load_the_http_side():
-    # (node's health goes to the HTTP processes without /readyz's page and the ASGI layer)
+    # (node's health goes to the HTTP processes without /readyz's page and the ASGI layer;
+    # the callbacks process, started only once targets are allowed, imports its delivery)
     assert (
         imported_after(
             "import xruntime.cli, xruntime.serving.node",
-            ["uvicorn", "xruntime.web.asgi", "xruntime.bindings.json_binding", "werkzeug"],
+            [
+                "uvicorn",
+                "xruntime.web.asgi",
+                "xruntime.bindings.json_binding",
+                "werkzeug",
+                "xruntime.callbacks.delivery",
+                "standardwebhooks",
+            ],
         )
         == []
     )
