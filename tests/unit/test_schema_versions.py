@@ -9,7 +9,7 @@ with the command to run."""
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, delete, insert, text
+from sqlalchemy import create_engine, delete, insert, inspect, text
 
 from tests.unit.conftest import fresh_postgres_store
 from xruntime.store import JobStore, schema_versions
@@ -44,6 +44,38 @@ def test_a_new_database_is_made_at_the_head(any_store):
     assert version == schema_versions.HEAD
     assert readers == set(schema_versions.readers_of(schema_versions._script()))
     assert schema_versions.HEAD in readers
+    with any_store.engine.connect() as conn:  # marked as Alembic itself reads it
+        assert MigrationContext.configure(conn).get_current_revision() == schema_versions.HEAD
+
+
+def test_the_heads_readers_are_the_revisions_readers():
+    # (a new database is marked with them, without importing Alembic)
+    assert list(schema_versions.HEAD_READERS) == schema_versions.readers_of(
+        schema_versions._script()
+    )
+
+
+def version_table(path, make):
+    """(columns, primary key) of the version table ``make(conn)`` makes in a new SQLite
+    database at ``path``."""
+    engine = create_engine(f"sqlite:///{path}")
+    try:
+        with engine.begin() as conn:
+            make(conn)
+            found = inspect(conn)
+            columns = found.get_columns("alembic_version")
+            shape = {(c["name"], str(c["type"]), c["nullable"]) for c in columns}
+            return shape, found.get_pk_constraint("alembic_version")
+    finally:
+        engine.dispose()
+
+
+def test_alembic_version_is_the_table_alembic_makes(tmp_path):
+    alembic_made = version_table(
+        tmp_path / "a.db", lambda conn: MigrationContext.configure(conn)._ensure_version_table()
+    )
+    ours = version_table(tmp_path / "b.db", schema_versions.alembic_version.create)
+    assert ours == alembic_made
 
 
 def test_a_database_made_before_versions_is_upgraded_to_exactly_the_schema(any_store):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..settings.model import Settings
@@ -31,21 +30,13 @@ from ..store.disk_room import DiskRoom
 from ..support.blocking import blocking
 from ..web.asgi import FixedPage, Page, answer, refuse_method
 from ..web.asgi_types import Receive, Scope, Send
+from .node_health import NodeHealth
 
 if TYPE_CHECKING:
     from ..store import JobStore
 
 #: s the database has to answer ``/readyz``'s question
 STORE_BOUND_S = 2.0
-
-
-@dataclass(frozen=True)
-class NodeHealth:
-    """What the main process tells its HTTP processes of the node (on their pipe)."""
-
-    workers_up: int = 0
-    workers: int = 0
-    closing: bool = False
 
 
 class Liveness(FixedPage):

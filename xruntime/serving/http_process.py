@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from ..admin.metrics_page import MetricsPage
+from ..admin.node_health import NodeHealth
 from ..admin.node_status import Snapshot, snapshot
-from ..admin.readiness import Liveness, NodeHealth, Readiness
+from ..admin.readiness import Liveness, Readiness
 from ..admin.status_page import StatusPage, ToStatus
 from ..admin.status_stream import StatusEvents, StatusFeed, StatusJson
 from ..bindings.json_binding import JsonBinding

@@ -33,8 +33,7 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import TYPE_CHECKING, cast
 
-from ..admin.readiness import NodeHealth
-from ..callbacks.process import delivery_main
+from ..admin.node_health import NodeHealth
 from ..engine.cleaner import RetentionCleaner
 from ..engine.notifier import Notifier
 from ..engine.process import START_ATTEMPTS
@@ -44,7 +43,7 @@ from ..store.feed import open_feed
 from ..support import malloc, metrics, stop_signals
 from ..support.lifeline import last_words
 from ..support.parent_death import start_child
-from . import http_entry
+from . import callbacks_entry, http_entry
 from .reload import ConfigReloader
 
 if TYPE_CHECKING:
@@ -169,7 +168,7 @@ class NodeProcesses:
         node = self.node
         if index == CALLBACKS:
             proc = self.ctx.Process(
-                target=delivery_main,
+                target=callbacks_entry.delivery_main,
                 name="xruntime-callbacks",
                 args=(node.settings(), node.name, receiver),
             )

@@ -21,7 +21,9 @@ advisory lock, SQLite's write lock), ``bring_up_to_date``:
 After an upgrade, ``schema_readers`` lists the head and the revisions before it that
 nodes may still run: walking back from the head while each revision
 ``keeps_older_nodes``.  Alembic itself is imported only when there is something to do:
-opening a database at the head reads one row (every HTTP process opens the store).
+opening a database at the head reads one row (every HTTP process opens the store), and a
+new database is marked at the head with Alembic's table and row written directly
+(``_mark_new``).
 
 ``xruntime db current|upgrade|history`` (``current``, ``upgrade``, ``history``) do the
 same by hand, for an administrator who leaves upgrades to the command
@@ -35,7 +37,18 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from sqlalchemy import delete, insert, inspect, select, text
+from sqlalchemy import (
+    Column,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    delete,
+    insert,
+    inspect,
+    select,
+    text,
+)
 from sqlalchemy.engine import Connection
 
 from . import migrate, owner_bytes
@@ -58,8 +71,22 @@ BASELINE = "0001_baseline"
 #: This code's latest revision (tests/unit/test_schema_versions.py checks it is the
 #: revisions' head): a database at it is opened without importing Alembic.
 HEAD = "0002_schema_readers"
+#: The head and the revisions before it whose nodes can use its schema (``readers_of``
+#: the head; tests/unit/test_schema_versions.py checks it against the revisions): a new
+#: database is marked without importing Alembic.
+HEAD_READERS = ("0002_schema_readers", "0001_baseline")
 #: The tables of the baseline (a database made before versions gets those it lacks).
 BASELINE_TABLES = ("jobs", "job_events", "job_results", "callback_outbox")
+
+
+#: Alembic's table of a database's revision, as Alembic makes it (its
+#: ``DefaultImpl.version_table_impl``), for ``_mark_new``.
+alembic_version = Table(
+    "alembic_version",
+    MetaData(),
+    Column("version_num", String(32), nullable=False),
+    PrimaryKeyConstraint("version_num", name="alembic_version_pkc"),
+)
 
 
 class SchemaTooNew(Exception):
@@ -89,7 +116,7 @@ def bring_up_to_date(conn: Connection) -> list[str]:
     if not has_tables(conn):
         metadata.create_all(conn)
         _install_triggers(conn)
-        _mark(conn, HEAD)
+        _mark_new(conn)
         return [HEAD]
     current = version_of(conn)
     if current == HEAD:
@@ -230,9 +257,18 @@ def _upgrade(conn: Connection, script: ScriptDirectory) -> list[str]:
 def _mark(conn: Connection, revision: str) -> None:
     from alembic import command
 
-    command.stamp(_config(conn), revision)
-    if revision == HEAD:
-        _set_readers(conn, readers_of(_script()))
+    command.stamp(_config(conn), revision)  # (its readers: ``_upgrade`` lists them)
+
+
+def _mark_new(conn: Connection) -> None:
+    """Mark a database just made at the head as Alembic's ``stamp`` does (its table, the
+    head's row) and list its readers, without importing Alembic: Alembic, Mako and
+    Pygments would stay in the main process's memory for its life (about 10 MB), for
+    one row written once."""
+    alembic_version.create(conn, checkfirst=True)
+    conn.execute(delete(alembic_version))
+    conn.execute(insert(alembic_version).values(version_num=HEAD))
+    _set_readers(conn, list(HEAD_READERS))
 
 
 def _set_readers(conn: Connection, readers: list[str]) -> None:
