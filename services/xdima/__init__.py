@@ -12,7 +12,6 @@ distances and travel times as the base64 of its little-endian int32 values, row-
 (docs/xdima-encoded.md), instead of one ``rows`` item per start location.
 """
 
-import os
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -68,7 +67,8 @@ THREADS = service.setting(
     int,
     0,
     "threads computing one matrix's row blocks at once (NumPy releases the GIL): 0 is one "
-    "per core; 1 computes a block at a time",
+    "per core (a child job's: one per core of its worker's share); 1 computes a block at a "
+    "time",
     minimum=0,
     maximum=256,
 )
@@ -181,7 +181,7 @@ def createDistanceMatrix(
     blocks = [(low, min(low + step, n)) for low in range(0, n, step)]
     pause = (request.blockPauseMs or 0) / 1000
     # a round is as many blocks as threads (one at a time with a pause: it is per block)
-    width = 1 if pause else _threads(job.settings[THREADS.name])
+    width = 1 if pause else _threads(job.settings[THREADS.name], job.cores)
     with ThreadPoolExecutor(width) as pool:
         for first in range(0, len(blocks), width):
             if job.stop_requested:
@@ -229,9 +229,11 @@ def createDistanceMatrix(
     )
 
 
-def _threads(setting: object) -> int:
-    """The threads of the ``threads`` setting's value (0: one per core)."""
-    return int(cast(int, setting)) or os.cpu_count() or 1
+def _threads(setting: object, cores: int) -> int:
+    """The threads of the ``threads`` setting's value (0: one per core the job may use,
+    ``job.cores``: a child job's share of them, so that a parent's children do not
+    each run as many threads as there are cores)."""
+    return int(cast(int, setting)) or cores
 
 
 def _in_parallel(request: CreateDistanceMatrixRequest, job: JobContext) -> Joined | Table:

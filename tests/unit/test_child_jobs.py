@@ -310,3 +310,20 @@ def test_list_jobs_and_events_name_the_parent(any_store):
     assert parent_of == parent and rows[0]["message"] == f"queued: child 2 of 2 of job {parent}"
     assert store.events(parent)[0] is None
     assert [r["message"] for r in store.events(parent)[1]][-1] == "waiting for 2 child jobs"
+
+
+def test_a_child_job_may_use_its_workers_share_of_the_cores(monkeypatch):
+    """job.cores: all of the node's (0) for a job that is no child; for a child, the
+    node's cores divided among its workers (its siblings run on the others), at least 1."""
+    from xruntime.engine import child_jobs
+    from xruntime.store import JobRecord
+
+    monkeypatch.setattr(child_jobs.os, "cpu_count", lambda: 8)
+    job = JobRecord("a", "XDima", "createDistanceMatrix", "DistanceMatrixResponse", "RUNNING")
+    child = JobRecord(
+        "b", "XDima", "createDistanceMatrix", "DistanceMatrixResponse", "RUNNING", parent_id="a"
+    )
+    assert child_jobs.cores_of(job, 2) == 0
+    assert child_jobs.cores_of(child, 2) == 4
+    assert child_jobs.cores_of(child, 3) == 2
+    assert child_jobs.cores_of(child, 16) == 1

@@ -85,6 +85,7 @@ class FakeJob:
         self.progress = []
         self.stop_after = stop_after_reports
         self.settings = {"max_cells": 4_000_000, "threads": threads}
+        self.cores = 2
 
     def report_progress(self, progress):
         self.progress.append(codec.encode(progress))

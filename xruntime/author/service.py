@@ -87,6 +87,12 @@ class JobContext(Protocol):
         """The service's own settings (``Service.setting``) in force when this run
         started: name → value (the file's, else the declared default)."""
 
+    @property
+    def cores(self) -> int:
+        """The cores this run may keep busy (e.g. threads computing at once): all of
+        the node's, or for a child job its worker's share of them (its siblings run
+        on the node's other workers at the same time)."""
+
     def report_progress(self, progress: JobProgress) -> None:
         """Publish progress; watchers are woken by it."""
 

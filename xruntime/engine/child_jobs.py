@@ -1,11 +1,13 @@
 """The engine's share of child jobs (docs/protocol.md §13): stopping a tree, a waiting
-parent's progress, the fault of children that do not fit in the queue.
+parent's progress, the fault of children that do not fit in the queue, the cores a
+child may use.
 
 They sit here, below the operation layer, because the engine needs them on its own
 (a child that fails stops its siblings, a waiting parent's computation timeout stops
 its tree); ``jobs.py`` (stopJob) uses the same ``stop_children`` from here.
 """
 
+import os
 from typing import TYPE_CHECKING
 
 from ..protocol import codec
@@ -20,7 +22,17 @@ from ..store import QueueFull, now_ms
 from .notifier import Notifier
 
 if TYPE_CHECKING:
-    from ..store import JobStore
+    from ..store import JobRecord, JobStore
+
+
+def cores_of(job: "JobRecord", workers: int) -> int:
+    """The cores ``job`` may use (``job.cores``), 0 for all of the node's: a child job
+    gets its worker's share of them, since its parent split the work so that its
+    siblings run beside it, on the node's other workers; a child taking every core
+    would make each core run several of the family's threads at once."""
+    if job.parent_id is None:
+        return 0
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
 def stop_children(store: "JobStore", notifier: Notifier, parent_id: str, why: str) -> None:

@@ -72,6 +72,9 @@ class RunJob(_Pickled):
     #: the spill folder is on the disk where the store keeps results (a SQLite node's):
     #: a result with no room there fails its job (``spill.NoRoom``)
     spill_is_final: bool = False
+    #: the cores the job may use (``job.cores``): 0, all of the node's; a child job, its
+    #: worker's share (``child_jobs.cores_of``)
+    cores: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from ..protocol.faults import InternalErrorFault, RequestTimedOutFault
 from ..protocol.states import Status
 from ..store import JobRecord, StoreUnavailable, now_ms
 from ..support import metrics
+from .child_jobs import cores_of
 from .housekeeping import LEASE_MS
 from .messages import Done, Progress, RunJob, StopReason
 from .outcomes import Died, Ending, Killed, Outcomes, Returned
@@ -286,6 +287,7 @@ class WorkerSlot(threading.Thread):
                     None,  # (the services' own settings: the process sends them if new)
                     sup.spill_folder,
                     sup.store.result_folder is not None,
+                    cores_of(job, sup.settings().workers),
                 ),
                 sup.settings(),
             )

@@ -108,8 +108,10 @@ class WorkerJobContext:
         children: Sequence[FinishedChild] = (),
         settings: Settings | None = None,
         service: str = "",
+        cores: int = 0,
     ) -> None:
         self._conn = conn
+        self._cores = cores  # 0: all of the node's
         self._node_settings = settings or Settings()  # in force when the run started
         self._service = service
         self._job_id = job_id
@@ -125,6 +127,10 @@ class WorkerJobContext:
         self._next_send = 0.0  # time.monotonic() before which progress waits
         self._timer: threading.Timer | None = None  # sends the pending progress when its turn comes
         self._closed = False  # the outcome is sent: nothing more goes out
+
+    @property
+    def cores(self) -> int:
+        return self._cores or os.cpu_count() or 1
 
     @property
     def id(self) -> str:
@@ -350,6 +356,7 @@ def run_one(
         run.children,
         settings if run.settings is None else run.settings,
         service,
+        run.cores,
     )
     outcome: Outcome
     # where a large stored form is written as it is made (None: through the pipe)
