@@ -10,7 +10,6 @@ by its path (``timeouts.computationTimeout``, ``orders[3].demand``).
 import json
 import math
 import operator
-import re
 import reprlib
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -59,13 +58,24 @@ def dumps(data: Any) -> str:
         text = orjson.dumps(data)
     except TypeError:  # (orjson.JSONEncodeError is one)
         text = None
-    if text is None or _ORJSON_MAY_DIFFER.search(text) is not None:
+    if text is None or _orjson_may_differ(text):
         return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return text.decode("utf-8")
 
 
-#: What in orjson's text may be written otherwise by ``json.dumps`` (or be in a string).
-_ORJSON_MAY_DIFFER = re.compile(rb"[0-9][eE]|null")
+#: Every digit as 0: a digit followed by an exponent's letter is then one of two byte pairs.
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _orjson_may_differ(text: bytes) -> bool:
+    """Whether orjson's ``text`` may differ from ``json.dumps``'s: a digit followed by
+    ``e`` or ``E`` (an exponent, or the like in a string) or a ``null``.  Looked for by
+    byte searches in C over a copy with every digit made 0, not by the regular
+    expression ``[0-9][eE]|null``, which Python's engine tries at every byte (4× the
+    time: a child job's request of 4 500 locations, 280 kB, spent more on it than on
+    its encoding)."""
+    marked = text.translate(_DIGITS_AS_ZERO)
+    return b"0e" in marked or b"0E" in marked or b"null" in text
 
 
 def encode(value: XModel, declared: type[XModel] | None = None) -> dict[str, Any]:
