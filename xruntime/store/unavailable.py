@@ -110,10 +110,12 @@ def is_unavailable(error: BaseException) -> bool:
 
 @contextmanager
 def unavailable_as_store_error() -> Iterator[None]:
-    """Raise what ``is_unavailable`` recognises as StoreUnavailable, anything else as is."""
+    """Raise what ``is_unavailable`` recognises as StoreUnavailable, anything else as is
+    (WouldWait too, at once: it is no error of the database, and an event loop's store
+    work meets it whenever another writer holds the lock)."""
     try:
         yield
-    except StoreUnavailable:
+    except (StoreUnavailable, WouldWait):
         raise
     except Exception as error:
         if is_full(error):
