@@ -22,6 +22,7 @@ from ..protocol.faults import InvalidRequestFault, XServerFault
 from ..support import metrics
 from ..support.blocking import sized
 from . import openapi, parsing
+from .ready import Ready
 from .request import BodyRequest
 
 if TYPE_CHECKING:
@@ -144,7 +145,8 @@ def _has_lone_surrogate(data: object) -> bool:
 
 
 class JsonBinding:
-    """The JSON binding at ``/services/rs``: ``handle(request)`` answers a Response."""
+    """The JSON binding at ``/services/rs``: ``handle(request)`` answers a Response (an
+    operation's answer: ``Ready``, the same answer in ASGI's form)."""
 
     name = "json"  # in metrics
 
@@ -161,7 +163,7 @@ class JsonBinding:
         every operation needs the caller's credentials."""
         return method in ("GET", "HEAD") and path.strip("/") == openapi.DOCUMENT_NAME
 
-    async def handle(self, request: BodyRequest, caller: "Caller") -> Response:
+    async def handle(self, request: BodyRequest, caller: "Caller") -> Response | Ready:
         parts = [p for p in request.path.split("/") if p]
         where = "/".join(parts) or "/"
         try:
@@ -203,12 +205,12 @@ class JsonBinding:
                     json_chunks(cast(Source, answer.stored)),
                     content_type=JSON_TYPE,
                 )
-            # one Response for all the watchers sharing the answer
+            # one answer for all the watchers sharing it, in ASGI's form already
             return await sized(
                 len(answer.text),
                 answer.rendered,
                 "json",
-                lambda: Response(answer.text.encode("utf-8"), content_type=JSON_TYPE),
+                lambda: Ready(answer.text.encode("utf-8"), JSON_TYPE),
             )
         except Exception as exc:
             return fault_response(as_fault(exc, where))

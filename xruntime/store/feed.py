@@ -50,7 +50,12 @@ from .sqlite import retry_while_busy
 
 log = logging.getLogger(__name__)
 _CREDENTIALS = struct.Struct("3i")  # SCM_CREDENTIALS: pid, uid, gid
-_ORIGIN_OR_ID = re.compile(r"[A-Za-z0-9_.:@/*\[\]-]{1,200}")
+_ORIGIN_OR_ID = r"[A-Za-z0-9_.:@/*\[\]-]{1,200}"
+#: A well-formed datagram: an origin and ids, one per line, each of _ORIGIN_OR_ID (one
+#: match for the whole, not one per line: every change of the node reaches every member)
+_WELL_FORMED = re.compile(rf"{_ORIGIN_OR_ID}(?:\n{_ORIGIN_OR_ID})*")
+#: This process's user, whose datagrams alone are heard (asked once, not per datagram)
+_UID = os.getuid()
 _dropped_at = [0.0]  # when a dropped datagram was last logged
 
 #: The message a new member sends the others: "read the members again".
@@ -278,13 +283,14 @@ class SocketFeed:
 
     def _received(self, datagram: bytes):
         try:
-            origin, *ids = datagram.decode("utf-8").split("\n")
+            text = datagram.decode("utf-8")
         except UnicodeDecodeError:
             _dropped("a datagram that is not UTF-8")
             return
-        if not all(_ORIGIN_OR_ID.fullmatch(part) for part in (origin, *ids)):
+        if not _WELL_FORMED.fullmatch(text):
             _dropped("a malformed datagram")
             return
+        origin, *ids = text.split("\n")
         if origin == self.origin:
             return
         queued = False
@@ -308,7 +314,7 @@ def _from_this_user(ancillary: Iterable[tuple[int, int, bytes]]) -> bool:
             and len(data) >= _CREDENTIALS.size
         ):
             _, uid, _ = _CREDENTIALS.unpack(data[: _CREDENTIALS.size])
-            return uid == os.getuid()
+            return uid == _UID
     return False
 
 

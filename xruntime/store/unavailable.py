@@ -16,8 +16,8 @@ disk").
 """
 
 import errno
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 
 class StoreUnavailable(Exception):
@@ -108,16 +108,36 @@ def is_unavailable(error: BaseException) -> bool:
     )
 
 
-@contextmanager
-def unavailable_as_store_error() -> Iterator[None]:
-    """Raise what ``is_unavailable`` recognises as StoreUnavailable, anything else as is."""
-    try:
-        yield
-    except StoreUnavailable:
-        raise
-    except Exception as error:
+class _AsStoreError:
+    """``with unavailable_as_store_error():`` (a class, not a generator: every statement
+    of the store enters one, and a generator's context manager costs several times
+    more to enter and leave)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:  # (what is not raised in place of ``error`` goes on as it is)
+        if not isinstance(error, Exception) or isinstance(error, (StoreUnavailable, WouldWait)):
+            return
         if is_full(error):
             raise StoreFull(f"the job store's disk is full: {error}".strip()) from error
         if is_unavailable(error):
             raise StoreUnavailable(f"the job store cannot be reached: {error}".strip()) from error
-        raise
+
+
+_AS_STORE_ERROR = _AsStoreError()
+
+
+def unavailable_as_store_error() -> AbstractContextManager[None]:
+    """Raise what ``is_unavailable`` recognises as StoreUnavailable (StoreFull when the
+    disk is full), anything else as is (WouldWait too, at once: it is no error of the
+    database, and an event loop's store work meets it whenever another writer holds
+    the lock)."""
+    return _AS_STORE_ERROR

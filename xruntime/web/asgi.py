@@ -7,7 +7,9 @@ operator's pages (``Page``: the status page, the metrics) by their exact paths. 
 body larger than ``[server] max_request_bytes`` is refused before it is read (by its
 Content-Length, or as soon as a chunked body passes the limit), with a fault in the
 form of the binding its path names.  The bindings see werkzeug's sans-io Request
-over the body read here (``bindings.request``) and answer werkzeug's Response; a
+over the body read here (``bindings.request``; its headers built only when a binding
+asks for them) and answer werkzeug's Response, or an answer in ASGI's form already
+(``bindings.ready``: the JSON binding's operations); a
 streamed Response (a large SOAP result) is produced in the pool for blocking
 work, chunk by chunk.  Once a large request is answered, the memory its parse took
 is given back to the system (``bindings.parsing``).
@@ -21,12 +23,12 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Protocol, cast
 
-from werkzeug.datastructures import Headers as HeaderMap
 from werkzeug.wrappers import Response
 
 from ..bindings import parsing
 from ..bindings.json_binding import fault_response
-from ..bindings.request import BodyRequest
+from ..bindings.ready import Ready
+from ..bindings.request import BodyRequest, ScopeRequest
 from ..operations.accounts import ANONYMOUS, Caller, NotAuthenticated, authenticate
 from ..operations.failures import as_fault
 from ..protocol.faults import AccessDeniedFault, InvalidRequestFault, XServerFault
@@ -99,7 +101,7 @@ class Binding(Protocol):
 
     def is_public(self, method: str, path: str, query: bytes) -> bool: ...
 
-    async def handle(self, request: BodyRequest, caller: Caller) -> Response: ...
+    async def handle(self, request: BodyRequest, caller: Caller) -> Response | Ready: ...
 
 
 #: The methods a page answers (others: 405).
@@ -202,6 +204,7 @@ class XRuntimeApp:
             return
         prefix, binding = self._route(path)
         began = metrics.request_began(binding.name if binding is not None else "(none)")
+        response: Response | Ready
         try:
             if binding is None:
                 await self._read_body(scope, receive)
@@ -392,33 +395,19 @@ def _adding_headers(send: Send, headers: Headers) -> Send:
 def _request(scope: Scope, prefix: str, body: bytes) -> BodyRequest:
     """The request a binding is handed: the scope as werkzeug's sans-io Request sees
     it, its path below the binding's ``prefix``, over ``body`` (the length stated is
-    the body's)."""
-    headers = HeaderMap(
-        [
-            (key.decode("latin-1"), value.decode("latin-1"))
-            for key, value in scope["headers"]
-            if key != b"content-length"
-        ]
-    )
-    headers["Content-Length"] = str(len(body))
-    server = scope.get("server")
-    return BodyRequest(
-        method=scope["method"],
-        root_path=prefix,
-        path=scope["path"][len(prefix) :],
-        body=body,
-        headers=headers,
-        query_string=scope.get("query_string", b""),
-        scheme=scope.get("scheme", "http"),
-        server=(str(server[0]), server[1]) if server else None,
-        remote_addr=(scope.get("client") or (None,))[0],
-    )
+    the body's; ``bindings.request.ScopeRequest``)."""
+    return ScopeRequest(scope, prefix, body)
 
 
-async def _send(response: Response, send: Send, receive: Receive | None = None) -> None:
-    """Send a Response; a streamed one chunk by chunk, each made in the pool, until it
-    ends or its client goes away (``receive`` tells: a large result's client that
-    disconnects midway frees the process at once, not after the whole was written)."""
+async def _send(response: Response | Ready, send: Send, receive: Receive | None = None) -> None:
+    """Send a Response (or a Ready answer); a streamed one chunk by chunk, each made in
+    the pool, until it ends or its client goes away (``receive`` tells: a large result's
+    client that disconnects midway frees the process at once, not after the whole was
+    written)."""
+    if isinstance(response, Ready):
+        await send(response.messages[0])
+        await send(response.messages[1])
+        return
     if not response.is_streamed:
         start, body = _messages(response)
         await send(start)

@@ -79,7 +79,29 @@ def check(scope: Scope, settings: Settings) -> bytes | None:
     )
 
 
+#: Host headers already judged, under the settings (frozen: a reload brings new ones)
+#: they were judged by: a client sends the same Host with each request.
+_verdicts: dict[str, bool] = {}
+_verdicts_under: list[Settings | None] = [None]
+#: Host headers remembered at most (any client may send any name: the memo is emptied).
+VERDICTS_KEPT = 256
+
+
 def host_allowed(host: str, settings: Settings) -> bool:
+    """Whether a request with this ``Host`` header may be served (see the module's
+    docstring), remembered per header and settings."""
+    if _verdicts_under[0] is not settings:
+        _verdicts.clear()
+        _verdicts_under[0] = settings
+    verdict = _verdicts.get(host)
+    if verdict is None:
+        if len(_verdicts) >= VERDICTS_KEPT:
+            _verdicts.clear()
+        verdict = _verdicts[host] = _judged(host, settings)
+    return verdict
+
+
+def _judged(host: str, settings: Settings) -> bool:
     name = _host_name(host)
     if name is None:
         return False

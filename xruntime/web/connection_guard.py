@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..support.logs import OncePerPeriod
+from .coalescing import Coalescing
 
 if TYPE_CHECKING:
     from ..settings.config import Settings
@@ -105,6 +106,8 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             limit = min(settings().max_connections, room)
             super().connection_made(transport)
+            # an answer's start and body in one write (uvicorn's own make two)
+            self.transport = Coalescing(transport, self.loop)  # type: ignore[assignment]
             if len(self.connections) > limit:
                 if awaiting:  # the one that has waited longest for its headers
                     oldest = next(iter(awaiting))
