@@ -985,8 +985,22 @@ def start_node(tree, folder, database_url):
         folder,
         config=config,
         prefix=switch,
-        env={"XRUNTIME_SERVICE_MODULES": "", "PYTHONPATH": tree.root},
+        env={"XRUNTIME_SERVICE_MODULES": "", "PYTHONPATH": own_services_path(tree, folder)},
     ).start()
+
+
+def own_services_path(tree, folder):
+    """``PYTHONPATH`` for a node of ``tree``: its modules, and its own shipped services as
+    ``xruntime_services``.  An editable install maps that package to the services/ of the
+    checkout it was made from, whatever tree runs: a baseline's node ran this tree's
+    services on its own framework (XDima's, asking its jobs for what the baseline's do
+    not have, failed every job)."""
+    shim = os.path.join(folder, "services-of-tree")
+    os.makedirs(shim, exist_ok=True)
+    link = os.path.join(shim, "xruntime_services")
+    if not os.path.islink(link):
+        os.symlink(os.path.join(tree.root, "services"), link)
+    return os.pathsep.join([tree.root, shim])
 
 
 #: What ``compare`` prints, from ``run``'s figures: (key, label, unit).
