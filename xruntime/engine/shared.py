@@ -1,5 +1,5 @@
 """What the parts of a node's supervisor share: the store, the notifier, the settings in
-force, the node's name, the "work may be waiting" wake-ups (``Work``), whether the node is closing,
+force, the node's name, the "work may be waiting" event, whether the node is closing,
 the stops and deletes no slot took yet, and the rules every part applies to a job run
 here (its limits, the run its writes are fenced by).
 
@@ -32,52 +32,6 @@ class PendingSignal(NamedTuple):
     at: float  # time.monotonic() when it came
 
 
-class Work:
-    """ "A job may be waiting", told to the idle worker slots: each ``set`` wakes one slot
-    that waits (or the next one to wait), not every slot.  A slot woken looks at the
-    store and claims; when it saw more than one job queued, it wakes the next (``set``
-    again).  Waking every slot for each job queued made all but one look, and often try
-    a claim, for nothing: a read or an empty write transaction a job on each idle slot.
-    An idle slot still looks every ``IDLE_CLAIM_PERIOD`` on its own (other nodes' jobs,
-    a wake-up lost to a race)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._waiting = 0  # slots in ``wait``
-        self._wakes = 0  # wake-ups not yet taken: at most one per waiting slot, or one
-
-    def set(self) -> None:
-        """Wake one slot (one waiting now, else the next to wait)."""
-        with self._cond:
-            self._wakes = min(self._wakes + 1, max(1, self._waiting))
-            self._cond.notify()
-
-    def wake_all(self) -> None:
-        """Wake every waiting slot (the node shuts down)."""
-        with self._cond:
-            self._wakes = max(1, self._waiting)
-            self._cond.notify_all()
-
-    def clear(self) -> None:
-        """Forget the wake-ups not taken: the caller looks at the store now."""
-        with self._cond:
-            self._wakes = 0
-
-    def wait(self, timeout: float) -> bool:
-        """Until a wake-up is taken (True) or ``timeout`` s have passed (False)."""
-        with self._cond:
-            if not self._wakes:
-                self._waiting += 1
-                try:
-                    self._cond.wait_for(lambda: self._wakes > 0, timeout)
-                finally:
-                    self._waiting -= 1
-            if not self._wakes:
-                return False
-            self._wakes -= 1
-            return True
-
-
 class Shared:
     """The state and the rules the supervisor's parts share."""
 
@@ -97,7 +51,7 @@ class Shared:
         self.cleaner = cleaner
         self.services = list(services)  # the names of every service found (the registry's)
         self.mp = multiprocessing.get_context("spawn")
-        self.work = Work()
+        self.work = threading.Event()
         self.closing = False
         self.signal_lock = threading.Lock()
         self.pending_signals: dict[str, PendingSignal] = {}  # by job id

@@ -114,8 +114,7 @@ class WorkerSlot(threading.Thread):
                 sup.work.clear()
                 self.claiming = True
                 claimed_at = now_ms()
-                # (no write where none can win; ``queued``: 0, 1, or 2 for "more than one")
-                queued, waiting = sup.store.work_waiting()
+                queued, waiting = sup.store.work_waiting()  # (no write where none can win)
                 job = None
                 if waiting:  # a parent whose children are done goes first: it runs already
                     job = sup.store.resume(
@@ -141,8 +140,6 @@ class WorkerSlot(threading.Thread):
                     self.claiming = False
                     sup.work.wait(self._idle_wait(claimed_at) if queued else IDLE_CLAIM_PERIOD)
                     continue
-                if queued > 1 or (resumed and queued):
-                    sup.work.set()  # more than it took: the next idle slot looks too
                 self.execute(job, resumed)
             except StoreUnavailable as exc:  # the claim: nothing is held, wait for the store
                 self.claiming = False

@@ -83,7 +83,7 @@ class Supervisor(Shared):
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop taking jobs, hand running jobs back to the queue, end the workers."""
         self.closing = True
-        self.work.wake_all()
+        self.work.set()
         for slot in self.slots:
             slot.poke()
         deadline = time.monotonic() + timeout
