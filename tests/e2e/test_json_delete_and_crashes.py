@@ -2,7 +2,19 @@
 
 import time
 
+import pytest
+
+from tests.harness import Server
 from tests.waiting import until
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One real node for the module (SQLite, 2 workers), at DEBUG: every job's RUNNING
+    line is written, so that a job that never ran can be told from one that did."""
+    srv = Server(str(tmp_path_factory.mktemp("node")), extra='[log]\nlevel = "debug"\n')
+    yield srv.start()
+    srv.stop()
 
 
 def crash(server, mode, seconds=None):
@@ -33,7 +45,8 @@ def test_delete_queued_job_never_runs(server):
         server.call("XRuntime", "deleteJob", {"id": b["id"]})
     assert wait_worker_free(server, 10)
     assert server.watch(queued["id"])["status"] == "UNKNOWN"
-    assert f"job {queued['id']} RUNNING" not in server.log()
+    assert f"job {queued['id']} XDemo.simulate RUNNING" not in server.log()
+    assert f"job {queued['id']} XDemo.simulate QUEUING" in server.log()  # (the lines are there)
 
 
 def test_delete_running_job_aborts_it(server):

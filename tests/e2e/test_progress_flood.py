@@ -28,6 +28,10 @@ def wait_unknown(srv, job_id, timeout):
         time.sleep(0.05)
 
 
+#: Every job's RUNNING line (with its attempt) is written at DEBUG.
+DEBUG_LOG = '[log]\nlevel = "debug"\n'
+
+
 def attempt_logged(srv, job_id) -> str:
     return srv.log().split(f"job {job_id} XDemo.simulate RUNNING")[-1].splitlines()[0]
 
@@ -72,7 +76,7 @@ def test_delete_of_a_raw_flood_that_ignores_the_stop_kills_it(server):
 
 
 def test_sigterm_during_a_flood_hands_the_job_back_and_exits_quickly(fresh_server):
-    srv = fresh_server().start()
+    srv = fresh_server(extra=DEBUG_LOG).start()
     job_id = flood_running(srv)
     raw = srv.call("XCrashy", "startCrash", {"mode": "flood", "seconds": 60})
     srv.wait_status(raw["id"], "RUNNING")
@@ -82,7 +86,7 @@ def test_sigterm_during_a_flood_hands_the_job_back_and_exits_quickly(fresh_serve
     for handed in (job_id, raw["id"]):
         assert f"job {handed} handed back to the queue" in srv.log()
 
-    srv = fresh_server(port=srv.port).start()
+    srv = fresh_server(port=srv.port, extra=DEBUG_LOG).start()
     srv.wait_status(job_id, "RUNNING")
     assert "(attempt 1)" in attempt_logged(srv, job_id)  # the hand-back was not an attempt
     srv.call("XRuntime", "deleteJob", {"id": raw["id"]})
