@@ -261,6 +261,7 @@ def test_claim_only_for_the_given_services(any_store):
 def test_claim_sets_node_start_and_lease(any_store):
     store = any_store
     rec = new_record()
+    rec.queued_at = 900_000
     assert store.create(rec, 0)
     got = store.claim("n1", 1_000_000, 5000)
     assert (got.status, got.node, got.started_at, got.lease_until, got.attempts) == (
@@ -271,6 +272,19 @@ def test_claim_sets_node_start_and_lease(any_store):
         1,
     )
     assert store.peek(rec.id).lease_until == 1_005_000
+
+
+def test_a_claim_never_starts_a_job_before_it_was_queued(any_store):
+    """Each process reads the database's clock as its own estimate: a claim whose time
+    reads a few ms before the start's still starts the job at its queueing, never
+    before (OGC API – Processes' ``started`` is never before ``created``)."""
+    store = any_store
+    rec = new_record()
+    rec.queued_at = 1_000_000
+    assert store.create(rec, 0)
+    got = store.claim("n1", 999_994, 5000)
+    assert (got.started_at, got.queued_at) == (1_000_000, 1_000_000)
+    assert store.peek(rec.id).started_at == 1_000_000
 
 
 # --------------------------------------------------------------------------- max_queued

@@ -51,7 +51,13 @@ def claim_statement(
         .values(
             status=Status.RUNNING,
             node=bindparam("node"),
-            started_at=bindparam("now_ms"),
+            # never before its queueing: each process reads the database's clock as its
+            # own estimate (store.clock), and a claim a few ms after the start could read
+            # an earlier time than the start did
+            started_at=case(
+                (jobs.c.queued_at > bindparam("now_ms"), jobs.c.queued_at),
+                else_=bindparam("now_ms"),
+            ),
             event_note=bindparam("note"),
             attempts=jobs.c.attempts + 1,
             lease_until=bindparam("lease_until"),
