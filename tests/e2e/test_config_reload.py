@@ -577,4 +577,4 @@ def test_an_emptied_or_vanished_file_keeps_the_settings_in_force(server, damage)
         # One valid write after the damage, and only one: writing the old text back
         # first let its "re-read" answer apply() before the base file was read.
         apply(srv)
-    assert xdemo_served(srv), "a valid file written after the damage is in force"
+    assert in_force(lambda: xdemo_served(srv)), "a valid file written after the damage is in force"
