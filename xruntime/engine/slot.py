@@ -312,10 +312,10 @@ class WorkerSlot(threading.Thread):
         progress_due = None  # when it is written, unless the outcome comes first
         ready = _Ready(worker.conn, worker.sentinel, self._wake_r)
         while True:
-            if progress is not None and progress_due is not None:
-                if time.monotonic() >= progress_due:
-                    progress = self._write_progress(job, progress)
-                    progress_due = None
+            if progress_due is not None and time.monotonic() >= progress_due:
+                assert progress is not None  # (a due time is set only with a progress)
+                progress = self._write_progress(job, progress)
+                progress_due = None
             due = [t for t in (deadline, self.kill_at, progress_due) if t is not None]
             timeout = max(0.0, min(due) - time.monotonic()) if due else None
             message_in, ended, woken = ready.wait(timeout)
