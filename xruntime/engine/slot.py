@@ -271,6 +271,7 @@ class WorkerSlot(threading.Thread):
             job.attempts,
             f", {len(children)} child jobs done" if children else "",
         )
+        settings = sup.settings()  # (one reading: a reload swaps them as a whole)
         try:
             self.worker.run(
                 RunJob(
@@ -284,9 +285,9 @@ class WorkerSlot(threading.Thread):
                     None,  # (the services' own settings: the process sends them if new)
                     sup.spill_folder,
                     sup.store.result_folder is not None,
-                    cores_of(job, sup.settings().workers),
+                    cores_of(job, settings.workers),
                 ),
-                sup.settings(),
+                settings,
             )
             ending = self._drive(job, limits)
             if ending is not None:
