@@ -365,7 +365,7 @@ class Outcomes:
                 f"{status} ({why})" if why else status,
             )
             metrics.job_finished(job.service, status, (now_ms() - job.started_at) / 1000)
-        sup.notifier.notify(job.id)
+        sup.notifier.notify(job.id)  # (after the metric: a job seen finished is counted)
         if won and job.parent_id is not None:
             self._child_finished(job, job.parent_id, status)
 

@@ -250,7 +250,6 @@ class WorkerSlot(threading.Thread):
             timeout_ms = limits.computation_timeout_ms
             over = timeout_ms and now_ms() >= job.started_at + timeout_ms
             self.signal(job.id, StopReason.TIMED_OUT if over else StopReason.STOPPED)
-        sup.notifier.notify(job.id)
         try:
             # what its earlier runs started (§13); a result file: where it is, not its bytes
             children = sup.store.children_of(job.id, located=True)
@@ -289,6 +288,9 @@ class WorkerSlot(threading.Thread):
                 ),
                 settings,
             )
+            # its change (RUNNING, a resumed run) goes out once the worker has its job:
+            # the run does not wait for the notices
+            sup.notifier.notify(job.id)
             ending = self._drive(job, limits)
             if ending is not None:
                 self.outcomes.conclude(job, ending, deleted=self.discard)

@@ -315,8 +315,8 @@ held_watches = HeldWatches()
 
 
 def job_started(service: str, queued_s: float) -> None:
-    recorded()["wait"].labels(service).observe(max(0.0, queued_s))
+    _labelled("wait", None, service)[0].observe(max(0.0, queued_s))
 
 
 def job_finished(service: str, status: str, run_s: float) -> None:
-    recorded()["run"].labels(service, status).observe(max(0.0, run_s))
+    _labelled("run", None, service, status)[0].observe(max(0.0, run_s))
