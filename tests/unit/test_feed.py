@@ -12,7 +12,7 @@ import pytest
 import xruntime.store.feed as feed_module
 from tests.waiting import PATIENCE, until
 from xruntime.store import JobStore
-from xruntime.store.changes import QUEUE
+from xruntime.store.changes import MISSED, QUEUE
 from xruntime.store.feed import SocketFeed
 
 from .conftest import sqlite_url
@@ -205,3 +205,58 @@ def test_an_event_loop_receives_the_changes_itself(tmp_path):
     finally:
         sender.feed.close()
         store.close()
+
+
+def _blocked_then_reading(tmp_path, monkeypatch, count):
+    """``count`` changes published, each in a datagram of its own, to a member whose
+    event loop does not read its socket meanwhile (Linux queues 10 datagrams for it);
+    answers every id it then hears once its loop reads again."""
+    import asyncio
+
+    monkeypatch.setattr(feed_module, "INLINE_GAP_S", 0.0)  # each change sent at once, alone
+    store = JobStore(sqlite_url(tmp_path))
+    sender = Process(store, "node/main")
+    sender.feed.start()
+    heard: list[str] = []
+
+    async def main():
+        receiver = SocketFeed(store, "node/http0", heard.append, lambda: None)
+        receiver.start(asyncio.get_running_loop())
+        try:
+            until(lambda: receiver.address in sender.feed._members, "the sender knows it")
+            for i in range(count):  # (the loop is held here: nothing is read)
+                sender.feed.publish(f"job-{i}")
+            until(lambda: not sender.feed._outbox, "the sender took every change")
+            with sender.feed._sending:  # (and sent what it could)
+                pass
+            for _ in range(int(PATIENCE / 0.01)):  # now the loop reads
+                if heard and (len(set(heard)) >= count or heard[-1] == MISSED):
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            receiver.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        sender.feed.close()
+        store.close()
+    return heard
+
+
+def test_a_member_too_busy_to_read_hears_every_change_once_it_reads(tmp_path, monkeypatch):
+    """Under load an HTTP process's loop can be busy for longer than its socket's queue
+    lasts: the changes it could not take are sent again, not dropped (a watch of a job
+    whose end was dropped would answer only at its maximum polling period)."""
+    ids = [f"job-{i}" for i in range(60)]
+    heard = _blocked_then_reading(tmp_path, monkeypatch, len(ids))
+    assert set(heard) == set(ids)
+
+
+def test_a_member_busy_for_too_long_is_told_it_missed_changes(tmp_path, monkeypatch):
+    """Past HELD_MAX ids held for one member it is told MISSED (its watches read their
+    jobs again) instead of every id."""
+    monkeypatch.setattr(feed_module, "HELD_MAX", 20)
+    heard = _blocked_then_reading(tmp_path, monkeypatch, 60)
+    assert heard[-1] == MISSED
+    assert len(heard) < 60

@@ -21,10 +21,12 @@ LISTEN/NOTIFY instead (``store.channel``); ``open_feed`` picks the one for a dat
 A member whose socket cannot be reached (a killed process) is left out for a minute,
 not erased: a node that shares the file from another network namespace is as
 unreachable as a dead one.  A node's main process erases the rows its own previous
-run left (``forget``).  A change that cannot be delivered (a member gone, or one so
-busy that its socket's queue is full) is dropped: watches read their job again before
-they answer at their maximum polling period, and the supervisor also looks for work
-every 0.5 s.
+run left (``forget``).  A member so busy that its socket's queue is full (Linux keeps
+``net.unix.max_dgram_qlen`` datagrams, 10 by default) is not dropped from: what it
+did not take is held for it and sent again by the sender thread, soon and then less
+often, merged into one datagram, until it takes it (a watch whose job's end were
+dropped would answer only at its maximum polling period).  Past ``HELD_MAX`` ids held
+for one member they become ``MISSED``: its watches read their jobs again.
 """
 
 import asyncio
@@ -42,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from sqlalchemy import delete, insert, select
 from sqlalchemy.sql import Executable
 
-from .changes import QUEUE, ChangeFeed
+from .changes import MISSED, QUEUE, ChangeFeed
 from .channel import PostgresChannel
 from .database import Database
 from .schema import feed_members
@@ -71,6 +73,12 @@ INLINE_GAP_S = 0.0005
 RECEIVED_AT_ONCE = 64
 #: Largest datagram sent; more ids go in several.
 DATAGRAM_BYTES = 32 * 1024
+#: A busy member's held ids are tried again after this (s), doubling while it stays
+#: busy up to HELD_RETRY_MAX_S.
+HELD_RETRY_S = 0.001
+HELD_RETRY_MAX_S = 0.05
+#: Ids held for one busy member at most: past it, MISSED instead.
+HELD_MAX = 10_000
 
 
 def open_feed(
@@ -113,6 +121,9 @@ class SocketFeed:
         self._outbox_ready = threading.Condition()
         self._sending = threading.Lock()  # held by whoever sends to the members now
         self._sent_inline_at = 0.0  # time.monotonic() of the last send from a caller
+        # (under ``_sending``) a busy member's address → the ids it has not taken yet
+        self._held: dict[str, dict[str, None]] = {}
+        self._retry_after = HELD_RETRY_S  # until the sender tries the held ids again (s)
         self._loop: asyncio.AbstractEventLoop | None = None  # receiving on it (``start``)
         self._receiver = threading.Thread(
             target=self._receive_loop, name="change-feed", daemon=True
@@ -175,7 +186,10 @@ class SocketFeed:
             try:
                 if not self._outbox:  # (else: it goes after the pending ones, batched)
                     self._sent_inline_at = now
-                    self._send(next(_datagrams(self.origin, (job_id,))))
+                    self._send((job_id,))
+                    if self._held:  # a member was busy: the sender tries it again
+                        with self._outbox_ready:
+                            self._outbox_ready.notify()
                     return
             finally:
                 self._sending.release()
@@ -188,31 +202,70 @@ class SocketFeed:
         while True:
             with self._outbox_ready:
                 if not self._outbox and not self._closed:
-                    self._outbox_ready.wait(REFRESH_PERIOD)
+                    self._outbox_ready.wait(self._retry_after if self._held else REFRESH_PERIOD)
                 pending, self._outbox = self._outbox, []
             if time.monotonic() - refreshed >= REFRESH_PERIOD:
                 refreshed = time.monotonic()
                 self._read_members()
-            if pending:
+            if pending or self._held:
                 with self._sending:
-                    for datagram in _datagrams(self.origin, pending):
-                        self._send(datagram)
-            elif self._closed:
+                    self._send_held()
+                    if pending:
+                        self._send(pending)
+                    busy = bool(self._held)
+                self._retry_after = (
+                    min(2 * self._retry_after, HELD_RETRY_MAX_S) if busy else HELD_RETRY_S
+                )
+            if self._closed and not pending:  # (what a busy member holds: tried once more)
                 break
 
-    def _send(self, datagram: bytes):
+    def _send(self, ids: Iterable[str]) -> None:
+        """The ids to every member (under ``_sending``); to a busy one, held."""
+        batches = list(_batches(self.origin, ids))
         for address in list(self._members):
-            try:
-                self._outbox_socket.sendto(datagram, address)
-            except (ConnectionRefusedError, FileNotFoundError):
-                self._leave_out(address)  # gone (killed), or not reachable from here
-            except BlockingIOError:
-                log.warning(
-                    "a member of the change feed is too busy to take changes; "
-                    "its watches answer a little later"
-                )
-            except OSError as exc:
-                log.warning("could not send a job change: %s", exc)
+            if address in self._held:  # (it is sent what it holds first)
+                self._hold(address, (i for batch in batches for i in batch))
+                continue
+            for n, batch in enumerate(batches):
+                if not self._deliver(address, batch):
+                    self._hold(address, (i for later in batches[n:] for i in later))
+                    break
+
+    def _send_held(self) -> None:
+        """Each busy member what it holds, as far as it takes it (under ``_sending``)."""
+        for address in list(self._held):
+            held = self._held.pop(address)
+            batches = list(_batches(self.origin, held))
+            for n, batch in enumerate(batches):
+                if not self._deliver(address, batch):
+                    self._hold(address, (i for later in batches[n:] for i in later))
+                    break
+
+    def _deliver(self, address: str, batch: list[str]) -> bool:
+        """Send one datagram of ``batch`` to ``address``; False when the member is too
+        busy to take it now (its queue is full), True otherwise (sent, or the member is
+        gone and left out)."""
+        try:
+            self._outbox_socket.sendto(_datagram(self.origin, batch), address)
+        except (ConnectionRefusedError, FileNotFoundError):
+            self._leave_out(address)  # gone (killed), or not reachable from here
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            log.warning("could not send a job change: %s", exc)
+        return True
+
+    def _hold(self, address: str, ids: Iterable[str]) -> None:
+        """Keep ``ids`` for the busy member ``address``, up to HELD_MAX of them, past which
+        it is told MISSED (with new work and new members, if it was to hear of those)."""
+        held = self._held.setdefault(address, {})
+        if MISSED in held:
+            return  # (it reads every job it watches again: no id adds anything)
+        held.update(dict.fromkeys(ids))
+        if len(held) > HELD_MAX:
+            kept = [MISSED] + [m for m in (QUEUE, HELLO) if m in held]
+            self._held[address] = dict.fromkeys(kept)
+            _dropped(f"{len(held)} changes for a member too busy to take them (told: missed)")
 
     def _read_members(self):
         try:
@@ -229,6 +282,7 @@ class SocketFeed:
     def _leave_out(self, address: str):
         self._unreachable[address] = time.monotonic() + UNREACHABLE_FOR
         self._members = [a for a in self._members if a != address]
+        self._held.pop(address, None)
 
     def _write(self, statement: Executable) -> None:
         def run():
@@ -326,15 +380,20 @@ def _dropped(what: str) -> None:
         log.warning("the change feed dropped %s", what)
 
 
-def _datagrams(origin: str, ids: Iterable[str]) -> Iterator[bytes]:
-    """``origin`` and the ids, one per line, in datagrams of at most DATAGRAM_BYTES."""
+def _batches(origin: str, ids: Iterable[str]) -> Iterator[list[str]]:
+    """The ids, each once, in batches whose datagrams take at most DATAGRAM_BYTES."""
     batch: list[str] = []
     size = len(origin)
     for job_id in dict.fromkeys(ids):
         if batch and size + len(job_id) + 1 > DATAGRAM_BYTES:
-            yield "\n".join([origin] + batch).encode("utf-8")
+            yield batch
             batch, size = [], len(origin)
         batch.append(job_id)
         size += len(job_id) + 1
     if batch:
-        yield "\n".join([origin] + batch).encode("utf-8")
+        yield batch
+
+
+def _datagram(origin: str, batch: list[str]) -> bytes:
+    """``origin`` and the ids, one per line."""
+    return "\n".join([origin] + batch).encode("utf-8")
