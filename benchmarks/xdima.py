@@ -810,8 +810,10 @@ def call(port, operation, body, service="XDima"):
     )
 
 
-def compute_time(port, points, parallelism, watch_port=None):
-    """start → SUCCEEDED of one matrix (s), and its fetched JSON answer."""
+def compute_time(port, points, parallelism, watch_port=None, pids=()):
+    """start → SUCCEEDED of one matrix (s), and its fetched JSON answer; with ``pids``
+    (a node's processes) also the CPU seconds they spent meanwhile."""
+    cpu = sum(cpu_seconds(pids).values())
     began = time.perf_counter()
     job = call(
         port, "startCreateDistanceMatrix", {"startLocations": points, "parallelism": parallelism}
@@ -826,10 +828,11 @@ def compute_time(port, points, parallelism, watch_port=None):
         if answer["status"] in ("SUCCEEDED", "FAILED"):
             break
     took = time.perf_counter() - began
+    cpu = sum(cpu_seconds(pids).values()) - cpu
     assert answer["status"] == "SUCCEEDED", answer
     result = call(port, "fetchDistanceMatrixResponse", {"id": job["id"]})
     call(port, "deleteJob", {"id": job["id"]}, service="XRuntime")
-    return took, result
+    return (took, cpu) if pids else took, result
 
 
 def matrix_digest(answer):
@@ -866,6 +869,7 @@ def parallel(size, repeat, database_url=None, threads=None, baseline=None):
     trees = ([baseline] if baseline else []) + [Tree("this tree", ROOT, sys.executable)]
     each = "the default threads" if threads is None else f"{threads} thread(s)"
     times = {(tree.label, p): [] for tree in trees for p in (1, 2)}
+    cpus = {key: [] for key in times}  # the node's CPU seconds (all its processes) a job
     digests = set()
     with tempfile.TemporaryDirectory() as folder:
         nodes = {}
@@ -876,14 +880,21 @@ def parallel(size, repeat, database_url=None, threads=None, baseline=None):
             for turn in range(repeat):
                 for tree in trees if turn % 2 == 0 else trees[::-1]:
                     for p in (1, 2):
-                        took, result = compute_time(nodes[tree.label].port, points, p)
+                        node = nodes[tree.label]
+                        pids = [node.proc.pid, *descendants(node.proc.pid)]
+                        (took, cpu), result = compute_time(node.port, points, p, pids=pids)
                         times[tree.label, p].append(took)
+                        cpus[tree.label, p].append(cpu)
                         digests.add(matrix_digest(result))
                         del result
         finally:
             for node in nodes.values():
                 node.stop()
-    print(f"{size} × {size}, one node each (shipped config: SQLite, 2 workers), {each} a job:")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"{size} × {size}, one node each (shipped config: SQLite, 2 workers), {each} a job "
+        f"(load average at the end: {load} on {os.cpu_count()} cores):"
+    )
     for tree in trees:
         print(f"  {tree.label}: {tree.describe()}")
     best = {key: min(runs) for key, runs in times.items()}
@@ -891,9 +902,10 @@ def parallel(size, repeat, database_url=None, threads=None, baseline=None):
     for p in (1, 2):
         for tree in trees:
             runs = ", ".join(f"{t:.2f}" for t in times[tree.label, p])
+            cpu = ", ".join(f"{c:.2f}" for c in cpus[tree.label, p])
             print(
                 f"  parallelism {p}, {tree.label:<{width}}: best {best[tree.label, p]:.2f} s "
-                f"(runs: {runs})"
+                f"(runs: {runs}); node CPU s a job: {cpu}"
             )
     for tree in trees:
         ratio = best[tree.label, 2] / best[tree.label, 1]
