@@ -295,7 +295,9 @@ def read_table(
     each time its head was read)."""
     view = memoryview(blob).cast("B")
     entries, stream = table_of(lambda at, size: view[at : at + size])
-    pieces = [(view[at : at + n], length, checksum) for at, n, length, checksum in entries]
+    pieces: list[tuple[bytes | memoryview, int, int]] = [
+        (view[at : at + n], length, checksum) for at, n, length, checksum in entries
+    ]
     return pieces, stream
 
 
