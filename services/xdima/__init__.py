@@ -15,7 +15,6 @@ distances and travel times as the base64 of its little-endian int32 values, row-
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from typing import cast
 
 from xruntime.author import (
@@ -181,18 +180,15 @@ def createDistanceMatrix(
     step = compute.block_rows(m)
     blocks = [(low, min(low + step, n)) for low in range(0, n, step)]
     pause = (request.blockPauseMs or 0) / 1000
-    # a round is as many blocks as threads (one at a time with a pause: it is per block);
-    # one thread is this one: no pool, whose hand-off to and from its thread each block
-    # waits for the scheduler (a busy machine's ms, per block)
+    # a round is as many blocks as threads (one at a time with a pause: it is per block)
     width = 1 if pause else _threads(job.settings[THREADS.name], job.cores)
-    with ThreadPoolExecutor(width) if width > 1 else nullcontext() as pool:
-        each = map if pool is None else pool.map
+    with ThreadPoolExecutor(width) as pool:
         for first in range(0, len(blocks), width):
             if job.stop_requested:
                 break
             round_ = blocks[first : first + width]
             try:
-                for _ in each(rows, round_):
+                for _ in pool.map(rows, round_):
                     pass
             except (MemoryError, FloatingPointError) as exc:
                 raise _calculation_fault(n, m, exc) from exc
