@@ -875,17 +875,7 @@ def main():
         )
     trees = [Tree("this tree", ROOT, sys.executable)]
     if args.baseline_tree:
-        base = os.path.abspath(args.baseline_tree)
-        venv_python = os.path.join(base, ".venv", "bin", "python")
-        trees.insert(
-            0,
-            Tree(
-                "baseline",
-                base,
-                args.baseline_python
-                or (venv_python if os.path.exists(venv_python) else sys.executable),
-            ),
-        )
+        trees.insert(0, baseline_tree(args.baseline_tree, args.baseline_python))
     database = args.database_url.split(":")[0] if args.database_url else "SQLite"
     measured = collections.defaultdict(list)  # (tree label, n) → figures per round
     servers = ([None] if args.floor else []) + trees  # None: the floor
@@ -972,10 +962,23 @@ class Tree:
         return f"{self.root}: {commit[:60] or 'not a git checkout'}{dirty}"
 
 
-def start_node(tree, folder, database_url):
-    """A node of ``tree`` on its own shipped configuration, started as the harness starts
-    one: from the tree's folder, its modules first on the path, with its interpreter."""
+def baseline_tree(path, python=None):
+    """The ``Tree`` of ``--baseline-tree PATH``, run by ``python`` (default:
+    PATH/.venv/bin/python if there is one, else this interpreter)."""
+    root = os.path.abspath(path)
+    venv_python = os.path.join(root, ".venv", "bin", "python")
+    default = venv_python if os.path.exists(venv_python) else sys.executable
+    return Tree("baseline", root, python or default)
+
+
+def start_node(tree, folder, database_url, extra=""):
+    """A node of ``tree`` on its own shipped configuration (``extra``, TOML text, added
+    at its end), started as the harness starts one: from the tree's folder, its modules
+    first on the path, with its interpreter."""
     config = default_config(folder, free_port(), database_url, root=tree.root)
+    if extra:
+        with open(config, "a", encoding="utf-8") as f:
+            f.write(extra)
     if tree.root == ROOT and tree.python == sys.executable:
         return Server(folder, config=config, env={"XRUNTIME_SERVICE_MODULES": ""}).start()
     # The harness runs ``prefix + [sys.executable, "-m", "xruntime", …]`` from this tree:

@@ -31,14 +31,21 @@ For each size n (random points in Germany; n starts, the same n as destinations)
 A table of every figure beside the issue's targets ends the run.
 
 With ``--parallel`` it times the same matrix (``--size``, default 2000; ``--threads``
-a job, default XDima's) with ``parallelism`` 1 and 2 on a node of 2 workers
-(docs/protocol.md §13: the row blocks are child jobs), checks that both answer the
-same matrix, and prints the ratio; with ``--database-url`` (default: the environment's
-XRUNTIME_TEST_DATABASE_URL) also on two PostgreSQL nodes of one worker each.
+a job, default XDima's) with ``parallelism`` 1 and 2 on a node of the shipped config
+(2 workers; docs/protocol.md §13: the row blocks are child jobs), checks that both
+answer the same matrix, and prints the ratio; with ``--database-url`` (default: the
+environment's XRUNTIME_TEST_DATABASE_URL) also on two PostgreSQL nodes of one worker
+each.  ``--baseline-tree PATH`` (``--baseline-python``) measures another checkout's
+node in the same run, with its own services, in turns with this tree's, printed side
+by side:
+
+    python benchmarks/xdima.py --parallel --size 3000 --repeat 3 --threads 1 \
+        --baseline-tree /tmp/base42 --baseline-python /work/main/.venv/bin/python
 """
 
 import argparse
 import base64
+import hashlib
 import http.client
 import json
 import os
@@ -53,8 +60,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.longpoll import Tree, baseline_tree, start_node  # noqa: E402
 from benchmarks.roundtrip import cpu_seconds, process_names  # noqa: E402
-from tests.harness import Server, default_config, free_port  # noqa: E402
+from tests.harness import ROOT, Server, default_config, free_port  # noqa: E402
 from tests.processes import descendants, kb, reset_peak  # noqa: E402
 
 DIMA_NS = "http://xruntime.org/xserver/xdima"
@@ -802,8 +810,10 @@ def call(port, operation, body, service="XDima"):
     )
 
 
-def compute_time(port, points, parallelism, watch_port=None):
-    """start → SUCCEEDED of one matrix (s), and its fetched JSON answer."""
+def compute_time(port, points, parallelism, watch_port=None, pids=()):
+    """start → SUCCEEDED of one matrix (s), and its fetched JSON answer; with ``pids``
+    (a node's processes) also the CPU seconds they spent meanwhile."""
+    cpu = sum(cpu_seconds(pids).values())
     began = time.perf_counter()
     job = call(
         port, "startCreateDistanceMatrix", {"startLocations": points, "parallelism": parallelism}
@@ -818,17 +828,22 @@ def compute_time(port, points, parallelism, watch_port=None):
         if answer["status"] in ("SUCCEEDED", "FAILED"):
             break
     took = time.perf_counter() - began
+    cpu = sum(cpu_seconds(pids).values()) - cpu
     assert answer["status"] == "SUCCEEDED", answer
     result = call(port, "fetchDistanceMatrixResponse", {"id": job["id"]})
     call(port, "deleteJob", {"id": job["id"]}, service="XRuntime")
-    return took, result
+    return (took, cpu) if pids else took, result
 
 
-def same_matrix(a, b):
-    """Whether two answers hold the same matrix and summary (but the computing time)."""
-    sa, sb = dict(a["summary"]), dict(b["summary"])
-    sa.pop("computationTimeMs"), sb.pop("computationTimeMs")
-    return a["rows"] == b["rows"] and sa == sb
+def matrix_digest(answer):
+    """A digest of an answer's matrix and summary (but the computing time): answers of
+    either tree and any parallelism compare by it, without two matrices held at once."""
+    summary = dict(answer["summary"])
+    summary.pop("computationTimeMs")
+    digest = hashlib.sha256(json.dumps(summary, sort_keys=True).encode())
+    for row in answer["rows"]:
+        digest.update(json.dumps(row, sort_keys=True).encode())
+    return digest.hexdigest()
 
 
 def xdima_settings(size, threads=None):
@@ -842,36 +857,64 @@ def xdima_settings(size, threads=None):
     return "\n[services.XDima]\n" + "\n".join(keys) + "\n" if keys else ""
 
 
-def parallel(size, repeat, database_url=None, threads=None):
-    """parallelism 1 and 2 on 2 workers (one SQLite node), and on two PostgreSQL nodes
-    of one worker each when ``database_url`` is given; ``threads`` a job (issue 36
-    measures with 1, so that parallelism is the only way to use both cores)."""
+def parallel(size, repeat, database_url=None, threads=None, baseline=None):
+    """parallelism 1 and 2 on a node of the shipped config (SQLite, 2 workers), and on
+    two PostgreSQL nodes of one worker each when ``database_url`` is given; ``threads``
+    a job (issue 36 measures with 1, so that parallelism is the only way to use both
+    cores).  With ``baseline`` (a ``Tree``) its node, on its own config and services,
+    is measured in the same run, in turns with this tree's (baseline first in odd
+    rounds), and both are printed side by side; every answer must be the same matrix."""
     points = random_points(size)
     extra = xdima_settings(size, threads)
+    trees = ([baseline] if baseline else []) + [Tree("this tree", ROOT, sys.executable)]
+    each = "the default threads" if threads is None else f"{threads} thread(s)"
+    times = {(tree.label, p): [] for tree in trees for p in (1, 2)}
+    cpus = {key: [] for key in times}  # the node's CPU seconds (all its processes) a job
+    digests = set()
     with tempfile.TemporaryDirectory() as folder:
-        server = Server(folder, extra=extra).start()
+        nodes = {}
         try:
-            times = {1: [], 2: []}
-            for _ in range(repeat):
-                for p in (1, 2):
-                    took, result = compute_time(server.port, points, p)
-                    times[p].append(took)
-                    if p == 1:
-                        single = result
-                    else:
-                        assert same_matrix(single, result), "parallelism 2 gave another matrix"
-                    del result
-            best = {p: min(t) for p, t in times.items()}
-            each = "the default threads" if threads is None else f"{threads} thread(s)"
-            print(f"{size} × {size}, one node (SQLite), 2 workers, {each} a job, best of {repeat}:")
-            for parallelism in (1, 2):
-                runs = ", ".join(f"{t:.2f}" for t in times[parallelism])
-                print(f"  parallelism {parallelism}: {best[parallelism]:.2f} s   (runs: {runs})")
-            print(f"  ratio: {best[2] / best[1]:.2f} (target ≤ 0.60); the same matrix: yes")
+            for number, tree in enumerate(trees):
+                place = os.path.join(folder, f"node{number}")
+                nodes[tree.label] = start_node(tree, place, None, extra)
+            for turn in range(repeat):
+                for tree in trees if turn % 2 == 0 else trees[::-1]:
+                    for p in (1, 2):
+                        node = nodes[tree.label]
+                        pids = [node.proc.pid, *descendants(node.proc.pid)]
+                        (took, cpu), result = compute_time(node.port, points, p, pids=pids)
+                        times[tree.label, p].append(took)
+                        cpus[tree.label, p].append(cpu)
+                        digests.add(matrix_digest(result))
+                        del result
         finally:
-            server.stop()
-    if not database_url:
-        return
+            for node in nodes.values():
+                node.stop()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"{size} × {size}, one node each (shipped config: SQLite, 2 workers), {each} a job "
+        f"(load average at the end: {load} on {os.cpu_count()} cores):"
+    )
+    for tree in trees:
+        print(f"  {tree.label}: {tree.describe()}")
+    best = {key: min(runs) for key, runs in times.items()}
+    width = max(len(tree.label) for tree in trees)
+    for p in (1, 2):
+        for tree in trees:
+            runs = ", ".join(f"{t:.2f}" for t in times[tree.label, p])
+            cpu = ", ".join(f"{c:.2f}" for c in cpus[tree.label, p])
+            print(
+                f"  parallelism {p}, {tree.label:<{width}}: best {best[tree.label, p]:.2f} s "
+                f"(runs: {runs}); node CPU s a job: {cpu}"
+            )
+    for tree in trees:
+        ratio = best[tree.label, 2] / best[tree.label, 1]
+        print(f"  ratio 2 / 1, {tree.label:<{width}}: {ratio:.2f} (target ≤ 0.60)")
+    print(f"  every answer the same matrix: {'yes' if len(digests) == 1 else 'NO'}")
+    if len(digests) != 1:
+        raise SystemExit(1)
+    if not database_url or baseline:
+        return  # (with a baseline: the two trees' schemas may differ, so no shared database)
     with tempfile.TemporaryDirectory() as folder:
         nodes = [
             Server(
@@ -931,6 +974,19 @@ def main():
         default=os.environ.get("XRUNTIME_TEST_DATABASE_URL"),
         help="with --parallel: also two nodes on this PostgreSQL database",
     )
+    parser.add_argument(
+        "--baseline-tree",
+        metavar="PATH",
+        help="with --parallel: another checkout of xruntime (e.g. a git worktree of an older "
+        "commit), its node on its own config and services measured in the same run, in "
+        "turns with this tree's, and printed beside it (no PostgreSQL nodes then)",
+    )
+    parser.add_argument(
+        "--baseline-python",
+        metavar="PATH",
+        help="the baseline's interpreter (default: PATH/.venv/bin/python if there is "
+        "one, else this one)",
+    )
     parser.add_argument("--bare", type=int, help=argparse.SUPPRESS)  # the subprocess
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -941,7 +997,8 @@ def main():
     # a SIGTERM unwinds like an exception, so every node is stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.parallel:
-        parallel(args.size, args.repeat, args.database_url, args.threads)
+        baseline = args.baseline_tree and baseline_tree(args.baseline_tree, args.baseline_python)
+        parallel(args.size, args.repeat, args.database_url, args.threads, baseline or None)
         return
     results = []
     for size in args.sizes:

@@ -290,9 +290,14 @@ def read_table(
     blob: bytes | memoryview,
 ) -> tuple[list[tuple[bytes | memoryview, int, int]], int]:
     """The pieces of a compact blob as written now: [(deflated, raw length, Adler-32)]
-    and where its zlib stream starts."""
-    entries, stream = table_of(lambda at, size: blob[at : at + size])
-    pieces = [(blob[at : at + n], length, checksum) for at, n, length, checksum in entries]
+    and where its zlib stream starts.  The pieces are views of the blob, never copies
+    (a child's result held as bytes, as a PostgreSQL store reads it, was copied whole
+    each time its head was read)."""
+    view = memoryview(blob).cast("B")
+    entries, stream = table_of(lambda at, size: view[at : at + size])
+    pieces: list[tuple[bytes | memoryview, int, int]] = [
+        (view[at : at + n], length, checksum) for at, n, length, checksum in entries
+    ]
     return pieces, stream
 
 

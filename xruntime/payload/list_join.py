@@ -450,7 +450,8 @@ def encoded_members(blob: bytes | memoryview, field: str) -> dict[str, bytes]:
     """The bytes of the encoded arrays (item code ``B``) in the top-level object
     ``field`` of a stored payload, by member name: a parent joins its children's
     encoded arrays from these, never decoding base64 (``arrays``)."""
-    blob = bytes(blob)
+    if not isinstance(blob, bytes):  # (a mapped file: decompressed from where it is)
+        blob = memoryview(blob).cast("B")
     if not form.is_compact(blob):  # (written as text: decoded)
         import base64
 
