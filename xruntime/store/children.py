@@ -133,7 +133,7 @@ class ChildJobs(Database):
         """Every finished child of the parent, in the order its function asked for them
         (stage, then place); ``located``: a result kept in result files as where it is
         (``Located``, for the parent's worker), not read."""
-        rows = self._rows("children_of", parent_id=parent_id)
+        rows = self._rows("children_of", binary=True, parent_id=parent_id)  # (their results)
         return [
             FinishedChild(
                 id=r[0],
