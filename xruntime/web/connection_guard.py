@@ -29,7 +29,7 @@ import collections
 import logging
 import resource
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -77,9 +77,9 @@ class _Event(asyncio.Event):
 
     def __init__(self) -> None:  # (not Event's: it makes the deque)
         self._value = False
-        self._waiters: collections.deque[asyncio.Future[bool]] | tuple[()] = ()
+        self._waiters = ()  # type: ignore[assignment]  # (iterated by set, no more)
 
-    async def wait(self) -> bool:
+    async def wait(self) -> Literal[True]:
         if not self._value and not self._waiters:
             self._waiters = collections.deque()
         return await super().wait()
