@@ -168,6 +168,28 @@ def test_a_body_sent_in_pieces_within_the_timeout_is_served(node):
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
 
 
+def test_pipelined_requests_are_answered_in_order(node):
+    """Requests sent behind one in progress, on one connection, wait in the connection's
+    queue (``connection_guard._Pipeline``) and are answered in the order sent."""
+    request = (
+        b"POST /services/rs/XRuntime/%s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 2\r\n%s\r\n{}"
+    )
+    sock = connect(node)
+    try:
+        sock.sendall(  # in one write: the second and third come while the first is served
+            request % (b"getRuntimeInformation", b"")
+            + request % (b"listJobs", b"")
+            + request % (b"getRuntimeInformation", b"Connection: close\r\n")
+        )
+        answer = answer_of(sock)
+    finally:
+        sock.close()
+    assert answer.count(b"HTTP/1.1 200 ") == 3, answer[:600]
+    first, second, third = answer.split(b"HTTP/1.1 200 ")[1:]
+    assert b'"version"' in first and b'"version"' not in second and b'"version"' in third
+
+
 def test_an_idle_keep_alive_connection_is_closed_after_keep_alive_timeout(node):
     conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=10)
     try:

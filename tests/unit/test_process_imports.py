@@ -55,3 +55,35 @@ def test_a_new_database_is_made_without_alembic(tmp_path):
         )
         == []
     )
+
+
+WORKER = """
+import multiprocessing.connection, xruntime.engine.worker
+from xruntime.author.registry import discover
+for service in discover().values():
+    for module in service.worker_imports:
+        __import__(module)
+"""
+
+SPYNE_UTIL = """
+import xruntime, spyne.util, urllib.request
+assert spyne.util.urlopen is not urllib.request.urlopen
+assert type(spyne.util.Request("http://127.0.0.1/")) is urllib.request.Request
+"""
+
+
+def test_a_worker_process_loads_no_http_client_nor_openssl():
+    # (spyne.util takes two names of urllib.request, which brings http.client, ssl and
+    # hashlib's OpenSSL: 6 MB in each worker; support.spyne_compat gives it stand-ins)
+    imported = imported_after(
+        f"exec({WORKER!r})", ["urllib.request", "http.client", "ssl", "hashlib"]
+    )
+    assert imported == []
+
+
+def test_the_command_line_loads_urllib_request_only_to_call_a_server():
+    assert imported_after("import xruntime.cli", ["urllib.request", "http.client"]) == []
+
+
+def test_spyne_util_s_names_of_urllib_request_call_the_real_module():
+    assert imported_after(f"exec({SPYNE_UTIL!r})", ["urllib.request"]) == ["urllib.request"]

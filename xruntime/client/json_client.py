@@ -13,12 +13,11 @@ What it answers:
 """
 
 import base64
+import functools
 import json
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable
-from http.client import HTTPMessage
 from typing import IO, Any, NoReturn
 
 DEFAULT_URL = "http://127.0.0.1:50000"
@@ -46,27 +45,34 @@ def authorization(user: str | None, token: str | None) -> str | None:
     return f"Bearer {token}"
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is never followed: urllib would send the Authorization header (the
-    token) to whatever host the answer names."""
+@functools.cache
+def _opener() -> Any:
+    """urllib's opener that never follows a redirect: urllib would send the
+    Authorization header (the token) to whatever host the answer names.  Made at the
+    first call: ``urllib.request`` brings ``http.client`` and ``ssl``, which a node's
+    main process, that imports this module for the command line's parser, never uses."""
+    import urllib.request
+    from http.client import HTTPMessage
 
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: HTTPMessage,
-        newurl: str,
-    ) -> NoReturn:
-        raise Unreachable(
-            f"{req.full_url} answered a redirect (HTTP {code}) to {newurl}; it is not "
-            "followed, so that your credentials go nowhere else: if that is the server, "
-            "give it with --url"
-        )
+    class NoRedirects(urllib.request.HTTPRedirectHandler):
+        def redirect_request(
+            self,
+            req: urllib.request.Request,
+            fp: IO[bytes],
+            code: int,
+            msg: str,
+            headers: HTTPMessage,
+            newurl: str,
+        ) -> NoReturn:
+            raise Unreachable(
+                f"{req.full_url} answered a redirect (HTTP {code}) to {newurl}; it is not "
+                "followed, so that your credentials go nowhere else: if that is the server, "
+                "give it with --url"
+            )
+
+    return urllib.request.build_opener(NoRedirects)
 
 
-_OPENER = urllib.request.build_opener(_NoRedirects)
 _LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 
@@ -102,9 +108,12 @@ class Client:
         """The answer of one operation (its decoded JSON), or ``Fault`` / ``Unreachable``."""
         url = f"{self.url}/services/rs/{service}/{operation}"
         body = json.dumps(request or {}).encode()
+        opener = _opener()
+        import urllib.request  # (imported by _opener)
+
         req = urllib.request.Request(url, data=body, headers=self.headers, method="POST")
         try:
-            with _OPENER.open(req, timeout=self.TIMEOUT) as answer:
+            with opener.open(req, timeout=self.TIMEOUT) as answer:
                 return _json_of(answer.read(), url, answer.status)
         except urllib.error.HTTPError as error:
             with error:

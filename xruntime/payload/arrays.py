@@ -19,7 +19,7 @@ of the compact form); the base64 is written only when an answer is.
 from __future__ import annotations
 
 import mmap
-import secrets
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -152,7 +152,9 @@ def _stored_encoded(
     import numpy as np
 
     object_type = original(object_member_type(type(given.response), given.field))
-    marks = {name: f"\x01{secrets.token_hex(16)}" for name in given.columns}
+    # (os.urandom as secrets.token_hex does: importing secrets loads OpenSSL's libcrypto
+    # through hashlib into every worker process)
+    marks = {name: f"\x01{os.urandom(16).hex()}" for name in given.columns}
     setattr(given.response, given.field, object_type(**marks))
     text = codec.dumps(codec.encode(given.response, declared))
     holes = sorted((text.index(codec.dumps(mark)), name) for name, mark in marks.items())

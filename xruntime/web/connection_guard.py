@@ -25,10 +25,11 @@ Each refusal is logged at most once per period.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import resource
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -69,6 +70,33 @@ def _file_room() -> int:
     return max(16, soft - 128) if soft != resource.RLIM_INFINITY else 1 << 30
 
 
+class _Event(asyncio.Event):
+    """asyncio's ``Event``, whose queue of waiters is made when one first waits.  uvicorn
+    makes two for each connection (its flow control's and the request's), and a held
+    watch waits on neither: an empty ``deque`` is a 600-byte block, 1.2 kB a watch."""
+
+    def __init__(self) -> None:  # (not Event's: it makes the deque)
+        self._value = False
+        self._waiters = ()  # type: ignore[assignment]  # (iterated by set, no more)
+
+    async def wait(self) -> Literal[True]:
+        if not self._value and not self._waiters:
+            self._waiters = collections.deque()
+        return await super().wait()
+
+
+class _Pipeline(list[Any]):
+    """uvicorn's queue of a connection's pipelined requests (``appendleft``, ``pop``,
+    truth) as a list: an empty list holds no block, an empty ``deque`` 600 bytes, on
+    every connection, for requests pipelined behind one in progress, which hardly any
+    client sends."""
+
+    __slots__ = ()
+
+    def appendleft(self, item: Any) -> None:
+        self.insert(0, item)
+
+
 def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol bounded by ``settings()`` (read at each use, so
     that a reload applies to the next connection)."""
@@ -96,6 +124,7 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            self.pipeline = _Pipeline()  # type: ignore[assignment]  # (its three uses)
             self.timeout_keep_alive = settings().keep_alive_timeout_ms / 1000  # type: ignore[assignment]  # call_later takes a float
             self._awaiting_headers, self._header_bytes = False, 0
             self._header_timer, self._waiting_since = None, 0.0
@@ -106,6 +135,8 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             limit = min(settings().max_connections, room)
             super().connection_made(transport)
+            writable = self.flow._is_writable_event = _Event()  # (as FlowControl's own)
+            writable.set()
             # an answer's start and body in one write (uvicorn's own make two)
             self.transport = Coalescing(transport, self.loop)  # type: ignore[assignment]
             if len(self.connections) > limit:
@@ -266,7 +297,10 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
             ):
                 self._too_large(limit)
                 raise _Refused  # the parser stops here: the request never starts
+            before = self.cycle
             super().on_headers_complete()
+            if self.cycle is not before:  # a new request: nothing waits on its event yet
+                self.cycle.message_event = _Event()
             self._in_body = True
 
         def on_message_complete(self):
