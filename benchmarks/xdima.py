@@ -907,9 +907,11 @@ def parallel(size, repeat, database_url=None, threads=None, baseline=None):
                 f"  parallelism {p}, {tree.label:<{width}}: best {best[tree.label, p]:.2f} s "
                 f"(runs: {runs}); node CPU s a job: {cpu}"
             )
+    # issue 36: ≤ 0.6 with one thread a job; with the default threads, never slower than 1
+    target = "≤ 0.60" if threads == 1 else "≤ 1.00: never slower" if threads is None else "none"
     for tree in trees:
         ratio = best[tree.label, 2] / best[tree.label, 1]
-        print(f"  ratio 2 / 1, {tree.label:<{width}}: {ratio:.2f} (target ≤ 0.60)")
+        print(f"  ratio 2 / 1, {tree.label:<{width}}: {ratio:.2f} (target {target})")
     print(f"  every answer the same matrix: {'yes' if len(digests) == 1 else 'NO'}")
     if len(digests) != 1:
         raise SystemExit(1)
