@@ -43,10 +43,11 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from ..protocol import states
 from ..protocol.faults import QuotaExceededFault
+from ..store import WouldWait
 from ..store.changes import MISSED
 from ..support import metrics
 from ..support.blocking import blocking
@@ -231,6 +232,19 @@ class JobWatch:
         snap = self.snapshot
         if snap is not None and (self.watches.closed or time.monotonic() - snap.read_at <= max_age):
             return snap
+        store = self.watches.store
+        if not self._reading and store.answers_at_once:  # read here: no task, no future
+            try:
+                with store.at_once():
+                    rec = store.peek(self.job_id)
+            except WouldWait:
+                pass  # (a read does not wait in WAL mode; should it, the task reads)
+            except Exception as exc:  # the database is away: every waiter answers it
+                self.failed(exc)
+                raise
+            else:
+                self._publish(Snapshot(rec))
+                return cast(Snapshot, self.snapshot)
         self.changed()
         fut: asyncio.Future[Snapshot] = asyncio.get_running_loop().create_future()
         self._readers.add(fut)  # a read always publishes, or raises
