@@ -15,7 +15,7 @@ this process's turn to write, made the loop's next writes meet a lock too.
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ..store import WouldWait
 from ..support.blocking import blocking
@@ -46,5 +46,16 @@ async def soon(store: "JobStore", fn: Callable[P, T], *args: P.args, **kwargs: P
             if not turns:
                 break
             turns -= 1
-            await asyncio.sleep(0)  # the loop's other work first: the lock may be gone then
+            try:
+                await asyncio.sleep(0)  # the loop's other work first: the lock may be gone then
+            except asyncio.CancelledError:  # its caller is gone: the work is still done,
+                # as work handed to the pool at once would be, its outcome to nobody
+                blocking(fn, *args, **kwargs).add_done_callback(_unheard)
+                raise
     return await blocking(fn, *args, **kwargs)
+
+
+def _unheard(done: "asyncio.Future[Any]") -> None:
+    """The outcome of work whose caller is gone, taken so that it is not logged."""
+    if not done.cancelled():
+        done.exception()
