@@ -91,3 +91,31 @@ def test_outside_at_once_a_write_waits_for_the_lock(store, locker):
     threading.Timer(0.05, lambda: locker.execute("ROLLBACK")).start()
     assert store.create(rec, 100)
     assert store.peek(rec.id).status == "QUEUING"
+
+
+def test_a_call_that_meets_a_short_lock_is_done_on_the_loop_once_the_lock_is_gone(store, locker):
+    """``operations.soon``: the call met another program's commit; it is tried again
+    after the loop's next turn, where the commit has ended, and stored once, without
+    a hop to the pool."""
+    import asyncio
+
+    from xruntime.operations.soon import soon
+    from xruntime.support.blocking import install
+
+    rec = new_record()
+    threads = []
+
+    def create():
+        threads.append(threading.current_thread())
+        return store.create(rec, 100)
+
+    async def call():
+        loop = asyncio.get_running_loop()
+        install(loop, 2)
+        locker.execute("BEGIN IMMEDIATE")
+        loop.call_soon(locker.execute, "ROLLBACK")  # (the other program's commit ends)
+        return await soon(store, create)
+
+    assert asyncio.run(call())
+    assert store.peek(rec.id).status == "QUEUING"
+    assert threads == [threading.main_thread()] * 2  # met the lock, then done: on the loop

@@ -70,6 +70,21 @@ LIST_LIMIT, LIST_LIMIT_MAX = 100, 1000  # listJobs' page size: by default, at mo
 VIEWS_INLINE = 64  # a watchJobs answer of more jobs is built in the pool for blocking work
 
 
+#: What spyne's ``Job()`` holds: every member, None.
+_BLANK_JOB = Job().__dict__.copy()
+
+
+def new_job(job_id: str, status: str, elapsed_ms: int) -> Job:
+    """``Job(id=job_id, status=status, elapsedTime=elapsed_ms)``, the same object made
+    without spyne's ``__init__``, which looks up every member's declaration on each call
+    (every start and every watch answers a Job)."""
+    job: Job = Job.__new__(Job)
+    members = job.__dict__
+    members.update(_BLANK_JOB)
+    members["id"], members["status"], members["elapsedTime"] = job_id, status, elapsed_ms
+    return job
+
+
 def asked_timeouts(request: XModel, limit_ms: int) -> tuple[int | None, ...]:
     """The (queueing, computation) timeouts in ms a start request asks for (None: not
     asked), each refused with InvalidValueFault below 0 or past ``limit_ms``, the
@@ -117,17 +132,17 @@ class JobManager:
         if rec is None:
             raise AssertionError("use unknown_job()")
         now = now_ms() if now is None else now
-        job = Job(id=rec.id, status=rec.status, elapsedTime=rec.elapsed_ms(now))
+        job = new_job(rec.id, rec.status, rec.elapsed_ms(now))
         if rec.progress and states.SHOWS_PROGRESS[Status(rec.status)]:
             job.progress = codec.decode(json.loads(rec.progress), JobProgress)
         return job
 
     @staticmethod
     def unknown_job(job_id: str) -> Job:
-        return Job(id=job_id, status=states.UNKNOWN, elapsedTime=0)
+        return new_job(job_id, states.UNKNOWN, 0)
 
     def _deleted_view(self, rec: JobRecord) -> Job:
-        return Job(id=rec.id, status=states.DELETED, elapsedTime=rec.elapsed_ms(now_ms()))
+        return new_job(rec.id, states.DELETED, rec.elapsed_ms(now_ms()))
 
     @staticmethod
     def _seen(rec: JobRecord | None, caller: Caller) -> JobRecord | None:
@@ -210,7 +225,7 @@ class JobManager:
             f" (user {caller.name})" if caller.name else "",
         )
         self.notifier.notify_queued()
-        return Job(id=rec.id, status=states.QUEUING, elapsedTime=0)
+        return new_job(rec.id, states.QUEUING, 0)
 
     def fetch(self, op: "LongOperation", job_id: str, caller: Caller = ANONYMOUS) -> XModel:
         """The response of a finished job (or its own fault), by the fetch rules."""

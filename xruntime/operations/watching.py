@@ -43,10 +43,11 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from ..protocol import states
 from ..protocol.faults import QuotaExceededFault
+from ..store import WouldWait
 from ..store.changes import MISSED
 from ..support import metrics
 from ..support.blocking import blocking
@@ -124,8 +125,37 @@ class JobWatch:
         if self._reading:
             self._again = True
             return
+        try:
+            if self._read_here():
+                return
+        except Exception:  # (its waiters answer the failure)
+            return
+        self._read_later()
+
+    def _read_later(self) -> None:
+        """A task reads the job (in the pool where the store may wait)."""
         self._reading = True
         asyncio.get_running_loop().create_task(self._read())
+
+    def _read_here(self) -> bool:
+        """On SQLite, read the job and publish it here, on the loop: no task, no future,
+        no turn of the loop between the change and the read (the same peek the task's
+        read runs on the loop under ``store.at_once()``).  False where the read would
+        wait (not in WAL mode; then the task reads); a failure is every waiter's answer,
+        and raised."""
+        store = self.watches.store
+        if not store.answers_at_once:
+            return False
+        try:
+            with store.at_once():
+                rec = store.peek(self.job_id)
+        except WouldWait:
+            return False
+        except Exception as exc:  # the database is away: every waiter answers it
+            self.failed(exc)
+            raise
+        self._publish(Snapshot(rec))
+        return True
 
     async def _read(self) -> None:
         try:
@@ -231,7 +261,12 @@ class JobWatch:
         snap = self.snapshot
         if snap is not None and (self.watches.closed or time.monotonic() - snap.read_at <= max_age):
             return snap
-        self.changed()
+        if self._reading:
+            self._again = True  # (read once more after the read under way)
+        elif self._read_here():
+            return cast(Snapshot, self.snapshot)
+        else:
+            self._read_later()
         fut: asyncio.Future[Snapshot] = asyncio.get_running_loop().create_future()
         self._readers.add(fut)  # a read always publishes, or raises
         try:

@@ -118,9 +118,29 @@ def recorded() -> dict:
     return _made
 
 
-def _make() -> dict:
-    from prometheus_client import Counter, Gauge, Histogram
+#: This process's id, as prometheus_client's multiprocess values ask for it at each
+#: write (``_pid``): kept here and renewed in a forked child, not a system call each time.
+_process_id = [os.getpid()]
 
+
+def _renew_process_id() -> None:
+    _process_id[0] = os.getpid()
+
+
+os.register_at_fork(after_in_child=_renew_process_id)
+
+
+def _pid() -> int:
+    return _process_id[0]
+
+
+def _make() -> dict:
+    from prometheus_client import Counter, Gauge, Histogram, values
+
+    if os.environ.get(MULTIPROC_ENV) and getattr(values.ValueClass, "_multiprocess", False):
+        # the same values, in the same files (named by the same id), but each write asks
+        # ``_pid`` whether the process forked, where os.getpid was a system call per write
+        values.ValueClass = values.MultiProcessValue(_pid)
     return {
         "requests": Counter(
             "xruntime_requests",
@@ -221,8 +241,8 @@ class _Answers:
         found = self._counts.get((binding, operation))
         if found is None:
             found = self._counts[(binding, operation)] = [0, 0.0, {}]
-        latency = _labelled("requests", "latency", binding, operation)[1]
-        bucket = bisect.bisect_left(latency._upper_bounds, seconds)  # its first bound >= seconds
+        # its first bound >= seconds (past the last: +Inf's, the histogram's last bucket)
+        bucket = bisect.bisect_left(REQUEST_BUCKETS, seconds)
         found[0] += 1
         found[1] += seconds
         found[2][bucket] = found[2].get(bucket, 0) + 1
@@ -233,7 +253,7 @@ class _Answers:
         counts, self._counts, self._loop = self._counts, {}, None
         for (binding, operation), (count, seconds, buckets) in counts.items():
             requests, latency = _labelled("requests", "latency", binding, operation)
-            requests.inc(count)
+            requests._value.inc(count)  # (Counter.inc's write, its checks left out: count > 0)
             # Histogram.observe's writes, for many observations at once
             latency._sum.inc(seconds)
             for bucket, n in buckets.items():
