@@ -207,10 +207,16 @@ def test_an_event_loop_receives_the_changes_itself(tmp_path):
         store.close()
 
 
+def datagrams_queued() -> int:
+    """The datagrams Linux queues on a Unix socket (``net.unix.max_dgram_qlen``)."""
+    with open("/proc/sys/net/unix/max_dgram_qlen") as f:
+        return int(f.read())
+
+
 def _blocked_then_reading(tmp_path, monkeypatch, count):
     """``count`` changes published, each in a datagram of its own, to a member whose
-    event loop does not read its socket meanwhile (Linux queues 10 datagrams for it);
-    answers every id it then hears once its loop reads again."""
+    event loop does not read its socket meanwhile (Linux queues ``datagrams_queued()``
+    of them); answers every id it then hears once its loop reads again."""
     import asyncio
 
     monkeypatch.setattr(feed_module, "INLINE_GAP_S", 0.0)  # each change sent at once, alone
@@ -248,7 +254,7 @@ def test_a_member_too_busy_to_read_hears_every_change_once_it_reads(tmp_path, mo
     """Under load an HTTP process's loop can be busy for longer than its socket's queue
     lasts: the changes it could not take are sent again, not dropped (a watch of a job
     whose end was dropped would answer only at its maximum polling period)."""
-    ids = [f"job-{i}" for i in range(60)]
+    ids = [f"job-{i}" for i in range(datagrams_queued() + 50)]  # (50 more than it queues)
     heard = _blocked_then_reading(tmp_path, monkeypatch, len(ids))
     assert set(heard) == set(ids)
 
@@ -257,6 +263,7 @@ def test_a_member_busy_for_too_long_is_told_it_missed_changes(tmp_path, monkeypa
     """Past HELD_MAX ids held for one member it is told MISSED (its watches read their
     jobs again) instead of every id."""
     monkeypatch.setattr(feed_module, "HELD_MAX", 20)
-    heard = _blocked_then_reading(tmp_path, monkeypatch, 60)
+    count = datagrams_queued() + 60  # (60 more than it queues: 40 past HELD_MAX)
+    heard = _blocked_then_reading(tmp_path, monkeypatch, count)
     assert heard[-1] == MISSED
-    assert len(heard) < 60
+    assert len(heard) < count
