@@ -221,39 +221,36 @@ class SocketFeed:
 
     def _send(self, ids: Iterable[str]) -> None:
         """The ids to every member (under ``_sending``); to a busy one, held."""
-        batches = list(_batches(self.origin, ids))
+        batches = self._encoded(ids)
         for address in list(self._members):
             if address in self._held:  # (it is sent what it holds first)
-                self._hold(address, (i for batch in batches for i in batch))
-                continue
-            for n, batch in enumerate(batches):
-                if not self._deliver(address, batch):
-                    self._hold(address, (i for later in batches[n:] for i in later))
-                    break
+                self._hold(address, (i for batch, _ in batches for i in batch))
+            else:
+                self._deliver(address, batches)
 
     def _send_held(self) -> None:
         """Each busy member what it holds, as far as it takes it (under ``_sending``)."""
         for address in list(self._held):
-            held = self._held.pop(address)
-            batches = list(_batches(self.origin, held))
-            for n, batch in enumerate(batches):
-                if not self._deliver(address, batch):
-                    self._hold(address, (i for later in batches[n:] for i in later))
-                    break
+            self._deliver(address, self._encoded(self._held.pop(address)))
 
-    def _deliver(self, address: str, batch: list[str]) -> bool:
-        """Send one datagram of ``batch`` to ``address``; False when the member is too
-        busy to take it now (its queue is full), True otherwise (sent, or the member is
-        gone and left out)."""
-        try:
-            self._outbox_socket.sendto(_datagram(self.origin, batch), address)
-        except (ConnectionRefusedError, FileNotFoundError):
-            self._leave_out(address)  # gone (killed), or not reachable from here
-        except BlockingIOError:
-            return False
-        except OSError as exc:
-            log.warning("could not send a job change: %s", exc)
-        return True
+    def _encoded(self, ids: Iterable[str]) -> list[tuple[list[str], bytes]]:
+        """The ids in batches, each with its datagram (made once, for every member)."""
+        return [(batch, _datagram(self.origin, batch)) for batch in _batches(self.origin, ids)]
+
+    def _deliver(self, address: str, batches: list[tuple[list[str], bytes]]) -> None:
+        """The datagrams to ``address`` in turn; from the first it is too busy to take
+        (its queue is full), the ids are held for it.  A member gone is left out."""
+        for n, (_, datagram) in enumerate(batches):
+            try:
+                self._outbox_socket.sendto(datagram, address)
+            except (ConnectionRefusedError, FileNotFoundError):
+                self._leave_out(address)  # gone (killed), or not reachable from here
+                return
+            except BlockingIOError:
+                self._hold(address, (i for later, _ in batches[n:] for i in later))
+                return
+            except OSError as exc:
+                log.warning("could not send a job change: %s", exc)
 
     def _hold(self, address: str, ids: Iterable[str]) -> None:
         """Keep ``ids`` for the busy member ``address``, up to HELD_MAX of them, past which
