@@ -155,21 +155,25 @@ def test_resume_only_after_every_child_finished(any_store):
 
 def test_work_waiting_tells_a_slot_what_it_may_find(any_store):
     """(A worker slot tries the claim and the resume, each a write, only where this read
-    says something is there.)"""
+    says something is there, and wakes another idle slot where it says more is: the
+    queued jobs are counted up to two.)"""
     store = any_store
-    assert store.work_waiting() == (False, False)
+    assert store.work_waiting() == (0, False)
     parent = running_parent(store)
-    assert store.work_waiting() == (False, False)  # the parent runs: nothing queued
-    kids = fan_out(store, parent, 2)
-    assert store.work_waiting() == (True, True)  # its children queued, the parent waits
-    for kid in kids:
-        claim_exactly(store, kid)
-    assert store.work_waiting() == (False, True)
+    assert store.work_waiting() == (0, False)  # the parent runs: nothing queued
+    kids = fan_out(store, parent, 3)
+    assert store.work_waiting() == (2, True)  # its children queued, the parent waits
+    claim_exactly(store, kids[0])
+    assert store.work_waiting() == (2, True)  # (two or more)
+    claim_exactly(store, kids[1])
+    assert store.work_waiting() == (1, True)
+    claim_exactly(store, kids[2])
+    assert store.work_waiting() == (0, True)
     for kid in kids:
         succeed(store, kid)
-    assert store.work_waiting() == (False, True)  # waits to be resumed
+    assert store.work_waiting() == (0, True)  # waits to be resumed
     assert store.resume(NODE, now_ms(), LEASE_MS).id == parent
-    assert store.work_waiting() == (False, False)
+    assert store.work_waiting() == (0, False)
 
 
 def test_a_stopped_waiting_parent_resumes_stopping(any_store):

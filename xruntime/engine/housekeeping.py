@@ -154,7 +154,7 @@ class Housekeeping(threading.Thread):
                 "job %s %s: its node died during %d attempts", r.id, Status.FAILED, r.attempts
             )
         self.sup.notifier.notify(r.id)
-        self.sup.work.set()
+        self.sup.work.ring()
 
     def fail_timed_out_queued(self, cfg: "Settings") -> None:
         sup = self.sup

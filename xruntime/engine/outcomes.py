@@ -247,7 +247,7 @@ class Outcomes:
             reason,
         )
         sup.notifier.notify(job.id)
-        sup.work.set()  # an idle slot learns the new due time from the store
+        sup.work.ring()  # an idle slot learns the new due time from the store
         return None
 
     def _wait_for_children(self, job: JobRecord, asked: ChildrenAsked) -> None:
@@ -323,7 +323,7 @@ class Outcomes:
         )
         sup.notifier.notify(job.id)
         sup.notifier.notify_queued()  # idle slots here and on other nodes claim them
-        sup.work.set()
+        sup.work.ring()
         if status == Status.STOPPING:
             stop_children(sup.store, sup.notifier, job.id, "its parent job was stopped")
 
@@ -382,7 +382,7 @@ class Outcomes:
                 stop_children(sup.store, sup.notifier, parent_id, "a sibling child job failed")
         except StoreUnavailable as exc:  # the count is only progress; the resume needs none
             outage_log.warning("job %s: its parent's progress is not updated: %s", job.id, exc)
-        sup.work.set()
+        sup.work.ring()
 
     # ---------------------------------------------------------------- letting go
 

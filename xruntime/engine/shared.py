@@ -1,5 +1,5 @@
 """What the parts of a node's supervisor share: the store, the notifier, the settings in
-force, the node's name, the "work may be waiting" event, whether the node is closing,
+force, the node's name, the bell that wakes idle slots (``work``), whether the node is closing,
 the stops and deletes no slot took yet, and the rules every part applies to a job run
 here (its limits, the run its writes are fenced by).
 
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from ..store import JobRecord, Run
 from .messages import StopReason
+from .work_bell import WorkBell
 
 if TYPE_CHECKING:
     from ..settings.config import Limits, Settings
@@ -51,7 +52,7 @@ class Shared:
         self.cleaner = cleaner
         self.services = list(services)  # the names of every service found (the registry's)
         self.mp = multiprocessing.get_context("spawn")
-        self.work = threading.Event()
+        self.work = WorkBell()  # rung where work may be waiting: wakes an idle slot
         self.closing = False
         self.signal_lock = threading.Lock()
         self.pending_signals: dict[str, PendingSignal] = {}  # by job id

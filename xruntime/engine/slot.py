@@ -66,6 +66,7 @@ class WorkerSlot(threading.Thread):
         self.worker: WorkerProcess | None = None
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
+        self._idle = threading.Event()  # set by the supervisor's bell (``Shared.work``)
         self.current: str | None = None  # id of the job being run
         self.claiming = False  # between a claim and ``current`` being set
         self.discard = False  # the job was deleted: erase instead of finishing
@@ -111,7 +112,7 @@ class WorkerSlot(threading.Thread):
                     continue
                 if sup.closing:  # it shut down while the worker started: claim nothing
                     break
-                sup.work.clear()
+                sup.work.looking()
                 self.claiming = True
                 claimed_at = now_ms()
                 queued, waiting = sup.store.work_waiting()  # (no write where none can win)
@@ -138,8 +139,12 @@ class WorkerSlot(threading.Thread):
                     )
                 if job is None:
                     self.claiming = False
-                    sup.work.wait(self._idle_wait(claimed_at) if queued else IDLE_CLAIM_PERIOD)
+                    sup.work.wait(
+                        self._idle, self._idle_wait(claimed_at) if queued else IDLE_CLAIM_PERIOD
+                    )
                     continue
+                if waiting or queued > 1:  # more than this slot took: the next idle one looks
+                    sup.work.ring()
                 self.execute(job, resumed)
             except StoreUnavailable as exc:  # the claim: nothing is held, wait for the store
                 self.claiming = False

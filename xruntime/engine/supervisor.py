@@ -83,7 +83,7 @@ class Supervisor(Shared):
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop taking jobs, hand running jobs back to the queue, end the workers."""
         self.closing = True
-        self.work.set()
+        self.work.ring_all()
         for slot in self.slots:
             slot.poke()
         deadline = time.monotonic() + timeout

@@ -86,7 +86,7 @@ class Node:
             self.store,
             f"{self.name}/main/{os.getpid()}",
             on_job=self.supervisor.changed_elsewhere,  # it acts on stops and deletes
-            on_queue=self.supervisor.work.set,
+            on_queue=self.supervisor.work.ring,
         )
         self.feed.forget(f"{self.name}/")  # what a killed previous run of this node left
         self.notifier.bridge = self.feed

@@ -210,13 +210,14 @@ class JobStore(ChildJobs, CallbackOutbox):
         params = {"node": node, "now_ms": now, "lease_until": now + lease_ms, "note": note_of(note)}
         return record_of(self._run(p, True, **params)[1])
 
-    def work_waiting(self) -> tuple[bool, bool]:
-        """(whether a job is queued, whether a parent waits for its children), read
-        without a write: a slot tries the claim and the resume, each a write
-        transaction, only where it may find something."""
+    def work_waiting(self) -> tuple[int, bool]:
+        """(how many jobs are queued: 0, 1, or 2 for two or more; whether a parent
+        waits for its children), read without a write: a slot tries the claim and the
+        resume, each a write transaction, only where it may find something, and wakes
+        another idle slot only where more than it takes waits (``engine.work_bell``)."""
         _, row = self._run("work_waiting", False)
-        assert row is not None  # (two EXISTS: always one row)
-        return bool(row["queued"]), bool(row["waiting"])
+        assert row is not None  # (a count and an EXISTS: always one row)
+        return int(row["queued"]), bool(row["waiting"])
 
     def next_due(self, now: int) -> int | None:
         """When the first job waiting for its retry may run (ms), or None."""

@@ -293,11 +293,16 @@ def prepared_statements() -> dict[str, tuple[Callable[[], Statement], list | Non
             ["id", "stage", "index", "service", "operation", "status", "result", "fault", "at"],
             None,
         ),
-        # whether a slot has anything to try (two index lookups, no write): a queued job
-        # (due or not), a parent waiting for its children (done or not)
+        # whether a slot has anything to try (two index lookups, no write): queued jobs
+        # (due or not), counted up to two, a parent waiting for its children (done or not)
         "work_waiting": (
             lambda: select(
-                exists().where(jobs.c.status == Status.QUEUING).label("queued"),
+                select(func.count())
+                .select_from(
+                    select(jobs.c.seq).where(jobs.c.status == Status.QUEUING).limit(2).subquery()
+                )
+                .scalar_subquery()
+                .label("queued"),
                 exists().where(jobs.c.waiting_for.is_not(None)).label("waiting"),
             ),
             ["queued", "waiting"],
