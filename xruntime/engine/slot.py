@@ -53,6 +53,12 @@ FAILED_SLOT_PAUSE = 0.5  # s a slot whose loop failed waits before it starts aga
 #: just before they return).  Watches answer progress no sooner than 250 ms after
 #: they arrive (docs/protocol.md §4), so none answers later for it.
 PROGRESS_SETTLE = 0.01
+#: s after its worker has a job that the job's RUNNING (a claim, a resume) is told on
+#: the change feed, unless the run ended, or reported progress, by then: that change is
+#: told instead, and carries it (a job of a few ms costs its watches one notice and one
+#: read, not two).  Watches answer a status change other than the end no sooner than
+#: 250 ms after they arrive (docs/protocol.md §4).
+RUNNING_SETTLE = 0.01
 
 
 class WorkerSlot(threading.Thread):
@@ -293,9 +299,8 @@ class WorkerSlot(threading.Thread):
                 ),
                 settings,
             )
-            # its change (RUNNING, a resumed run) goes out once the worker has its job:
-            # the run does not wait for the notices
-            sup.notifier.notify(job.id)
+            # its change (RUNNING, a resumed run) is told RUNNING_SETTLE after the worker
+            # has its job, unless the run's end or progress is told first (``_drive``)
             ending = self._drive(job, limits)
             if ending is not None:
                 self.outcomes.conclude(job, ending, deleted=self.discard)
@@ -318,13 +323,20 @@ class WorkerSlot(threading.Thread):
             )
         progress = None  # progress not yet written (the outcome may follow)
         progress_due = None  # when it is written, unless the outcome comes first
+        running_due: float | None = time.monotonic() + RUNNING_SETTLE  # (see RUNNING_SETTLE)
         ready = _Ready(worker.conn, worker.sentinel, self._wake_r)
         while True:
-            if progress_due is not None and time.monotonic() >= progress_due:
+            now = time.monotonic()
+            if progress_due is not None and now >= progress_due:
                 assert progress is not None  # (a due time is set only with a progress)
                 progress = self._write_progress(job, progress)
                 progress_due = None
-            due = [t for t in (deadline, self.kill_at, progress_due) if t is not None]
+                if progress is None:  # written (and told: its change tells the status too)
+                    running_due = None
+            if running_due is not None and now >= running_due:
+                sup.notifier.notify(job.id)
+                running_due = None
+            due = [t for t in (deadline, self.kill_at, progress_due, running_due) if t is not None]
             timeout = max(0.0, min(due) - time.monotonic()) if due else None
             message_in, ended, woken = ready.wait(timeout)
             if woken:
