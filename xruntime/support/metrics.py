@@ -221,22 +221,34 @@ class _Answers:
     at its end: each series once for all of them, not a request count, a latency sum
     and a bucket (three locked writes into the shared files) each.  The watchers woken
     by one job's end answer in one turn: 5 000 of them in a process wrote 15 000 times
-    (7 % of its time then, benchmarks/longpoll.py).  Off an event loop: at once."""
+    (7 % of its time then, benchmarks/longpoll.py).  Off an event loop: at once.
+
+    The running loop is asked for once per turn, not once per request: on Python 3.11
+    ``asyncio.get_running_loop`` makes a system call (getpid, to notice a fork) each
+    time, the one system call the node made per answer that a bare uvicorn app does not
+    (strace of the burst).  Later in the turn, the loop the counts wait on is the one
+    running when it still runs in the thread that asked (a thread runs one loop at a
+    time)."""
 
     def __init__(self) -> None:
         # (binding, operation) → [requests, their seconds, {latency bucket: requests}]
         self._counts: dict[tuple[str, str], list[Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = 0  # the thread ``_loop`` runs in
 
     def add(self, binding: str, operation: str, seconds: float) -> None:
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
+        loop = self._loop
+        if (
+            loop is None
+            or self._thread != threading.get_ident()
+            or not loop.is_running()
+            or not self._counts
+        ):
+            loop = _running_loop()
         if self._counts and loop is not self._loop:
             self.write()  # another loop's (a closed one's), or none's
         if not self._counts and loop is not None:
-            self._loop = loop
+            self._loop, self._thread = loop, threading.get_ident()
             loop.call_soon(self.write)
         found = self._counts.get((binding, operation))
         if found is None:
@@ -258,6 +270,13 @@ class _Answers:
             latency._sum.inc(seconds)
             for bucket, n in buckets.items():
                 latency._buckets[bucket].inc(n)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 _answers = _Answers()
