@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..support.logs import OncePerPeriod
-from .coalescing import Coalescing
+from .coalescing import Coalescing, Turn
 
 if TYPE_CHECKING:
     from ..settings.config import Settings
@@ -108,6 +108,12 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
     # pass over every connection at each new one (10 000 held watches made that the
     # node's main cost while they connected).
     awaiting: dict[GuardedProtocol, None] = {}
+    turns: list[Turn] = []  # the turn of the loop serving (one; a test's loops in turn)
+
+    def turn_of(loop: asyncio.AbstractEventLoop) -> Turn:
+        if not turns or turns[0].loop is not loop:
+            turns[:] = [Turn(loop)]
+        return turns[0]
 
     class GuardedProtocol(HttpToolsProtocol):
         # In slots: four more names in uvicorn's instance dict (27 of its own) would
@@ -138,7 +144,7 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
             writable = self.flow._is_writable_event = _Event()  # (as FlowControl's own)
             writable.set()
             # an answer's start and body in one write (uvicorn's own make two)
-            self.transport = Coalescing(transport, self.loop)  # type: ignore[assignment]
+            self.transport = Coalescing(transport, turn_of(self.loop))  # type: ignore[assignment]
             if len(self.connections) > limit:
                 if awaiting:  # the one that has waited longest for its headers
                     oldest = next(iter(awaiting))
