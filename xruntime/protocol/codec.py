@@ -78,6 +78,27 @@ def _orjson_may_differ(text: bytes) -> bool:
     return b"0e" in marked or b"0E" in marked or b"null" in text
 
 
+#: Digits in a row (all made 0) that only an integer of 19 digits or more has: a float
+#: as ``dumps`` writes it has 17 significant digits at most (an exponent past 16).
+_LONG_INTEGER = b"0" * 19
+
+
+def loads(text: str | bytes) -> Any:
+    """JSON text as ``json.loads`` reads it: by orjson (a child job's request of 4 500
+    locations: 3.6 → 1 ms, read by every child and twice by its parent) when its answer
+    cannot differ, that is when the text has no run of 19 digits or more (orjson reads
+    an integer past 64 bits as a float; any float it reads as Python does, correctly
+    rounded); by ``json.loads`` otherwise, and for what orjson refuses (NaN, an
+    infinity, a lone surrogate), which ``json.loads`` reads or refuses as it always did."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if _LONG_INTEGER not in data.translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
 def encode(value: XModel, declared: type[XModel] | None = None) -> dict[str, Any]:
     """A spyne model instance as plain JSON data (dicts, lists, str, int, ...)."""
     cls = type(value)
