@@ -527,3 +527,50 @@ def test_a_list_of_number_objects_encodes_as_each_item_alone_would(monkeypatch):
 )
 def test_dumps_writes_what_json_dumps_writes(data):
     assert codec.dumps(data) == json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":[1.5,-0.0,0.1,2.0,1e+16,1e-07,0.0001,true,false,null,5,-7,-0]}',
+        '{"big":1180591620717411303424,"neg":-9223372036854775809,"edge":18446744073709551615}',
+        '{"x":123456789012345678901.5,"s":"1234567890123456789012"}',
+        '{"nan":NaN,"inf":[Infinity,-Infinity],"over":1e400}',
+        '{"lone":"\\ud800","pair":"\\ud83d\\ude00","nul":"\\u0000","dup":1,"dup":2}',
+        '[{"longitude":6.123456789,"latitude":50.5}]',
+        '{"a": [1, 2] }',
+        "not JSON",
+    ],
+)
+def test_loads_reads_what_json_loads_reads(text):
+    """orjson where its answer cannot differ, json.loads otherwise: the same values
+    (an integer past 64 bits stays an int, NaN and lone surrogates are read) and the
+    same refusal."""
+
+    def read(loads):
+        try:
+            return repr(loads(text))
+        except ValueError as exc:
+            return type(exc).__name__
+
+    assert read(codec.loads) == read(json.loads)
+    assert read(lambda t: codec.loads(t.encode())) == read(json.loads)
+
+
+def test_loads_reads_every_float_as_json_loads_does():
+    """A request's coordinates (floats as ``dumps`` writes them, and with more digits
+    than a double holds) are the very doubles ``json.loads`` reads."""
+    import random
+    import struct
+
+    rng = random.Random(36)
+    floats = [
+        struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0] for _ in range(5000)
+    ]
+    floats = [f for f in floats if f == f and abs(f) != float("inf")]
+    floats += [rng.uniform(-180, 180) for _ in range(5000)]
+    texts = [json.dumps(floats), "[" + ",".join(f"{f:.25e}" for f in floats[:3000]) + "]"]
+    for text in texts:
+        assert [struct.pack("<d", f) for f in codec.loads(text)] == [
+            struct.pack("<d", f) for f in json.loads(text)
+        ]

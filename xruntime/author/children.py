@@ -125,7 +125,7 @@ class ChildOutcome:
         """The child's response object, or None when it failed.  Typed Any: it is of the
         child operation's own response type, which the service asking knows."""
         if self._result is None and self.stored is not None:
-            self._result = codec.decode(json.loads(unpack(self.stored)), self._response_type)
+            self._result = codec.decode(codec.loads(unpack(self.stored)), self._response_type)
         return self._result
 
     def encoded(self, field: str) -> dict[str, bytes]:
@@ -141,7 +141,7 @@ class ChildOutcome:
         as ``result``; None when the child failed."""
         if self.stored is None:
             return None
-        return codec.decode(json.loads(without_list(self.stored, field)), self._response_type)
+        return codec.decode(codec.loads(without_list(self.stored, field)), self._response_type)
 
 
 @dataclass

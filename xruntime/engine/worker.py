@@ -21,7 +21,6 @@ service's function, which logged it as the service's own (``node_gone``).
 
 import ctypes
 import importlib
-import json
 import logging
 import mmap
 import os
@@ -367,7 +366,7 @@ def run_one(
     )
     try:
         op = long_operation(service, operation)
-        request = codec.decode(json.loads(run.request), op.request)
+        request = codec.decode(codec.loads(run.request), op.request)
         response = op.function(request, job)
         given = response.response if isinstance(response, (Joined, Table)) else response
         if not isinstance(given, op.response):

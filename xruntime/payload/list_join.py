@@ -338,8 +338,12 @@ def _joined(
         binaries += part_binaries
         length += len(text)
     skeleton = "".join(texts)
-    shortest = len(skeleton) + sum(2 * count + 1 for _, _, count in index)
-    if not index or shortest <= form.COMPRESS_ABOVE:  # nothing packed, or small: as pack does
+    # (each array's text takes a character at least: no sum over a long index to learn
+    # that it is not small)
+    small = len(skeleton) + len(index) <= form.COMPRESS_ABOVE and (
+        len(skeleton) + sum(2 * count + 1 for _, _, count in index) <= form.COMPRESS_ABOVE
+    )
+    if not index or small:  # nothing packed, or small: as pack does
         body = b"".join(bytes(_bytes_of(binary)) for binary in binaries)
         offsets, offset = [], 0
         for _, code, count in index:
