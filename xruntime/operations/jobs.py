@@ -237,14 +237,16 @@ class JobManager:
         job_id: str,
         caller: Caller = ANONYMOUS,
         max_bytes: int | None = None,
+        mark: bool = True,
     ) -> str:
         """Like ``fetch``, but the response as the JSON text the worker stored: the
         codec's form of ``op.response``, exactly what ``codec.encode`` of the fetched
         response would give (the worker encoded it with the same declared type).  The
         JSON bindings write it as it is, so a large result is never built as spyne
         objects nor parsed and encoded again on the server's threads.  A result longer
-        than ``max_bytes`` is RejectedRequestFault, and the job is not marked fetched."""
-        result = self._fetched(op, job_id, caller, max_bytes, stored=False).result
+        than ``max_bytes`` is RejectedRequestFault, and the job is not marked fetched;
+        nor is it with ``mark`` False (the synchronous form, which erases it next)."""
+        result = self._fetched(op, job_id, caller, max_bytes, stored=False, mark=mark).result
         assert result is not None  # a SUCCEEDED job is stored with its result
         return result
 
@@ -269,9 +271,10 @@ class JobManager:
         caller: Caller,
         max_bytes: int | None,
         stored: bool,
+        mark: bool = True,
     ) -> JobRecord:
-        """The fetch rules: the record of a SUCCEEDED job, marked fetched; the fault of
-        a FAILED one raised; every other case its fault."""
+        """The fetch rules: the record of a SUCCEEDED job, marked fetched (unless
+        ``mark`` is False); the fault of a FAILED one raised; every other case its fault."""
         try:
             rec = self.store.get(
                 job_id,
@@ -300,7 +303,7 @@ class JobManager:
                 jobId=job_id,
                 status=rec.status,
             )
-        if rec.first_fetched_at is None:  # the fetched retention counts from here
+        if mark and rec.first_fetched_at is None:  # the fetched retention counts from here
             self.store.mark_fetched(job_id, now_ms())
         if decision == states.RAISE_STORED_FAULT:
             assert rec.fault is not None  # a FAILED job is stored with its fault
@@ -320,11 +323,13 @@ class JobManager:
         assert self.watches is not None  # an HTTP process's manager holds its watches
         job_id = (await self.start_soon(op, request, caller, size)).id
         await self.watches.until_final(job_id)
-        try:
+        try:  # (not marked fetched: it is erased next, and a write would be for nothing)
             try:  # a small result on the event loop; a larger one is read in the pool
-                return await soon(self.store, self.fetch_json, op, job_id, ANONYMOUS, INLINE_BYTES)
-            except RejectedRequestFault:  # longer than INLINE_BYTES: not marked fetched
-                return await blocking(self.fetch_json, op, job_id)
+                return await soon(
+                    self.store, self.fetch_json, op, job_id, ANONYMOUS, INLINE_BYTES, False
+                )
+            except RejectedRequestFault:  # longer than INLINE_BYTES
+                return await blocking(self.fetch_json, op, job_id, ANONYMOUS, None, False)
         finally:  # fetched or failed, the job is the caller's answer only
             await soon(self.store, self.store.erase, job_id, states.FINISHED)
 
