@@ -326,10 +326,10 @@ class JobManager:
         try:  # (not marked fetched: it is erased next, and a write would be for nothing)
             try:  # a small result on the event loop; a larger one is read in the pool
                 return await soon(
-                    self.store, self.fetch_json, op, job_id, ANONYMOUS, INLINE_BYTES, False
+                    self.store, self.fetch_json, op, job_id, max_bytes=INLINE_BYTES, mark=False
                 )
             except RejectedRequestFault:  # longer than INLINE_BYTES
-                return await blocking(self.fetch_json, op, job_id, ANONYMOUS, None, False)
+                return await blocking(self.fetch_json, op, job_id, mark=False)
         finally:  # fetched or failed, the job is the caller's answer only
             await soon(self.store, self.store.erase, job_id, states.FINISHED)
 

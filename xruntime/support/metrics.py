@@ -273,6 +273,7 @@ class _Answers:
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """This thread's running event loop; None off one."""
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
@@ -335,9 +336,8 @@ class HeldWatches:
     def _write_soon(self) -> None:
         if self._due:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not on an event loop: at once
+        loop = _running_loop()
+        if loop is None:  # not on an event loop: at once
             self._write()
             return
         self._due = True

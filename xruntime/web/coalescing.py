@@ -44,8 +44,7 @@ class Turn:
     def _end(self) -> None:
         due, self._due = self._due, None
         for connection in due or ():
-            if connection._held is not None:  # (not written on closing)
-                connection.flush()
+            connection.flush()  # (nothing left when it was written on closing)
 
 
 class Coalescing:
