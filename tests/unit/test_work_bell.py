@@ -87,3 +87,55 @@ def test_a_slot_whose_wait_timed_out_is_no_longer_idle():
     assert bell._idle == []
     bell.ring()  # (kept: no slot is idle)
     assert bell._rung
+
+
+def after_run(bell: WorkBell, saw_more: bool) -> tuple[threading.Thread, list]:
+    """A thread whose slot's run just ended, as ``WorkerSlot.run`` calls the bell; its
+    list gets what ``after_run`` answered (True: it went idle first)."""
+    answered: list = []
+    event = threading.Event()
+    thread = threading.Thread(
+        target=lambda: answered.append(bell.after_run(event, saw_more, LONG)), daemon=True
+    )
+    thread.start()
+    return thread, answered
+
+
+def test_after_a_run_a_slot_goes_idle_without_a_look_when_nothing_may_wait():
+    """(Every job queued since its look rang: a look would find nothing.)"""
+    bell = WorkBell()
+    bell.looking()
+    bell.seen(waiting=True, taken=True)  # its look found its own job, and no more
+    slot, answered = after_run(bell, saw_more=False)
+    wait_until_idle(bell, 1)
+    assert slot.is_alive() and answered == []
+    bell.ring()  # a job is queued: it wakes, and looks
+    slot.join(LONG / 2)
+    assert answered == [True]
+
+
+def test_after_a_run_a_slot_looks_at_once_where_work_may_wait_for_it():
+    bell = WorkBell()
+    assert bell.after_run(threading.Event(), True, LONG) is False  # its look saw more
+    bell.looking()
+    bell.ring()  # rang during the run, no slot idle: kept
+    slot, answered = after_run(bell, saw_more=False)
+    slot.join(LONG / 2)
+    assert answered == [True]  # (went idle, and was woken at once by the kept ring)
+
+
+def test_work_no_slot_could_take_makes_every_runs_end_look_until_a_look_finds_none():
+    """A user at their running limit: another slot's look found her next job and could
+    not take it; the end of her running job may free it, so that run's slot looks at
+    once rather than leaving it for an idle slot's next look."""
+    bell = WorkBell()
+    bell.seen(waiting=True, taken=False)
+    assert bell.after_run(threading.Event(), False, LONG) is False
+    bell.seen(waiting=True, taken=True)  # a look that took some: still held back
+    assert bell.after_run(threading.Event(), False, LONG) is False
+    bell.seen(waiting=False, taken=False)  # nothing waits at all any more
+    slot, answered = after_run(bell, saw_more=False)
+    wait_until_idle(bell, 1)
+    assert slot.is_alive()
+    bell.ring_all()
+    slot.join(LONG / 2)

@@ -109,6 +109,7 @@ class WorkerSlot(threading.Thread):
 
     def run(self) -> None:
         sup = self.sup
+        ran: bool | None = None  # after a run: whether the look that found it saw more
         while not sup.closing:
             job = None
             try:
@@ -118,6 +119,10 @@ class WorkerSlot(threading.Thread):
                     continue
                 if sup.closing:  # it shut down while the worker started: claim nothing
                     break
+                if ran is not None:
+                    saw_more, ran = ran, None
+                    if sup.work.after_run(self._idle, saw_more, IDLE_CLAIM_PERIOD):
+                        continue  # (idle until a ring or the period's end)
                 sup.work.looking()
                 self.claiming = True
                 claimed_at = now_ms()
@@ -143,13 +148,15 @@ class WorkerSlot(threading.Thread):
                         f"running on worker {self.index}",
                         between_owners=settings.auth.required,
                     )
+                sup.work.seen(bool(queued or waiting), job is not None)
                 if job is None:
                     self.claiming = False
                     sup.work.wait(
                         self._idle, self._idle_wait(claimed_at) if queued else IDLE_CLAIM_PERIOD
                     )
                     continue
-                if waiting or queued > 1:  # more than this slot took: the next idle one looks
+                ran = waiting or queued > 1
+                if ran:  # more than this slot took: the next idle one looks
                     sup.work.ring()
                 self.execute(job, resumed)
             except StoreUnavailable as exc:  # the claim: nothing is held, wait for the store

@@ -14,6 +14,13 @@ A ring while no slot is idle is kept, and a slot's look clears it (``looking``):
 slot that goes idle after a ring that came during its look looks again at once, so no
 job queued meanwhile waits for the slot's idle period.  ``ring_all`` wakes every slot
 (the node shuts down).
+
+A slot whose run ended looks again at once only where work may wait for it
+(``after_run``): the bell rang since its look, that look saw more than the job it took,
+or a look found work that no slot could take then (``seen``: a user at their running
+limit, a retry not yet due, a parent whose children run, a service not served here),
+which a run's end may free.  Otherwise it goes idle without a look, as every job queued
+since rang: at one client, that look was one read a job that found nothing.
 """
 
 import threading
@@ -26,6 +33,9 @@ class WorkBell:
         self._lock = threading.Lock()
         self._idle: list[threading.Event] = []  # idle slots' events, in the order they idled
         self._rung = False  # rung while no slot was idle, since the last look began
+        #: a look found work waiting that no slot could take then, and no look since
+        #: found none waiting at all (``seen``)
+        self.held_back = False
 
     def ring(self) -> None:
         """Work may be waiting: wake the slot that went idle last (or, when none is
@@ -47,6 +57,23 @@ class WorkBell:
     def looking(self) -> None:
         """A slot begins to look for work: what rang before is seen by this look."""
         self._rung = False
+
+    def seen(self, waiting: bool, taken: bool) -> None:
+        """What a slot's look found: whether work waited (a queued job, a parent waiting
+        for its children), and whether the slot took some."""
+        if waiting and not taken:  # kept until a look finds nothing waiting at all
+            self.held_back = True
+        elif not waiting:
+            self.held_back = False
+
+    def after_run(self, event: threading.Event, saw_more: bool, timeout: float) -> bool:
+        """A slot's run ended (``saw_more``: the look that found its job saw more work
+        than that job): False where it should look again at once; else it waits idle
+        as in ``wait`` first, and True."""
+        if saw_more or self.held_back:
+            return False
+        self.wait(event, timeout)
+        return True
 
     def wait(self, event: threading.Event, timeout: float) -> None:
         """Wait, idle, until a ring wakes ``event`` (the slot's own) or ``timeout`` s
