@@ -5,9 +5,11 @@ does not copy it into the database, and the checkpointer does, soon after."""
 import base64
 import json
 import os
+import sqlite3
 import time
 
 from tests.unit.conftest import sqlite_url
+from tests.unit.helpers import new_record
 from tests.unit.test_result_reader import finished
 from xruntime.payload.form import pack, unpack
 from xruntime.store import JobStore
@@ -58,3 +60,38 @@ def test_other_stores_checkpoint_at_commit_as_sqlite_does(tmp_path):
         assert sizes(tmp_path)[0] >= len(blob)
     finally:
         store.close()
+
+
+def wal_frames_after_steady_writes(tmp_path, restart_above):
+    """The WAL's frames after 3 000 job starts written one after the other while a
+    checkpointer runs every 5 ms, and the checkpointer: the writes never pause, as on
+    a busy node, so a checkpoint's copy is never complete when the next write begins."""
+    store = JobStore(sqlite_url(tmp_path), background_checkpoints=True)
+    checkpointer = WalCheckpointer(str(tmp_path / "db"), period=0.005, restart_above=restart_above)
+    checkpointer.start()
+    try:
+        for _ in range(3000):
+            store.create(new_record(), 0)
+        checkpointer.stop()
+        # (before the store closes: the last connection to close removes the WAL)
+        conn = sqlite3.connect(tmp_path / "db")
+        try:
+            _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        finally:
+            conn.close()
+    finally:
+        checkpointer.stop()
+        store.close()
+    return frames, checkpointer
+
+
+def test_under_steady_writes_the_wal_is_started_over(tmp_path):
+    """Copied PASSIVE alone (as the checkpointer did), the WAL only grew (by every
+    commit's pages, ~150 kB a job cycle on a node: gigabytes in minutes, each statement
+    slower as it grew); with RESTART past ``restart_above`` frames, it is started over."""
+    (tmp_path / "passive").mkdir()
+    (tmp_path / "restart").mkdir()
+    grown, _ = wal_frames_after_steady_writes(tmp_path / "passive", restart_above=10**9)
+    kept, checkpointer = wal_frames_after_steady_writes(tmp_path / "restart", restart_above=256)
+    assert checkpointer.restarts >= 1
+    assert kept * 4 < grown, (kept, grown)
