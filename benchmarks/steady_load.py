@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.cycle import kinds, load  # noqa: E402
-from benchmarks.longpoll import Tree, start_node  # noqa: E402
+from benchmarks.longpoll import Tree, baseline_tree, start_node  # noqa: E402
 from benchmarks.roundtrip import cpu_seconds  # noqa: E402
 from tests.harness import ROOT  # noqa: E402
 
@@ -89,12 +89,7 @@ def main():
     args = parser.parse_args()
     trees = [Tree("this tree", ROOT, sys.executable)]
     if args.baseline_tree:
-        base = os.path.abspath(args.baseline_tree)
-        venv_python = os.path.join(base, ".venv", "bin", "python")
-        python = args.baseline_python or (
-            venv_python if os.path.exists(venv_python) else sys.executable
-        )
-        trees.append(Tree("baseline", base, python))
+        trees.append(baseline_tree(args.baseline_tree, args.baseline_python))
     print(f"{args.clients} clients, one process; the machine has {os.cpu_count()} cores")
     for tree in trees:
         run(tree, args.clients, args.phases, args.seconds)
