@@ -75,8 +75,13 @@ def refused(call):
 
 def test_alice_past_her_held_watches_is_refused_while_bob_is_served(node):
     alice, bob = client(node, "alice"), client(node, "bob")
-    mine = [long_job(alice) for _ in range(2)]
+    # bob's job runs before hers start, and then stays as it is (one step of 600 s, no
+    # progress): his watch below has no change to answer before its maximum period.
+    # Started after hers, his job could take the second worker by fair shares at any
+    # moment, during that watch too, which then rightly answers at its update period.
     bobs = long_job(bob)
+    node.wait_status(bobs, "RUNNING")
+    mine = [long_job(alice) for _ in range(2)]
     held = [held_for(node, "alice", mine[i % 2], 4000) for i in range(ALICE_CALLS)]
     node.wait_held(ALICE_CALLS)
     for binding in ("json", "jsonrpc"):
