@@ -109,7 +109,7 @@ class WorkerSlot(threading.Thread):
 
     def run(self) -> None:
         sup = self.sup
-        ran: bool | None = None  # after a run: whether the look that found it saw more
+        saw_more: bool | None = None  # after a run: whether the look that found it saw more
         while not sup.closing:
             job = None
             try:
@@ -119,9 +119,9 @@ class WorkerSlot(threading.Thread):
                     continue
                 if sup.closing:  # it shut down while the worker started: claim nothing
                     break
-                if ran is not None:
-                    saw_more, ran = ran, None
-                    if sup.work.after_run(self._idle, saw_more, IDLE_CLAIM_PERIOD):
+                if saw_more is not None:
+                    more, saw_more = saw_more, None
+                    if sup.work.after_run(self._idle, more, IDLE_CLAIM_PERIOD):
                         continue  # (idle until a ring or the period's end)
                 sup.work.looking()
                 self.claiming = True
@@ -155,8 +155,8 @@ class WorkerSlot(threading.Thread):
                         self._idle, self._idle_wait(claimed_at) if queued else IDLE_CLAIM_PERIOD
                     )
                     continue
-                ran = waiting or queued > 1
-                if ran:  # more than this slot took: the next idle one looks
+                saw_more = waiting or queued > 1
+                if saw_more:  # more than this slot took: the next idle one looks
                     sup.work.ring()
                 self.execute(job, resumed)
             except StoreUnavailable as exc:  # the claim: nothing is held, wait for the store
