@@ -93,7 +93,7 @@ def test_a_large_table_is_written_straight_into_the_file_handed_over(tmp_path, e
     assert len(in_memory) > spill.SPILL_ABOVE
     spilling = spill.Spill(str(tmp_path), "job")
     stored = stored_table(matrix_table(encoded), xdima.DistanceMatrixResponse, spilling)
-    assert spilling.holds(stored)  # the file's mapping itself: no copy made in memory
+    assert spilling.holds(stored)  # the file itself: no copy made in memory
     del stored
     path = spilling.hand_over()
     assert os.path.dirname(path) == str(tmp_path)
@@ -116,9 +116,8 @@ def test_a_file_not_handed_over_is_removed(tmp_path):
 
 
 def test_a_table_that_finds_no_room_is_made_in_memory(tmp_path, monkeypatch):
-    """``/dev/shm`` full: the space is asked for before the file is mapped (a write to a
-    mapped page that a full tmpfs cannot give would kill the worker), and the form is
-    made in memory instead, no file left."""
+    """``/dev/shm`` full: the space is asked for before the form is composed, and the
+    form is made in memory instead, no file left."""
     from xruntime.payload.arrays import stored_table
     from xruntime_services import xdima
 

@@ -11,8 +11,9 @@ So a result takes one of three routes (``engine.worker``'s ``_result_message`` p
 and each has its reason:
 
 1. **the file it was made in** (``Spill``): a stored form written uncompressed (a
-   table's arrays, the usual large result) is composed straight into a mapped file,
-   never in the worker's memory, so nothing is copied on the way;
+   table's arrays, the usual large result) is composed straight into a file, a piece
+   at a time from the arrays themselves (``pwritev``), never whole in the worker's
+   memory, so nothing is copied on the way;
 2. **a file written after** (``spill``): a large form that had to be made in memory (a
    compressed one: its length is known only at the end) is written once into a file;
 3. **the pipe** (``Result``): a small form (``SPILL_ABOVE`` bytes at most, nearly every
@@ -34,7 +35,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from ..protocol.faults import InternalErrorFault
@@ -124,12 +125,11 @@ class Spill:
         # final: the folder is on the disk where the store keeps results (SQLite's)
         self.folder, self.job_id, self.final = folder, job_id, final
         self.path: str | None = None
-        self._mapped: mmap.mmap | None = None
-        self._fd: int | None = None
+        self._file: _SpillFile | None = None
         self._started = 0  # bytes whose writing out has been started
 
-    def buffer(self, size: int) -> bytearray | mmap.mmap:
-        """A buffer of ``size`` bytes: a new file, mapped, when it is larger than
+    def buffer(self, size: int) -> "bytearray | _SpillFile":
+        """Where a form of ``size`` bytes is written: a new file when it is larger than
         SPILL_ABOVE; else, or when no file can be made (``/dev/shm`` full), a bytearray."""
         if size <= SPILL_ABOVE or self.path is not None:
             return bytearray(size)
@@ -141,10 +141,8 @@ class Spill:
             log.warning("job %s: its result goes through the pipe: %s", self.job_id, exc)
             return bytearray(size)
         try:
-            # the space now: a write to a mapped page that a full tmpfs cannot give
-            # would kill the worker with SIGBUS
+            # the space now, before any work is spent on a form that finds no room
             os.posix_fallocate(fd, 0, size)
-            mapped = mmap.mmap(fd, size)
         except OSError as exc:
             os.close(fd)
             os.unlink(path)
@@ -152,28 +150,28 @@ class Spill:
                 raise NoRoom(size, exc) from exc
             log.warning("job %s: its result goes through the pipe: %s", self.job_id, exc)
             return bytearray(size)
-        self.path, self._mapped, self._fd = path, mapped, fd
-        return mapped
+        self.path, self._file = path, _SpillFile(fd)
+        return self._file
 
     def written(self, upto: int) -> None:
         """Start writing out the bytes written so far (a file on disk: the store keeps
         it, store/result_files.py), so that the disk works while the rest is composed:
         ``hand_over`` then waits for the last piece only."""
-        if self._fd is not None and upto > self._started:
+        if self._file is not None and upto > self._started:
             # (for a file's dirty pages: their writing out is started, nothing waits)
-            os.posix_fadvise(self._fd, self._started, upto - self._started, _WRITE_OUT)
+            os.posix_fadvise(self._file.fd, self._started, upto - self._started, _WRITE_OUT)
             self._started = upto
 
     def holds(self, stored: object) -> bool:
-        """Whether ``stored`` is this file's mapping."""
-        return self._mapped is not None and stored is self._mapped
+        """Whether ``stored`` is this file (as ``buffer`` answered it)."""
+        return self._file is not None and stored is self._file
 
     def hand_over(self) -> str:
-        """The file's path for the main process (``SpilledResult``), its mapping closed
-        here: its bytes on disk before its job can say SUCCEEDED (a store that keeps it
-        as a file refers to it then); in /dev/shm there is nothing to write."""
-        assert self._mapped is not None and self.path is not None
-        self._mapped.flush()
+        """The file's path for the main process (``SpilledResult``), closed here: its
+        bytes on disk before its job can say SUCCEEDED (a store that keeps it as a file
+        refers to it then); in /dev/shm there is nothing to write."""
+        assert self._file is not None and self.path is not None
+        os.fdatasync(self._file.fd)
         path = self.path
         self._close()
         self.path = None
@@ -190,15 +188,42 @@ class Spill:
             self.path = None
 
     def _close(self) -> None:
-        if self._mapped is not None:
-            try:
-                self._mapped.close()
-            except BufferError:  # a view of it is still held: unmapped when collected
-                pass
-            self._mapped = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._file is not None:
+            os.close(self._file.fd)
+            self._file = None
+
+
+#: The most buffers one ``pwritev`` takes (Linux: 1 024).
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+
+class _SpillFile:
+    """A spill file as ``compose_stored`` writes it (``payload.form.Written``): each
+    piece of the form, a few hundred buffers (its blocks' headers and slices of the
+    arrays), in one ``pwritev``.  The kernel copies them into the page cache in bulk;
+    written through a mapping, each of the file's pages was a page fault, and two workers
+    composing at once (a parent's two children) took twice as long each."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, at: int, parts: Sequence[bytes | memoryview]) -> None:
+        pending = [view for view in (memoryview(part).cast("B") for part in parts) if view]
+        first = 0
+        while first < len(pending):
+            done = os.pwritev(self.fd, pending[first : first + _IOV_MAX], at)
+            if done <= 0:
+                raise OSError(f"a write to a spill file wrote {done} bytes")
+            at += done
+            while done:  # (on from the first byte not written: a write may be short)
+                size = len(pending[first])
+                if done < size:
+                    pending[first] = pending[first][done:]
+                    break
+                done -= size
+                first += 1
 
 
 def spill(

@@ -18,7 +18,6 @@ of the compact form); the base64 is written only when an answer is.
 
 from __future__ import annotations
 
-import mmap
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -66,7 +65,7 @@ def list_item_type(response_type: type[XModel], field: str) -> type[XModel]:
 
 def stored_table(
     given: Table, declared: type[XModel], into: form.Output = form.IN_MEMORY
-) -> bytes | bytearray | mmap.mmap:
+) -> bytes | bytearray | form.Written:
     """The store's form of the table's response, as ``pack`` of its encoded text would
     be: every array packed as the compact form packs it (int32 when its values fit,
     else int64).  Arrays short enough that the compact form could keep them as text
@@ -145,7 +144,7 @@ def _rows_in_int32(column: NDArray[np.integer]) -> NDArray[np.bool_]:
 
 def _stored_encoded(
     given: Table, declared: type[XModel], into: form.Output
-) -> bytes | bytearray | mmap.mmap:
+) -> bytes | bytearray | form.Written:
     """The store's form of an encoded table's response: its text with each column's
     string cut out (found by a random mark put in its place), and the column's int32
     bytes kept as an item of code ``B`` there, which reads back as that string."""

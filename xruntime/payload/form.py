@@ -28,7 +28,6 @@ the parts of the form it works with (``cut_arrays``, ``read_table``, ``read_comp
 
 import base64
 import json
-import mmap
 import re
 import struct
 import sys
@@ -171,7 +170,7 @@ def _pack_compact(text: str) -> bytes | None:
     if _NUMBERS.search(text) is None:  # no array that could be packed: no scan
         return None
     skeleton, index, arrays = cut_arrays(text)
-    return bytes(compose(skeleton, index, arrays)) if index else None
+    return bytes(cast(bytearray, compose(skeleton, index, arrays))) if index else None
 
 
 def cut_arrays(text: str) -> tuple[str, list, list[array]]:
@@ -193,13 +192,22 @@ def cut_arrays(text: str) -> tuple[str, list, list[array]]:
     return "".join(skeleton), index, arrays
 
 
+class Written(Protocol):
+    """A stored form written elsewhere as it is made: in a worker, a file the main
+    process takes over (``engine/spill.py``)."""
+
+    def write(self, at: int, parts: Sequence[bytes | memoryview]) -> None:
+        """Write ``parts``, end to end, from byte ``at`` on."""
+        ...
+
+
 class Output(Protocol):
     """Where a stored form is written as it is made (``compose_stored``): in memory
     (``IN_MEMORY``), or, in a worker, a file the main process takes over
     (``engine/spill.py``), so that the form is not copied into one after."""
 
-    def buffer(self, size: int) -> bytearray | mmap.mmap:
-        """The buffer of exactly ``size`` bytes the form is written into."""
+    def buffer(self, size: int) -> "bytearray | Written":
+        """Where the form of exactly ``size`` bytes is written."""
         ...
 
     def written(self, upto: int) -> None:
@@ -225,7 +233,7 @@ def compose(
     index: list,
     binaries: Sequence[bytes | memoryview | array],
     into: Output = IN_MEMORY,
-) -> bytes | bytearray | mmap.mmap:
+) -> bytes | bytearray | Written:
     """The compact form of a skeleton, its index and its arrays' little-endian bytes:
     the index and skeleton one piece, the arrays' bytes pieces of PIECE_BYTES, compressed
     at level 1, or written as they are when that would not halve them
@@ -490,13 +498,13 @@ def compose_stored(
     index: list,
     sources: Sequence[bytes | memoryview | array],
     into: Output = IN_MEMORY,
-) -> bytearray | mmap.mmap:
+) -> bytearray | Written:
     """The compact form of a skeleton, its index and its arrays' little-endian bytes
     (``sources`` end to end), its arrays' pieces as deflate's stored blocks, written
-    straight into the one buffer returned (``into``'s, of its exact size): each
-    byte of the arrays is copied once (``compose`` joined them, then copied each piece
-    into zlib's output, then joined the pieces: a worker held four times a 5 000²
-    matrix).  Reads as any compact form."""
+    straight where ``into`` keeps it (a buffer of its exact size, or a file), a piece at
+    a time: each byte of the arrays is copied once (``compose`` joined them, then
+    copied each piece into zlib's output, then joined the pieces: a worker held four
+    times a 5 000² matrix).  Reads as any compact form."""
     head = deflate_piece(index_head(index) + skeleton.encode("utf-8"))
     head_length = sum(len(d) for d in head[0])
     total = sum(memoryview(s).nbytes for s in sources)
@@ -511,42 +519,54 @@ def compose_stored(
         + len(_FINAL_BLOCK)
         + 4
     )
-    view = memoryview(out)
-    out[: len(MAGIC)] = MAGIC
-    struct.pack_into("<I", out, len(MAGIC), count)
-    _PIECE.pack_into(out, len(MAGIC) + 4, head_length, head[2], head[1])
-    view[at : at + 2] = b"\x78\x01"  # the header zlib writes at level 1
-    at += 2
-    for part in head[0]:
-        view[at : at + len(part)] = part
-        at += len(part)
+    # the magic, the count and the pieces' table: written last, with their checksums
+    table = bytearray(at)
+    table[: len(MAGIC)] = MAGIC
+    struct.pack_into("<I", table, len(MAGIC), count)
+    _PIECE.pack_into(table, len(MAGIC) + 4, head_length, head[2], head[1])
+    parts: list[bytes | memoryview] = [b"\x78\x01", *head[0]]  # (zlib's header at level 1)
+    _put(out, at, parts)
+    at += sum(len(part) for part in parts)
     checksum = _adler32_combine(1, head[1], head[2])
     pending = iter(sources)
     current = memoryview(b"")
     for number, length in enumerate(lengths, 1):
         piece_checksum, start, left = 1, at, length
+        parts = []
         while left:
             block = min(left, _STORED_BLOCK)
-            struct.pack_into("<BHH", out, at, 0, block, block ^ 0xFFFF)  # not final, stored
-            at += 5
-            end = at + block
-            while at < end:
+            parts.append(struct.pack("<BHH", 0, block, block ^ 0xFFFF))  # not final, stored
+            need = block
+            while need:
                 if not current:
                     current = memoryview(next(pending)).cast("B")
-                taken = current[: end - at]
-                view[at : at + len(taken)] = taken
+                taken = current[:need]
+                parts.append(taken)
                 piece_checksum = zlib.adler32(taken, piece_checksum)
                 current = current[len(taken) :]
-                at += len(taken)
+                need -= len(taken)
+            at += 5 + block
             left -= block
+        _put(out, start, parts)
         _PIECE.pack_into(
-            out, len(MAGIC) + 4 + number * _PIECE.size, at - start, length, piece_checksum
+            table, len(MAGIC) + 4 + number * _PIECE.size, at - start, length, piece_checksum
         )
         checksum = _adler32_combine(checksum, piece_checksum, length)
         into.written(at)
-    view[at : at + len(_FINAL_BLOCK)] = _FINAL_BLOCK
-    struct.pack_into(">I", out, at + len(_FINAL_BLOCK), checksum)
+    _put(out, at, [_FINAL_BLOCK, struct.pack(">I", checksum)])
+    _put(out, 0, [memoryview(table)])
     return out
+
+
+def _put(out: bytearray | Written, at: int, parts: Sequence[bytes | memoryview]) -> None:
+    """Write ``parts``, end to end, into ``out`` from byte ``at`` on."""
+    if not isinstance(out, bytearray):
+        out.write(at, parts)
+        return
+    view = memoryview(out)
+    for part in parts:
+        view[at : at + len(part)] = part
+        at += len(part)
 
 
 def _adler32_combine(first: int, second: int, second_length: int) -> int:

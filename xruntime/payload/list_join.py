@@ -13,7 +13,6 @@ producing the whole list would have stored.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import re
 from array import array
@@ -222,7 +221,7 @@ def join_lists(
     field: str,
     parts: Iterable[bytes | memoryview],
     origins: Sequence[object] | None = None,
-) -> bytes | bytearray | mmap.mmap | form.Composite:
+) -> bytes | bytearray | form.Written | form.Composite:
     """The stored form of ``outer`` (compact JSON text of an object holding the member
     ``"<field>":[]``) with that list filled with the items of each stored part's own
     top-level list ``field``, in order: what one job producing the whole list would have
@@ -285,7 +284,7 @@ def fill_list(
     index: Sequence[list],
     binary: bytes | memoryview | list[memoryview],
     into: form.Output = form.IN_MEMORY,
-) -> bytes | bytearray | mmap.mmap:
+) -> bytes | bytearray | form.Written:
     """The stored form of ``outer`` (as for ``join_lists``) with its list ``field`` holding
     items given in the store's form: their skeleton ``text`` (items joined by commas,
     without the brackets), the ``index`` of their packed arrays (positions in ``text``)
@@ -310,7 +309,7 @@ def _joined(
     items: list[_Items],
     pool: Executor | _Inline,
     into: form.Output = form.IN_MEMORY,
-) -> bytes | bytearray | mmap.mmap | form.Composite:
+) -> bytes | bytearray | form.Written | form.Composite:
     """``outer`` with the items at ``start`` (its ``[]``), their packed arrays kept."""
     numbers = _joined_numbers(items)
     # (skeleton text, index, binaries: packed arrays, or items whose bytes are kept)
