@@ -515,6 +515,23 @@ def test_a_list_of_number_objects_encodes_as_each_item_alone_would(monkeypatch):
     assert '{"longitude":7.0}' in fast
 
 
+def test_requests_that_share_a_list_encode_as_each_alone_would():
+    """A parent's children share lists (XDima's: the destinations): encoded together
+    (``lists``), a shared list is encoded once, and each request's text is the one it
+    has alone."""
+    from xruntime_services.xdima.types import Location
+
+    shared = [Location(longitude=6.5, latitude=50), Location(longitude=7)]
+    first = CreateDistanceMatrixRequest(startLocations=shared[:1], destinationLocations=shared)
+    second = CreateDistanceMatrixRequest(startLocations=shared, destinationLocations=shared)
+    lists: dict = {}
+    together = [codec.encode(r, CreateDistanceMatrixRequest, lists) for r in (first, second)]
+    alone = [codec.encode(r, CreateDistanceMatrixRequest) for r in (first, second)]
+    assert [codec.dumps(e) for e in together] == [codec.dumps(e) for e in alone]
+    assert together[0]["destinationLocations"] is together[1]["destinationLocations"]
+    assert together[1]["startLocations"] is not together[0]["startLocations"]
+
+
 @pytest.mark.parametrize(
     "data",
     [

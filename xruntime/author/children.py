@@ -162,10 +162,13 @@ def _operation(find: FindOperation, service: str, name: str) -> ChildOperation:
     return op
 
 
-def describe(child: Child, find: FindOperation, settings: Settings) -> dict[str, Any]:
+def describe(
+    child: Child, find: FindOperation, settings: Settings, lists: dict | None = None
+) -> dict[str, Any]:
     """A child as the framework stores it; refuses an unknown operation, a request of
     the wrong type or one its operation's ``validate`` refuses under ``settings`` (the
-    node's in force when the parent's run started): the parent fails."""
+    node's in force when the parent's run started): the parent fails.  ``lists``: as
+    ``codec.encode`` takes it, for the children of one call, which often share lists."""
     op = _operation(find, child.service, child.operation)
     if not isinstance(child.request, op.request):
         raise TypeError(
@@ -178,7 +181,7 @@ def describe(child: Child, find: FindOperation, settings: Settings) -> dict[str,
         "service": op.service,
         "operation": op.name,
         "fetch_type": op.fetch_type,
-        "request": codec.dumps(codec.encode(child.request, op.request)),
+        "request": codec.dumps(codec.encode(child.request, op.request, lists)),
         "queueing_timeout": getattr(timeouts, "queueingTimeout", None) if timeouts else None,
         "computation_timeout": getattr(timeouts, "computationTimeout", None) if timeouts else None,
     }
@@ -220,9 +223,10 @@ class Stages:
                 raise stop_fault()
             if not children:
                 return []
+            lists: dict = {}  # (while ``children`` holds every list it names)
             raise WaitForChildren(
                 stage,
-                [describe(c, self._find, self._settings) for c in children],
+                [describe(c, self._find, self._settings, lists) for c in children],
                 failures == RAISE,
             )
         if [(c.service, c.operation) for c in done] != [(c.service, c.operation) for c in children]:

@@ -148,14 +148,16 @@ def integers_text(packed: array) -> str:
 
 
 @overload
-def pack(text: str) -> bytes: ...
+def pack(text: str, compress: bool = True) -> bytes: ...
 @overload
-def pack(text: None) -> None: ...
+def pack(text: None, compress: bool = True) -> None: ...
 @overload
-def pack(text: str | None) -> bytes | None: ...
-def pack(text: str | None) -> bytes | None:
+def pack(text: str | None, compress: bool = True) -> bytes | None: ...
+def pack(text: str | None, compress: bool = True) -> bytes | None:
     """JSON text as stored: plain UTF-8 when small, else compact when it holds long
-    numeric arrays, else zlib-compressed UTF-8."""
+    numeric arrays, else zlib-compressed UTF-8 (``compress``; else plain UTF-8 at any
+    size: what is kept briefly and read once, where the compression is the larger
+    cost)."""
     if text is None:
         return None
     if len(text) > COMPRESS_ABOVE:
@@ -163,7 +165,7 @@ def pack(text: str | None) -> bytes | None:
         if compact is not None:
             return compact
     data = text.encode("utf-8")
-    return zlib.compress(data, 1) if len(data) > COMPRESS_ABOVE else data
+    return zlib.compress(data, 1) if compress and len(data) > COMPRESS_ABOVE else data
 
 
 def _pack_compact(text: str) -> bytes | None:

@@ -100,8 +100,14 @@ def loads(text: str | bytes) -> Any:
     return json.loads(text)
 
 
-def encode(value: XModel, declared: type[XModel] | None = None) -> dict[str, Any]:
-    """A spyne model instance as plain JSON data (dicts, lists, str, int, ...)."""
+def encode(
+    value: XModel, declared: type[XModel] | None = None, lists: dict | None = None
+) -> dict[str, Any]:
+    """A spyne model instance as plain JSON data (dicts, lists, str, int, ...).
+    ``lists``: the lists encoded so far, by the list and its field's type, for several
+    values encoded together that share lists (the children of a parent: each of XDima's
+    holds the same 3 000 destinations): a list met again is encoded once.  Its owner
+    keeps the values alive meanwhile (an ``id`` is a list's only while it exists)."""
     cls = type(value)
     out: dict[str, Any] = {}
     if declared is None or cls is not original(declared) or is_polymorphic(cls):
@@ -111,11 +117,17 @@ def encode(value: XModel, declared: type[XModel] | None = None) -> dict[str, Any
         if v is None or isinstance(v, type):
             continue
         if f.many:
+            key = (id(v), f.type, f.kind)  # (what its encoding depends on)
+            if lists is not None and key in lists:
+                out[f.name] = lists[key]
+                continue
             plan = _numbers_plan(f.type) if f.kind == OBJ else None
             if plan is not None and not is_polymorphic(plan[0]):
                 out[f.name] = _encode_numbers_objects(v, f, plan)
             else:
                 out[f.name] = [_encode_value(item, f) for item in v]
+            if lists is not None:
+                lists[key] = out[f.name]
         else:
             out[f.name] = _encode_value(v, f)
     return out
