@@ -53,6 +53,7 @@ import random
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -898,20 +899,28 @@ def parallel(size, repeat, database_url=None, threads=None, baseline=None):
     for tree in trees:
         print(f"  {tree.label}: {tree.describe()}")
     best = {key: min(runs) for key, runs in times.items()}
+    middle = {key: statistics.median(runs) for key, runs in times.items()}
     width = max(len(tree.label) for tree in trees)
     for p in (1, 2):
         for tree in trees:
             runs = ", ".join(f"{t:.2f}" for t in times[tree.label, p])
             cpu = ", ".join(f"{c:.2f}" for c in cpus[tree.label, p])
             print(
-                f"  parallelism {p}, {tree.label:<{width}}: best {best[tree.label, p]:.2f} s "
-                f"(runs: {runs}); node CPU s a job: {cpu}"
+                f"  parallelism {p}, {tree.label:<{width}}: best {best[tree.label, p]:.2f} s, "
+                f"median {middle[tree.label, p]:.2f} s (runs: {runs}); node CPU s a job: {cpu}"
             )
-    # issue 36: ≤ 0.6 with one thread a job; with the default threads, never slower than 1
+    # issue 36: ≤ 0.6 with one thread a job; with the default threads, never slower than 1.
+    # The best runs' ratio is the target's; the medians' is printed beside it, since on a
+    # machine whose speed wanders (the same job's CPU time by ±25 %) one lucky run of
+    # parallelism 1 moves the best ratio more than any change does.
     target = "≤ 0.60" if threads == 1 else "≤ 1.00: never slower" if threads is None else "none"
     for tree in trees:
         ratio = best[tree.label, 2] / best[tree.label, 1]
-        print(f"  ratio 2 / 1, {tree.label:<{width}}: {ratio:.2f} (target {target})")
+        of_medians = middle[tree.label, 2] / middle[tree.label, 1]
+        print(
+            f"  ratio 2 / 1, {tree.label:<{width}}: {ratio:.2f} of the best runs, "
+            f"{of_medians:.2f} of the medians (target {target})"
+        )
     print(f"  every answer the same matrix: {'yes' if len(digests) == 1 else 'NO'}")
     if len(digests) != 1:
         raise SystemExit(1)
