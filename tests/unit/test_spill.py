@@ -103,6 +103,37 @@ def test_a_large_table_is_written_straight_into_the_file_handed_over(tmp_path, e
     assert os.path.exists(path)
 
 
+def test_a_form_written_in_short_writes_and_many_buffers_is_whole(tmp_path, monkeypatch):
+    """The file takes a piece's buffers in as many ``pwritev`` calls as the kernel
+    allows buffers (``_IOV_MAX``), and goes on from the first byte a short write left
+    out: what is read back is every buffer, end to end, each at its place."""
+    from xruntime.payload.arrays import stored_table
+    from xruntime_services import xdima
+
+    in_memory = stored_table(matrix_table(), xdima.DistanceMatrixResponse)
+    real_pwritev, calls = os.pwritev, []
+
+    def short(fd, buffers, offset):  # at most 5 buffers and 99 999 bytes a call
+        calls.append(len(buffers))
+        taken, size = [], 0
+        for buffer in buffers[:5]:
+            piece = memoryview(buffer)[: 4_999 - size]
+            taken.append(piece)
+            size += len(piece)
+            if size == 4_999:
+                break
+        return real_pwritev(fd, taken, offset)
+
+    monkeypatch.setattr(spill.os, "pwritev", short)
+    monkeypatch.setattr(spill, "_IOV_MAX", 7)
+    spilling = spill.Spill(str(tmp_path), "job")
+    stored = stored_table(matrix_table(), xdima.DistanceMatrixResponse, spilling)
+    assert spilling.holds(stored)
+    with open(spilling.hand_over(), "rb") as f:
+        assert f.read() == in_memory
+    assert max(calls) == 7 and len(calls) > len(in_memory) // 4_999
+
+
 def test_a_file_not_handed_over_is_removed(tmp_path):
     from xruntime.payload.arrays import stored_table
     from xruntime_services import xdima
