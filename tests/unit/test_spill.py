@@ -113,7 +113,7 @@ def test_a_form_written_in_short_writes_and_many_buffers_is_whole(tmp_path, monk
     in_memory = stored_table(matrix_table(), xdima.DistanceMatrixResponse)
     real_pwritev, calls = os.pwritev, []
 
-    def short(fd, buffers, offset):  # at most 5 buffers and 99 999 bytes a call
+    def short(fd, buffers, offset):  # at most 5 buffers and 4 999 bytes a call
         calls.append(len(buffers))
         taken, size = [], 0
         for buffer in buffers[:5]:
