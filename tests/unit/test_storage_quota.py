@@ -14,7 +14,8 @@ from xruntime.operations.storage_quota import StoredBytesQuota
 from xruntime.payload.form import COMPRESS_ABOVE, pack
 from xruntime.protocol.faults import QuotaExceededFault
 from xruntime.settings import config
-from xruntime.store import JobStore, now_ms
+from xruntime.store import JobStore, Room, now_ms
+from xruntime.store.result_files import ResultFile
 
 from .conftest import sqlite_url
 from .helpers import LEASE_MS, NODE, new_record
@@ -70,6 +71,74 @@ def test_an_unfinished_jobs_result_bound_counts_until_it_ends(any_store):
     assert store.finish(job.id, "SUCCEEDED", now_ms(), result='{"small":1}')
     assert store.stored_bytes("alice") == stored(job.request, '{"small":1}')  # what it stored
     assert store.stored_bytes("bob") == 0
+
+
+def test_a_start_is_inserted_only_while_its_bound_fits_the_owners_limit(any_store):
+    store = any_store
+    job = new_record(owner="alice")
+    job.result_bound = 1000
+    assert store.create(job, 0, max_stored=1000)  # nothing stored yet, and its bound: within
+    figure = store.stored_bytes("alice")
+    assert figure == stored(job.request) + 1000
+    second = new_record(owner="alice")
+    second.result_bound = 1000
+    assert not store.create(second, 10, max_stored=figure + 999)  # its bound passes it
+    assert store.get(second.id) is None and store.stored_bytes("alice") == figure  # nothing stored
+    assert store.create(second, 10, max_stored=figure + 1000)  # within
+    bobs = new_record(owner="bob")
+    bobs.result_bound = 1000
+    assert store.create(bobs, 10, max_stored=1000)  # another owner's figure is apart
+
+
+@pytest.mark.parametrize("size", [100, 300_000])  # in the job's row; in a row of its own
+def test_a_result_is_stored_only_within_its_owners_room(any_store, size):
+    store = any_store
+    job = new_record(owner="alice")
+    job.result_bound = 1000
+    assert store.create(job, 0)
+    other = new_record(owner="alice")  # another job of hers, queued: its bound counts
+    other.result_bound = 5000
+    assert store.create(other, 0)
+    before = store.stored_bytes("alice")
+    run = store.claim(NODE, now_ms(), LEASE_MS)
+    assert run.id == job.id
+    result = json.dumps({"text": os.urandom(size // 2).hex()})
+    taking = len(pack(result))
+    fits = before - 1000 + taking  # her figure once it is stored
+    too_small = Room("alice", 1000, fits - 1)
+    assert not store.finish(job.id, "SUCCEEDED", now_ms(), result=result, room=too_small)
+    assert store.get(job.id).status == "RUNNING"  # refused: nothing changed
+    assert store.stored_bytes("alice") == before
+    assert store.finish(
+        job.id, "SUCCEEDED", now_ms(), result=result, room=Room("alice", 1000, fits)
+    )
+    done = store.get(job.id)
+    assert done.status == "SUCCEEDED" and json.loads(done.result) == json.loads(result)
+    assert store.stored_bytes("alice") == fits
+
+
+def test_a_result_file_is_stored_only_within_its_owners_room(tmp_path):
+    store = JobStore(sqlite_url(tmp_path))
+    try:
+        job = new_record(owner="alice")
+        job.result_bound = 10
+        assert store.create(job, 0)
+        assert store.claim(NODE, now_ms(), LEASE_MS).id == job.id
+        stored_form = pack(json.dumps({"text": "x" * 2_000_000}))
+        path = tmp_path / "spilled"
+        path.write_bytes(stored_form)
+        fits = store.stored_bytes("alice") - 10 + len(stored_form)
+        file = ResultFile(str(path), len(stored_form))
+        room = Room("alice", 10, fits - 1)
+        assert not store.finish(job.id, "SUCCEEDED", now_ms(), result=file, room=room)
+        assert path.exists()  # still the caller's, where it was
+        assert store.get(job.id).status == "RUNNING"
+        room = Room("alice", 10, fits)
+        assert store.finish(job.id, "SUCCEEDED", now_ms(), result=file, room=room)
+        assert not path.exists()  # taken in
+        assert store.stored_bytes("alice") == fits
+    finally:
+        store.close()
 
 
 def test_an_old_database_is_measured_too(tmp_path):

@@ -30,7 +30,7 @@ from ..protocol.faults import (
     XServerFault,
 )
 from ..protocol.states import Status
-from ..store import JobRecord, QueueFull, QueueLimit, StoreFull, StoreUnavailable, now_ms
+from ..store import JobRecord, QueueFull, QueueLimit, Room, StoreFull, StoreUnavailable, now_ms
 from ..store.result_files import ComposedFile, ResultFile
 from ..support import metrics
 from . import spill
@@ -144,35 +144,40 @@ class Outcomes:
                 return
             outcome = Failure(fault)
         assert not isinstance(outcome, (SpilledResult, ComposedResult))  # (see ``conclude``)
+        won: bool | None = None
         if isinstance(outcome, Result):
-            refused = self._past_stored_limit(job, outcome)
-            if refused is not None:
-                log.warning("job %s: %s", job.id, refused.message)
-                outcome = Failure(fault_json(refused))
+            result, room = outcome, self._room_of(job)
+            try:
+                won = self._store_result(job, result, progress, room)
+                if won is False and room is not None:  # past the limit, or not this run's
+                    refused = self._past_stored_limit(job, result)
+                    if refused is None:  # no longer this run's, or the figure fell since
+                        won = self._store_result(job, result, progress, None)
+                    else:
+                        log.warning("job %s: %s", job.id, refused.message)
+                        outcome = Failure(fault_json(refused))
+            except StoreFull as full:  # the room a result needs may never come: it fails
+                log.warning(
+                    "job %s: no room for its result on the job store's disk: %s", job.id, full
+                )
+                fault = spill.no_room_fault(_size_of(result.stored), str(full))
+                self.fail(job, fault, "no room for its result")
+                return
         if isinstance(outcome, Result):
-            status, result, fault = Status.SUCCEEDED, outcome.stored, None
+            status = Status.SUCCEEDED
         else:
-            status, result, fault = Status.FAILED, None, outcome.fault
-        try:
+            status, failure = Status.FAILED, outcome
             won = self.persist(
                 lambda: sup.store.finish(
                     job.id,
                     status,
                     now_ms(),
-                    result=result,
-                    fault=fault,
+                    fault=failure.fault,
                     progress=progress,
                     run=sup.run_of(job),
                 ),
                 f"the outcome of job {job.id}",
-                full_is_final=result is not None,
             )
-        except StoreFull as full:  # the room a result needs may never come: its job fails
-            assert result is not None  # (only a result's write raises it)
-            log.warning("job %s: no room for its result on the job store's disk: %s", job.id, full)
-            fault = spill.no_room_fault(_size_of(result), str(full))
-            self.fail(job, fault, "no room for its result")
-            return
         if won is None:  # given up at shutdown: recovered later
             return
         if not won:  # deleted while it finished, or no longer this run's
@@ -180,16 +185,46 @@ class Outcomes:
             return
         self._finished(job, True, status)
 
-    def _past_stored_limit(self, job: JobRecord, result: Result) -> QuotaExceededFault | None:
-        """The fault that fails ``job`` instead of storing ``result`` when the result
-        would take its user past ``max_stored_bytes`` (operations/storage_quota.py): the
-        service's bound was wrong, or the limit was lowered since the start.  A child's
-        result is stored (its parent's bound counted for it); so is one whose user's
-        figure cannot be read now (the store is away: the write waits for it anyway)."""
+    def _store_result(
+        self, job: JobRecord, result: Result, progress: str | None, room: Room | None
+    ) -> bool | None:
+        """The job SUCCEEDED with ``result``, stored within ``room`` (``JobStore.finish``);
+        StoreFull when the store's disk has no room for it."""
+        sup = self.sup
+        return self.persist(
+            lambda: sup.store.finish(
+                job.id,
+                Status.SUCCEEDED,
+                now_ms(),
+                result=result.stored,
+                progress=progress,
+                run=sup.run_of(job),
+                room=room,
+            ),
+            f"the outcome of job {job.id}",
+            full_is_final=True,
+        )
+
+    def _room_of(self, job: JobRecord) -> Room | None:
+        """What ``job``'s result must fit in: its user's ``max_stored_bytes``
+        (operations/storage_quota.py), checked by the write that stores it; None without
+        a limit, and for a child (its parent's bound counted for its result)."""
         limit = self.sup.settings().stored_bytes_limit(job.owner)
         if not limit or job.parent_id is not None:
             return None
-        size = _size_of(result.stored)
+        return Room(job.owner, job.result_bound, limit)
+
+    def _past_stored_limit(self, job: JobRecord, result: Result) -> QuotaExceededFault | None:
+        """The fault that fails ``job`` instead of storing ``result`` when the result
+        would take its user past ``max_stored_bytes`` (operations/storage_quota.py): the
+        service's bound was wrong, or the limit was lowered since the start.  Read once
+        the write within its room (``_room_of``) was refused, to tell that from a job
+        that is no longer this run's.  A result is stored when its user's figure cannot
+        be read now (the store is away: the write waits for it anyway)."""
+        room = self._room_of(job)
+        if room is None:
+            return None
+        limit, size = room.limit, _size_of(result.stored)
         try:
             others = self.sup.store.stored_bytes(job.owner) - job.result_bound
         except StoreUnavailable:

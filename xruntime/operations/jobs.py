@@ -183,7 +183,7 @@ class JobManager:
                 "(docs/operations.md, 'A full disk'), or deleteJob frees what your jobs keep.",
             )
         bound = op.result_bound(request)
-        self.stored_quota.check(caller.name, settings.stored_bytes_limit(caller.name), bound)
+        stored_limit = settings.stored_bytes_limit(caller.name)  # (checked by the insert)
         queueing, computation = asked_timeouts(
             request, settings.jobs_for(op.service).max_request_timeout_ms
         )
@@ -207,16 +207,20 @@ class JobManager:
         )
         max_queued, scope = settings.queue_limit(op.service)
         own_max = settings.quota_of(caller.name, op.service).max_queued
-        if not self.store.create(rec, max_queued, scope, owner_max_queued=own_max):
+        for attempt in range(2):  # refused: read which limit refused it
+            if self.store.create(rec, max_queued, scope, own_max, stored_limit):
+                break
+            self.stored_quota.check(caller.name, stored_limit, bound)
             if own_max and self.store.count_queued(op.service, caller.name) >= own_max:
                 raise QuotaExceededFault(
                     f"you have {own_max} {op.service} jobs queued already, your limit; this one "
                     "was refused"
                 )
-            raise QueueOverflowFault(
-                f"{max_queued} jobs are queued already; this one was refused",
-                hint="Try again later, when fewer jobs are waiting.",
-            )
+            if attempt or not stored_limit:  # (else the stored bytes may have fallen since)
+                raise QueueOverflowFault(
+                    f"{max_queued} jobs are queued already; this one was refused",
+                    hint="Try again later, when fewer jobs are waiting.",
+                )
         log.debug(  # every job's: at DEBUG, not paid for on every start (its history keeps it)
             "job %s %s.%s QUEUING%s",
             rec.id,

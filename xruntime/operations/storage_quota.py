@@ -10,6 +10,11 @@ A result past the limit when its job ends fails that job instead of being stored
 (``engine.outcomes``): a service's bound may be wrong, or the limit lowered meanwhile.
 Child jobs count as their results are stored, not before (their parent's bound counts
 for the whole).  Refused, nothing is stored.
+
+The store checks the limit as part of the write (``JobStore.create``'s ``max_stored``;
+on SQLite a condition of the insert itself, on the running total ``owner_bytes``);
+``StoredBytesQuota`` reads the figure once a start was refused, to tell a start past it
+from one past a queue's limit, and to say by how much.
 """
 
 from typing import TYPE_CHECKING
@@ -31,7 +36,8 @@ class StoredBytesQuota:
 
     def check(self, owner: str, limit: int, bound: int) -> None:
         """Refuse a start of ``owner`` whose result may take ``bound`` bytes when that
-        passes ``limit`` (0: no limit) with what they store and may store already."""
+        passes ``limit`` (0: no limit) with what they store and may store already (read
+        now: after the store refused the start)."""
         if not limit:
             return
         stored = self.store.stored_bytes(owner)

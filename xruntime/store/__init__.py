@@ -23,6 +23,7 @@ from .records import (
     QueueFull,
     QueueLimit,
     Recovered,
+    Room,
     Run,
 )
 from .unavailable import StoreFull, StoreUnavailable, WouldWait
@@ -56,6 +57,7 @@ __all__ = [
     "QueueFull",
     "QueueLimit",
     "Recovered",
+    "Room",
     "Run",
     "StoreFull",
     "StoreUnavailable",

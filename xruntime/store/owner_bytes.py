@@ -8,7 +8,8 @@ delivered take (``schema.OUTBOX_BYTES``), and what their unfinished jobs may sti
 a node that keeps each job for hours paid it twice a cycle, more than all the rest of
 the store's work.  On SQLite the table ``owner_bytes`` holds the same figure per owner,
 kept by triggers in the statements that change a row (a job's payloads, its status or
-bound, a large result, an outbox row), so the check reads one row.
+bound, a large result, an outbox row), so the check reads one row, and is a condition
+of the write that stores (``within``): no read of its own.
 
 The table and its triggers are made where the schema is made, with the figures of the
 rows already there (``install``), in the schema's own transaction: a database made by
@@ -22,6 +23,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Select, bindparam, column, func, select, table, text
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql import ColumnElement
 
 from .schema import OUTBOX_ROW_BYTES
 from .statements import UNFINISHED
@@ -111,13 +113,22 @@ def install(conn: Connection) -> None:
     install_sqlite_triggers(conn, _triggers())
 
 
-def kept_statement() -> Select:
-    """An owner's figure (0 for an owner with no row), as the ``stored_bytes`` count."""
-    return select(
-        func.coalesce(
-            select(owner_bytes.c.bytes)
-            .where(owner_bytes.c.owner == bindparam("owner"))
-            .scalar_subquery(),
-            0,
-        ).label("n")
+def _kept(owner: ColumnElement) -> ColumnElement:
+    """The figure of ``owner`` (0 for an owner with no row)."""
+    return func.coalesce(
+        select(owner_bytes.c.bytes).where(owner_bytes.c.owner == owner).scalar_subquery(), 0
     )
+
+
+def kept_statement() -> Select:
+    """An owner's figure, as the ``stored_bytes`` count."""
+    return select(_kept(bindparam("owner")).label("n"))
+
+
+def within(owner: ColumnElement, adding: ColumnElement) -> ColumnElement:
+    """A write's condition that ``owner``'s figure, with ``adding`` more, stays within
+    ``:max_stored``: the ``max_stored_bytes`` check as a part of the write that stores
+    (a start's insert, a result's finish), read before the write changes the figure.
+    One statement instead of a read and a write: the read was a transaction of its own
+    on the way of every job, at the start and at the end."""
+    return _kept(owner) + adding <= bindparam("max_stored")

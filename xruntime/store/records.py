@@ -111,6 +111,18 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Room:
+    """``[jobs] max_stored_bytes`` as a job's result is stored under it (docs/protocol.md
+    §15): what ``owner`` stores and may store (``JobStore.stored_bytes``), less the job's
+    own ``bound`` (which its result replaces), and the result itself stay within
+    ``limit``.  The finish that stores the result checks it in the same write."""
+
+    owner: str
+    bound: int
+    limit: int
+
+
+@dataclass(frozen=True)
 class CallbackEvent:
     """One callback to deliver (docs/protocol.md §14), taken from the outbox by a node
     until ``lease_until``: what the job was when the event was written."""

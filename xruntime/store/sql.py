@@ -42,7 +42,7 @@ from .clock import now_ms
 from .database import QUEUE_LOCK_KEY, guard_values
 from .events import NOW_MS, fault_type, note_of
 from .outbox import CallbackOutbox
-from .records import JobRecord, Recovered, Run
+from .records import JobRecord, Recovered, Room, Run
 from .result_files import ComposedFile, ResultFile, Span
 from .result_reader import ResultReader
 from .schema import RESULT_ROW_ABOVE, job_events, job_results, jobs, lane_of
@@ -53,6 +53,7 @@ from .statements import (
     LIGHT_COLUMNS,
     LIGHT_NAMES,
     REQUEUED,
+    Prepared,
     failed_by_store,
     fence,
     guarded_statements,
@@ -61,6 +62,12 @@ from .statements import (
     record_of,
     timeout_of,
 )
+
+#: ``[jobs] max_stored_bytes`` as a condition of the write that stores: a start's insert
+#: (its own owner and result bound) and a result's finish (the result's stored size less
+#: the job's bound, which it replaces).
+_START_WITHIN = owner_bytes.within(bindparam("owner"), bindparam("result_bound"))
+_RESULT_WITHIN = owner_bytes.within(bindparam("room_owner"), bindparam("adding"))
 
 
 class JobStore(ChildJobs, CallbackOutbox):
@@ -74,25 +81,36 @@ class JobStore(ChildJobs, CallbackOutbox):
         max_queued: int,
         scope: str | None = None,
         owner_max_queued: int = 0,
+        max_stored: int = 0,
     ) -> bool:
         """Insert a QUEUING job; False when ``max_queued`` jobs are queued already (jobs
         of service ``scope`` only, when given), or ``owner_max_queued`` jobs of its
-        owner and service (0: no such limit)."""
+        owner and service, or when what its owner stores and may store
+        (``stored_bytes``) and the job's ``result_bound`` pass ``max_stored`` (0: no
+        such limit).  On SQLite the checks are conditions of the insert itself; the
+        caller reads which one refused it."""
         values = {k: getattr(job, k) for k in INSERT_KEYS if k != "lane"}
         values["request"] = pack(job.request)
         values["lane"] = lane_of(job.service, job.owner)
         if self.dialect == "sqlite":  # one statement: count and insert at once
-            if not max_queued and not owner_max_queued:
+            if not max_queued and not owner_max_queued and not max_stored:
                 return self._run("insert", True, **values)[0] == 1
-            key = (bool(max_queued), scope is not None, bool(owner_max_queued))
-            p = self._compiled(("insert",) + key, lambda: insert_below(*key))
-            # the insert's own ``service`` is the job's, which is the scope's
-            return (
-                self._run(
-                    p, True, max_queued=max_queued, owner_max_queued=owner_max_queued, **values
-                )[0]
-                == 1
+            key = (bool(max_queued), scope is not None, bool(owner_max_queued), bool(max_stored))
+            p = self._compiled(
+                ("insert",) + key,
+                lambda: insert_below(
+                    *key[:3],
+                    also=(_START_WITHIN,) if max_stored else (),
+                ),
             )
+            # the insert's own ``service`` is the job's, which is the scope's; its own
+            # ``owner`` and ``result_bound`` are the job's
+            limits = dict(
+                max_queued=max_queued, owner_max_queued=owner_max_queued, max_stored=max_stored
+            )
+            return self._run(p, True, **limits, **values)[0] == 1
+        if max_stored and self.stored_bytes(job.owner) + job.result_bound > max_stored:
+            return False  # (a sum over the owner's rows: read outside the queue's lock)
         count, of_lane = (
             self._prepared["count_queued" if scope is None else "count_queued_of"],
             self._prepared["count_queued_in_lane"],
@@ -249,6 +267,7 @@ class JobStore(ChildJobs, CallbackOutbox):
         from_states: Iterable[str] = ACTIVE_RUNNING,
         note: str | None = None,
         run: Run | None = None,
+        room: Room | None = None,
     ) -> bool:
         """An active job → SUCCEEDED (with result: JSON text, or bytes already in the
         stored form) or FAILED (with fault); the event says "succeeded", or "failed:
@@ -256,7 +275,9 @@ class JobStore(ChildJobs, CallbackOutbox):
         (``schema.job_results``), in the same transaction; a ``ResultFile`` (SQLite, a
         file in ``result_folder``) is renamed into ``result_folder`` and that row refers
         to it (``result_files``); a ``ComposedFile`` too, the row then referring to its
-        spans (its own file's and the result files' it names)."""
+        spans (its own file's and the result files' it names).  With ``room``, the
+        result is stored only within it (else False, as for a job that is no longer
+        this run's: the caller reads which): on SQLite a condition of the write."""
         message = "succeeded" if status == Status.SUCCEEDED else f"failed: {fault_type(fault)}"
         blob = pack(result) if result is None or isinstance(result, str) else result
         values = dict(
@@ -267,13 +288,42 @@ class JobStore(ChildJobs, CallbackOutbox):
             progress_blob=pack(progress),
             note=note_of(f"{message} ({note})" if note else message),
         )
+        size = (
+            0
+            if blob is None
+            else blob.length
+            if isinstance(blob, (ResultFile, ComposedFile))
+            else len(blob)
+        )
+        if room is not None:
+            if self.dialect != "sqlite":  # (a sum over the owner's rows: read first)
+                if self.stored_bytes(room.owner) - room.bound + size > room.limit:
+                    return False
+                room = None
+            else:
+                values.update(
+                    room_owner=room.owner, max_stored=room.limit, adding=size - room.bound
+                )
         if isinstance(blob, (ResultFile, ComposedFile)):
-            return self._finish_with_file(job_id, blob, values, from_states, run)
+            return self._finish_with_file(job_id, blob, values, from_states, run, room is not None)
         if blob is None or len(blob) <= RESULT_ROW_ABOVE:
-            return self._guarded("finish", job_id, from_states, run, **values)
+            if room is None:
+                return self._guarded("finish", job_id, from_states, run, **values)
+            statement = self._finish_statement(tuple(from_states), run is not None, True)
+            return self._run(statement, True, **guard_values(job_id, run, values))[0] == 1
         with self._write() as conn:
             values["result_blob"] = None  # (in its own row)
-            return self._finish_with_row(conn, job_id, values, from_states, run, blob, len(blob))
+            return self._finish_with_row(
+                conn, job_id, values, from_states, run, blob, len(blob), room is not None
+            )
+
+    def _finish_statement(self, states: tuple, fenced: bool, within: bool) -> Prepared:
+        """The guarded finish, and with ``within`` its ``owner_bytes.within`` check."""
+        also = (_RESULT_WITHIN,) if within else ()
+        return self._compiled(
+            ("guarded", "finish", states, fenced, within),
+            lambda: guarded_statements(states, fenced, also)["finish"],
+        )
 
     def _finish_with_row(
         self,
@@ -284,9 +334,11 @@ class JobStore(ChildJobs, CallbackOutbox):
         run: Run | None,
         stored: bytes | bytearray | memoryview,
         length: int,
+        within: bool = False,
     ) -> bool:
         """The job's end and its result's row (the result, or a reference to its file)."""
-        statement = guarded_statements(tuple(from_states), run is not None)["finish"]
+        also = (_RESULT_WITHIN,) if within else ()
+        statement = guarded_statements(tuple(from_states), run is not None, also)["finish"]
         if conn.execute(statement, guard_values(job_id, run, values)).rowcount != 1:
             return False  # (not this run's any more, or no longer active)
         conn.execute(
@@ -309,6 +361,7 @@ class JobStore(ChildJobs, CallbackOutbox):
         values: dict,
         from_states: Iterable[str],
         run: Run | None,
+        within: bool = False,
     ) -> bool:
         """The job's end with a result file taken in: renamed under the write lock, and
         back when the transaction fails (so that the write can be tried again).  The
@@ -334,7 +387,7 @@ class JobStore(ChildJobs, CallbackOutbox):
                     )
                 )
                 if not self._finish_with_row(
-                    conn, job_id, values, from_states, run, reference, file.length
+                    conn, job_id, values, from_states, run, reference, file.length, within
                 ):
                     os.rename(target, file.path)  # (not this run's any more)
                     target = None

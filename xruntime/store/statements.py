@@ -320,11 +320,14 @@ def prepared_statements() -> dict[str, tuple[Callable[[], Statement], list | Non
     }
 
 
-def insert_below(limited: bool, scoped: bool, lane_limited: bool) -> Statement:
+def insert_below(
+    limited: bool, scoped: bool, lane_limited: bool, also: tuple[ColumnElement, ...] = ()
+) -> Statement:
     """Insert a job only while fewer than ``max_queued`` jobs (``limited``; of
     ``service`` when ``scoped``) and fewer than ``owner_max_queued`` of its lane
-    (``lane_limited``) are queued: the checks and the insert in one statement (SQLite)."""
-    below = []
+    (``lane_limited``) are queued, and ``also`` holds: the checks and the insert in one
+    statement (SQLite)."""
+    below = list(also)
     if limited:
         of = QUEUED.where(jobs.c.service == bindparam("service")) if scoped else QUEUED
         below.append(of.scalar_subquery() < bindparam("max_queued"))
@@ -337,10 +340,12 @@ def insert_below(limited: bool, scoped: bool, lane_limited: bool) -> Statement:
     return insert(jobs).from_select(INSERT_KEYS, row)
 
 
-def guarded_statements(states: Iterable[str], fenced: bool = False) -> dict[str, Statement]:
+def guarded_statements(
+    states: Iterable[str], fenced: bool = False, also: tuple[ColumnElement, ...] = ()
+) -> dict[str, Statement]:
     """Statements guarded on the job being in one of ``states`` (and, ``fenced``, still
-    the run ``run_node``/``run_attempt``'s: see ``Run``)."""
-    guard = (jobs.c.id == _ID, in_states(states)) + (_RUN_FENCE if fenced else ())
+    the run ``run_node``/``run_attempt``'s: see ``Run``), and on ``also``."""
+    guard = (jobs.c.id == _ID, in_states(states)) + (_RUN_FENCE if fenced else ()) + also
     return {
         "set_progress": update(jobs).where(*guard).values(progress=bindparam("progress_blob")),
         "set_status": update(jobs)
