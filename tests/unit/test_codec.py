@@ -5,7 +5,7 @@ import json
 
 import pytest
 from lxml import etree
-from spyne import Unicode
+from spyne import Double, Unicode
 
 from xruntime.bindings import xml_codec
 from xruntime.protocol import codec
@@ -34,6 +34,9 @@ from xruntime.protocol.types import (
     ResultLimitation,
     Timeouts,
     WatchRequest,
+    XModel,
+    repeated,
+    required,
 )
 from xruntime_services.xdemo.types import SimulateRequest, SimulateResponse
 from xruntime_services.xdima.types import CreateDistanceMatrixRequest
@@ -496,6 +499,58 @@ def test_a_list_of_number_objects_decodes_as_each_item_alone_would(monkeypatch, 
         except Exception as exc:  # the fault, compared as the client would read it
             return type(exc).__name__, str(exc), getattr(exc, "fields", lambda: {})()
         return codec.encode(request, CreateDistanceMatrixRequest)
+
+    fast = outcome()
+    monkeypatch.setattr(codec, "_numbers_plan", lambda cls: None)
+    assert fast == outcome()
+
+
+class Reading(XModel):
+    """Number fields of every kind the loops are written for: optional, bounded each way."""
+
+    __namespace__ = "urn:test:codec"
+    level = Double(gt=0, lt=10)
+    weight = required(Double, ge=-1.5)
+    spread = Double
+
+
+class Readings(XModel):
+    __namespace__ = "urn:test:codec"
+    readings = repeated(Reading)
+
+
+READINGS = [
+    {"level": 5.0, "weight": 0.0, "spread": -1e300},
+    {"weight": 2.0},  # the optional ones left out
+    {"level": None, "weight": 2.0, "spread": None},  # sent as null
+    {"level": 0.0, "weight": 2.0},  # not above its bound
+    {"level": 10.0, "weight": 2.0},  # not below its bound
+    {"level": 9.5, "weight": -1.5000001},  # past its bound
+    {"level": 1.0},  # the required one left out
+    {"weight": 2.0, "other": 1.0},  # no such field
+    {"weight": 2.0, "other": 1.0, "more": 2.0},  # as many unknown as optional ones left out
+    {"weight": float("nan")},
+    {"weight": 2.0, "spread": float("inf")},
+    {"weight": 2},
+    {},
+]
+
+
+@pytest.mark.parametrize("reading", READINGS)
+def test_a_list_of_optional_and_bounded_numbers_decodes_and_encodes_as_each_alone(
+    monkeypatch, reading
+):
+    """The loops written for a class (codec._numbers_loops) answer what ``decode`` and
+    ``encode`` answer item by item, for optional fields and every kind of bound too."""
+    data = {"readings": [{"weight": 1.0}, reading, {"level": 2.5, "weight": 3.0}]}
+
+    def outcome():
+        try:
+            decoded = codec.decode(data, Readings)
+        except Exception as exc:  # the fault, compared as the client would read it
+            return type(exc).__name__, str(exc), getattr(exc, "fields", lambda: {})()
+        values = [(r.level, r.weight, r.spread) for r in decoded.readings]
+        return values, codec.dumps(codec.encode(decoded, Readings))
 
     fast = outcome()
     monkeypatch.setattr(codec, "_numbers_plan", lambda cls: None)
