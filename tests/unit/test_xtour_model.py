@@ -164,7 +164,10 @@ def test_plans_every_order_and_reports_progress():
     last = job.reports[-1][1]
     assert last["$type"] == "TourPlanProgress" and last["bestDistance"] == result.totalDistance
     assert last["iterations"] == result.iterations
-    assert all(b[0] - a[0] >= 0.19 for a, b in pairwise(job.reports[:-1]))
+    # at most one report each PROGRESS_PERIOD_S (0.2 s), not one an iteration: the
+    # solver reads its clock before it reports and this job after, so a report delayed on
+    # a loaded machine shortens the next gap seen here (0.19 s failed once in CI)
+    assert all(b[0] - a[0] >= 0.1 for a, b in pairwise(job.reports[:-1]))
 
 
 def test_stop_returns_the_best_so_far_and_bounds_apply():
