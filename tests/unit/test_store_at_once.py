@@ -88,8 +88,15 @@ def test_once_written_the_work_waits_for_the_lock_as_anywhere_else(store, locker
 def test_outside_at_once_a_write_waits_for_the_lock(store, locker):
     rec = new_record()
     locker.execute("BEGIN IMMEDIATE")
-    threading.Timer(0.05, lambda: locker.execute("ROLLBACK")).start()
-    assert store.create(rec, 100)
+    release = threading.Timer(0.05, locker.execute, ("ROLLBACK",))
+    release.start()
+    try:
+        assert store.create(rec, 100)
+    finally:
+        # the ROLLBACK's thread may still be inside the connection's execute when the
+        # write it let through has returned: closing the connection under it (the
+        # fixture) crashed the interpreter once in CI
+        release.join(30)
     assert store.peek(rec.id).status == "QUEUING"
 
 

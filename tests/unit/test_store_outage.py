@@ -205,9 +205,11 @@ def test_opening_a_store_waits_for_a_writer_and_changes_no_schema(tmp_path):
     writer = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     version = writer.execute("PRAGMA schema_version").fetchone()[0]
     writer.execute("BEGIN IMMEDIATE")
-    threading.Timer(1.0, lambda: writer.execute("COMMIT")).start()
+    commit = threading.Timer(1.0, writer.execute, ("COMMIT",))
+    commit.start()
     began = clock.monotonic()
     JobStore("sqlite:///" + path).close()
     assert clock.monotonic() - began >= 0.9
+    commit.join(30)  # the connection is used below: not while the COMMIT is still in it
     assert writer.execute("PRAGMA schema_version").fetchone()[0] == version
     writer.close()
