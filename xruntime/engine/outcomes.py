@@ -31,7 +31,7 @@ from ..protocol.faults import (
 )
 from ..protocol.states import Status
 from ..store import JobRecord, QueueFull, QueueLimit, Room, StoreFull, StoreUnavailable, now_ms
-from ..store.result_files import ComposedFile, ResultFile
+from ..store.result_files import ComposedFile, stored_length
 from ..support import metrics
 from . import spill
 from .child_jobs import bulk_progress, queue_full_fault, stop_children
@@ -160,7 +160,7 @@ class Outcomes:
                 log.warning(
                     "job %s: no room for its result on the job store's disk: %s", job.id, full
                 )
-                fault = spill.no_room_fault(_size_of(result.stored), str(full))
+                fault = spill.no_room_fault(stored_length(result.stored), str(full))
                 self.fail(job, fault, "no room for its result")
                 return
         if isinstance(outcome, Result):
@@ -224,7 +224,7 @@ class Outcomes:
         room = self._room_of(job)
         if room is None:
             return None
-        limit, size = room.limit, _size_of(result.stored)
+        limit, size = room.limit, stored_length(result.stored)
         try:
             others = self.sup.store.stored_bytes(job.owner) - job.result_bound
         except StoreUnavailable:
@@ -475,10 +475,6 @@ class Outcomes:
         )
         sup.notifier.notify(job_id)
         log.info("job %s erased (deleted, worker let go)", job_id)
-
-
-def _size_of(stored: "bytes | bytearray | memoryview | ResultFile | ComposedFile") -> int:
-    return stored.length if isinstance(stored, (ResultFile, ComposedFile)) else len(stored)
 
 
 def _fault_summary(fault: str) -> str:

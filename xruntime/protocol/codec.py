@@ -303,7 +303,6 @@ def _numbers_loops(plan: NumbersPlan) -> tuple[Callable[..., list], Callable[...
         [str(len(taken))]
         + [f"(v{k} is not None)" for k, (_, required, _) in enumerate(numbers) if not required]
     )
-    nl = "\n" + " " * 20
     decoding = f"""
 def decode_loop(raw, fallback):
     out = []
@@ -318,7 +317,7 @@ def decode_loop(raw, fallback):
                 {"; ".join(offered) or "pass"}
                 if len(item) == {present} and {" and ".join(tests)}:
                     obj = new(cls)
-                    {nl.join(sets)}
+                    {_lines(sets, 20)}
                     append(obj)
                     continue
         append(fallback(item, i))
@@ -337,12 +336,18 @@ def encode_loop(items, fallback):
             append({{{", ".join(fast)}}})
             continue
         d = {{}}
-        {(chr(10) + " " * 8).join(slow)}
+        {_lines(slow, 8)}
         append(d)
     return out
 """
     exec(decoding + encoding, space)  # noqa: S102 (code of the plan's own shape alone)
     return space["decode_loop"], space["encode_loop"]
+
+
+def _lines(statements: list[str], indent: int) -> str:
+    """``statements`` as lines of generated code, each after the first indented by
+    ``indent`` spaces (the first takes the indent of the place it is written in)."""
+    return ("\n" + " " * indent).join(statements)
 
 
 @cached

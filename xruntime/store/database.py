@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.sql import Select
+from sqlalchemy.sql import ColumnElement, Select
 
 from . import result_files, sqlite
 from .clock import DatabaseClock
@@ -268,14 +268,23 @@ class Database:
         return int(row["n"])
 
     def _guarded(
-        self, key: str, job_id: str, states: Iterable[str], run: Run | None = None, **values: Any
+        self,
+        key: str,
+        job_id: str,
+        states: Iterable[str],
+        run: Run | None = None,
+        also: tuple[ColumnElement, ...] = (),
+        **values: Any,
     ) -> bool:
         """Run a guarded statement (``statements.guarded_statements``); True if the job
-        was in one of ``states`` (and still ``run``'s, when given)."""
+        was in one of ``states`` (and still ``run``'s, when given) and ``also`` held.
+        ``also`` is compiled once per set of condition objects: module constants, kept
+        by identity (a ColumnElement's ``==`` builds SQL rather than comparing)."""
         states = tuple(states)
         fenced = run is not None
         p = self._compiled(
-            ("guarded", key, states, fenced), lambda: guarded_statements(states, fenced)[key]
+            ("guarded", key, states, fenced, tuple(map(id, also))),
+            lambda: guarded_statements(states, fenced, also)[key],
         )
         return self._run(p, True, **guard_values(job_id, run, values))[0] == 1
 

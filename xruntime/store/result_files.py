@@ -143,6 +143,12 @@ class ComposedFile:
         return sum(span.length for span in self.spans)
 
 
+def stored_length(stored: bytes | bytearray | memoryview | ResultFile | ComposedFile) -> int:
+    """How many bytes a result's stored form takes, in memory or as a file: what the
+    store counts of it against its owner's ``max_stored_bytes``."""
+    return stored.length if isinstance(stored, (ResultFile, ComposedFile)) else len(stored)
+
+
 def reference(name: str) -> bytes:
     return REFERENCE + name.encode("ascii")
 

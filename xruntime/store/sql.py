@@ -53,7 +53,6 @@ from .statements import (
     LIGHT_COLUMNS,
     LIGHT_NAMES,
     REQUEUED,
-    Prepared,
     failed_by_store,
     fence,
     guarded_statements,
@@ -288,42 +287,26 @@ class JobStore(ChildJobs, CallbackOutbox):
             progress_blob=pack(progress),
             note=note_of(f"{message} ({note})" if note else message),
         )
-        size = (
-            0
-            if blob is None
-            else blob.length
-            if isinstance(blob, (ResultFile, ComposedFile))
-            else len(blob)
-        )
+        also: tuple = ()
         if room is not None:
+            size = 0 if blob is None else result_files.stored_length(blob)
             if self.dialect != "sqlite":  # (a sum over the owner's rows: read first)
                 if self.stored_bytes(room.owner) - room.bound + size > room.limit:
                     return False
-                room = None
             else:
                 values.update(
                     room_owner=room.owner, max_stored=room.limit, adding=size - room.bound
                 )
+                also = (_RESULT_WITHIN,)
         if isinstance(blob, (ResultFile, ComposedFile)):
-            return self._finish_with_file(job_id, blob, values, from_states, run, room is not None)
+            return self._finish_with_file(job_id, blob, values, from_states, run, also)
         if blob is None or len(blob) <= RESULT_ROW_ABOVE:
-            if room is None:
-                return self._guarded("finish", job_id, from_states, run, **values)
-            statement = self._finish_statement(tuple(from_states), run is not None, True)
-            return self._run(statement, True, **guard_values(job_id, run, values))[0] == 1
+            return self._guarded("finish", job_id, from_states, run, also, **values)
         with self._write() as conn:
             values["result_blob"] = None  # (in its own row)
             return self._finish_with_row(
-                conn, job_id, values, from_states, run, blob, len(blob), room is not None
+                conn, job_id, values, from_states, run, blob, len(blob), also
             )
-
-    def _finish_statement(self, states: tuple, fenced: bool, within: bool) -> Prepared:
-        """The guarded finish, and with ``within`` its ``owner_bytes.within`` check."""
-        also = (_RESULT_WITHIN,) if within else ()
-        return self._compiled(
-            ("guarded", "finish", states, fenced, within),
-            lambda: guarded_statements(states, fenced, also)["finish"],
-        )
 
     def _finish_with_row(
         self,
@@ -334,10 +317,10 @@ class JobStore(ChildJobs, CallbackOutbox):
         run: Run | None,
         stored: bytes | bytearray | memoryview,
         length: int,
-        within: bool = False,
+        also: tuple = (),
     ) -> bool:
-        """The job's end and its result's row (the result, or a reference to its file)."""
-        also = (_RESULT_WITHIN,) if within else ()
+        """The job's end and its result's row (the result, or a reference to its file);
+        ``also``: the finish's further conditions (``guarded_statements``)."""
         statement = guarded_statements(tuple(from_states), run is not None, also)["finish"]
         if conn.execute(statement, guard_values(job_id, run, values)).rowcount != 1:
             return False  # (not this run's any more, or no longer active)
@@ -361,7 +344,7 @@ class JobStore(ChildJobs, CallbackOutbox):
         values: dict,
         from_states: Iterable[str],
         run: Run | None,
-        within: bool = False,
+        also: tuple = (),
     ) -> bool:
         """The job's end with a result file taken in: renamed under the write lock, and
         back when the transaction fails (so that the write can be tried again).  The
@@ -387,7 +370,7 @@ class JobStore(ChildJobs, CallbackOutbox):
                     )
                 )
                 if not self._finish_with_row(
-                    conn, job_id, values, from_states, run, reference, file.length, within
+                    conn, job_id, values, from_states, run, reference, file.length, also
                 ):
                     os.rename(target, file.path)  # (not this run's any more)
                     target = None
