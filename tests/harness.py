@@ -6,6 +6,7 @@ to a real ``python -m xruntime serve`` with real worker processes.
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,8 +23,31 @@ from tests.processes import descendants
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+#: Where ``free_port`` looks: below the kernel's ephemeral range, which Linux gives
+#: out by default from 32768.
+PORTS_FROM = 10000
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port free on 127.0.0.1 now, for a node to listen on, chosen below the kernel's
+    ephemeral range (``ip_local_port_range``).  A port ``bind(0)`` answers is of that
+    range, where every outgoing connection of the machine takes its own local port: one
+    took a node's port between its choice and the node's bind (CI: "cannot serve on
+    127.0.0.1:48253: Address already in use")."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_from = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_from = 32768
+    for _ in range(200):
+        port = random.randrange(PORTS_FROM, max(PORTS_FROM + 1000, ephemeral_from))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use: another
+            return port
+    with socket.socket() as s:  # (no free port found there: any the kernel gives)
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
