@@ -32,6 +32,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.sql import ColumnElement
 
 from ..payload.form import pack
 from ..protocol.states import FINISHED, Status
@@ -287,7 +288,7 @@ class JobStore(ChildJobs, CallbackOutbox):
             progress_blob=pack(progress),
             note=note_of(f"{message} ({note})" if note else message),
         )
-        also: tuple = ()
+        also: tuple[ColumnElement, ...] = ()
         if room is not None:
             size = 0 if blob is None else result_files.stored_length(blob)
             if self.dialect != "sqlite":  # (a sum over the owner's rows: read first)
@@ -317,7 +318,7 @@ class JobStore(ChildJobs, CallbackOutbox):
         run: Run | None,
         stored: bytes | bytearray | memoryview,
         length: int,
-        also: tuple = (),
+        also: tuple[ColumnElement, ...] = (),
     ) -> bool:
         """The job's end and its result's row (the result, or a reference to its file);
         ``also``: the finish's further conditions (``guarded_statements``)."""
@@ -344,7 +345,7 @@ class JobStore(ChildJobs, CallbackOutbox):
         values: dict,
         from_states: Iterable[str],
         run: Run | None,
-        also: tuple = (),
+        also: tuple[ColumnElement, ...] = (),
     ) -> bool:
         """The job's end with a result file taken in: renamed under the write lock, and
         back when the transaction fails (so that the write can be tried again).  The
