@@ -51,6 +51,9 @@ class Shared:
         self.node = node
         self.cleaner = cleaner
         self.services = list(services)  # the names of every service found (the registry's)
+        #: (the settings it was read from, ``served_services``): read once per settings,
+        #: not for every claim (a reload swaps the settings as a whole)
+        self._served: tuple[object, list[str] | None] = (None, None)
         self.mp = multiprocessing.get_context("spawn")
         self.work = WorkBell()  # rung where work may be waiting: wakes an idle slot
         self.closing = False
@@ -71,8 +74,12 @@ class Shared:
     def served_services(self) -> list[str] | None:
         """The services whose jobs this node runs; None when it runs every service's."""
         cfg = self.settings()
-        served = [name for name in self.services if cfg.service_enabled(name)]
-        return None if len(served) == len(self.services) else served
+        read_from, served = self._served
+        if read_from is not cfg:
+            enabled = [name for name in self.services if cfg.service_enabled(name)]
+            served = None if len(enabled) == len(self.services) else enabled
+            self._served = (cfg, served)
+        return served
 
     # ---------------------------------------------------------------- life
 

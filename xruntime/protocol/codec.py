@@ -203,7 +203,7 @@ def decode(
             )
     obj = _blank(cls)
     for f in declared:
-        fpath = field_path(path, f.name)
+        fpath = f"{path}.{f.name}" if path else f.name  # (``field_path``, inline: per field)
         raw = data.get(f.name)
         if raw is None:
             if f.required:

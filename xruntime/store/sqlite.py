@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
@@ -56,19 +56,30 @@ _this_thread = threading.local()  # .at_once: None, QUICK or WROTE (``at_once``)
 QUICK, WROTE = "quick", "wrote"
 
 
-@contextmanager
-def at_once() -> Iterator[None]:
+class _AtOnce:
+    """``with at_once():`` (a class, not a generator: the event loop enters one for each
+    call's store work)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        _this_thread.at_once = QUICK
+
+    def __exit__(self, *exc: object) -> None:
+        _this_thread.at_once = None
+
+
+_AT_ONCE = _AtOnce()
+
+
+def at_once() -> AbstractContextManager[None]:
     """The store work of this thread within, with no wait for a lock until it has
     written: where it would wait for this process's turn to write or for the database's
     lock first, it raises WouldWait instead, and nothing of it was written.  An HTTP
     process's event loop runs a call's small store work so (``operations.soon``), and
     hands the work to its pool when it would wait.  Once a statement has written, the
     work waits as anywhere else: what is written must not be written twice."""
-    _this_thread.at_once = QUICK
-    try:
-        yield
-    finally:
-        _this_thread.at_once = None
+    return _AT_ONCE
 
 
 def _instead_of_waiting() -> None:
@@ -83,26 +94,33 @@ def written() -> None:
         _this_thread.at_once = WROTE
 
 
-def retry_while_busy(action: Callable[[], T], deadline: float | None = None) -> T:
+def retry_while_busy(
+    action: Callable[[], T], deadline: float | None = None, refused: BaseException | None = None
+) -> T:
     """``action()``, tried again while SQLite answers "database is locked" (another
     process holds the write lock).  The tries come after 50 µs, doubling up to 2 ms,
     until ``deadline`` (time.monotonic), by default BUSY_TIMEOUT_S after the first
     refusal; ``at_once``, WouldWait instead of the first wait.  ``action`` may run on
-    the DBAPI connection or through SQLAlchemy, which wraps the driver's error in its own."""
+    the DBAPI connection or through SQLAlchemy, which wraps the driver's error in its own.
+    ``refused``: the "locked" error of a try the caller made itself (the next try waits)."""
     delay = 0.00005
+    error = refused
     while True:
-        try:
-            return action()
-        except (sqlite3.OperationalError, sa_exc.OperationalError) as error:
-            if not _busy(getattr(error, "orig", error)):
-                raise
-            _instead_of_waiting()
-            now = time.monotonic()
-            deadline = deadline or now + BUSY_TIMEOUT_S
-            if now > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.002)
+        if error is None:
+            try:
+                return action()
+            except (sqlite3.OperationalError, sa_exc.OperationalError) as failed:
+                if not _busy(getattr(failed, "orig", failed)):
+                    raise
+                error = failed
+        _instead_of_waiting()
+        now = time.monotonic()
+        deadline = deadline or now + BUSY_TIMEOUT_S
+        if now > deadline:
+            raise error
+        time.sleep(delay)
+        delay = min(delay * 2, 0.002)
+        error = None
 
 
 def _busy(error: BaseException) -> bool:
@@ -118,7 +136,9 @@ def begin_immediate(execute: Callable[[str], Any], deadline: float | None = None
 
 
 class PatientCursor:
-    """A DBAPI cursor whose ``execute`` waits out SQLite's lock until ``deadline``."""
+    """A DBAPI cursor whose ``execute`` waits out SQLite's lock until ``deadline``.
+    (Its first try is the cursor's own call, not a closure through ``retry_while_busy``:
+    every statement of the store runs here.)"""
 
     __slots__ = ("cursor", "deadline")
 
@@ -126,7 +146,14 @@ class PatientCursor:
         self.cursor, self.deadline = cursor, deadline
 
     def execute(self, sql: str, args: Any = ()) -> Any:
-        return retry_while_busy(lambda: self.cursor.execute(sql, args), self.deadline)
+        cursor = self.cursor
+        try:
+            return cursor.execute(sql, args)
+        except sqlite3.OperationalError as error:
+            if not _busy(error):
+                raise
+            refused = error
+        return retry_while_busy(lambda: cursor.execute(sql, args), self.deadline, refused)
 
     def __getattr__(self, name: str) -> Any:  # fetchall, fetchone, rowcount…
         return getattr(self.cursor, name)
@@ -138,30 +165,40 @@ class WriterTurns:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.give = self._lock.release  # (``take``'s end)
 
-    @contextmanager
-    def turn(self, deadline: float) -> Iterator[None]:
-        """This process's turn to write, waited for until ``deadline``: requests queued
-        behind a locked database each fail at their own deadline, not one after the other."""
+    def take(self, deadline: float) -> None:
+        """Wait for this process's turn to write until ``deadline``: requests queued
+        behind a locked database each fail at their own deadline, not one after the
+        other.  ``give()`` ends it."""
         if not self._lock.acquire(blocking=False):
             _instead_of_waiting()
             if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
                 raise StoreUnavailable(f"the database stayed locked for {BUSY_TIMEOUT_S:g} s")
+
+    @contextmanager
+    def turn(self, deadline: float) -> Iterator[None]:
+        """``with``: this process's turn to write (``take``), given back at the end."""
+        self.take(deadline)
         try:
             yield
         finally:
-            self._lock.release()
+            self.give()
 
 
 class _Own:
-    """One thread's connection (``ThreadConnections``), closed with its holder."""
+    """One thread's connection (``ThreadConnections``), closed with its holder:
+    ``connection`` as SQLAlchemy made it, ``driver`` the sqlite3 connection within, which
+    the statements use (each of the wrapper's methods is a Python call more)."""
 
-    __slots__ = ("connection", "__weakref__")
+    __slots__ = ("connection", "driver", "__weakref__")
 
     def __init__(self, connection: Any) -> None:
         self.connection: Any = connection
+        self.driver: Any = getattr(connection, "dbapi_connection", None) or connection
 
     def close(self) -> None:
+        self.driver = None
         connection, self.connection = self.connection, None
         if connection is not None:
             try:
@@ -187,13 +224,13 @@ class ThreadConnections:
         self._lock = threading.Lock()
 
     def get(self) -> Any:
-        """This thread's connection, made at its first statement."""
+        """This thread's connection (the driver's), made at its first statement."""
         own = getattr(self._mine, "own", None)
         if own is None or own.connection is None:
             own = self._mine.own = _Own(self._connect())
             with self._lock:
                 self._all.add(own)
-        return own.connection
+        return own.driver
 
     def drop(self) -> None:
         """Close this thread's connection (it may be broken); the next is new."""

@@ -29,6 +29,7 @@ import collections
 import logging
 import resource
 from collections.abc import Callable
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -297,10 +298,9 @@ def guarded_protocol(settings: Callable[[], Settings]) -> type[HttpToolsProtocol
             self._end_waiting()
             self._cancel_header_timer()
             limit = settings().max_header_bytes
-            if (
-                len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
-                > limit
-            ):
+            headers = self.headers  # (name, value) pairs: their bytes, and 4 a line
+            size = len(self.url) + sum(map(len, chain.from_iterable(headers))) + 4 * len(headers)
+            if size > limit:
                 self._too_large(limit)
                 raise _Refused  # the parser stops here: the request never starts
             before = self.cycle
