@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, delete, insert, inspect, text
 
 from tests.unit.conftest import fresh_postgres_store
 from xruntime.store import JobStore, schema_versions
-from xruntime.store.schema import metadata, schema_readers
+from xruntime.store.schema import OWNER_SUM_INDEXES, metadata, schema_readers
 
 
 def test_head_is_the_revisions_head_and_each_revision_says_what_older_nodes_can_do():
@@ -90,13 +90,53 @@ def test_a_database_made_before_versions_is_upgraded_to_exactly_the_schema(any_s
                 difference
                 for difference in compare_metadata(MigrationContext.configure(conn), metadata)
                 # (SQLite's own tables beside the schema, made at every open: the feed's
-                # members, the owners' stored bytes)
+                # members, the owners' stored bytes; and the indexes of the owners' sums,
+                # which the schema makes on PostgreSQL alone, and Alembic's comparison
+                # expects anyway)
                 if not (
                     difference[0] == "remove_table"
                     and difference[1].name in ("feed_members", "owner_bytes")
                 )
+                and not (
+                    difference[0] == "add_index"
+                    and difference[1].name in OWNER_SUM_INDEXES
+                    and conn.dialect.name == "sqlite"
+                )
             ]
         assert differences == []
+    finally:
+        store.close()
+
+
+def owner_sum_indexes(store):
+    """The indexes of ``OWNER_SUM_INDEXES`` the database has."""
+    with store.engine.connect() as conn:
+        found = inspect(conn)
+        names = {ix["name"] for table in ("jobs", "job_results") for ix in found.get_indexes(table)}
+    return names & set(OWNER_SUM_INDEXES)
+
+
+def test_the_owners_sums_are_indexed_on_postgresql_alone_and_an_sqlite_database_loses_them(
+    any_store,
+):
+    """PostgreSQL sums an owner's stored bytes over three indexes; SQLite keeps a running
+    total, and a database of the revision before, which has the three, loses them at the
+    upgrade (only indexes: a node of that revision keeps working on it)."""
+    on_sqlite = any_store.dialect == "sqlite"
+    assert owner_sum_indexes(any_store) == (set() if on_sqlite else set(OWNER_SUM_INDEXES))
+    if not on_sqlite:
+        return
+    with any_store.engine.begin() as conn:  # as a node of 0002_schema_readers left it
+        conn.execute(text("CREATE INDEX ix_jobs_owner_bytes ON jobs (owner, stored_bytes)"))
+        conn.execute(text("CREATE INDEX ix_jobs_owner_bound ON jobs (owner, status, result_bound)"))
+        conn.execute(text("CREATE INDEX ix_job_results_owner_bytes ON job_results (owner, bytes)"))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0002_schema_readers'"))
+    assert owner_sum_indexes(any_store) == set(OWNER_SUM_INDEXES)
+    store = reopened(any_store)
+    try:
+        assert version_and_readers(store)[0] == schema_versions.HEAD
+        assert owner_sum_indexes(store) == set()
+        assert "0002_schema_readers" in version_and_readers(store)[1]  # (it keeps them)
     finally:
         store.close()
 

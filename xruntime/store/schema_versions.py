@@ -70,11 +70,11 @@ MIGRATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migration
 BASELINE = "0001_baseline"
 #: This code's latest revision (tests/unit/test_schema_versions.py checks it is the
 #: revisions' head): a database at it is opened without importing Alembic.
-HEAD = "0002_schema_readers"
+HEAD = "0003_owner_sums_postgresql_only"
 #: The head and the revisions before it whose nodes can use its schema (``readers_of``
 #: the head; tests/unit/test_schema_versions.py checks it against the revisions): a new
 #: database is marked without importing Alembic.
-HEAD_READERS = ("0002_schema_readers", "0001_baseline")
+HEAD_READERS = ("0003_owner_sums_postgresql_only", "0002_schema_readers", "0001_baseline")
 #: The tables of the baseline (a database made before versions gets those it lacks).
 BASELINE_TABLES = ("jobs", "job_events", "job_results", "callback_outbox")
 
