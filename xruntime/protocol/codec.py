@@ -203,7 +203,7 @@ def decode(
             )
     obj = _blank(cls)
     for f in declared:
-        fpath = f"{path}.{f.name}" if path else f.name  # (``field_path``, inline: per field)
+        fpath = field_path(path, f.name)
         raw = data.get(f.name)
         if raw is None:
             if f.required:

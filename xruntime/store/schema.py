@@ -118,7 +118,7 @@ jobs = Table(
     Index("ix_jobs_finished_at", "finished_at"),
     Index("ix_jobs_owner_seq", "owner", "seq"),
     # PostgreSQL sums an owner's stored bytes over these; SQLite reads its running total
-    # (``owner_bytes``), and would only pay for them at every write (``_owner_sums``)
+    # (``owner_bytes``), and would only pay for them at every write (``_owner_sum``)
     _owner_sum("ix_jobs_owner_bytes", "owner", "stored_bytes"),
     _owner_sum("ix_jobs_owner_bound", "owner", "status", "result_bound"),
     Index("ix_jobs_service_seq", "service", "seq"),
