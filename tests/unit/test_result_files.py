@@ -4,6 +4,7 @@ and read back whole, by ranges and as a child's part; a finish that loses or fai
 leaves the file where it was; the files of erased jobs are swept, nothing else."""
 
 import os
+import sqlite3
 
 import pytest
 
@@ -113,6 +114,38 @@ def test_the_files_of_erased_jobs_are_swept_and_nothing_else(store):
     assert result_names(store) == [n for n in names if n.startswith(kept)]
     assert os.path.exists(other) and os.path.isdir(os.path.join(store.result_folder, "spill"))
     assert store.get(kept).result == unpack(large_result())
+
+
+def test_a_sweep_removes_its_files_after_it_gave_the_write_lock_back(store, monkeypatch):
+    """Removing a large file takes the disk as long as writing it; the sweep's removals
+    come after it gave the write lock back, so that the node's writes (and those of nodes
+    sharing the database) do not wait for them.  A file a stopped node set aside and did
+    not remove goes at the next sweep; other files stay."""
+    job_id, run = running(store)
+    file = spilled_file(store, large_result(), name="job-e")
+    assert store.finish(job_id, Status.SUCCEEDED, now_ms(), result=file, run=run)
+    (name,) = result_names(store)
+    assert store.erase(job_id, [Status.SUCCEEDED])
+    left = os.path.join(store.result_folder, "job-x-1-abc.result.swept")  # a stopped node's
+    with open(left, "wb") as f:
+        f.write(b"set aside")
+    database = store.engine.url.database
+    removed, real_unlink = [], os.unlink
+
+    def unlink(path, *args, **kwargs):
+        other = sqlite3.connect(database, timeout=0)  # another node's connection
+        try:
+            other.execute("BEGIN IMMEDIATE")  # "database is locked" while the lock is held
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+        removed.append(os.path.basename(path))
+        real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    assert store.sweep_result_files() == 1
+    assert sorted(removed) == sorted([name + ".swept", os.path.basename(left)])
+    assert os.listdir(store.result_folder) == ["spill"]
 
 
 def composed(store, child_name, child_length):

@@ -383,8 +383,8 @@ class JobStore(ChildJobs, CallbackOutbox):
             raise
 
     def sweep_result_files(self) -> int:
-        """Remove the result files whose jobs were erased (``result_files.sweep``), under
-        the write lock; how many."""
+        """Remove the result files whose jobs were erased: set aside under the write
+        lock (``result_files.sweep``), removed after it (``remove_swept``); how many."""
         if self.result_folder is None:
             return 0
         with self._write() as conn:
@@ -394,7 +394,9 @@ class JobStore(ChildJobs, CallbackOutbox):
                 )
             ).all()
             referenced = {name for (blob,) in rows for name in result_files.names_in(blob)}
-            return result_files.sweep(self.result_folder, referenced)
+            swept = result_files.sweep(self.result_folder, referenced)
+        result_files.remove_swept(self.result_folder)
+        return swept
 
     def retry(self, job_id: str, delay_ms: int, note: str, run: Run | None = None) -> bool:
         """A running job back to QUEUING for ``delay_ms`` from this write, its retry
