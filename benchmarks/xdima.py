@@ -811,6 +811,12 @@ def call(port, operation, body, service="XDima"):
     )
 
 
+#: A matrix taking longer than this (s) is a slow run, whose job's history is printed:
+#: once, a run of parallelism 2 took 35 s where the others took 0.3 s, and nothing said
+#: where it had waited.
+SLOW_RUN_S = 5.0
+
+
 def compute_time(port, points, parallelism, watch_port=None, pids=()):
     """start → SUCCEEDED of one matrix (s), and its fetched JSON answer; with ``pids``
     (a node's processes) also the CPU seconds they spent meanwhile."""
@@ -831,6 +837,11 @@ def compute_time(port, points, parallelism, watch_port=None, pids=()):
     took = time.perf_counter() - began
     cpu = sum(cpu_seconds(pids).values()) - cpu
     assert answer["status"] == "SUCCEEDED", answer
+    if took > SLOW_RUN_S:  # far off the others (a fraction of a second): say where it waited
+        events = call(port, "getJobEvents", {"id": job["id"]}, service="XRuntime")["events"]
+        print(f"  a slow run ({took:.1f} s, parallelism {parallelism}); its job's history:")
+        for event in events:
+            print(f"    {event['time']} {event['status']} {event['message']}")
     result = call(port, "fetchDistanceMatrixResponse", {"id": job["id"]})
     call(port, "deleteJob", {"id": job["id"]}, service="XRuntime")
     return (took, cpu) if pids else took, result
