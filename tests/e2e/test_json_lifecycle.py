@@ -156,15 +156,23 @@ def test_watch_answers_at_maximum_polling_period_without_change(server):
 
 
 def test_watch_wakes_within_milliseconds_of_the_end(server):
-    t0 = time.monotonic()
-    job = server.start_job(durationMs=1000)
-    answer = job
-    while answer["status"] not in TERMINAL:
-        answer = server.watch(job["id"], progressUpdatePeriod=250, maximumPollingPeriod=10000)
-    answered = time.monotonic() - t0
-    assert answer["status"] == "SUCCEEDED"
-    # the answer left the server within a few ms of the job's end (elapsedTime is frozen then)
-    assert 0 <= answered - answer["elapsedTime"] / 1000 < 0.15, (answered, answer["elapsedTime"])
+    # The answer left the server within a few ms of the job's end (elapsedTime, from the
+    # job's queueing, is frozen then).  Timed from before the start, the bound holds the
+    # start request's own time too: a start that took long (the machine busy with other
+    # tests; once 1.1 s) says nothing of the watch, and the measure is taken again.
+    for _ in range(3):
+        t0 = time.monotonic()
+        job = server.start_job(durationMs=1000)
+        started = time.monotonic() - t0
+        answer = job
+        while answer["status"] not in TERMINAL:
+            answer = server.watch(job["id"], progressUpdatePeriod=250, maximumPollingPeriod=10000)
+        answered = time.monotonic() - t0
+        assert answer["status"] == "SUCCEEDED"
+        if started < 0.1:
+            break
+    late = answered - answer["elapsedTime"] / 1000
+    assert 0 <= late < 0.15, (answered, answer["elapsedTime"], started)
 
 
 def test_two_busy_jobs_run_in_parallel(server):
