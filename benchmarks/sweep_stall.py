@@ -30,6 +30,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from benchmarks.stats import percentile  # noqa: E402
 
 
 def measure(root, folder, files, megabytes):
@@ -102,11 +104,6 @@ def write_back_to_back(database):
         waits.append(time.perf_counter() - began)
         time.sleep(0.0005)
     print(json.dumps(waits), flush=True)
-
-
-def percentile(values, p):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))]
 
 
 def main():

@@ -245,35 +245,37 @@ def read(folder: str, name: str, offset: int = 0, size: int | None = None) -> by
         raise LookupError(f"the result file {name} is gone") from None
 
 
-def sweep(folder: str, referenced: set[str]) -> int:
+def sweep(folder: str, referenced: set[str]) -> tuple[int, list[str]]:
     """Set aside (``_SET_ASIDE``: a rename) the result files of ``folder`` that no row
-    refers to (their jobs were erased); how many.  The caller holds the database's write
-    lock; ``remove_swept`` removes them once it has given the lock back."""
-    swept = 0
+    refers to (their jobs were erased): how many, and the paths of every file set aside
+    there (those, and any a node stopped before removing), for ``remove_swept``.  The
+    caller holds the database's write lock; ``remove_swept`` runs once it has given the
+    lock back."""
+    swept, set_aside = 0, []
     try:
         entries = list(os.scandir(folder))
     except FileNotFoundError:
-        return 0
+        return 0, []
     for entry in entries:
-        if entry.name.endswith(_EXTENSION) and entry.name not in referenced and entry.is_file():
+        if not entry.is_file():
+            continue
+        if entry.name.endswith(_EXTENSION + _SET_ASIDE):
+            set_aside.append(entry.path)
+        elif entry.name.endswith(_EXTENSION) and entry.name not in referenced:
             try:
                 os.rename(entry.path, entry.path + _SET_ASIDE)
-                swept += 1
             except FileNotFoundError:  # (another node's sweep took it)
-                pass
-    return swept
+                continue
+            swept += 1
+            set_aside.append(entry.path + _SET_ASIDE)
+    return swept, set_aside
 
 
-def remove_swept(folder: str) -> None:
-    """Remove the files of ``folder`` that sweeps set aside (this one's, or one's that
-    a node stopped before removing them); without the write lock: no row refers to any."""
-    try:
-        entries = list(os.scandir(folder))
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        if entry.name.endswith(_EXTENSION + _SET_ASIDE) and entry.is_file():
-            try:
-                os.unlink(entry.path)
-            except FileNotFoundError:  # (another node's removed it)
-                pass
+def remove_swept(paths: Iterable[str]) -> None:
+    """Remove the files ``sweep`` set aside; without the write lock: no row refers to
+    any."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:  # (another node's removed it)
+            pass

@@ -394,8 +394,8 @@ class JobStore(ChildJobs, CallbackOutbox):
                 )
             ).all()
             referenced = {name for (blob,) in rows for name in result_files.names_in(blob)}
-            swept = result_files.sweep(self.result_folder, referenced)
-        result_files.remove_swept(self.result_folder)
+            swept, set_aside = result_files.sweep(self.result_folder, referenced)
+        result_files.remove_swept(set_aside)
         return swept
 
     def retry(self, job_id: str, delay_ms: int, note: str, run: Run | None = None) -> bool:
