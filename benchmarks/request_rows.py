@@ -20,7 +20,6 @@ little; a child of a ``parallelism`` 2 3 000² matrix has 4 500 of them, about 1
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.xdima import random_points  # noqa: E402
 from xruntime.protocol.states import Status  # noqa: E402
 from xruntime.store import JobRecord, JobStore, now_ms  # noqa: E402
 
@@ -35,14 +35,10 @@ STEPS = ("create", "claim", "progress", "finish", "fetched")
 
 
 def request_of(kilobytes):
-    """A JSON request of locations of about ``kilobytes`` kB."""
-    rng = random.Random(36)
-    locations, size = [], 2
-    while size < kilobytes * 1000:
-        location = {"longitude": rng.uniform(6, 15), "latitude": rng.uniform(47, 55)}
-        locations.append(location)
-        size += len(json.dumps(location)) + 1
-    return json.dumps({"startLocations": locations})
+    """A JSON request of about ``kilobytes`` kB: XDima's random locations
+    (``xdima.random_points``), as many as take that much text."""
+    each = len(json.dumps(random_points(1))) - 2 + len(", ")  # one item, and its separator
+    return json.dumps({"startLocations": random_points(max(1, round(kilobytes * 1000 / each)))})
 
 
 def one_size(folder, kilobytes, count, progress_writes):
