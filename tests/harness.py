@@ -61,10 +61,11 @@ def write_config(
     threads=64,
     server_keys=None,
     database_keys=None,
+    worker_keys=None,
 ):
     """A config file in ``folder`` (data beside it), as an administrator would write it.
     ``server_keys`` go into its [server] table, ``database_keys`` into [database],
-    ``extra`` (TOML) after the tables."""
+    ``worker_keys`` into [workers], ``extra`` (TOML) after the tables."""
     os.makedirs(folder, exist_ok=True)
     # one HTTP process unless a test asks for more: a node of one per core (the default)
     # costs a process start each on a suite that starts a hundred nodes; the tests of
@@ -82,6 +83,7 @@ def write_config(
         f"{key} = {json.dumps(value)}\n" for key, value in (database_keys or {}).items()
     )
     text += f"\n[workers]\ncount = {workers}\n"
+    text += "".join(f"{key} = {json.dumps(value)}\n" for key, value in (worker_keys or {}).items())
     path = os.path.join(folder, "xserver.toml")
     with open(path, "w") as f:
         f.write(text + textwrap.dedent(extra))
@@ -138,6 +140,7 @@ class Server:
         host="127.0.0.1",
         prefix=(),
         database_keys=None,
+        worker_keys=None,
     ):
         self.folder = folder
         self.prefix = list(prefix)  # run the node through these (e.g. ip netns exec NAME)
@@ -152,6 +155,7 @@ class Server:
                 threads,
                 {"host": host, **(server_keys or {})},
                 database_keys,
+                worker_keys,
             )
         else:
             with open(config, "rb") as f:

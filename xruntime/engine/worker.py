@@ -70,6 +70,7 @@ from .messages import (
     StopReason,
     Transient,
 )
+from .worker_memory import KeptMemory
 
 log = logging.getLogger(__name__)
 
@@ -425,6 +426,7 @@ def worker_main(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int) 
     gc.freeze()
     send(conn, Ready())
     settings: Settings | None = None  # the services' own, as last sent (RunJob.settings)
+    memory = KeptMemory()  # what the process keeps of what its jobs free
     while True:
         try:
             message = conn.recv()
@@ -432,10 +434,12 @@ def worker_main(conn: Connection, stop_event: Event, stop_reason: ctypes.c_int) 
             return
         match message:
             case RunJob():
-                if message.settings is not None:  # changed: [log] level as in force
+                if message.settings is not None:  # changed: [log] level, kept memory as in force
                     settings = message.settings
                     set_level(settings.log_level, "worker process")
+                    memory.keep(settings.kept_memory_bytes)
                 run_one(conn, stop_event, stop_reason, message, settings)
+                memory.after_job()
             case Exit():
                 return
             case _:

@@ -548,6 +548,16 @@ class Settings:
         name="count",
         live=False,
     )
+    kept_memory_bytes: int = key(
+        268_435_456,
+        integer(0),
+        "memory a worker process keeps, of what its jobs free, for its next job: a large "
+        "result's arrays then land on pages the process has, not on new ones (a 3 000² "
+        "matrix computes about a third faster); past it, the rest goes back after the "
+        "job; `0`: freed memory goes back at once (glibc's C library only, which every "
+        "Linux but Alpine has)",
+        table="workers",
+    )
     log_level: str = key(
         "info",
         choice("debug", "info", "warning", "error"),
@@ -582,11 +592,13 @@ class Settings:
         return self.services.get(name) or ServiceSettings()
 
     def services_own(self) -> "Settings":
-        """Settings holding the services' own declared settings and the log's level
-        alone, the rest default: what a worker process needs of them, sent with each run
-        (the whole, with a thousand users, is 128 kB to pickle: 3 ms a run)."""
+        """Settings holding the services' own declared settings, the log's level and the
+        memory a worker keeps alone, the rest default: what a worker process needs of
+        them, sent with each run (the whole, with a thousand users, is 128 kB to pickle:
+        3 ms a run)."""
         return Settings(
             log_level=self.log_level,
+            kept_memory_bytes=self.kept_memory_bytes,
             services={
                 name: ServiceSettings(declared=own.declared)
                 for name, own in self.services.items()
