@@ -200,7 +200,10 @@ def test_a_jobs_end_is_answered_at_once_even_before_the_period(jobs, simulate_op
     answer = jobs.watch_jobs(ids, 5000, 10000)
     answered = time.monotonic()
     thread.join()
-    assert answered - started < 1.0
+    # well within the 5 s period (a lost notice would answer at it, or at the 10 s
+    # maximum; 1 s was a bound on the machine's load: CI once answered at 1.02 s), and
+    # at once after the end
+    assert answered - started < 2.5
     assert answered - done[0] < AT_ONCE
     found = statuses(answer)
     assert found[ids[2]] == "SUCCEEDED"
