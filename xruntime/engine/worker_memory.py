@@ -7,8 +7,8 @@ back to the kernel as soon as it is freed, so every such job starts on pages the
 must find, zero and map again, in the job's time: system time that grows with the
 result, several times more on a virtual machine whose free memory goes back to its host
 (free page reporting, ballooning: the host faults each page in again).  Kept, the next
-job's arrays land on pages the process already has (docs/architecture.md, "Large
-results": the figures).
+job's arrays land on pages the process already has (docs/architecture.md, "Worker
+processes": the figures).
 
 So, where the bound is not 0, the worker tells glibc (``mallopt``) to take large blocks
 from its heap rather than from mappings of their own, and to give the heap's free top
