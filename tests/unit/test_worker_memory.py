@@ -77,4 +77,6 @@ def test_past_the_bound_what_is_free_goes_back_after_the_job():
 def test_with_0_freed_arrays_go_back_at_once_as_before():
     base, (first, second) = jobs(0, 72, 72)
     assert first["freed"] - base < 16 * MB, first
-    assert second["faults"] > 100  # new pages again
+    # new pages again: at least one fault per huge page of 2 MB (NumPy asks for huge
+    # pages; a count of 37 was seen for 72 MB with them, 500 and more without)
+    assert second["faults"] >= 72 * MB // (2 * MB) - 1, second
